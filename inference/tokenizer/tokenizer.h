@@ -1,0 +1,109 @@
+// Byte-level BPE tokenizer read from a Hugging Face model directory (tokenizer.json,
+// tokenizer_config.json, generation_config.json, config.json), giving the same ids as the
+// Hugging Face `tokenizers` library for the Qwen2/Qwen2.5, Llama 3 and Qwen3 families, plus the
+// chat formats of those families. docs/tokenizer.md says what is supported and why.
+//
+// A Tokenizer is immutable after Load: every const method may be called from any number of
+// threads at once, and copies are cheap (they share the loaded tables).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "inference/status.h"
+
+namespace rote::inference {
+
+// Which built-in chat format applies; chosen from config.json's model_type (tokenizer_config's
+// chat_template refines details such as Qwen2's default system prompt).
+enum class ChatFamily {
+  kQwen2,   // ChatML; a default system prompt is inserted when the first message is not system
+  kLlama3,  // <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+  kQwen3,   // ChatML without default system prompt; <think> blocks of earlier turns dropped
+};
+
+struct ChatMessage {
+  std::string role;     // "system", "user", "assistant" (Qwen also "tool")
+  std::string content;  // UTF-8
+};
+
+class Tokenizer {
+ public:
+  // Reads <model_dir>/tokenizer.json (required), tokenizer_config.json (chat template hints,
+  // bos/eos), config.json (model_type, eos_token_id) and generation_config.json (eos_token_id,
+  // which wins for stop tokens when present).
+  static StatusOr<Tokenizer> Load(const std::string& model_dir);
+
+  // Same, from file contents already in memory (empty string_view = file absent, except
+  // tokenizer_json which is required).
+  static StatusOr<Tokenizer> FromJson(std::string_view tokenizer_json,
+                                      std::string_view tokenizer_config_json,
+                                      std::string_view config_json,
+                                      std::string_view generation_config_json);
+
+  // Text to ids. No post-processor template is applied (no BOS is added): chat formatting adds
+  // the family's markers itself. parse_special=false treats the text of special added tokens as
+  // plain text (like tokenizers' encode_special_tokens=True); non-special added tokens are still
+  // recognised either way, as in tokenizers. Invalid UTF-8 in `text` is replaced by U+FFFD.
+  std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
+
+  // Ids to text, as tokenizers' decode: byte-level tokens become their bytes, the whole byte
+  // string is read as UTF-8 with invalid sequences replaced by U+FFFD. Unknown ids are skipped.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  // The raw bytes one token stands for (may be part of a UTF-8 character); empty for an unknown
+  // id. Used by StreamDecoder.
+  std::string TokenBytes(int32_t id) const;
+
+  // Ids are in [0, vocab_size()): the model vocabulary plus added tokens.
+  int32_t vocab_size() const;
+  std::optional<int32_t> TokenToId(std::string_view token) const;  // vocab or added token
+  bool IsSpecial(int32_t id) const;  // an added token marked "special"
+
+  // Ids that end generation: generation_config.json's eos_token_id (int or list), else
+  // config.json's, else tokenizer_config's eos_token; for chat models the family's turn end
+  // (<|im_end|> / <|eot_id|>) is included when it exists. Sorted, no duplicates.
+  const std::vector<int32_t>& stop_token_ids() const;
+  std::optional<int32_t> bos_id() const;  // Llama 3: <|begin_of_text|>; Qwen: none
+  std::optional<int32_t> eos_id() const;  // tokenizer_config's eos_token, if it names a token
+
+  ChatFamily chat_family() const;
+
+  // The prompt text in the family's chat format, identical to transformers'
+  // apply_chat_template(messages, tokenize=False, add_generation_prompt=...) with the family's
+  // published template (Qwen2.5, Llama 3.1, Qwen3; no tools). Encode the result with
+  // parse_special=true.
+  std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                bool add_generation_prompt) const;
+
+  struct Impl;  // defined in tokenizer.cc
+
+ private:
+  explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Turns a stream of generated ids into text, emitting only complete UTF-8 characters: bytes of
+// a character split across tokens are held back until it completes. The concatenation of all
+// Push results and Finish equals Decode(all ids, skip_special). Not thread-safe (one per stream).
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
+
+  // Text completed by this token (possibly empty).
+  std::string Push(int32_t id);
+  // Flushes held-back bytes at the end of the stream (an incomplete character becomes U+FFFD).
+  std::string Finish();
+
+ private:
+  Tokenizer tokenizer_;
+  bool skip_special_;
+  std::string pending_;  // bytes not yet emitted: a prefix of an unfinished UTF-8 character
+};
+
+}  // namespace rote::inference
