@@ -1,0 +1,76 @@
+// The interface the engine drives: one forward step over a batch of sequences. The engine owns
+// scheduling and the paged-KV block allocator (which block ids a sequence uses); the backend
+// owns the KV storage and the arithmetic, and must follow docs/numerics.md exactly so that a
+// sequence's logits do not depend on the rest of the batch, on chunking, threads or device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "inference/model/weights.h"
+#include "inference/status.h"
+
+namespace rote::inference {
+
+// Tokens per KV-cache block.
+inline constexpr int32_t kKvBlockSize = 16;
+
+// One sequence's part of a step: a run of new tokens at consecutive positions (a prefill chunk,
+// or one decode token). Attention for token t (position start_pos + t) covers positions
+// 0 .. start_pos + t: the earlier ones were written to the KV cache by previous steps, the new
+// ones are written by this step before attention reads them.
+struct SequenceStep {
+  std::span<const int32_t> tokens;       // new token ids, tokens.size() >= 1
+  int32_t start_pos = 0;                 // position of tokens[0]
+  // KV block ids for positions 0 .. start_pos + tokens.size() - 1: position p lives in block
+  // block_table[p / kKvBlockSize], slot p % kKvBlockSize.
+  std::span<const int32_t> block_table;
+  // Logits wanted for the last num_logits tokens of this run (0 for a non-final prefill
+  // chunk, 1 for decode or the final chunk, tokens.size() to capture every position).
+  int32_t num_logits = 1;
+};
+
+struct BatchPlan {
+  std::vector<SequenceStep> sequences;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or e.g. "cuda:0 NVIDIA H100 80GB HBM3"; recorded in provenance.
+  virtual std::string device() const = 0;
+
+  // Bytes of KV storage one block takes for this model (K and V, all layers, fp32).
+  virtual int64_t KvBytesPerBlock() const = 0;
+
+  // (Re)allocates storage for num_blocks blocks, ids 0 .. num_blocks - 1. Contents undefined
+  // until written by Forward.
+  virtual Status AllocateKvCache(int32_t num_blocks) = 0;
+
+  // Runs the model over every sequence's new tokens, writes their K/V into the blocks of the
+  // block table, and writes the requested logits to `logits`, resized to
+  // (sum of num_logits) * vocab_size floats: sequence order, then token order.
+  virtual Status Forward(const BatchPlan& plan, std::vector<float>* logits) = 0;
+};
+
+// Bytes of one KV block in the exact profile: K and V, every layer, kv_dim fp32 per position.
+int64_t KvBytesPerBlock(const ModelConfig& config);
+
+struct CpuBackendOptions {
+  int threads = 1;          // fixed pool; work is split across output rows, never a reduction
+  int32_t max_positions = 0;  // rotary table length; 0 = min(max_position_embeddings, 32768)
+  bool use_avx2 = true;     // false forces the scalar kernels (same bits, tested)
+  // TEST ONLY: when the batch holds more than one token, sum matrix-product dot products in
+  // plain sequential order instead of the canonical one. Exists so tests can show that the
+  // invariance tests catch a non-canonical reduction.
+  bool debug_noncanonical_when_batched = false;
+};
+
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model,
+                                                    const CpuBackendOptions& options);
+
+}  // namespace rote::inference

@@ -1,0 +1,87 @@
+// A loaded model: its config and views of its weight tensors, memory-mapped from the
+// safetensors files as published (bf16, fp16 or fp32; converted to fp32 at use).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "inference/model/config.h"
+#include "inference/status.h"
+
+namespace rote::inference {
+
+// A read-only view of one tensor inside a mapped file. Row-major; shape as stored.
+struct TensorView {
+  DType dtype = DType::kF32;
+  const void* data = nullptr;  // nullptr: tensor absent (e.g. no biases in this family)
+  std::vector<int64_t> shape;
+  std::string name;            // safetensors name, for messages
+
+  bool present() const { return data != nullptr; }
+  int64_t numel() const;
+  // Element i converted exactly to fp32.
+  float At(int64_t i) const;
+  // Row r (of a 2-D tensor; shape[1] elements) converted to fp32 into out.
+  void RowToF32(int64_t r, float* out) const;
+};
+
+// Shapes use: dim = hidden_size, q_dim = num_heads * head_dim, kv_dim = num_kv_heads * head_dim,
+// hidden = intermediate_size. A matrix (rows, cols) computes y[rows] = W x[cols].
+struct LayerWeights {
+  TensorView attn_norm;  // (dim)                 input_layernorm.weight
+  TensorView wq;         // (q_dim, dim)          self_attn.q_proj.weight
+  TensorView wk;         // (kv_dim, dim)         self_attn.k_proj.weight
+  TensorView wv;         // (kv_dim, dim)         self_attn.v_proj.weight
+  TensorView bq;         // (q_dim)               self_attn.q_proj.bias  (Qwen2 only)
+  TensorView bk;         // (kv_dim)              self_attn.k_proj.bias  (Qwen2 only)
+  TensorView bv;         // (kv_dim)              self_attn.v_proj.bias  (Qwen2 only)
+  TensorView q_norm;     // (head_dim)            self_attn.q_norm.weight (Qwen3 only)
+  TensorView k_norm;     // (head_dim)            self_attn.k_norm.weight (Qwen3 only)
+  TensorView wo;         // (dim, q_dim)          self_attn.o_proj.weight
+  TensorView mlp_norm;   // (dim)                 post_attention_layernorm.weight
+  TensorView w_gate;     // (hidden, dim)         mlp.gate_proj.weight
+  TensorView w_up;       // (hidden, dim)         mlp.up_proj.weight
+  TensorView w_down;     // (dim, hidden)         mlp.down_proj.weight
+};
+
+struct ModelWeights {
+  TensorView embed;                 // (vocab, dim)   model.embed_tokens.weight
+  std::vector<LayerWeights> layers; // (num_layers)   model.layers.{i}.*
+  TensorView final_norm;            // (dim)          model.norm.weight
+  TensorView lm_head;               // (vocab, dim)   lm_head.weight, or embed when tied
+};
+
+class MappedFile;  // inference/model/safetensors.h
+
+// A model directory loaded and checked: config, generation config, tokenizer file paths,
+// weights mapped read-only. Immutable after Load; shared by the engine and its backend.
+class Model {
+ public:
+  // Reads config.json, generation_config.json (optional), model.safetensors or the shards
+  // named by model.safetensors.index.json; checks every tensor's presence, dtype and shape.
+  // Errors name the file and tensor.
+  static StatusOr<std::shared_ptr<const Model>> Load(const std::string& dir);
+
+  ~Model();
+  const std::string& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  // sha256 (hex) over a canonical encoding of config.json, generation_config.json,
+  // tokenizer.json, tokenizer_config.json and every tensor (name, dtype, shape, bytes) in
+  // name order: independent of how the weights are sharded.
+  const std::string& digest() const { return digest_; }
+  // Bytes of weights one decode step reads (every matrix once, one embedding row).
+  int64_t weight_bytes_per_token() const;
+
+ private:
+  Model() = default;
+  std::string dir_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::string digest_;
+  std::vector<std::unique_ptr<MappedFile>> files_;
+};
+
+}  // namespace rote::inference

@@ -1,0 +1,31 @@
+// Rotary tables, built once on the host with rote's own double-precision exp, log, sin and cos
+// (IEEE ops only), so every host and device gets the same fp32 table bits (docs/numerics.md).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "inference/model/config.h"
+
+namespace rote::numerics {
+
+// IEEE-only double functions (no libm), exposed for tests.
+double rote_exp(double x);
+double rote_log(double x);  // x > 0
+void rote_sincos(double x, double* s, double* c);
+
+// inv_freq[i] for i in [0, head_dim/2), rounded to fp32, with the family's scaling rules.
+std::vector<float> RopeInvFreq(const rote::inference::ModelConfig& config);
+
+struct RopeTable {
+  int32_t half_dim = 0;       // head_dim / 2
+  int32_t num_positions = 0;
+  std::vector<float> cos;     // (num_positions, half_dim)
+  std::vector<float> sin;     // (num_positions, half_dim)
+};
+
+// angle = fp32(float(pos) * inv_freq[i]) (the fp32 product HF computes), then cos/sin of that
+// angle in double with rote_sincos, rounded to fp32.
+RopeTable BuildRopeTable(const rote::inference::ModelConfig& config, int32_t num_positions);
+
+}  // namespace rote::numerics
