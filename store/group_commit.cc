@@ -1,0 +1,116 @@
+#include "store/group_commit.h"
+
+#include <utility>
+
+#include "store/str_util.h"
+
+namespace rote::store::internal {
+
+GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn, int max_writes_per_commit)
+    : conn_(std::move(conn)),
+      max_group_(static_cast<size_t>(max_writes_per_commit > 0 ? max_writes_per_commit : 1)),
+      thread_([this] { Loop(); }) {}
+
+GroupCommitWriter::~GroupCommitWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  thread_.join();
+}
+
+absl::Status GroupCommitWriter::Write(WriteFn fn) {
+  Pending pending{std::move(fn), false, false, absl::OkStatus()};
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("store: closing, write refused");
+  queue_.push_back(&pending);
+  work_cv_.notify_one();
+  done_cv_.wait(lock, [&] { return pending.done; });
+  return pending.result;
+}
+
+absl::Status GroupCommitWriter::Exclusive(WriteFn fn) {
+  Pending pending{std::move(fn), true, false, absl::OkStatus()};
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) return absl::UnavailableError("store: closing, request refused");
+  queue_.push_back(&pending);
+  work_cv_.notify_one();
+  done_cv_.wait(lock, [&] { return pending.done; });
+  return pending.result;
+}
+
+void GroupCommitWriter::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping and drained
+    std::deque<Pending*> group;
+    if (queue_.front()->exclusive) {
+      group.push_back(queue_.front());
+      queue_.pop_front();
+    } else {
+      while (!queue_.empty() && !queue_.front()->exclusive && group.size() < max_group_) {
+        group.push_back(queue_.front());
+        queue_.pop_front();
+      }
+    }
+    // Callers keep queueing while this group commits; they form the next group.
+    lock.unlock();
+    if (group.front()->exclusive) {
+      group.front()->result = group.front()->fn(*conn_);
+    } else {
+      CommitGroup(group);
+    }
+    lock.lock();
+    for (Pending* p : group) p->done = true;
+    done_cv_.notify_all();
+  }
+}
+
+void GroupCommitWriter::CommitGroup(std::deque<Pending*>& group) {
+  auto fail_all = [&](const absl::Status& status) {
+    for (Pending* p : group) {
+      if (p->result.ok()) p->result = status;
+    }
+  };
+  // IMMEDIATE takes the write lock now (waiting at most busy_timeout), so no statement
+  // inside the group can hit SQLITE_BUSY halfway through.
+  if (absl::Status s = conn_->Exec("BEGIN IMMEDIATE"); !s.ok()) {
+    fail_all(s);
+    return;
+  }
+  for (size_t i = 0; i < group.size(); ++i) {
+    Pending* p = group[i];
+    absl::Status s = conn_->Exec("SAVEPOINT write");
+    if (s.ok()) s = p->fn(*conn_);
+    if (!conn_->InTransaction()) {
+      // SQLite rolled the whole transaction back (disk full, I/O error): every write of the
+      // group is gone, including those that had succeeded.
+      absl::Status lost = s.ok() ? absl::InternalError("store: transaction ended unexpectedly")
+                                 : s;
+      for (Pending* q : group) q->result = lost;
+      return;
+    }
+    if (s.ok()) {
+      s = conn_->Exec("RELEASE write");
+    } else {
+      absl::Status undo = conn_->Exec("ROLLBACK TO write");
+      if (undo.ok()) undo = conn_->Exec("RELEASE write");
+      if (!undo.ok()) {
+        conn_->ExecScript("ROLLBACK").IgnoreError();
+        for (Pending* q : group) q->result = undo;
+        p->result = s;
+        return;
+      }
+    }
+    p->result = s;
+  }
+  if (absl::Status s = conn_->Exec("COMMIT"); !s.ok()) {
+    if (conn_->InTransaction()) conn_->ExecScript("ROLLBACK").IgnoreError();
+    fail_all(absl::Status(s.code(), Cat("store: commit failed, nothing written: ",
+                                                 s.message())));
+  }
+}
+
+}  // namespace rote::store::internal

@@ -1,0 +1,208 @@
+// Plain records exchanged with the Store. No SQL, no SQLite types: a different backend
+// (e.g. PostgreSQL) could produce and accept the same structs.
+//
+// Times are int64 unix milliseconds, taken from StoreOptions::clock_ms. Digests are
+// "sha256:<64 hex>" (store/digest.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rote::store {
+
+// ---- blobs ----------------------------------------------------------------------------------
+
+struct BlobRef {
+  std::string digest;
+  int64_t size = 0;
+};
+
+// ---- blueprints -----------------------------------------------------------------------------
+
+// A generation point's spec. `digest` must be Sha256Digest(canonical): the store checks it, so a
+// spec can never be stored under a digest that does not describe it.
+struct GenerationSpecRecord {
+  std::string digest;
+  std::string kind;       // "lua_function" or "re2_pattern" (not interpreted by the store)
+  std::string name;       // the generation point's name inside its blueprint
+  std::string canonical;  // the canonical encoding the digest was computed over
+};
+
+struct BlueprintRecord {
+  std::string digest;
+  std::string name;     // declared by the blueprint: rote.blueprint { name = ... }
+  std::string version;  // declared by the blueprint
+  std::string source;   // the Lua chunk
+  std::vector<GenerationSpecRecord> generation_points;  // in declaration order
+  int64_t create_ms = 0;  // set by the store
+};
+
+// ---- artifacts and review -------------------------------------------------------------------
+
+enum class ReviewState { kPending, kApproved, kRejected };
+std::string_view ReviewStateName(ReviewState state);  // "pending", "approved", "rejected"
+std::optional<ReviewState> ParseReviewState(std::string_view name);
+
+struct GenerationAttempt {
+  int32_t index = 0;
+  std::string prompt_digest;  // blob digest, or empty; must already be stored as a blob
+  std::string output_digest;  // blob digest of the raw model output, or empty; likewise
+  std::string failure;        // why validation rejected it; empty for the accepted attempt
+};
+
+struct Provenance {
+  std::string spec_digest;
+  std::string model_digest;
+  std::string numerics_profile;
+  std::string prompt_template_version;
+  std::string decoding_json;
+  std::string request_digest;
+  std::vector<GenerationAttempt> attempts;
+  std::string device;
+  std::string author;  // a principal, for hand-written artifacts
+};
+
+// Immutable once stored, except for the review fields the store maintains.
+struct ArtifactRecord {
+  std::string digest;
+  std::string kind;
+  std::string generation_point;  // opaque key chosen by the caller, e.g. "<blueprint>/<point>"
+  std::string source;
+  std::string options_json;
+  Provenance provenance;
+  std::string validation_report_json;
+  // Maintained by the store; ignored by PutArtifact.
+  int64_t revision = 0;  // 1, 2, ... per generation point, in insertion order
+  ReviewState state = ReviewState::kPending;
+  std::string etag;  // changes with every review; pass it back to ReviewArtifact
+  int64_t create_ms = 0;
+};
+
+struct ReviewRequest {
+  std::string artifact_digest;
+  std::string principal;
+  ReviewState decision = ReviewState::kApproved;
+  std::string comment;
+  // The etag the reviewer saw. Empty means unconditional; a different one is ABORTED.
+  std::string expected_etag;
+};
+
+struct ReviewEntry {
+  int64_t id = 0;
+  std::string artifact_digest;
+  std::string principal;
+  ReviewState decision = ReviewState::kPending;
+  std::string comment;
+  int64_t time_ms = 0;
+};
+
+struct Binding {
+  std::string generation_point;
+  std::string artifact_digest;
+  std::string source;  // where it came from: "lockfile", "approved", "generated", ...
+};
+
+// ---- runs -----------------------------------------------------------------------------------
+
+enum class RunState { kPending, kRunning, kSucceeded, kFailed, kCancelled };
+std::string_view RunStateName(RunState state);  // "pending", "running", ...
+std::optional<RunState> ParseRunState(std::string_view name);
+bool IsTerminal(RunState state);
+// pending -> running | failed | cancelled; running -> succeeded | failed | cancelled.
+bool IsLegalTransition(RunState from, RunState to);
+
+struct NewRun {
+  std::string blueprint_digest;  // must be a stored blueprint
+  std::string input_digest;      // must be a stored blob
+  std::vector<Binding> bindings;
+  std::string engine_profile_json;
+  std::string submitter;   // principal
+  std::string request_id;  // optional; (submitter, request_id) creates at most one run
+};
+
+struct RunRecord {
+  int64_t id = 0;
+  std::string blueprint_digest;
+  std::string input_digest;
+  RunState state = RunState::kPending;
+  std::vector<Binding> bindings;  // sorted by generation_point
+  std::string engine_profile_json;
+  std::string output_digest;  // empty until succeeded
+  std::string error;
+  std::string submitter;
+  std::string request_id;
+  int64_t step_count = 0;
+  int64_t create_ms = 0;
+  int64_t start_ms = 0;  // 0 until running
+  int64_t end_ms = 0;    // 0 until terminal
+};
+
+struct CreateRunResult {
+  RunRecord run;
+  bool created = false;  // false: an earlier call with the same request_id made `run`
+};
+
+// The terminal outcome of a run.
+struct RunOutcome {
+  RunState state = RunState::kSucceeded;  // kSucceeded, kFailed or kCancelled
+  std::string output_digest;              // required for kSucceeded (a stored blob)
+  std::string error;
+};
+
+// One call of a generated artifact during a run.
+struct StepRecord {
+  int64_t index = 0;  // 0, 1, ... per run; AppendSteps requires them contiguous
+  std::string generation_point;
+  std::string artifact_digest;
+  std::string input_digest;
+  std::string output_digest;
+};
+
+struct RunEvent {
+  int64_t sequence = 0;  // 1, 2, ... per run, assigned by the store
+  int64_t time_ms = 0;
+  std::string kind;
+  std::string payload;  // bytes, opaque to the store
+};
+
+// ---- caches ---------------------------------------------------------------------------------
+
+struct IdempotencyRecord {
+  std::string principal;
+  std::string request_id;
+  std::string request_digest;  // digest of the request; reuse with another request is rejected
+  std::string response;        // bytes of the original response
+  int64_t create_ms = 0;
+};
+
+// ---- pages ----------------------------------------------------------------------------------
+
+struct PageRequest {
+  int32_t page_size = 0;   // 0: default (50); larger than 1000 is clamped to 1000
+  std::string page_token;  // empty for the first page
+};
+
+template <typename T>
+struct Page {
+  std::vector<T> items;
+  std::string next_page_token;  // empty on the last page
+};
+
+struct BlueprintFilter {
+  std::string name;  // empty: any
+};
+
+struct ArtifactFilter {
+  std::string generation_point;      // empty: any
+  std::optional<ReviewState> state;  // unset: any
+};
+
+struct RunFilter {
+  std::string blueprint_digest;   // empty: any
+  std::optional<RunState> state;  // unset: any
+};
+
+}  // namespace rote::store

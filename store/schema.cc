@@ -1,0 +1,228 @@
+#include "store/schema.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "store/str_util.h"
+
+namespace rote::store::internal {
+namespace {
+
+// Append-only: a released migration never changes, because databases in the field have
+// already run it. Every table is STRICT so a value of the wrong type is an error, not a
+// silent conversion. Optional references are NULL (not '') so foreign keys can check them.
+const std::vector<std::string>& Migrations() {
+  static const std::vector<std::string> kMigrations = {
+      // 1: blobs, specs, blueprints, artifacts, review log, bindings.
+      R"sql(
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY,
+  value BLOB NOT NULL
+) STRICT;
+-- Keys page tokens (HMAC); random per database so tokens of one store mean nothing to another.
+INSERT INTO meta (key, value) VALUES ('page_token_secret', randomblob(32));
+
+CREATE TABLE blobs (
+  digest    TEXT PRIMARY KEY,
+  size      INTEGER NOT NULL CHECK (size >= 0),
+  placement TEXT NOT NULL CHECK (placement IN ('inline', 'file')),
+  data      BLOB,
+  create_ms INTEGER NOT NULL,
+  CHECK ((placement = 'inline') = (data IS NOT NULL))
+) STRICT;
+
+CREATE TABLE generation_specs (
+  digest    TEXT PRIMARY KEY,
+  kind      TEXT NOT NULL,
+  name      TEXT NOT NULL,
+  canonical TEXT NOT NULL,
+  create_ms INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE blueprints (
+  id        INTEGER PRIMARY KEY,
+  digest    TEXT NOT NULL UNIQUE,
+  name      TEXT NOT NULL,
+  version   TEXT NOT NULL,
+  source    TEXT NOT NULL,
+  create_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX blueprints_by_name ON blueprints (name, id);
+
+CREATE TABLE blueprint_points (
+  blueprint_id INTEGER NOT NULL REFERENCES blueprints (id),
+  ordinal      INTEGER NOT NULL,
+  spec_digest  TEXT NOT NULL REFERENCES generation_specs (digest),
+  PRIMARY KEY (blueprint_id, ordinal)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE artifacts (
+  id                      INTEGER PRIMARY KEY,
+  digest                  TEXT NOT NULL UNIQUE,
+  kind                    TEXT NOT NULL,
+  generation_point        TEXT NOT NULL,
+  revision                INTEGER NOT NULL CHECK (revision >= 1),
+  source                  TEXT NOT NULL,
+  options_json            TEXT NOT NULL,
+  validation_report_json  TEXT NOT NULL,
+  spec_digest             TEXT NOT NULL,
+  model_digest            TEXT NOT NULL,
+  numerics_profile        TEXT NOT NULL,
+  prompt_template_version TEXT NOT NULL,
+  decoding_json           TEXT NOT NULL,
+  request_digest          TEXT NOT NULL,
+  device                  TEXT NOT NULL,
+  author                  TEXT NOT NULL,
+  state                   TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'rejected')),
+  -- Bumped by every review; the etag is derived from (digest, state_version).
+  state_version           INTEGER NOT NULL,
+  create_ms               INTEGER NOT NULL,
+  UNIQUE (generation_point, revision)
+) STRICT;
+CREATE INDEX artifacts_by_state ON artifacts (state, id);
+
+CREATE TABLE artifact_attempts (
+  artifact_id   INTEGER NOT NULL REFERENCES artifacts (id),
+  idx           INTEGER NOT NULL,
+  prompt_digest TEXT REFERENCES blobs (digest),
+  output_digest TEXT REFERENCES blobs (digest),
+  failure       TEXT NOT NULL,
+  PRIMARY KEY (artifact_id, idx)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE reviews (
+  id          INTEGER PRIMARY KEY,
+  artifact_id INTEGER NOT NULL REFERENCES artifacts (id),
+  principal   TEXT NOT NULL,
+  decision    TEXT NOT NULL CHECK (decision IN ('pending', 'approved', 'rejected')),
+  comment     TEXT NOT NULL,
+  time_ms     INTEGER NOT NULL
+) STRICT;
+CREATE INDEX reviews_by_artifact ON reviews (artifact_id, id);
+
+CREATE TABLE bindings (
+  blueprint_digest TEXT NOT NULL REFERENCES blueprints (digest),
+  generation_point TEXT NOT NULL,
+  artifact_digest  TEXT NOT NULL REFERENCES artifacts (digest),
+  source           TEXT NOT NULL,
+  update_ms        INTEGER NOT NULL,
+  PRIMARY KEY (blueprint_digest, generation_point)
+) STRICT, WITHOUT ROWID;
+)sql",
+      // 2: runs, their bindings, the step journal and events.
+      R"sql(
+CREATE TABLE runs (
+  id                  INTEGER PRIMARY KEY,
+  blueprint_digest    TEXT NOT NULL REFERENCES blueprints (digest),
+  input_digest        TEXT NOT NULL REFERENCES blobs (digest),
+  state               TEXT NOT NULL
+                      CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'cancelled')),
+  engine_profile_json TEXT NOT NULL,
+  output_digest       TEXT REFERENCES blobs (digest),
+  error               TEXT NOT NULL,
+  submitter           TEXT NOT NULL,
+  request_id          TEXT NOT NULL,
+  step_count          INTEGER NOT NULL DEFAULT 0,
+  create_ms           INTEGER NOT NULL,
+  start_ms            INTEGER,
+  end_ms              INTEGER
+) STRICT;
+CREATE INDEX runs_by_blueprint ON runs (blueprint_digest, id);
+CREATE INDEX runs_by_state ON runs (state, id);
+-- At most one run per (submitter, request_id): the backstop under the writer's check.
+CREATE UNIQUE INDEX runs_by_request ON runs (submitter, request_id) WHERE request_id <> '';
+
+CREATE TABLE run_bindings (
+  run_id           INTEGER NOT NULL REFERENCES runs (id),
+  generation_point TEXT NOT NULL,
+  artifact_digest  TEXT NOT NULL REFERENCES artifacts (digest),
+  source           TEXT NOT NULL,
+  PRIMARY KEY (run_id, generation_point)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE run_steps (
+  run_id           INTEGER NOT NULL REFERENCES runs (id),
+  idx              INTEGER NOT NULL,
+  generation_point TEXT NOT NULL,
+  artifact_digest  TEXT NOT NULL REFERENCES artifacts (digest),
+  input_digest     TEXT NOT NULL,
+  output_digest    TEXT NOT NULL,
+  PRIMARY KEY (run_id, idx)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE run_events (
+  run_id  INTEGER NOT NULL REFERENCES runs (id),
+  seq     INTEGER NOT NULL,
+  time_ms INTEGER NOT NULL,
+  kind    TEXT NOT NULL,
+  payload BLOB NOT NULL,
+  PRIMARY KEY (run_id, seq)
+) STRICT, WITHOUT ROWID;
+)sql",
+      // 3: caches and idempotency records.
+      R"sql(
+CREATE TABLE generation_cache (
+  request_digest  TEXT PRIMARY KEY,
+  artifact_digest TEXT NOT NULL REFERENCES artifacts (digest),
+  create_ms       INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE idempotency (
+  principal      TEXT NOT NULL,
+  request_id     TEXT NOT NULL,
+  request_digest TEXT NOT NULL,
+  response       BLOB NOT NULL,
+  create_ms      INTEGER NOT NULL,
+  PRIMARY KEY (principal, request_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE kv (
+  namespace TEXT NOT NULL,
+  key       TEXT NOT NULL,
+  value     BLOB NOT NULL,
+  update_ms INTEGER NOT NULL,
+  PRIMARY KEY (namespace, key)
+) STRICT, WITHOUT ROWID;
+)sql",
+  };
+  return kMigrations;
+}
+
+absl::StatusOr<int> UserVersion(Connection& conn) {
+  absl::StatusOr<std::string> text = conn.QueryText("PRAGMA user_version");
+  if (!text.ok()) return text.status();
+  int version = 0;
+  if (!absl::SimpleAtoi(*text, &version)) {
+    return absl::InternalError(Cat("store: unreadable user_version '", *text, "'"));
+  }
+  return version;
+}
+
+}  // namespace
+
+int LatestSchemaVersion() { return static_cast<int>(Migrations().size()); }
+
+absl::Status Migrate(Connection& conn, int target) {
+  absl::StatusOr<int> version = UserVersion(conn);
+  if (!version.ok()) return version.status();
+  if (*version > LatestSchemaVersion()) {
+    return absl::FailedPreconditionError(Cat(
+        "store: the database is at schema version ", *version, " but this build knows only up to ",
+        LatestSchemaVersion(), "; open it with a newer rote"));
+  }
+  for (int v = *version; v < target; ++v) {
+    // user_version lives in the database header and is written by the same transaction, so a
+    // crash mid-migration leaves both the tables and the version as they were.
+    std::string script = Cat("BEGIN IMMEDIATE;", Migrations()[static_cast<size_t>(v)],
+                                      "PRAGMA user_version = ", v + 1, ";COMMIT;");
+    if (absl::Status s = conn.ExecScript(script); !s.ok()) {
+      if (conn.InTransaction()) conn.ExecScript("ROLLBACK").IgnoreError();
+      return absl::Status(s.code(), Cat("store: migration to schema version ", v + 1,
+                                                 " failed: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rote::store::internal

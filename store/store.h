@@ -1,0 +1,163 @@
+// The rote store: everything rote knows, in one SQLite file (plus large blobs as files).
+//
+// Thread-safe: call any method from any thread. Writes go through one writer thread that
+// commits queued writes together (group commit) and returns only after COMMIT, so an OK write
+// is durable (with SyncMode::kFull, across power loss; with kNormal, across process crashes).
+// Reads use a pool of connections and see every write acknowledged before they started.
+//
+// Errors (absl::Status codes):
+//   INVALID_ARGUMENT     malformed digest, bad page token, page token of another filter
+//   NOT_FOUND            no such blob / blueprint / artifact / run / record
+//   FAILED_PRECONDITION  illegal run transition, reference to something not stored, a digest
+//                        already stored with different content, database newer than this code
+//   ABORTED              stale etag on review (re-read and retry)
+//   DATA_LOSS            stored bytes no longer match their digest, corrupt database
+//   UNAVAILABLE          database busy (locked by another process) or I/O error: retryable
+//   RESOURCE_EXHAUSTED   disk or memory full
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "store/records.h"
+
+namespace rote::store {
+
+enum class SyncMode {
+  kFull,    // fsync the WAL on every commit: survives power loss
+  kNormal,  // fsync only at checkpoints: survives process crashes, may lose the last commits
+            // on power loss
+};
+
+struct StoreOptions {
+  // A data directory (the database is <path>/rote.db, large blobs under <path>/blobs/) or, when
+  // it ends in ".db", the database file itself (large blobs under <path>.blobs/).
+  std::string path;
+  SyncMode synchronous = SyncMode::kFull;
+  int reader_pool_size = 4;
+  // Upper bound on waiting for a lock held by another process; past it, UNAVAILABLE.
+  int busy_timeout_ms = 5000;
+  // Blobs up to this size are stored in the database, larger ones as files (docs/store.md
+  // has the measurement behind the default).
+  int64_t inline_blob_max_bytes = 256 * 1024;
+  // Open runs PRAGMA quick_check; this runs the slower full integrity_check instead.
+  bool full_integrity_check_on_open = false;
+  // Most writes committed in one transaction.
+  int max_writes_per_commit = 1024;
+  // Clock for every time the store records; unix milliseconds. Default: the system clock.
+  std::function<int64_t()> clock_ms;
+};
+
+class Store {
+ public:
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const StoreOptions& options);
+  virtual ~Store() = default;
+
+  // ---- blobs: content-addressed, deduplicated, verified on every read
+  virtual absl::StatusOr<BlobRef> PutBlob(std::string_view bytes) = 0;
+  // DATA_LOSS when the stored bytes no longer hash to `digest`; the bytes are never returned.
+  virtual absl::StatusOr<std::string> GetBlob(std::string_view digest) = 0;
+  virtual absl::StatusOr<BlobRef> StatBlob(std::string_view digest) = 0;
+
+  // ---- generation specs and blueprints (both immutable, idempotent by digest)
+  virtual absl::Status PutGenerationSpec(const GenerationSpecRecord& spec) = 0;
+  virtual absl::StatusOr<GenerationSpecRecord> GetGenerationSpec(std::string_view digest) = 0;
+  // Also stores the blueprint's generation specs.
+  virtual absl::StatusOr<BlueprintRecord> PutBlueprint(const BlueprintRecord& blueprint) = 0;
+  virtual absl::StatusOr<BlueprintRecord> GetBlueprint(std::string_view digest) = 0;
+  // Every stored blueprint with this declared name, oldest first.
+  virtual absl::StatusOr<std::vector<BlueprintRecord>> FindBlueprintsByName(
+      std::string_view name) = 0;
+  virtual absl::StatusOr<Page<BlueprintRecord>> ListBlueprints(const BlueprintFilter& filter,
+                                                               const PageRequest& page) = 0;
+
+  // ---- artifacts, revisions, review
+  // Stores a new artifact as the next revision of its generation point, state pending. Putting
+  // the same digest again returns the stored record (FAILED_PRECONDITION if the content
+  // differs). Attempt blobs must already be stored.
+  virtual absl::StatusOr<ArtifactRecord> PutArtifact(const ArtifactRecord& artifact) = 0;
+  virtual absl::StatusOr<ArtifactRecord> GetArtifact(std::string_view digest) = 0;
+  virtual absl::StatusOr<ArtifactRecord> GetRevision(std::string_view generation_point,
+                                                     int64_t revision) = 0;
+  // Oldest first.
+  virtual absl::StatusOr<Page<ArtifactRecord>> ListArtifacts(const ArtifactFilter& filter,
+                                                             const PageRequest& page) = 0;
+  // The revisions of one generation point, revision 1 first.
+  virtual absl::StatusOr<Page<ArtifactRecord>> ListRevisions(std::string_view generation_point,
+                                                             const PageRequest& page) = 0;
+  // Records the decision in the review log and sets the artifact's state; ABORTED when
+  // expected_etag is set and stale. Returns the artifact with its new etag.
+  virtual absl::StatusOr<ArtifactRecord> ReviewArtifact(const ReviewRequest& review) = 0;
+  // The review log of one artifact, oldest first.
+  virtual absl::StatusOr<std::vector<ReviewEntry>> ListReviews(std::string_view digest) = 0;
+
+  // ---- bindings: blueprint generation point -> artifact (one per point; set replaces)
+  virtual absl::Status SetBinding(std::string_view blueprint_digest, const Binding& binding) = 0;
+  virtual absl::StatusOr<Binding> GetBinding(std::string_view blueprint_digest,
+                                             std::string_view generation_point) = 0;
+  // Sorted by generation point.
+  virtual absl::StatusOr<std::vector<Binding>> ListBindings(std::string_view blueprint_digest) = 0;
+
+  // ---- runs
+  // With a request_id, the first call for (submitter, request_id) creates the run and later
+  // calls return it with created = false, also when they race.
+  virtual absl::StatusOr<CreateRunResult> CreateRun(const NewRun& run) = 0;
+  virtual absl::StatusOr<RunRecord> GetRun(int64_t run_id) = 0;
+  // pending -> running. FAILED_PRECONDITION from any other state.
+  virtual absl::StatusOr<RunRecord> StartRun(int64_t run_id) = 0;
+  // Adds bindings resolved while the run executes; rejected once the run is terminal or when a
+  // point is already bound to another artifact.
+  virtual absl::Status AddRunBindings(int64_t run_id, const std::vector<Binding>& bindings) = 0;
+  // To a terminal state; FAILED_PRECONDITION when the transition is illegal.
+  virtual absl::StatusOr<RunRecord> FinishRun(int64_t run_id, const RunOutcome& outcome) = 0;
+  // Oldest first.
+  virtual absl::StatusOr<Page<RunRecord>> ListRuns(const RunFilter& filter,
+                                                   const PageRequest& page) = 0;
+
+  // ---- the step journal and events of a run
+  // steps[i].index must equal the run's step count + i; rejected once the run is terminal.
+  virtual absl::Status AppendSteps(int64_t run_id, const std::vector<StepRecord>& steps) = 0;
+  virtual absl::StatusOr<std::vector<StepRecord>> ListSteps(int64_t run_id) = 0;
+  // Returns the event's sequence number (1, 2, ...).
+  virtual absl::StatusOr<int64_t> AppendRunEvent(int64_t run_id, std::string_view kind,
+                                                 std::string_view payload) = 0;
+  // Events with sequence > after_sequence, at most `limit` (<= 0: all).
+  virtual absl::StatusOr<std::vector<RunEvent>> ListRunEvents(int64_t run_id,
+                                                              int64_t after_sequence,
+                                                              int32_t limit) = 0;
+
+  // ---- generation cache: request digest -> artifact digest (first put wins)
+  virtual absl::StatusOr<std::string> GetCachedGeneration(std::string_view request_digest) = 0;
+  // Returns the artifact digest now cached (the earlier one if there was one).
+  virtual absl::StatusOr<std::string> PutCachedGeneration(std::string_view request_digest,
+                                                          std::string_view artifact_digest) = 0;
+
+  // ---- idempotency: (principal, request_id) -> original response (first writer wins)
+  virtual absl::StatusOr<IdempotencyRecord> GetIdempotency(std::string_view principal,
+                                                           std::string_view request_id) = 0;
+  // Returns the stored record: `record` if it was first, else the earlier one. INVALID_ARGUMENT
+  // when the earlier one was for a different request_digest.
+  virtual absl::StatusOr<IdempotencyRecord> PutIdempotency(const IdempotencyRecord& record) = 0;
+
+  // ---- small key-value cache (e.g. a model digest keyed by file identity)
+  virtual absl::StatusOr<std::string> KvGet(std::string_view ns, std::string_view key) = 0;
+  virtual absl::Status KvPut(std::string_view ns, std::string_view key,
+                             std::string_view value) = 0;
+  virtual absl::Status KvDelete(std::string_view ns, std::string_view key) = 0;
+
+  // ---- administration
+  // A consistent copy of the database in one self-contained file (large blobs copied in),
+  // written atomically to `dest_path`, while the store stays in use.
+  virtual absl::Status Backup(const std::string& dest_path) = 0;
+  // PRAGMA integrity_check (full) or quick_check, plus foreign_key_check. DATA_LOSS on failure.
+  virtual absl::Status CheckIntegrity(bool full) = 0;
+  virtual int SchemaVersion() const = 0;
+};
+
+}  // namespace rote::store
