@@ -1,0 +1,239 @@
+// The CPU backend: the oracle of the exact profile (docs/numerics.md). fp32 activations and KV
+// cache; weights converted from their stored type row by row as they are used. Threads split
+// output rows and (token, head) pairs; no reduction is ever split.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "inference/backend.h"
+#include "inference/cpu/kernels.h"
+#include "inference/cpu/thread_pool.h"
+#include "inference/numerics/canonical.h"
+#include "inference/numerics/rope.h"
+
+namespace rote::inference {
+
+int64_t KvBytesPerBlock(const ModelConfig& config) {
+  return int64_t{2} * config.num_layers * kKvBlockSize * config.kv_dim() * 4;
+}
+
+namespace {
+
+using numerics::canonical_rms_scale;
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(std::shared_ptr<const Model> model, const CpuBackendOptions& options)
+      : model_(std::move(model)),
+        cfg_(model_->config()),
+        w_(model_->weights()),
+        options_(options),
+        avx2_(options.use_avx2 && cpu::CpuHasAvx2Fma()),
+        pool_(std::max(1, options.threads)) {
+    int32_t positions = options.max_positions;
+    if (positions <= 0) positions = std::min<int32_t>(cfg_.max_position_embeddings, 32768);
+    rope_ = numerics::BuildRopeTable(cfg_, positions);
+  }
+
+  std::string device() const override { return "cpu"; }
+  int64_t KvBytesPerBlock() const override { return rote::inference::KvBytesPerBlock(cfg_); }
+
+  Status AllocateKvCache(int32_t num_blocks) override {
+    if (num_blocks <= 0) return InvalidArgument("KV cache needs at least one block");
+    kv_.assign(static_cast<size_t>(num_blocks) * BlockFloats(), 0.0f);
+    num_blocks_ = num_blocks;
+    return OkStatus();
+  }
+
+  Status Forward(const BatchPlan& plan, std::vector<float>* logits) override;
+
+ private:
+  // KV layout: [block][layer][k|v][slot][kv_dim] fp32.
+  int64_t BlockFloats() const { return int64_t{2} * cfg_.num_layers * kKvBlockSize * cfg_.kv_dim(); }
+  float* KvAt(int32_t block, int layer, int kv, int slot) {
+    return kv_.data() + static_cast<size_t>(block) * BlockFloats() +
+           ((static_cast<int64_t>(layer) * 2 + kv) * kKvBlockSize + slot) * cfg_.kv_dim();
+  }
+
+  float Dot(const float* a, const float* b, int64_t n) const {
+    return avx2_ ? cpu::DotAvx2(a, b, n) : cpu::DotScalar(a, b, n);
+  }
+
+  // y[t, o] = W[o, :] . x[t, :] (+ bias[o]) for t < n_tokens: rows split across threads.
+  void MatMul(const TensorView& wt, const TensorView* bias, const float* x, int64_t n_tokens, float* y,
+              bool sequential) {
+    const int64_t rows = wt.shape[0], cols = wt.shape[1];
+    const int64_t elem = DTypeSize(wt.dtype);
+    const auto* base = static_cast<const uint8_t*>(wt.data);
+    pool_.ParallelFor(rows, [&](int64_t begin, int64_t end) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t o = begin; o < end; ++o) {
+        cpu::ConvertToF32(wt.dtype, base + o * cols * elem, cols, row.data(), avx2_);
+        const float b = (bias != nullptr && bias->present()) ? bias->At(o) : 0.0f;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          float v = sequential ? cpu::DotSequential(row.data(), x + t * cols, cols) : Dot(row.data(), x + t * cols, cols);
+          if (bias != nullptr && bias->present()) v = v + b;
+          y[t * rows + o] = v;
+        }
+      }
+    });
+  }
+
+  // y = (x * r) * w with r from the canonical sum of squares (numerics.md section 3).
+  void RmsNorm(const float* x, const TensorView& weight, int64_t n, float* y) const {
+    const float r = canonical_rms_scale(Dot(x, x, n), n, cfg_.rms_norm_eps);
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * r) * weight.At(i);
+  }
+
+  void Rotate(float* head, int32_t pos) const {
+    const int32_t half = rope_.half_dim;
+    const float* c = rope_.cos.data() + static_cast<size_t>(pos) * half;
+    const float* s = rope_.sin.data() + static_cast<size_t>(pos) * half;
+    for (int32_t i = 0; i < half; ++i) numerics::canonical_rotate(head[i], head[i + half], c[i], s[i]);
+  }
+
+  std::shared_ptr<const Model> model_;
+  const ModelConfig& cfg_;
+  const ModelWeights& w_;
+  CpuBackendOptions options_;
+  bool avx2_;
+  ThreadPool pool_;
+  numerics::RopeTable rope_;
+  std::vector<float> kv_;
+  int32_t num_blocks_ = 0;
+};
+
+Status CpuBackend::Forward(const BatchPlan& plan, std::vector<float>* logits) {
+  if (num_blocks_ == 0) return FailedPrecondition("Forward before AllocateKvCache");
+  // Flatten the batch: one entry per new token.
+  struct TokenRef {
+    int32_t token;
+    int32_t pos;
+    const SequenceStep* seq;
+  };
+  std::vector<TokenRef> toks;
+  std::vector<int64_t> logit_rows;  // indices into toks, in output order
+  for (const SequenceStep& s : plan.sequences) {
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (n == 0) return InvalidArgument("a sequence step has no tokens");
+    if (s.start_pos < 0 || s.start_pos + n > rope_.num_positions) {
+      return Status(StatusCode::kOutOfRange, "positions up to " + std::to_string(s.start_pos + n) +
+                                                 " exceed the rotary table (" + std::to_string(rope_.num_positions) +
+                                                 " positions)");
+    }
+    const int64_t blocks_needed = (s.start_pos + n + kKvBlockSize - 1) / kKvBlockSize;
+    if (static_cast<int64_t>(s.block_table.size()) < blocks_needed) {
+      return InvalidArgument("block table covers " + std::to_string(s.block_table.size()) + " blocks, need " +
+                             std::to_string(blocks_needed));
+    }
+    for (int32_t b : s.block_table) {
+      if (b < 0 || b >= num_blocks_) return InvalidArgument("block id " + std::to_string(b) + " out of range");
+    }
+    if (s.num_logits < 0 || s.num_logits > n) return InvalidArgument("num_logits out of range");
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t id = s.tokens[i];
+      if (id < 0 || id >= cfg_.vocab_size) {
+        return InvalidArgument("token id " + std::to_string(id) + " outside the vocabulary of " +
+                               std::to_string(cfg_.vocab_size));
+      }
+      if (i >= n - s.num_logits) logit_rows.push_back(static_cast<int64_t>(toks.size()));
+      toks.push_back({id, static_cast<int32_t>(s.start_pos + i), &s});
+    }
+  }
+  const int64_t T = static_cast<int64_t>(toks.size());
+  // The test-only non-canonical mode engages exactly when several tokens share the step.
+  const bool sequential = options_.debug_noncanonical_when_batched && T > 1;
+  const int64_t dim = cfg_.hidden_size, qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), hd = cfg_.head_dim,
+                hid = cfg_.intermediate_size;
+  const int32_t group = cfg_.num_heads / cfg_.num_kv_heads;
+
+  std::vector<float> x(T * dim), h(T * dim), q(T * qd), k(T * kvd), v(T * kvd), att(T * qd), o(T * dim),
+      gate(T * hid), up(T * hid);
+  for (int64_t t = 0; t < T; ++t) w_.embed.RowToF32(toks[t].token, x.data() + t * dim);
+  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+
+  for (int layer = 0; layer < cfg_.num_layers; ++layer) {
+    const LayerWeights& L = w_.layers[layer];
+    for (int64_t t = 0; t < T; ++t) RmsNorm(x.data() + t * dim, L.attn_norm, dim, h.data() + t * dim);
+    MatMul(L.wq, &L.bq, h.data(), T, q.data(), sequential);
+    MatMul(L.wk, &L.bk, h.data(), T, k.data(), sequential);
+    MatMul(L.wv, &L.bv, h.data(), T, v.data(), sequential);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int32_t hh = 0; hh < cfg_.num_heads; ++hh) {
+        float* head = q.data() + t * qd + hh * hd;
+        if (cfg_.qk_norm) RmsNorm(head, L.q_norm, hd, head);
+        Rotate(head, toks[t].pos);
+      }
+      for (int32_t g = 0; g < cfg_.num_kv_heads; ++g) {
+        float* head = k.data() + t * kvd + g * hd;
+        if (cfg_.qk_norm) RmsNorm(head, L.k_norm, hd, head);
+        Rotate(head, toks[t].pos);
+      }
+      const int32_t pos = toks[t].pos;
+      const int32_t block = toks[t].seq->block_table[pos / kKvBlockSize];
+      std::memcpy(KvAt(block, layer, 0, pos % kKvBlockSize), k.data() + t * kvd, kvd * 4);
+      std::memcpy(KvAt(block, layer, 1, pos % kKvBlockSize), v.data() + t * kvd, kvd * 4);
+    }
+    // Attention: every (token, head) pair is independent; two passes, no online rescaling.
+    pool_.ParallelFor(T * cfg_.num_heads, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores, scratch(static_cast<size_t>(numerics::kCanonicalLanes * hd));
+      std::vector<const float*> vrows;
+      for (int64_t item = begin; item < end; ++item) {
+        const int64_t t = item / cfg_.num_heads;
+        const int32_t hh = static_cast<int32_t>(item % cfg_.num_heads);
+        const int32_t g = hh / group;
+        const int32_t n = toks[t].pos + 1;
+        const auto& table = toks[t].seq->block_table;
+        const float* qh = q.data() + t * qd + hh * hd;
+        scores.resize(n);
+        vrows.resize(n);
+        float m = -INFINITY;
+        for (int32_t j = 0; j < n; ++j) {
+          const int32_t block = table[j / kKvBlockSize];
+          const float* kj = KvAt(block, layer, 0, j % kKvBlockSize) + g * hd;
+          vrows[j] = KvAt(block, layer, 1, j % kKvBlockSize) + g * hd;
+          scores[j] = Dot(qh, kj, hd) * scale;
+          m = std::max(m, scores[j]);
+        }
+        for (int32_t j = 0; j < n; ++j) scores[j] = numerics::canonical_expf(scores[j] - m);
+        const float denom = numerics::canonical_sum(scores.data(), n);
+        float* out = att.data() + t * qd + hh * hd;
+        if (avx2_) {
+          cpu::WeightedRowSumAvx2(scores.data(), vrows.data(), n, hd, scratch.data(), out);
+        } else {
+          cpu::WeightedRowSumScalar(scores.data(), vrows.data(), n, hd, scratch.data(), out);
+        }
+        for (int64_t d = 0; d < hd; ++d) out[d] = out[d] / denom;
+      }
+    });
+    MatMul(L.wo, nullptr, att.data(), T, o.data(), sequential);
+    for (int64_t i = 0; i < T * dim; ++i) x[i] = x[i] + o[i];
+    for (int64_t t = 0; t < T; ++t) RmsNorm(x.data() + t * dim, L.mlp_norm, dim, h.data() + t * dim);
+    MatMul(L.w_gate, nullptr, h.data(), T, gate.data(), sequential);
+    MatMul(L.w_up, nullptr, h.data(), T, up.data(), sequential);
+    for (int64_t i = 0; i < T * hid; ++i) gate[i] = numerics::canonical_silu(gate[i]) * up[i];
+    MatMul(L.w_down, nullptr, gate.data(), T, o.data(), sequential);
+    for (int64_t i = 0; i < T * dim; ++i) x[i] = x[i] + o[i];
+  }
+
+  const int64_t R = static_cast<int64_t>(logit_rows.size());
+  std::vector<float> final_h(R * dim);
+  for (int64_t r = 0; r < R; ++r) {
+    RmsNorm(x.data() + logit_rows[r] * dim, w_.final_norm, dim, final_h.data() + r * dim);
+  }
+  logits->resize(static_cast<size_t>(R) * cfg_.vocab_size);
+  if (R > 0) MatMul(w_.lm_head, nullptr, final_h.data(), R, logits->data(), sequential);
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(std::shared_ptr<const Model> model,
+                                                    const CpuBackendOptions& options) {
+  if (model == nullptr) return InvalidArgument("CreateCpuBackend: no model");
+  if (options.threads < 1 || options.threads > 256) return InvalidArgument("CPU backend threads must be in [1, 256]");
+  return std::unique_ptr<Backend>(new CpuBackend(std::move(model), options));
+}
+
+}  // namespace rote::inference

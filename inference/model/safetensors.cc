@@ -1,0 +1,197 @@
+#include "inference/model/safetensors.h"
+
+#include <fcntl.h>     // open
+#include <sys/mman.h>  // mmap
+#include <sys/stat.h>  // fstat
+#include <unistd.h>    // close
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>  // header-only JSON parser
+
+namespace rote::inference {
+
+using Json = nlohmann::json;
+
+StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFound(path + ": no such file");
+    return FailedPrecondition(path + ": cannot open: " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return FailedPrecondition(path + ": cannot stat: " + std::strerror(err));
+  }
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->path_ = path;
+  f->size_ = static_cast<size_t>(st.st_size);
+  if (f->size_ > 0) {
+    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return FailedPrecondition(path + ": cannot map: " + std::strerror(err));
+    }
+    f->data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+namespace {
+
+Status Malformed(std::string_view file, std::string_view tensor, const std::string& what) {
+  std::string m(file);
+  if (!tensor.empty()) m += ": tensor '" + std::string(tensor) + "'";
+  return DataLoss(m + ": " + what);
+}
+
+}  // namespace
+
+StatusOr<std::vector<SafetensorsTensor>> ParseSafetensors(const uint8_t* data, size_t size,
+                                                          std::string_view file_name) {
+  if (size < 8) return Malformed(file_name, "", "file is " + std::to_string(size) + " bytes, too short for a header");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | data[i];
+  if (header_len > size - 8) {
+    return Malformed(file_name, "", "header length " + std::to_string(header_len) + " runs past the end of the " +
+                                        std::to_string(size) + "-byte file");
+  }
+  const char* header = reinterpret_cast<const char*>(data + 8);
+  Json j = Json::parse(header, header + header_len, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Malformed(file_name, "", "header is not a JSON object");
+  const uint8_t* body = data + 8 + header_len;
+  const uint64_t body_size = size - 8 - header_len;
+
+  std::vector<SafetensorsTensor> tensors;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // (begin, end) per tensor
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    if (name == "__metadata__") continue;
+    const Json& t = it.value();
+    if (!t.is_object()) return Malformed(file_name, name, "entry is not an object");
+    auto dt = t.find("dtype");
+    if (dt == t.end() || !dt->is_string()) return Malformed(file_name, name, "missing dtype");
+    SafetensorsTensor out;
+    out.name = name;
+    const std::string dtype = dt->get<std::string>();
+    if (dtype == "BF16") {
+      out.dtype = DType::kBF16;
+    } else if (dtype == "F16") {
+      out.dtype = DType::kF16;
+    } else if (dtype == "F32") {
+      out.dtype = DType::kF32;
+    } else {
+      return Malformed(file_name, name, "unsupported dtype '" + dtype + "' (BF16, F16 or F32)");
+    }
+    auto sh = t.find("shape");
+    if (sh == t.end() || !sh->is_array()) return Malformed(file_name, name, "missing shape");
+    uint64_t numel = 1;
+    for (const Json& d : *sh) {
+      if (!d.is_number_unsigned()) return Malformed(file_name, name, "shape holds a non-integer or negative value");
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim > (uint64_t{1} << 40) || (dim != 0 && numel > (uint64_t{1} << 40) / dim)) {
+        return Malformed(file_name, name, "shape is too large");
+      }
+      numel *= dim;
+      out.shape.push_back(static_cast<int64_t>(dim));
+    }
+    auto off = t.find("data_offsets");
+    if (off == t.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned()) {
+      return Malformed(file_name, name, "data_offsets must be two non-negative integers");
+    }
+    const uint64_t begin = (*off)[0].get<uint64_t>();
+    const uint64_t end = (*off)[1].get<uint64_t>();
+    if (begin > end) return Malformed(file_name, name, "data_offsets begin after they end");
+    if (end > body_size) {
+      return Malformed(file_name, name, "data_offsets end " + std::to_string(end) + " is past the end of the data (" +
+                                            std::to_string(body_size) + " bytes)");
+    }
+    const uint64_t want = numel * static_cast<uint64_t>(DTypeSize(out.dtype));
+    if (end - begin != want) {
+      return Malformed(file_name, name, "shape and dtype " + dtype + " need " + std::to_string(want) +
+                                            " bytes but data_offsets span " + std::to_string(end - begin));
+    }
+    out.data = body + begin;
+    out.size_bytes = static_cast<int64_t>(want);
+    tensors.push_back(std::move(out));
+    ranges.emplace_back(begin, end);
+  }
+  // The byte ranges must tile the data exactly: no overlap, no gap, nothing left over.
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return ranges[a] != ranges[b] ? ranges[a] < ranges[b] : tensors[a].name < tensors[b].name;
+  });
+  uint64_t pos = 0;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t i = order[k];
+    if (ranges[i].first < pos) {
+      return Malformed(file_name, tensors[i].name,
+                       "data_offsets [" + std::to_string(ranges[i].first) + ", " + std::to_string(ranges[i].second) +
+                           ") overlap tensor '" + tensors[order[k - 1]].name + "'");
+    }
+    if (ranges[i].first > pos) {
+      return Malformed(file_name, tensors[i].name,
+                       "gap of " + std::to_string(ranges[i].first - pos) + " unused bytes before its data_offsets");
+    }
+    pos = ranges[i].second;
+  }
+  if (pos != body_size) {
+    return Malformed(file_name, "", std::to_string(body_size - pos) + " bytes after the last tensor belong to none");
+  }
+  std::sort(tensors.begin(), tensors.end(),
+            [](const SafetensorsTensor& a, const SafetensorsTensor& b) { return a.name < b.name; });
+  return tensors;
+}
+
+StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
+  ROTE_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, MappedFile::Open(path));
+  ROTE_ASSIGN_OR_RETURN(std::vector<SafetensorsTensor> tensors,
+                        ParseSafetensors(mapped->data(), mapped->size(), path));
+  auto f = std::make_unique<SafetensorsFile>();
+  f->file_ = std::move(mapped);
+  f->tensors_ = std::move(tensors);
+  return f;
+}
+
+const SafetensorsTensor* SafetensorsFile::Find(std::string_view name) const {
+  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                             [](const SafetensorsTensor& t, std::string_view n) { return t.name < n; });
+  if (it == tensors_.end() || it->name != name) return nullptr;
+  return &*it;
+}
+
+std::string SerializeSafetensors(const std::vector<SafetensorsWriteTensor>& tensors) {
+  Json header = Json::object();
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    Json e;
+    e["dtype"] = std::string(DTypeName(t.dtype));
+    e["shape"] = t.shape;
+    e["data_offsets"] = {offset, offset + t.bytes.size()};
+    offset += t.bytes.size();
+    header[t.name] = e;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  std::string out;
+  out.reserve(8 + h.size() + offset);
+  uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out += h;
+  for (const auto& t : tensors) out += t.bytes;
+  return out;
+}
+
+}  // namespace rote::inference

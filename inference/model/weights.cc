@@ -1,0 +1,246 @@
+#include "inference/model/weights.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>  // header-only JSON parser
+#include <sstream>
+
+#include "inference/model/safetensors.h"
+#include "inference/numerics/canonical.h"
+#include "inference/util/sha256.h"
+
+namespace rote::inference {
+
+using Json = nlohmann::json;
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+float TensorView::At(int64_t i) const {
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  switch (dtype) {
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return numerics::bf16_to_f32(h);
+    }
+    case DType::kF16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return numerics::f16_to_f32(h);
+    }
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+  }
+  return 0.0f;
+}
+
+void TensorView::RowToF32(int64_t r, float* out) const {
+  const int64_t cols = shape.size() == 2 ? shape[1] : numel();
+  for (int64_t c = 0; c < cols; ++c) out[c] = At(r * cols + c);
+}
+
+Model::~Model() = default;
+
+namespace {
+
+// Reads a whole file; `required` false turns a missing file into an empty string.
+StatusOr<std::string> ReadFile(const std::string& path, bool required) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!required) return std::string();
+    return NotFound(path + ": no such file");
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void PutU64(Sha256& h, uint64_t v) {
+  uint8_t b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(v >> (8 * i));
+  h.Update(b, 8);
+}
+
+void PutBytes(Sha256& h, std::string_view s) {
+  PutU64(h, s.size());
+  h.Update(s);
+}
+
+struct TensorSource {
+  const SafetensorsTensor* tensor;
+  std::string file;
+};
+
+class WeightBinder {
+ public:
+  WeightBinder(const std::map<std::string, TensorSource>& all, std::string dir) : all_(all), dir_(std::move(dir)) {}
+
+  // Binds a required (or optional) tensor and checks its shape.
+  Status Bind(const std::string& name, std::vector<int64_t> shape, bool required, TensorView* out) {
+    auto it = all_.find(name);
+    if (it == all_.end()) {
+      if (!required) return OkStatus();
+      return NotFound(dir_ + ": tensor '" + name + "' is missing from the model's safetensors files");
+    }
+    const SafetensorsTensor& t = *it->second.tensor;
+    if (t.shape != shape) {
+      auto fmt = [](const std::vector<int64_t>& s) {
+        std::string r = "[";
+        for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+        return r + "]";
+      };
+      return InvalidArgument(it->second.file + ": tensor '" + name + "' has shape " + fmt(t.shape) +
+                             " but config.json implies " + fmt(shape));
+    }
+    out->dtype = t.dtype;
+    out->data = t.data;
+    out->shape = std::move(shape);
+    out->name = name;
+    return OkStatus();
+  }
+
+ private:
+  const std::map<std::string, TensorSource>& all_;
+  std::string dir_;
+};
+
+}  // namespace
+
+StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir) {
+  std::shared_ptr<Model> m(new Model());
+  m->dir_ = dir;
+  ROTE_ASSIGN_OR_RETURN(std::string config_json, ReadFile(dir + "/config.json", true));
+  ROTE_ASSIGN_OR_RETURN(std::string gen_json, ReadFile(dir + "/generation_config.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string tok_json, ReadFile(dir + "/tokenizer.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string tok_config_json, ReadFile(dir + "/tokenizer_config.json", false));
+  ROTE_ASSIGN_OR_RETURN(m->config_, ParseModelConfig(config_json, gen_json, dir + "/config.json"));
+
+  // Weight files: one model.safetensors, or the shards an index names.
+  std::vector<std::string> files;
+  std::map<std::string, std::string> index_map;  // tensor -> shard file, when sharded
+  ROTE_ASSIGN_OR_RETURN(std::string index_json, ReadFile(dir + "/model.safetensors.index.json", false));
+  if (!index_json.empty()) {
+    Json j = Json::parse(index_json, nullptr, false);
+    const std::string where = dir + "/model.safetensors.index.json";
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+      return DataLoss(where + ": not a JSON object with a weight_map");
+    }
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      if (!it.value().is_string()) return DataLoss(where + ": weight_map['" + it.key() + "'] is not a file name");
+      const std::string file = it.value().get<std::string>();
+      if (file.find('/') != std::string::npos || file.empty() || file[0] == '.') {
+        return DataLoss(where + ": weight_map['" + it.key() + "'] names '" + file + "' outside the directory");
+      }
+      index_map[it.key()] = file;
+    }
+    for (const auto& [name, file] : index_map) {
+      if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back("model.safetensors");
+  }
+
+  std::vector<std::unique_ptr<SafetensorsFile>> opened;
+  std::map<std::string, TensorSource> all;
+  for (const std::string& f : files) {
+    const std::string path = dir + "/" + f;
+    ROTE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> st, SafetensorsFile::Open(path));
+    for (const SafetensorsTensor& t : st->tensors()) {
+      if (!index_map.empty()) {
+        auto it = index_map.find(t.name);
+        if (it == index_map.end() || it->second != f) {
+          return DataLoss(path + ": tensor '" + t.name + "' is not assigned to this file by the index");
+        }
+      }
+      auto [pos, inserted] = all.emplace(t.name, TensorSource{&t, path});
+      if (!inserted) return DataLoss(path + ": tensor '" + t.name + "' also appears in " + pos->second.file);
+    }
+    opened.push_back(std::move(st));
+  }
+  for (const auto& [name, file] : index_map) {
+    if (all.find(name) == all.end()) {
+      return DataLoss(dir + "/" + file + ": tensor '" + name + "' listed in the index is missing from the file");
+    }
+  }
+
+  const ModelConfig& c = m->config_;
+  WeightBinder b(all, dir);
+  ModelWeights& w = m->weights_;
+  const int64_t dim = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), hid = c.intermediate_size;
+  ROTE_RETURN_IF_ERROR(b.Bind("model.embed_tokens.weight", {c.vocab_size, dim}, true, &w.embed));
+  ROTE_RETURN_IF_ERROR(b.Bind("model.norm.weight", {dim}, true, &w.final_norm));
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed;
+  } else {
+    ROTE_RETURN_IF_ERROR(b.Bind("lm_head.weight", {c.vocab_size, dim}, true, &w.lm_head));
+  }
+  w.layers.resize(c.num_layers);
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& l = w.layers[i];
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "input_layernorm.weight", {dim}, true, &l.attn_norm));
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.q_proj.weight", {q, dim}, true, &l.wq));
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.k_proj.weight", {kv, dim}, true, &l.wk));
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.v_proj.weight", {kv, dim}, true, &l.wv));
+    if (c.attention_bias) {
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.q_proj.bias", {q}, true, &l.bq));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.k_proj.bias", {kv}, true, &l.bk));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.v_proj.bias", {kv}, true, &l.bv));
+    }
+    if (c.qk_norm) {
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.q_norm.weight", {c.head_dim}, true, &l.q_norm));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.k_norm.weight", {c.head_dim}, true, &l.k_norm));
+    }
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.o_proj.weight", {dim, q}, true, &l.wo));
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "post_attention_layernorm.weight", {dim}, true, &l.mlp_norm));
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.gate_proj.weight", {hid, dim}, true, &l.w_gate));
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.up_proj.weight", {hid, dim}, true, &l.w_up));
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.down_proj.weight", {dim, hid}, true, &l.w_down));
+  }
+
+  // The digest: independent of sharding, covers everything that decides the output.
+  Sha256 h;
+  PutBytes(h, "rote-model-digest-v1");
+  PutBytes(h, config_json);
+  PutBytes(h, gen_json);
+  PutBytes(h, tok_json);
+  PutBytes(h, tok_config_json);
+  PutU64(h, all.size());
+  for (const auto& [name, src] : all) {
+    PutBytes(h, name);
+    PutBytes(h, DTypeName(src.tensor->dtype));
+    PutU64(h, src.tensor->shape.size());
+    for (int64_t d : src.tensor->shape) PutU64(h, static_cast<uint64_t>(d));
+    PutU64(h, static_cast<uint64_t>(src.tensor->size_bytes));
+    h.Update(src.tensor->data, static_cast<size_t>(src.tensor->size_bytes));
+  }
+  m->digest_ = h.FinishHex();
+  for (auto& st : opened) m->files_.push_back(st->ReleaseMapping());
+  return std::shared_ptr<const Model>(std::move(m));
+}
+
+int64_t Model::weight_bytes_per_token() const {
+  auto bytes = [](const TensorView& t) { return t.present() ? t.numel() * DTypeSize(t.dtype) : 0; };
+  int64_t total = 0;
+  for (const LayerWeights& l : weights_.layers) {
+    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
+                                &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
+      total += bytes(*t);
+    }
+  }
+  total += bytes(weights_.final_norm) + bytes(weights_.lm_head);
+  total += static_cast<int64_t>(config_.hidden_size) * DTypeSize(weights_.embed.dtype);  // one embedding row
+  return total;
+}
+
+}  // namespace rote::inference
