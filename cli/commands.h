@@ -13,6 +13,7 @@ using Args = std::vector<std::string>;
 int CmdServe(const Args& args);       // cmd_serve.cc: the gRPC server
 int CmdDemo(const Args& args);        // cmd_demo.cc: the README's main job
 int CmdHealth(const Args& args);      // cmd_client.cc
+int CmdApi(const Args& args);         // cmd_client.cc: the API over reflection
 int CmdBlueprints(const Args& args);  // cmd_client.cc
 int CmdRuns(const Args& args);        // cmd_client.cc
 int CmdArtifacts(const Args& args);   // cmd_client.cc

@@ -1,0 +1,532 @@
+// Client subcommands mirroring the API: health, api, blueprints, runs, artifacts.
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_join.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/reflection_client.h"
+#include "cli/table.h"
+#include "google/protobuf/util/time_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "rote/v1/artifacts.grpc.pb.h"
+#include "rote/v1/blueprints.grpc.pb.h"
+#include "rote/v1/runs.grpc.pb.h"
+
+namespace rote::cli {
+
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+int Usage(const std::string& text, const std::string& error = "") {
+  if (!error.empty()) {
+    std::cerr << "rote: " << error << "\n\n" << text << ClientFlagsHelp();
+    return kExitUsage;
+  }
+  std::cout << text << ClientFlagsHelp();
+  return kExitOk;
+}
+
+// Parses flags for a client subcommand; on --help or a usage error, prints and sets *exit_code.
+std::optional<ParsedFlags> Parse(const Args& args, FlagSpec spec, const std::string& usage,
+                                 int* exit_code) {
+  AddClientFlags(&spec);
+  auto flags = ParseFlags(args, spec);
+  if (!flags.ok()) {
+    *exit_code = Usage(usage, std::string(flags.status().message()));
+    return std::nullopt;
+  }
+  if (flags->Has("help")) {
+    *exit_code = Usage(usage);
+    return std::nullopt;
+  }
+  return std::move(*flags);
+}
+
+std::string Time(const google::protobuf::Timestamp& t) {
+  if (t.seconds() == 0 && t.nanos() == 0) return "-";
+  return TimeUtil::ToString(t);
+}
+
+std::string Short(const std::string& digest) {
+  // "sha256:" + 12 hex digits is enough for people; --json has the whole digest.
+  return digest.size() > 19 ? digest.substr(0, 19) : digest;
+}
+
+std::string StateName(rote::v1::RunState s) {
+  std::string n = rote::v1::RunState_Name(s);
+  return n.rfind("RUN_STATE_", 0) == 0 ? absl::AsciiStrToLower(n.substr(10)) : n;
+}
+std::string ReviewName(rote::v1::ReviewState s) {
+  std::string n = rote::v1::ReviewState_Name(s);
+  return n.rfind("REVIEW_STATE_", 0) == 0 ? absl::AsciiStrToLower(n.substr(13)) : n;
+}
+std::string KindName(rote::v1::ArtifactKind k) {
+  switch (k) {
+    case rote::v1::ARTIFACT_KIND_LUA_FUNCTION: return "lua";
+    case rote::v1::ARTIFACT_KIND_RE2_PATTERN: return "re2";
+    default: return "-";
+  }
+}
+
+// Accepts "runs/abc" or "abc".
+std::string Qualify(const std::string& collection, const std::string& id) {
+  return id.rfind(collection + "/", 0) == 0 ? id : collection + "/" + id;
+}
+
+void PrintBlueprint(const rote::v1::Blueprint& b) {
+  PrintFields(std::cout, {{"name", b.name()},
+                          {"digest", b.digest()},
+                          {"blueprint", absl::StrCat(b.display_name(), " ", b.version())},
+                          {"created", Time(b.create_time())}});
+  if (b.generation_points_size() > 0) {
+    std::cout << "\n";
+    Table t({"GENERATION POINT", "KIND", "SPEC", "BOUND TO"});
+    for (const auto& g : b.generation_points()) {
+      std::string bound = "-";
+      for (const auto& bd : b.bindings())
+        if (bd.generation_point() == g.name()) bound = absl::StrCat(Short(bd.artifact_digest()), " (", bd.source(), ")");
+      t.Add({g.name(), KindName(g.kind()), Short(g.spec_digest()), bound});
+    }
+    t.Print(std::cout);
+  }
+}
+
+void PrintRun(const rote::v1::Run& r) {
+  std::vector<std::pair<std::string, std::string>> f = {
+      {"name", r.name()},
+      {"state", StateName(r.state())},
+      {"blueprint", r.blueprint()},
+      {"input", r.input_digest()},
+      {"output", r.output_digest().empty() ? "-" : r.output_digest()},
+      {"steps", absl::StrCat(r.step_count())},
+      {"submitter", r.submitter()},
+      {"created", Time(r.create_time())},
+      {"ended", Time(r.end_time())}};
+  if (!r.error().empty()) f.push_back({"error", r.error()});
+  PrintFields(std::cout, f);
+  if (!r.output_json().empty()) std::cout << "\n" << r.output_json() << "\n";
+}
+
+void PrintArtifact(const rote::v1::Artifact& a) {
+  PrintFields(std::cout, {{"name", a.name()},
+                          {"generation point", absl::StrCat(a.generation_point(), " revision ", a.revision())},
+                          {"kind", KindName(a.kind())},
+                          {"state", ReviewName(a.state())},
+                          {"etag", a.etag()},
+                          {"author", a.provenance().author()},
+                          {"model", a.provenance().model_digest().empty() ? "-" : a.provenance().model_digest()},
+                          {"created", Time(a.create_time())}});
+  std::cout << "\n" << a.source() << (a.source().empty() || a.source().back() == '\n' ? "" : "\n");
+  if (!a.validation_report_json().empty()) std::cout << "\nvalidation: " << a.validation_report_json() << "\n";
+  for (const auto& r : a.reviews())
+    std::cout << "review: " << ReviewName(r.decision()) << " by " << r.principal() << " at "
+              << Time(r.time()) << (r.comment().empty() ? "" : ": " + r.comment()) << "\n";
+}
+
+// --- health and api -------------------------------------------------------------------------
+
+const char kHealthUsage[] =
+    "Usage: rote health [--service NAME]\n"
+    "Asks the server's standard gRPC health service; prints SERVING or NOT_SERVING.\n"
+    "Exit code 0 only when SERVING.\n\n";
+
+const char kApiUsage[] =
+    "Usage: rote api\n"
+    "Lists the services and methods the server exposes, over gRPC server reflection.\n\n";
+
+}  // namespace
+
+int CmdHealth(const Args& args) {
+  int code = 0;
+  auto flags = Parse(args, {{"service"}, {}}, kHealthUsage, &code);
+  if (!flags) return code;
+  Client client(ClientOptionsFrom(*flags));
+  grpc::health::v1::Health::Stub stub(client.channel());
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(flags->GetOr("service", ""));
+  grpc::health::v1::HealthCheckResponse resp;
+  auto ctx = client.Context();
+  grpc::Status st = stub.Check(ctx.get(), req, &resp);
+  if (!st.ok()) return client.Fail(st, "health check");
+  if (client.options().json) {
+    Client::PrintJson(resp, std::cout);
+  } else {
+    std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";
+  }
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? kExitOk : kExitFailure;
+}
+
+int CmdApi(const Args& args) {
+  int code = 0;
+  auto flags = Parse(args, {}, kApiUsage, &code);
+  if (!flags) return code;
+  Client client(ClientOptionsFrom(*flags));
+  auto services = ListServicesByReflection(client.channel(), client.options().token);
+  if (!services.ok()) {
+    return client.Fail(grpc::Status(static_cast<grpc::StatusCode>(services.status().code()),
+                                    std::string(services.status().message())),
+                       "listing the API");
+  }
+  for (const auto& s : *services) {
+    std::cout << s.name << "\n";
+    for (const auto& m : s.methods) std::cout << "  " << m << "\n";
+  }
+  return kExitOk;
+}
+
+// --- blueprints ------------------------------------------------------------------------------
+
+int CmdBlueprints(const Args& args) {
+  static const std::string usage =
+      "Usage: rote blueprints <command>\n"
+      "  register FILE.lua [--lockfile FILE]  register a blueprint (and its lockfile; default:\n"
+      "                                       FILE.lock beside it when present)\n"
+      "  get NAME                             show a blueprint: blueprints/<digest> or its name\n"
+      "  list [--name NAME]                   list blueprints, newest first\n"
+      "  lock NAME [--write FILE]             print (or write) the lockfile of current bindings\n\n";
+  int code = 0;
+  auto flags = Parse(args, {{"lockfile", "name", "write", "page-size"}, {}}, usage, &code);
+  if (!flags) return code;
+  if (flags->positionals.empty()) return Usage(usage, "missing command");
+  const std::string cmd = flags->positionals[0];
+  Client client(ClientOptionsFrom(*flags));
+  rote::v1::BlueprintService::Stub stub(client.channel());
+  auto ctx = client.Context();
+
+  if (cmd == "register") {
+    if (flags->positionals.size() != 2) return Usage(usage, "register needs FILE.lua");
+    const std::string path = flags->positionals[1];
+    rote::v1::RegisterBlueprintRequest req;
+    std::string error;
+    if (!ReadWholeFile(path, req.mutable_source(), &error)) return Usage(usage, error);
+    std::string lock_path = flags->GetOr("lockfile", "");
+    if (lock_path.empty()) {
+      std::string candidate = path.size() > 4 && path.substr(path.size() - 4) == ".lua"
+                                  ? path.substr(0, path.size() - 4) + ".lock" : path + ".lock";
+      std::string ignored;
+      if (ReadWholeFile(candidate, req.mutable_lockfile(), &ignored)) lock_path = candidate;
+    } else if (!ReadWholeFile(lock_path, req.mutable_lockfile(), &error)) {
+      return Usage(usage, error);
+    }
+    req.set_filename(path);
+    rote::v1::Blueprint resp;
+    grpc::Status st = stub.RegisterBlueprint(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "registering " + path);
+    if (client.options().json) Client::PrintJson(resp, std::cout); else PrintBlueprint(resp);
+    return kExitOk;
+  }
+  if (cmd == "get") {
+    if (flags->positionals.size() != 2) return Usage(usage, "get needs NAME");
+    rote::v1::GetBlueprintRequest req;
+    req.set_name(Qualify("blueprints", flags->positionals[1]));
+    rote::v1::Blueprint resp;
+    grpc::Status st = stub.GetBlueprint(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "getting " + req.name());
+    if (client.options().json) Client::PrintJson(resp, std::cout); else PrintBlueprint(resp);
+    return kExitOk;
+  }
+  if (cmd == "list") {
+    rote::v1::ListBlueprintsRequest req;
+    req.set_display_name(flags->GetOr("name", ""));
+    req.set_page_size(std::atoi(flags->GetOr("page-size", "0").c_str()));
+    rote::v1::ListBlueprintsResponse resp;
+    grpc::Status st = stub.ListBlueprints(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "listing blueprints");
+    if (client.options().json) { Client::PrintJson(resp, std::cout); return kExitOk; }
+    Table t({"NAME", "BLUEPRINT", "VERSION", "POINTS", "CREATED"});
+    for (const auto& b : resp.blueprints())
+      t.Add({Short(b.digest()), b.display_name(), b.version(), absl::StrCat(b.generation_points_size()), Time(b.create_time())});
+    t.Print(std::cout);
+    return kExitOk;
+  }
+  if (cmd == "lock") {
+    if (flags->positionals.size() != 2) return Usage(usage, "lock needs NAME");
+    rote::v1::LockBlueprintRequest req;
+    req.set_name(Qualify("blueprints", flags->positionals[1]));
+    rote::v1::LockBlueprintResponse resp;
+    grpc::Status st = stub.LockBlueprint(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "locking " + req.name());
+    if (auto out = flags->Get("write")) {
+      std::ofstream f(*out, std::ios::binary);
+      f << resp.lockfile();
+      if (!f) { std::cerr << "rote: cannot write " << *out << "\n"; return kExitFailure; }
+      std::cout << "wrote " << *out << "\n";
+    } else if (client.options().json) {
+      Client::PrintJson(resp, std::cout);
+    } else {
+      std::cout << resp.lockfile();
+    }
+    return kExitOk;
+  }
+  return Usage(usage, "unknown command `" + cmd + "`");
+}
+
+// --- runs ------------------------------------------------------------------------------------
+
+namespace {
+int WatchRun(Client& client, const std::string& name) {
+  rote::v1::RunService::Stub stub(client.channel());
+  auto ctx = client.Context(/*streaming=*/true);
+  rote::v1::WatchRunRequest req;
+  req.set_name(name);
+  auto reader = stub.WatchRun(ctx.get(), req);
+  rote::v1::RunEvent ev;
+  rote::v1::RunState last = rote::v1::RUN_STATE_UNSPECIFIED;
+  while (reader->Read(&ev)) {
+    if (client.options().json) { Client::PrintJson(ev, std::cout); }
+    switch (ev.event_case()) {
+      case rote::v1::RunEvent::kState:
+        last = ev.state();
+        if (!client.options().json) std::cout << "state: " << StateName(ev.state()) << "\n";
+        break;
+      case rote::v1::RunEvent::kGenerationProgress:
+        if (!client.options().json) std::cout << "generation: " << ev.generation_progress() << "\n";
+        break;
+      case rote::v1::RunEvent::kStep:
+        if (!client.options().json)
+          std::cout << "step " << ev.step().index() << ": " << ev.step().generation_point() << " "
+                    << Short(ev.step().input_digest()) << " -> " << Short(ev.step().output_digest()) << "\n";
+        break;
+      case rote::v1::RunEvent::kLog:
+        if (!client.options().json) std::cout << "log: " << ev.log() << "\n";
+        break;
+      default: break;
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return client.Fail(st, "watching " + name);
+  return last == rote::v1::RUN_STATE_SUCCEEDED ? kExitOk : kExitFailure;
+}
+}  // namespace
+
+int CmdRuns(const Args& args) {
+  static const std::string usage =
+      "Usage: rote runs <command>\n"
+      "  submit BLUEPRINT (--input JSON | --input-file FILE) [--request-id ID]\n"
+      "         [--allow-generation] [--allow-pending] [--watch]\n"
+      "                       submit a run; BLUEPRINT is blueprints/<digest> or a name\n"
+      "  get RUN              show a run and its output\n"
+      "  list [--blueprint B] [--state pending|running|succeeded|failed|cancelled]\n"
+      "  watch RUN            stream a run's events until it ends (exit 0 if it succeeded)\n"
+      "  replay RUN           re-execute with the recorded bindings and compare every step\n"
+      "  cancel RUN           cancel a pending or running run\n\n";
+  int code = 0;
+  auto flags = Parse(args, {{"input", "input-file", "request-id", "blueprint", "state", "page-size"},
+                            {"allow-generation", "allow-pending", "watch"}},
+                     usage, &code);
+  if (!flags) return code;
+  if (flags->positionals.empty()) return Usage(usage, "missing command");
+  const std::string cmd = flags->positionals[0];
+  Client client(ClientOptionsFrom(*flags));
+  rote::v1::RunService::Stub stub(client.channel());
+  auto ctx = client.Context();
+  auto need_name = [&]() -> std::optional<std::string> {
+    if (flags->positionals.size() != 2) return std::nullopt;
+    return Qualify("runs", flags->positionals[1]);
+  };
+
+  if (cmd == "submit") {
+    if (flags->positionals.size() != 2) return Usage(usage, "submit needs BLUEPRINT");
+    rote::v1::SubmitRunRequest req;
+    req.set_blueprint(Qualify("blueprints", flags->positionals[1]));
+    if (auto in = flags->Get("input")) {
+      req.set_input_json(*in);
+    } else if (auto file = flags->Get("input-file")) {
+      std::string error;
+      if (!ReadWholeFile(*file, req.mutable_input_json(), &error)) return Usage(usage, error);
+    } else {
+      return Usage(usage, "submit needs --input JSON or --input-file FILE");
+    }
+    req.set_request_id(flags->GetOr("request-id", ""));
+    req.mutable_policy()->set_allow_generation(flags->Has("allow-generation"));
+    req.mutable_policy()->set_allow_pending(flags->Has("allow-pending"));
+    rote::v1::Run resp;
+    grpc::Status st = stub.SubmitRun(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "submitting a run of " + req.blueprint());
+    if (flags->Has("watch")) {
+      if (!client.options().json) std::cout << "run: " << resp.name() << "\n";
+      return WatchRun(client, resp.name());
+    }
+    if (client.options().json) Client::PrintJson(resp, std::cout); else PrintRun(resp);
+    return kExitOk;
+  }
+  if (cmd == "get" || cmd == "cancel") {
+    auto name = need_name();
+    if (!name) return Usage(usage, cmd + " needs RUN");
+    rote::v1::Run resp;
+    grpc::Status st;
+    if (cmd == "get") {
+      rote::v1::GetRunRequest req;
+      req.set_name(*name);
+      st = stub.GetRun(ctx.get(), req, &resp);
+    } else {
+      rote::v1::CancelRunRequest req;
+      req.set_name(*name);
+      st = stub.CancelRun(ctx.get(), req, &resp);
+    }
+    if (!st.ok()) return client.Fail(st, cmd + " " + *name);
+    if (client.options().json) Client::PrintJson(resp, std::cout); else PrintRun(resp);
+    return kExitOk;
+  }
+  if (cmd == "list") {
+    rote::v1::ListRunsRequest req;
+    if (auto b = flags->Get("blueprint")) req.set_blueprint(Qualify("blueprints", *b));
+    if (auto s = flags->Get("state")) {
+      rote::v1::RunState state;
+      if (!rote::v1::RunState_Parse("RUN_STATE_" + absl::AsciiStrToUpper(*s), &state))
+        return Usage(usage, "unknown state `" + *s + "`");
+      req.set_state(state);
+    }
+    req.set_page_size(std::atoi(flags->GetOr("page-size", "0").c_str()));
+    rote::v1::ListRunsResponse resp;
+    grpc::Status st = stub.ListRuns(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "listing runs");
+    if (client.options().json) { Client::PrintJson(resp, std::cout); return kExitOk; }
+    Table t({"RUN", "STATE", "BLUEPRINT", "STEPS", "OUTPUT", "CREATED"});
+    for (const auto& r : resp.runs())
+      t.Add({r.name(), StateName(r.state()), r.blueprint(), absl::StrCat(r.step_count()),
+             r.output_digest().empty() ? "-" : Short(r.output_digest()), Time(r.create_time())});
+    t.Print(std::cout);
+    return kExitOk;
+  }
+  if (cmd == "watch") {
+    auto name = need_name();
+    if (!name) return Usage(usage, "watch needs RUN");
+    return WatchRun(client, *name);
+  }
+  if (cmd == "replay") {
+    auto name = need_name();
+    if (!name) return Usage(usage, "replay needs RUN");
+    rote::v1::ReplayRunRequest req;
+    req.set_name(*name);
+    rote::v1::ReplayRunResponse resp;
+    grpc::Status st = stub.ReplayRun(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "replaying " + *name);
+    if (client.options().json) {
+      Client::PrintJson(resp, std::cout);
+    } else if (resp.matched()) {
+      std::cout << "replay matched: " << resp.steps_compared() << " steps, output " << resp.output_digest() << "\n";
+    } else {
+      std::cout << "replay MISMATCH at "
+                << (resp.first_mismatch_step() < 0 ? std::string("the output") : absl::StrCat("step ", resp.first_mismatch_step()))
+                << "\n  recorded: " << resp.recorded_json() << "\n  replayed: " << resp.replayed_json() << "\n";
+    }
+    return resp.matched() ? kExitOk : kExitFailure;
+  }
+  return Usage(usage, "unknown command `" + cmd + "`");
+}
+
+// --- artifacts -------------------------------------------------------------------------------
+
+int CmdArtifacts(const Args& args) {
+  static const std::string usage =
+      "Usage: rote artifacts <command>\n"
+      "  list [--point NAME] [--state pending|approved|rejected]\n"
+      "  get NAME                        source, provenance, validation report, reviews;\n"
+      "                                  NAME is artifacts/<digest> or artifacts/<point>/revisions/<n>\n"
+      "  revisions POINT                 the revision history of a generation point\n"
+      "  approve NAME --etag ETAG [--comment TEXT]\n"
+      "  reject NAME --etag ETAG --comment TEXT\n"
+      "  diff POINT --to N [--from M]    unified diff between two revisions (default: N-1)\n"
+      "  regenerate NAME                 re-derive from the recorded request; report if bytes match\n\n";
+  int code = 0;
+  auto flags = Parse(args, {{"point", "state", "etag", "comment", "to", "from", "page-size"}, {}}, usage, &code);
+  if (!flags) return code;
+  if (flags->positionals.empty()) return Usage(usage, "missing command");
+  const std::string cmd = flags->positionals[0];
+  Client client(ClientOptionsFrom(*flags));
+  rote::v1::ArtifactService::Stub stub(client.channel());
+  auto ctx = client.Context();
+  auto print_list = [&](const auto& artifacts) {
+    Table t({"ARTIFACT", "POINT", "REV", "KIND", "STATE", "AUTHOR", "CREATED"});
+    for (const auto& a : artifacts)
+      t.Add({Short(a.digest()), a.generation_point(), absl::StrCat(a.revision()), KindName(a.kind()),
+             ReviewName(a.state()), a.provenance().author(), Time(a.create_time())});
+    t.Print(std::cout);
+  };
+
+  if (cmd == "list") {
+    rote::v1::ListArtifactsRequest req;
+    req.set_generation_point(flags->GetOr("point", ""));
+    if (auto s = flags->Get("state")) {
+      rote::v1::ReviewState state;
+      if (!rote::v1::ReviewState_Parse("REVIEW_STATE_" + absl::AsciiStrToUpper(*s), &state))
+        return Usage(usage, "unknown state `" + *s + "`");
+      req.set_state(state);
+    }
+    req.set_page_size(std::atoi(flags->GetOr("page-size", "0").c_str()));
+    rote::v1::ListArtifactsResponse resp;
+    grpc::Status st = stub.ListArtifacts(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "listing artifacts");
+    if (client.options().json) Client::PrintJson(resp, std::cout); else print_list(resp.artifacts());
+    return kExitOk;
+  }
+  if (cmd == "revisions") {
+    if (flags->positionals.size() != 2) return Usage(usage, "revisions needs POINT");
+    rote::v1::ListRevisionsRequest req;
+    req.set_generation_point(flags->positionals[1]);
+    rote::v1::ListRevisionsResponse resp;
+    grpc::Status st = stub.ListRevisions(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "listing revisions of " + req.generation_point());
+    if (client.options().json) Client::PrintJson(resp, std::cout); else print_list(resp.revisions());
+    return kExitOk;
+  }
+  if (cmd == "get" || cmd == "approve" || cmd == "reject" || cmd == "regenerate") {
+    if (flags->positionals.size() != 2) return Usage(usage, cmd + " needs NAME");
+    const std::string name = Qualify("artifacts", flags->positionals[1]);
+    if (cmd == "get") {
+      rote::v1::GetArtifactRequest req;
+      req.set_name(name);
+      rote::v1::Artifact resp;
+      grpc::Status st = stub.GetArtifact(ctx.get(), req, &resp);
+      if (!st.ok()) return client.Fail(st, "getting " + name);
+      if (client.options().json) Client::PrintJson(resp, std::cout); else PrintArtifact(resp);
+      return kExitOk;
+    }
+    if (cmd == "regenerate") {
+      rote::v1::RegenerateArtifactRequest req;
+      req.set_name(name);
+      rote::v1::RegenerateArtifactResponse resp;
+      auto sctx = client.Context(/*streaming=*/true);  // generation can take minutes
+      grpc::Status st = stub.RegenerateArtifact(sctx.get(), req, &resp);
+      if (!st.ok()) return client.Fail(st, "regenerating " + name);
+      if (client.options().json) Client::PrintJson(resp, std::cout);
+      else std::cout << (resp.matched() ? "regeneration matched: " : "regeneration DIFFERS: ")
+                     << resp.original_digest() << " vs " << resp.regenerated_digest() << "\n";
+      return resp.matched() ? kExitOk : kExitFailure;
+    }
+    rote::v1::ReviewArtifactRequest req;
+    req.set_name(name);
+    req.set_decision(cmd == "approve" ? rote::v1::REVIEW_STATE_APPROVED : rote::v1::REVIEW_STATE_REJECTED);
+    if (!flags->Get("etag")) return Usage(usage, cmd + " needs --etag (from `rote artifacts get`)");
+    req.set_etag(*flags->Get("etag"));
+    req.set_comment(flags->GetOr("comment", ""));
+    if (cmd == "reject" && req.comment().empty()) return Usage(usage, "reject needs --comment saying why");
+    rote::v1::Artifact resp;
+    grpc::Status st = stub.ReviewArtifact(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, cmd + " " + name);
+    if (client.options().json) Client::PrintJson(resp, std::cout);
+    else std::cout << name << ": " << ReviewName(resp.state()) << " (etag " << resp.etag() << ")\n";
+    return kExitOk;
+  }
+  if (cmd == "diff") {
+    if (flags->positionals.size() != 2 || !flags->Get("to")) return Usage(usage, "diff needs POINT and --to N");
+    rote::v1::DiffRevisionsRequest req;
+    req.set_generation_point(flags->positionals[1]);
+    req.set_to_revision(std::atoll(flags->Get("to")->c_str()));
+    req.set_from_revision(std::atoll(flags->GetOr("from", "0").c_str()));
+    rote::v1::DiffRevisionsResponse resp;
+    grpc::Status st = stub.DiffRevisions(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "diffing " + req.generation_point());
+    if (client.options().json) Client::PrintJson(resp, std::cout); else std::cout << resp.unified_diff();
+    return kExitOk;
+  }
+  return Usage(usage, "unknown command `" + cmd + "`");
+}
+
+}  // namespace rote::cli

@@ -1,0 +1,25 @@
+// Column-aligned plain-text tables for people; scripts use --json.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace rote::cli {
+
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  bool empty() const { return rows_.empty(); }
+  void Print(std::ostream& out) const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "key: value" lines with aligned values.
+void PrintFields(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& fields);
+
+}  // namespace rote::cli

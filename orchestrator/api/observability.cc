@@ -1,0 +1,117 @@
+#include "orchestrator/api/observability.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/server_context.h"
+#include "prometheus/counter.h"   // Counter families
+#include "prometheus/exposer.h"   // the /metrics HTTP endpoint
+#include "prometheus/histogram.h" // latency histograms
+#include "prometheus/registry.h"
+#include "spdlog/spdlog.h"
+
+namespace rote::orchestrator {
+
+namespace {
+const char* CodeName(int code) {
+  static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+                                 "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+                                 "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+
+class ObservingInterceptor : public grpc::experimental::Interceptor {
+ public:
+  ObservingInterceptor(grpc::experimental::ServerRpcInfo* info, RpcMetrics* metrics)
+      : info_(info), metrics_(metrics), start_(std::chrono::steady_clock::now()) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    using grpc::experimental::InterceptionHookPoints;
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      const std::string method = info_->method();
+      metrics_->Record(method, status.error_code(), seconds);
+      const std::string peer = info_->server_context() ? info_->server_context()->peer() : "";
+      if (status.ok()) {
+        spdlog::info("rpc {} peer={} code=OK {:.1f}ms", method, peer, seconds * 1e3);
+      } else {
+        spdlog::info("rpc {} peer={} code={} {:.1f}ms: {}", method, peer,
+                     CodeName(status.error_code()), seconds * 1e3, status.error_message());
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  grpc::experimental::ServerRpcInfo* info_;
+  RpcMetrics* metrics_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+class ObservingInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit ObservingInterceptorFactory(RpcMetrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new ObservingInterceptor(info, metrics_);
+  }
+
+ private:
+  RpcMetrics* metrics_;
+};
+}  // namespace
+
+struct RpcMetrics::Families {
+  prometheus::Family<prometheus::Counter>* requests;
+  prometheus::Family<prometheus::Histogram>* latency;
+};
+
+RpcMetrics::RpcMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  families_ = std::make_unique<Families>();
+  families_->requests = &prometheus::BuildCounter()
+                             .Name("rote_rpc_requests_total")
+                             .Help("gRPC calls handled, by method and status code")
+                             .Register(*registry_);
+  families_->latency = &prometheus::BuildHistogram()
+                            .Name("rote_rpc_duration_seconds")
+                            .Help("gRPC call latency, by method")
+                            .Register(*registry_);
+}
+
+RpcMetrics::~RpcMetrics() = default;
+
+absl::Status RpcMetrics::Serve(const std::string& address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": ", e.what(),
+                     " (choose another --metrics-listen, or `off`)"));
+  }
+  exposer_->RegisterCollectable(registry_);
+  return absl::OkStatus();
+}
+
+int RpcMetrics::port() const {
+  if (!exposer_) return 0;
+  auto ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void RpcMetrics::Record(const std::string& method, int grpc_code, double seconds) {
+  families_->requests->Add({{"method", method}, {"code", CodeName(grpc_code)}}).Increment();
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  families_->latency->Add({{"method", method}}, kBuckets).Observe(seconds);
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+RpcMetrics::MakeInterceptorFactory() {
+  return std::make_unique<ObservingInterceptorFactory>(this);
+}
+
+}  // namespace rote::orchestrator

@@ -1,0 +1,41 @@
+// Per-method request logging (spdlog) and Prometheus metrics, attached to every call through a
+// gRPC server interceptor so no handler can forget them.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/support/server_interceptor.h"
+
+namespace prometheus {
+class Registry;
+class Exposer;
+}  // namespace prometheus
+
+namespace rote::orchestrator {
+
+class RpcMetrics {
+ public:
+  RpcMetrics();
+  ~RpcMetrics();
+
+  // Serves the text exposition format at http://ADDRESS/metrics. "HOST:0" picks a free port.
+  absl::Status Serve(const std::string& address);
+  // The bound port, or 0 when not serving.
+  int port() const;
+
+  void Record(const std::string& method, int grpc_code, double seconds);
+  // An interceptor factory recording into this object (which must outlive the server).
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeInterceptorFactory();
+
+  prometheus::Registry& registry() { return *registry_; }
+
+ private:
+  struct Families;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> families_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+};
+
+}  // namespace rote::orchestrator

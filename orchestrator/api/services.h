@@ -1,0 +1,34 @@
+// The gRPC services of rote.v1. Each handler first authorizes the caller for its method (see
+// MethodRoles in auth.h), then does its work through the engine, store and generation modules.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+#include "orchestrator/api/auth.h"
+#include "rote/v1/artifacts.grpc.pb.h"
+#include "rote/v1/blueprints.grpc.pb.h"
+#include "rote/v1/generation.grpc.pb.h"
+#include "rote/v1/runs.grpc.pb.h"
+
+namespace rote::orchestrator {
+
+// absl::Status -> grpc::Status (the codes share their numbering).
+grpc::Status ToGrpc(const absl::Status& status);
+
+// What the services share: the authenticator, and the modules behind the API.
+struct ServiceDeps {
+  const Authenticator* auth = nullptr;
+};
+
+// Builds the four rote.v1 services.
+struct Services {
+  std::unique_ptr<rote::v1::BlueprintService::Service> blueprints;
+  std::unique_ptr<rote::v1::RunService::Service> runs;
+  std::unique_ptr<rote::v1::ArtifactService::Service> artifacts;
+  std::unique_ptr<rote::v1::GenerationService::Service> generation;
+};
+Services MakeServices(const ServiceDeps& deps);
+
+}  // namespace rote::orchestrator

@@ -1,0 +1,180 @@
+#include "orchestrator/server.h"
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"  // server reflection
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"      // the standard health service
+#include "orchestrator/api/auth.h"
+#include "orchestrator/api/observability.h"
+#include "orchestrator/api/services.h"
+#include "spdlog/spdlog.h"
+
+namespace rote::orchestrator {
+
+namespace {
+std::string HostOf(const std::string& host_port) {
+  if (!host_port.empty() && host_port.front() == '[') {
+    auto close = host_port.find(']');
+    return close == std::string::npos ? host_port : host_port.substr(1, close - 1);
+  }
+  auto colon = host_port.rfind(':');
+  return colon == std::string::npos ? host_port : host_port.substr(0, colon);
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const char* const kServiceNames[] = {"rote.v1.BlueprintService", "rote.v1.RunService",
+                                     "rote.v1.ArtifactService", "rote.v1.GenerationService"};
+}  // namespace
+
+bool IsLoopbackAddress(const std::string& host_port) {
+  const std::string host = HostOf(host_port);
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+struct Server::State {
+  ServerOptions options;
+  Authenticator auth;
+  RpcMetrics metrics;
+  Services services;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool shutdown_started = false;
+  bool shutdown_done = false;
+};
+
+Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+Server::~Server() { Shutdown(); }
+
+int Server::port() const { return state_->port; }
+int Server::metrics_port() const { return state_->metrics.port(); }
+const ServerOptions& Server::options() const { return state_->options; }
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  auto state = std::make_unique<State>();
+  state->options = std::move(options);
+  const ServerOptions& opt = state->options;
+
+  if (opt.keys_file.empty()) {
+    if (!IsLoopbackAddress(opt.listen)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to listen on ", opt.listen,
+          " without a key file: anyone who can reach it could run code. Pass --keys FILE "
+          "(see `rote serve --help`), or listen on 127.0.0.1"));
+    }
+    state->auth = Authenticator::LocalMode();
+  } else {
+    auto auth = Authenticator::FromKeyFile(opt.keys_file);
+    if (!auth.ok()) return auth.status();
+    state->auth = std::move(*auth);
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(opt.data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create data directory ", opt.data_dir, ": ", ec.message()));
+  }
+
+  std::shared_ptr<grpc::ServerCredentials> creds;
+  if (!opt.tls_cert_file.empty() || !opt.tls_key_file.empty()) {
+    if (opt.tls_cert_file.empty() || opt.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+    }
+    auto cert = ReadFile(opt.tls_cert_file, "TLS certificate");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFile(opt.tls_key_file, "TLS key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  } else {
+    creds = grpc::InsecureServerCredentials();
+  }
+
+  if (!opt.metrics_listen.empty() && opt.metrics_listen != "off") {
+    if (auto st = state->metrics.Serve(opt.metrics_listen); !st.ok()) return st;
+  }
+
+  ServiceDeps deps;
+  deps.auth = &state->auth;
+  state->services = MakeServices(deps);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(opt.listen, creds, &state->port);
+  builder.SetMaxReceiveMessageSize(opt.max_message_bytes);
+  builder.SetMaxSendMessageSize(opt.max_message_bytes);
+  builder.RegisterService(state->services.blueprints.get());
+  builder.RegisterService(state->services.runs.get());
+  builder.RegisterService(state->services.artifacts.get());
+  builder.RegisterService(state->services.generation.get());
+  for (grpc::Service* extra : opt.extra_services) builder.RegisterService(extra);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(state->metrics.MakeInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
+
+  state->server = builder.BuildAndStart();
+  if (!state->server || state->port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", opt.listen,
+        ": the address is in use or invalid (pick another with --listen HOST:PORT)"));
+  }
+  auto* health = state->server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  for (const char* name : kServiceNames) health->SetServingStatus(name, true);
+  spdlog::info("rote serving on {} (port {}), data in {}, {}{}", opt.listen, state->port,
+               opt.data_dir, state->auth.local_mode() ? "local mode (no key file)" : "key file auth",
+               state->metrics.port() ? absl::StrCat(", metrics on port ", state->metrics.port()) : "");
+  return std::unique_ptr<Server>(new Server(std::move(state)));
+}
+
+void Server::Shutdown() {
+  {
+    std::unique_lock lock(state_->mu);
+    if (state_->shutdown_started) {
+      state_->cv.wait(lock, [&] { return state_->shutdown_done; });
+      return;
+    }
+    state_->shutdown_started = true;
+  }
+  spdlog::info("shutting down: health NOT_SERVING, draining for {}ms, then up to {}ms for calls in flight",
+               state_->options.drain.count(), state_->options.grace.count());
+  // NOT_SERVING first: load balancers and watchers stop sending work before we refuse it.
+  state_->server->GetHealthCheckService()->SetServingStatus(false);
+  if (state_->options.drain.count() > 0) std::this_thread::sleep_for(state_->options.drain);
+  state_->server->Shutdown(std::chrono::system_clock::now() + state_->options.grace);
+  state_->server->Wait();
+  spdlog::info("shutdown complete");
+  {
+    std::lock_guard lock(state_->mu);
+    state_->shutdown_done = true;
+  }
+  state_->cv.notify_all();
+}
+
+void Server::Wait() {
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->shutdown_done; });
+}
+
+}  // namespace rote::orchestrator

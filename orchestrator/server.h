@@ -1,0 +1,63 @@
+// The rote gRPC server: the rote.v1 services, the standard health service, server reflection,
+// request logging and Prometheus metrics, and graceful shutdown.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace grpc {
+class Server;
+class Service;
+}  // namespace grpc
+
+namespace rote::orchestrator {
+
+struct ServerOptions {
+  // HOST:PORT; port 0 picks a free one (see Server::port()).
+  std::string listen = "127.0.0.1:7878";
+  // Holds the SQLite file and anything else the server keeps; created if missing.
+  std::string data_dir = "rote-data";
+  // Bearer tokens (see orchestrator/api/auth.h). Required to listen beyond loopback.
+  std::string keys_file;
+  // HOST:PORT for the Prometheus text endpoint; empty or "off" disables it.
+  std::string metrics_listen = "127.0.0.1:9464";
+  int max_message_bytes = 64 << 20;
+  // Optional TLS: PEM files.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Shutdown: health goes NOT_SERVING, new calls are still taken for `drain` so load balancers
+  // notice, then in-flight calls get until `grace` to finish before they are cancelled.
+  std::chrono::milliseconds drain{0};
+  std::chrono::milliseconds grace{10000};
+  // Extra services registered alongside rote's (tests use this for a slow method).
+  std::vector<grpc::Service*> extra_services;
+};
+
+// True for 127.0.0.0/8, ::1 and localhost.
+bool IsLoopbackAddress(const std::string& host_port);
+
+class Server {
+ public:
+  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
+  ~Server();
+
+  int port() const;
+  int metrics_port() const;
+  const ServerOptions& options() const;
+
+  // Graceful shutdown (idempotent, thread-safe): NOT_SERVING, drain, finish in-flight calls.
+  void Shutdown();
+  // Blocks until Shutdown() has completed.
+  void Wait();
+
+ private:
+  struct State;
+  explicit Server(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace rote::orchestrator
