@@ -1,0 +1,1099 @@
+#include "sandbox/lua_runtime.h"
+
+#include <locale.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <lua.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "sandbox/lua_internal.h"
+
+namespace rote::sandbox {
+
+// Grants the file-local C functions access to LuaState's counters.
+struct LuaStateAccess {
+  static uint64_t& instructions(LuaState* s) { return s->instructions_; }
+  static const Limits& limits(LuaState* s) { return s->limits_; }
+  static absl::Status& limit_status(LuaState* s) { return s->limit_status_; }
+  static std::string& output(LuaState* s) { return s->output_; }
+  static std::optional<LuaState::Clock::time_point>& deadline(LuaState* s) { return s->deadline_; }
+  static bool& deadline_hit(LuaState* s) { return s->deadline_hit_; }
+  static void RaiseLimit(LuaState* s, lua_State* L) { s->RaiseLimit(L); }
+  static uint64_t& heap(LuaState* s) { return s->heap_bytes_; }
+  static uint64_t& peak(LuaState* s) { return s->peak_heap_bytes_; }
+  static bool& enforce_memory(LuaState* s) { return s->enforce_memory_; }
+  static lua_State* main(LuaState* s) { return s->L_; }
+};
+
+namespace {
+
+using A = LuaStateAccess;
+
+// Registry keys: addresses of these objects, used as light userdata (never observable).
+char kProxiesKey;      // proxy table -> real table, for read-only library tables
+char kIdsKey;          // weak-keyed object -> tostring sequence number, per call
+char kNextIdKey;       // integer counter for the above
+char kEnvMetaKey;      // metatable of every per-call global table
+char kArrayMarkerKey;  // metatable marking an empty table as an empty array
+char kRandomSeedKey;   // the stock math.randomseed, for reseeding per call
+
+constexpr lua_Integer kRandomSeed = 0x726f7465;  // "rote"
+
+locale_t CLocale() {
+  static locale_t loc = newlocale(LC_ALL_MASK, "C", static_cast<locale_t>(nullptr));
+  return loc;
+}
+
+// Switches the calling thread to the C locale for string comparison (strcoll) and number
+// formatting/parsing, restoring the host's locale on exit.
+class ScopedCLocale {
+ public:
+  ScopedCLocale() : previous_(uselocale(CLocale())) {}
+  ~ScopedCLocale() { uselocale(previous_); }
+
+ private:
+  locale_t previous_;
+};
+
+void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
+  auto* s = static_cast<LuaState*>(ud);
+  uint64_t& heap = A::heap(s);
+  size_t old = ptr ? osize : 0;
+  if (nsize == 0) {
+    heap -= old;
+    free(ptr);
+    return nullptr;
+  }
+  if (nsize > old && A::enforce_memory(s)) {
+    uint64_t grow = nsize - old;
+    const Limits& lim = A::limits(s);
+    if (heap + grow > lim.max_memory_bytes) {
+      // Sticky: the script may catch "not enough memory" with pcall, but the hook raises the
+      // limit again at its next instruction, so the call fails the same way every time.
+      if (A::limit_status(s).ok()) {
+        A::limit_status(s) = absl::ResourceExhaustedError(
+            absl::StrCat("memory limit exceeded (max_memory_bytes=", lim.max_memory_bytes, ")"));
+        lua_sethook(A::main(s), lua_gethook(A::main(s)), LUA_MASKCOUNT, 1);
+      }
+      return nullptr;
+    }
+  }
+  void* p = realloc(ptr, nsize);
+  if (p == nullptr) return nullptr;
+  heap = heap - old + nsize;
+  if (heap > A::peak(s)) A::peak(s) = heap;
+  return p;
+}
+
+void Hook(lua_State* L, lua_Debug*) {
+  LuaState* s = LuaState::From(L);
+  if (!A::limit_status(s).ok() || A::deadline_hit(s)) A::RaiseLimit(s, L);
+  uint64_t& used = A::instructions(s);
+  used += kInstructionQuantum;
+  if (used > A::limits(s).max_instructions) {
+    A::limit_status(s) = absl::ResourceExhaustedError(absl::StrCat(
+        "instruction limit exceeded (max_instructions=", A::limits(s).max_instructions, ")"));
+    A::RaiseLimit(s, L);
+  }
+  if (auto& d = A::deadline(s); d && LuaState::Clock::now() > *d) {
+    A::deadline_hit(s) = true;
+    A::RaiseLimit(s, L);
+  }
+}
+
+int ReadOnlyError(lua_State* L) { return luaL_error(L, "attempt to modify a read-only table"); }
+
+// Returns a proxy for the table at idx: reads fall through, writes raise, the metatable is
+// protected, and the deterministic pairs/next see the real table's contents.
+void PushReadOnlyProxy(lua_State* L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_newtable(L);  // proxy
+  lua_createtable(L, 0, 3);
+  lua_pushvalue(L, idx);
+  lua_setfield(L, -2, "__index");
+  lua_pushcfunction(L, ReadOnlyError);
+  lua_setfield(L, -2, "__newindex");
+  lua_pushliteral(L, "read-only table");
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &kProxiesKey);
+  lua_pushvalue(L, -2);
+  lua_pushvalue(L, idx);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
+// If the table at idx is a read-only proxy, replaces it in place with the real table.
+void UnwrapProxy(lua_State* L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &kProxiesKey);
+  lua_pushvalue(L, idx);
+  if (lua_rawget(L, -2) == LUA_TTABLE) lua_replace(L, idx);
+  else lua_pop(L, 1);
+  lua_pop(L, 1);
+}
+
+bool IsProxy(lua_State* L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &kProxiesKey);
+  lua_pushvalue(L, idx);
+  bool found = lua_rawget(L, -2) != LUA_TNIL;
+  lua_pop(L, 2);
+  return found;
+}
+
+// ---- Deterministic key order: numbers (integers and floats numerically), then strings
+// bytewise, then false, then true. Tables, functions and other keys have no order that does
+// not depend on addresses, so iterating a table that has them is an error.
+struct SortKey {
+  int kind;  // 0 number, 1 string, 2 boolean
+  bool is_int;
+  lua_Integer i;
+  double d;
+  const char* s;
+  size_t len;
+};
+
+bool MakeSortKey(lua_State* L, int idx, SortKey* k) {
+  switch (lua_type(L, idx)) {
+    case LUA_TNUMBER:
+      k->kind = 0;
+      k->is_int = lua_isinteger(L, idx);
+      if (k->is_int) k->i = lua_tointeger(L, idx);
+      else k->d = lua_tonumber(L, idx);
+      return true;
+    case LUA_TSTRING:
+      k->kind = 1;
+      k->s = lua_tolstring(L, idx, &k->len);
+      return true;
+    case LUA_TBOOLEAN:
+      k->kind = 2;
+      k->i = lua_toboolean(L, idx);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Integer vs non-integral float (float keys with integral values are normalized to integers
+// by Lua, so the two are never equal).
+bool IntLessFloat(lua_Integer i, double d) {
+  if (d >= 9223372036854775808.0) return true;
+  if (d < -9223372036854775808.0) return false;
+  return i <= static_cast<lua_Integer>(std::floor(d));
+}
+
+bool KeyLess(const SortKey& a, const SortKey& b) {
+  if (a.kind != b.kind) return a.kind < b.kind;
+  switch (a.kind) {
+    case 0:
+      if (a.is_int && b.is_int) return a.i < b.i;
+      if (!a.is_int && !b.is_int) return a.d < b.d;
+      if (a.is_int) return IntLessFloat(a.i, b.d);
+      return !IntLessFloat(b.i, a.d);
+    case 1: {
+      int c = std::memcmp(a.s, b.s, std::min(a.len, b.len));
+      return c != 0 ? c < 0 : a.len < b.len;
+    }
+    default: return a.i < b.i;
+  }
+}
+
+[[noreturn]] void UnorderableKey(lua_State* L, int idx, const char* fn) {
+  luaL_error(L, "%s: table has a key of type %s; only number, string and boolean keys have a "
+             "deterministic iteration order", fn, luaL_typename(L, idx));
+  abort();  // unreachable: luaL_error does not return
+}
+
+int CountKeys(lua_State* L, int t) {
+  int n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, t) != 0) {
+    lua_pop(L, 1);
+    ++n;
+  }
+  return n;
+}
+
+// next(t, k): the smallest key greater than k (or the smallest key when k is nil). O(n) per
+// step, but it never depends on the hash layout.
+int DeterministicNext(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 2);
+  UnwrapProxy(L, 1);
+  SortKey after{};
+  bool have_after = !lua_isnil(L, 2);
+  if (have_after && !MakeSortKey(L, 2, &after)) UnorderableKey(L, 2, "next");
+  LuaState::Charge(L, 1 + CountKeys(L, 1));
+  bool found = false;
+  SortKey best{};
+  lua_pushnil(L);  // slot 3: best key so far
+  lua_pushnil(L);  // iteration key
+  while (lua_next(L, 1) != 0) {
+    lua_pop(L, 1);
+    SortKey k{};
+    if (!MakeSortKey(L, -1, &k)) UnorderableKey(L, -1, "next");
+    if ((!have_after || KeyLess(after, k)) && (!found || KeyLess(k, best))) {
+      found = true;
+      best = k;
+      lua_pushvalue(L, -1);
+      lua_replace(L, 3);
+    }
+  }
+  if (!found) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushvalue(L, 3);
+  lua_rawget(L, 1);
+  return 2;
+}
+
+// Iterator closure of pairs: upvalue 1 = the table, 2 = sorted keys, 3 = position.
+int PairsStep(lua_State* L) {
+  lua_Integer pos = lua_tointeger(L, lua_upvalueindex(3));
+  lua_Integer n = static_cast<lua_Integer>(lua_rawlen(L, lua_upvalueindex(2)));
+  while (pos < n) {
+    ++pos;
+    lua_rawgeti(L, lua_upvalueindex(2), pos);
+    lua_pushvalue(L, -1);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) {  // skip keys removed meanwhile
+      lua_pushinteger(L, pos);
+      lua_replace(L, lua_upvalueindex(3));
+      return 2;
+    }
+    lua_pop(L, 2);
+  }
+  lua_pushinteger(L, pos);
+  lua_replace(L, lua_upvalueindex(3));
+  lua_pushnil(L);
+  return 1;
+}
+
+// pairs(t): snapshots the keys, sorts them, iterates the snapshot. __pairs is not honoured
+// (a metamethod could reintroduce any order). Assigning to existing fields during the
+// traversal is fine; keys added during it are not visited.
+int DeterministicPairs(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  UnwrapProxy(L, 1);
+  int n = CountKeys(L, 1);
+  LuaState::Charge(L, 1 + static_cast<uint64_t>(n));
+  // Scratch space as userdata so that a Lua error (memory limit) cannot leak it.
+  auto* keys = static_cast<SortKey*>(lua_newuserdatauv(L, sizeof(SortKey) * (n ? n : 1), 0));
+  int i = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 1) != 0) {
+    lua_pop(L, 1);
+    if (!MakeSortKey(L, -1, &keys[i])) UnorderableKey(L, -1, "pairs");
+    ++i;
+  }
+  std::sort(keys, keys + n, KeyLess);
+  lua_pushvalue(L, 1);            // upvalue 1
+  lua_createtable(L, n, 0);       // upvalue 2
+  for (i = 0; i < n; ++i) {
+    const SortKey& k = keys[i];
+    if (k.kind == 0) {
+      if (k.is_int) lua_pushinteger(L, k.i);
+      else lua_pushnumber(L, k.d);
+    } else if (k.kind == 1) {
+      lua_pushlstring(L, k.s, k.len);
+    } else {
+      lua_pushboolean(L, static_cast<int>(k.i));
+    }
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_pushinteger(L, 0);          // upvalue 3
+  lua_pushcclosure(L, PairsStep, 3);
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  return 3;
+}
+
+int Tostring(lua_State* L) {
+  luaL_checkany(L, 1);
+  LuaState::PushToString(L, 1);
+  return 1;
+}
+
+int Print(lua_State* L) {
+  int n = lua_gettop(L);
+  for (int i = 1; i <= n; ++i) {
+    LuaState::PushToString(L, i);
+    size_t len;
+    const char* s = lua_tolstring(L, -1, &len);
+    if (i > 1) LuaState::AppendOutput(L, "\t");
+    LuaState::AppendOutput(L, std::string_view(s, len));
+    lua_pop(L, 1);
+  }
+  LuaState::AppendOutput(L, "\n");
+  return 0;
+}
+
+int GuardedSetmetatable(lua_State* L) {
+  if (lua_type(L, 2) == LUA_TTABLE) {
+    for (const char* field : {"__gc", "__mode"}) {
+      if (lua_getfield(L, 2, field) != LUA_TNIL) {
+        return luaL_error(L, "setmetatable: %s is not available in the deterministic profile "
+                          "(it depends on when the garbage collector runs)", field);
+      }
+      lua_pop(L, 1);
+    }
+  }
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+int GuardedRawset(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  if (IsProxy(L, 1)) return ReadOnlyError(L);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+int RandomSeed(lua_State* L) {
+  lua_Integer a = luaL_checkinteger(L, 1);
+  lua_Integer b = luaL_optinteger(L, 2, 0);
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &kRandomSeedKey);
+  lua_pushinteger(L, a);
+  lua_pushinteger(L, b);
+  lua_call(L, 2, 0);
+  return 0;
+}
+
+// Calls upvalue 1 with all arguments after charging for the bytes of the string arguments:
+// the C functions of the string and utf8 libraries do work proportional to their inputs.
+int ChargedCall(lua_State* L) {
+  int n = lua_gettop(L);
+  uint64_t bytes = 0;
+  for (int i = 1; i <= n; ++i) {
+    if (lua_type(L, i) == LUA_TSTRING) bytes += lua_rawlen(L, i);
+  }
+  LuaState::Charge(L, 1 + bytes / internal::kBytesPerCharge);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, n, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+int StringRep(lua_State* L) {
+  size_t l, lsep = 0;
+  luaL_checklstring(L, 1, &l);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_optlstring(L, 3, "", &lsep);
+  if (n > 0) {
+    // Saturating: an absurd size spends the whole budget instead of overflowing.
+    double total = (static_cast<double>(l) + static_cast<double>(lsep)) * static_cast<double>(n);
+    double units = 1 + total / internal::kBytesPerCharge;
+    LuaState::Charge(L, units > 1e18 ? static_cast<uint64_t>(1e18) : static_cast<uint64_t>(units));
+  }
+  return ChargedCall(L);
+}
+
+// Charges (last - first + 1) units for functions that loop over a range of a table.
+void ChargeRange(lua_State* L, lua_Integer first, lua_Integer last) {
+  if (last >= first) {
+    lua_Unsigned span = static_cast<lua_Unsigned>(last) - static_cast<lua_Unsigned>(first);
+    LuaState::Charge(L, span > (1ull << 60) ? (1ull << 60) : span + 1);
+  }
+}
+
+int CallUpvalue(lua_State* L) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+int TableConcat(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer last = luaL_opt(L, luaL_checkinteger, 4, luaL_len(L, 1));
+  ChargeRange(L, luaL_optinteger(L, 3, 1), last);
+  return CallUpvalue(L);
+}
+
+int TableUnpack(lua_State* L) {
+  lua_Integer first = luaL_optinteger(L, 2, 1);
+  lua_Integer last = luaL_opt(L, luaL_checkinteger, 3, luaL_len(L, 1));
+  ChargeRange(L, first, last);
+  return CallUpvalue(L);
+}
+
+int TableMove(lua_State* L) {
+  ChargeRange(L, luaL_checkinteger(L, 2), luaL_checkinteger(L, 3));
+  return CallUpvalue(L);
+}
+
+// insert/remove shift the elements after the position: charge the table's length.
+int TableShift(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  LuaState::Charge(L, 1 + static_cast<uint64_t>(std::max<lua_Integer>(0, luaL_len(L, 1))));
+  return CallUpvalue(L);
+}
+
+// table.sort: a stable bottom-up merge sort. The stock sort is a quicksort whose pivot choice
+// for large arrays mixes in clock() and time(), so with equal elements or an inconsistent
+// comparator its result differs from run to run. Any comparator gives one fixed result here.
+bool SortLess(lua_State* L, bool has_comparator, int a, int b) {
+  a = lua_absindex(L, a);
+  b = lua_absindex(L, b);
+  LuaState::Charge(L, 1);
+  if (has_comparator) {
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, a);
+    lua_pushvalue(L, b);
+    lua_call(L, 2, 1);
+    bool r = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return r;
+  }
+  return lua_compare(L, a, b, LUA_OPLT);
+}
+
+int TableSort(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer n = luaL_len(L, 1);
+  if (n > INT32_MAX) return luaL_argerror(L, 1, "array too big");
+  bool has_comparator = !lua_isnoneornil(L, 2);
+  if (has_comparator) luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_settop(L, 2);
+  if (n < 2) return 0;
+  LuaState::Charge(L, static_cast<uint64_t>(n));
+  lua_createtable(L, static_cast<int>(n), 0);  // 3: source run
+  lua_createtable(L, static_cast<int>(n), 0);  // 4: destination run
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_geti(L, 1, i);
+    lua_rawseti(L, 3, i);
+  }
+  int src = 3, dst = 4;
+  for (lua_Integer width = 1; width < n; width *= 2) {
+    for (lua_Integer lo = 1; lo <= n; lo += 2 * width) {
+      lua_Integer mid = std::min(lo + width, n + 1), hi = std::min(lo + 2 * width, n + 1);
+      lua_Integer i = lo, j = mid, k = lo;
+      while (i < mid && j < hi) {
+        lua_rawgeti(L, src, i);
+        lua_rawgeti(L, src, j);
+        // Take from the right run only when it is strictly less: keeps the sort stable.
+        if (SortLess(L, has_comparator, -1, -2)) {
+          lua_rawseti(L, dst, k++);
+          lua_pop(L, 1);
+          ++j;
+        } else {
+          lua_pop(L, 1);
+          lua_rawseti(L, dst, k++);
+          ++i;
+        }
+      }
+      for (; i < mid; ++i) { lua_rawgeti(L, src, i); lua_rawseti(L, dst, k++); }
+      for (; j < hi; ++j) { lua_rawgeti(L, src, j); lua_rawseti(L, dst, k++); }
+    }
+    std::swap(src, dst);
+  }
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_rawgeti(L, src, i);
+    lua_seti(L, 1, i);
+  }
+  return 0;
+}
+
+// string.format: "%s" goes through the deterministic tostring (the stock one prints
+// addresses for tables), "%p" and "%a" are refused.
+int StringFormat(lua_State* L) {
+  size_t len;
+  const char* fmt = luaL_checklstring(L, 1, &len);
+  int top = lua_gettop(L);
+  int arg = 1;
+  for (size_t i = 0; i < len; ++i) {
+    if (fmt[i] != '%') continue;
+    if (++i < len && fmt[i] == '%') continue;
+    ++arg;
+    while (i < len && std::strchr("-+ #0123456789.", fmt[i]) != nullptr) ++i;
+    if (i >= len) break;  // the stock function reports the malformed format
+    char conv = fmt[i];
+    if (conv == 'p') {
+      return luaL_error(L, "string.format: '%%p' is not available in the deterministic profile "
+                        "(addresses differ between runs)");
+    }
+    if (conv == 'a' || conv == 'A') {
+      return luaL_error(L, "string.format: '%%%c' is not available in the deterministic profile "
+                        "(hexadecimal float output differs between C libraries)", conv);
+    }
+    if (conv == 's' && arg <= top && lua_type(L, arg) != LUA_TSTRING && lua_type(L, arg) != LUA_TNUMBER) {
+      LuaState::PushToString(L, arg);
+      lua_replace(L, arg);
+    }
+  }
+  return ChargedCall(L);
+}
+
+// Wraps field `name` of the table on top of the stack in a C closure taking the original as
+// upvalue 1.
+void WrapField(lua_State* L, const char* name, lua_CFunction wrapper) {
+  lua_getfield(L, -1, name);
+  lua_pushcclosure(L, wrapper, 1);
+  lua_setfield(L, -2, name);
+}
+
+void RemoveFields(lua_State* L, std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    lua_pushnil(L);
+    lua_setfield(L, -2, n);
+  }
+}
+
+int ArrayMarkerTostring(lua_State* L) {
+  lua_pushliteral(L, "array");
+  return 1;
+}
+
+// Builds the profile in the state's real global table ("base"), which scripts never see
+// directly: each call's global table falls back to it through __index.
+void InstallProfile(lua_State* L) {
+  lua_newtable(L);
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &kProxiesKey);
+
+  luaL_requiref(L, "_G", luaopen_base, 0);  // the global table, now "base"
+  RemoveFields(L, {"_G", "collectgarbage", "dofile", "load", "loadfile", "require", "warn",
+                   "loadstring", "module", "unpack", "setfenv", "getfenv"});
+  lua_pushcfunction(L, DeterministicPairs);
+  lua_setfield(L, -2, "pairs");
+  lua_pushcfunction(L, DeterministicNext);
+  lua_setfield(L, -2, "next");
+  lua_pushcfunction(L, Tostring);
+  lua_setfield(L, -2, "tostring");
+  lua_pushcfunction(L, Print);
+  lua_setfield(L, -2, "print");
+  WrapField(L, "setmetatable", GuardedSetmetatable);
+  WrapField(L, "rawset", GuardedRawset);
+  int base = lua_gettop(L);
+
+  luaL_requiref(L, "string", luaopen_string, 0);
+  RemoveFields(L, {"dump", "pack", "packsize", "unpack"});
+  for (const char* f : {"byte", "char", "len", "lower", "upper", "reverse", "sub"}) {
+    WrapField(L, f, ChargedCall);
+  }
+  WrapField(L, "rep", StringRep);
+  WrapField(L, "format", StringFormat);
+  internal::InstallPatternFunctions(L, lua_gettop(L));
+  // The string metatable's __index is this real table; protect the metatable itself.
+  lua_pushliteral(L, "");
+  lua_getmetatable(L, -1);
+  lua_pushliteral(L, "read-only table");
+  lua_setfield(L, -2, "__metatable");
+  lua_pop(L, 2);
+  PushReadOnlyProxy(L, -1);
+  lua_setfield(L, base, "string");
+  lua_pop(L, 1);
+
+  luaL_requiref(L, "table", luaopen_table, 0);
+  WrapField(L, "concat", TableConcat);
+  WrapField(L, "unpack", TableUnpack);
+  WrapField(L, "move", TableMove);
+  WrapField(L, "insert", TableShift);
+  WrapField(L, "remove", TableShift);
+  lua_pushcfunction(L, TableSort);
+  lua_setfield(L, -2, "sort");
+  PushReadOnlyProxy(L, -1);
+  lua_setfield(L, base, "table");
+  lua_pop(L, 1);
+
+  luaL_requiref(L, "math", luaopen_math, 0);
+  // glibc picks FMA or non-FMA variants of these at run time by CPU, and their results are not
+  // correctly rounded, so they can differ between machines. sqrt is exact everywhere.
+  RemoveFields(L, {"sin", "cos", "tan", "asin", "acos", "atan", "exp", "log", "pow", "ldexp",
+                   "frexp", "cosh", "sinh", "tanh", "log10", "atan2"});
+  lua_getfield(L, -1, "randomseed");
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &kRandomSeedKey);
+  lua_pushcfunction(L, RandomSeed);
+  lua_setfield(L, -2, "randomseed");
+  PushReadOnlyProxy(L, -1);
+  lua_setfield(L, base, "math");
+  lua_pop(L, 1);
+
+  luaL_requiref(L, "utf8", luaopen_utf8, 0);
+  for (const char* f : {"char", "codepoint", "len", "offset"}) WrapField(L, f, ChargedCall);
+  PushReadOnlyProxy(L, -1);
+  lua_setfield(L, base, "utf8");
+  lua_pop(L, 1);
+
+  luaL_requiref(L, "coroutine", luaopen_coroutine, 0);
+  PushReadOnlyProxy(L, -1);
+  lua_setfield(L, base, "coroutine");
+  lua_pop(L, 1);
+
+  // package.loaded (in the registry) still holds the real tables; scripts cannot reach it.
+  lua_createtable(L, 0, 2);  // metatable of every per-call global table
+  lua_pushvalue(L, base);
+  lua_setfield(L, -2, "__index");
+  lua_pushboolean(L, 0);
+  lua_setfield(L, -2, "__metatable");
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &kEnvMetaKey);
+
+  lua_createtable(L, 0, 2);
+  lua_pushliteral(L, "read-only table");
+  lua_setfield(L, -2, "__metatable");
+  lua_pushcfunction(L, ArrayMarkerTostring);
+  lua_setfield(L, -2, "__name");
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &kArrayMarkerKey);
+
+  lua_pop(L, 1);  // base
+}
+
+std::string ErrorText(lua_State* L) {
+  int t = lua_type(L, -1);
+  if (t == LUA_TSTRING || t == LUA_TNUMBER) {
+    size_t len;
+    const char* s = lua_tolstring(L, -1, &len);
+    return std::string(s, len);
+  }
+  return absl::StrCat("(error object is a ", luaL_typename(L, -1), " value)");
+}
+
+}  // namespace
+
+LuaState* LuaState::From(lua_State* L) {
+  return *static_cast<LuaState**>(lua_getextraspace(L));
+}
+
+absl::StatusOr<std::unique_ptr<LuaState>> LuaState::Create(const Limits& limits) {
+  std::unique_ptr<LuaState> s(new LuaState());
+  s->limits_ = limits;
+  s->L_ = lua_newstate(Allocate, s.get());
+  if (s->L_ == nullptr) return absl::ResourceExhaustedError("cannot create a Lua state");
+  *static_cast<LuaState**>(lua_getextraspace(s->L_)) = s.get();
+  lua_State* L = s->L_;
+  ScopedCLocale locale;
+  lua_pushcfunction(L, [](lua_State* L2) -> int {
+    InstallProfile(L2);
+    return 0;
+  });
+  if (lua_pcall(L, 0, 0, 0) != LUA_OK) {
+    return absl::InternalError(absl::StrCat("building the Lua profile: ", ErrorText(L)));
+  }
+  s->enforce_memory_ = true;
+  s->ResetBudget();
+  return s;
+}
+
+LuaState::~LuaState() {
+  if (L_ != nullptr) {
+    enforce_memory_ = false;
+    lua_close(L_);
+  }
+}
+
+void LuaState::RaiseLimit(lua_State* L) {
+  // After the first hit every instruction raises again, so no Lua code can make progress.
+  lua_sethook(L, Hook, LUA_MASKCOUNT, 1);
+  if (L != L_) lua_sethook(L_, Hook, LUA_MASKCOUNT, 1);
+  if (deadline_hit_) {
+    lua_pushliteral(L, "wall-clock deadline exceeded");
+  } else {
+    const std::string& m = std::string(limit_status_.message());
+    lua_pushlstring(L, m.data(), m.size());
+  }
+  lua_error(L);
+  abort();  // unreachable
+}
+
+void LuaState::Charge(lua_State* L, uint64_t n) {
+  LuaState* s = From(L);
+  if (!s->limit_status_.ok()) s->RaiseLimit(L);
+  s->instructions_ += n;
+  if (s->instructions_ > s->limits_.max_instructions) {
+    s->limit_status_ = absl::ResourceExhaustedError(absl::StrCat(
+        "instruction limit exceeded (max_instructions=", s->limits_.max_instructions, ")"));
+    s->RaiseLimit(L);
+  }
+}
+
+void LuaState::AppendOutput(lua_State* L, std::string_view bytes) {
+  LuaState* s = From(L);
+  if (s->output_.size() + bytes.size() > s->limits_.max_output_bytes) {
+    if (s->limit_status_.ok()) {
+      s->limit_status_ = absl::ResourceExhaustedError(absl::StrCat(
+          "output limit exceeded (max_output_bytes=", s->limits_.max_output_bytes, ")"));
+    }
+    s->RaiseLimit(L);
+  }
+  Charge(L, 1 + bytes.size() / internal::kBytesPerCharge);
+  s->output_.append(bytes);
+}
+
+void LuaState::PushToString(lua_State* L, int idx) {
+  idx = lua_absindex(L, idx);
+  switch (lua_type(L, idx)) {
+    case LUA_TNIL: lua_pushliteral(L, "nil"); return;
+    case LUA_TBOOLEAN: lua_pushstring(L, lua_toboolean(L, idx) ? "true" : "false"); return;
+    case LUA_TNUMBER:
+      lua_pushvalue(L, idx);
+      lua_tolstring(L, -1, nullptr);  // converts the copy in place ("%.14g" / "%d", C locale)
+      return;
+    case LUA_TSTRING: lua_pushvalue(L, idx); return;
+    default: break;
+  }
+  if (luaL_callmeta(L, idx, "__tostring")) {
+    if (!lua_isstring(L, -1)) luaL_error(L, "'__tostring' must return a string");
+    return;
+  }
+  // "<type>: <n>", n counting from 1 in order of first use within the call.
+  lua_rawgetp(L, LUA_REGISTRYINDEX, &kIdsKey);
+  lua_pushvalue(L, idx);
+  lua_Integer id;
+  if (lua_rawget(L, -2) == LUA_TNUMBER) {
+    id = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+  } else {
+    lua_pop(L, 1);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &kNextIdKey);
+    id = lua_tointeger(L, -1) + 1;
+    lua_pop(L, 1);
+    lua_pushinteger(L, id);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &kNextIdKey);
+    lua_pushvalue(L, idx);
+    lua_pushinteger(L, id);
+    lua_rawset(L, -3);
+  }
+  lua_pop(L, 1);
+  const char* type = luaL_typename(L, idx);
+  lua_pushfstring(L, "%s: %I", type, static_cast<LUAI_UACINT>(id));
+}
+
+void LuaState::SetGlobal(const char* name, bool read_only) {
+  ScopedCLocale locale;
+  lua_pushglobaltable(L_);  // base
+  lua_insert(L_, -2);
+  if (read_only && lua_type(L_, -1) == LUA_TTABLE) {
+    PushReadOnlyProxy(L_, -1);
+    lua_remove(L_, -2);
+  }
+  lua_setfield(L_, -2, name);
+  lua_pop(L_, 1);
+}
+
+void LuaState::ResetBudget() {
+  instructions_ = 0;
+  limit_status_ = absl::OkStatus();
+  deadline_hit_ = false;
+  output_.clear();
+  peak_heap_bytes_ = heap_bytes_;
+  lua_sethook(L_, Hook, LUA_MASKCOUNT, kInstructionQuantum);
+}
+
+Usage LuaState::usage() const {
+  return Usage{instructions_, peak_heap_bytes_, static_cast<uint64_t>(output_.size())};
+}
+
+absl::Status LuaState::NewEnvironment() {
+  ScopedCLocale locale;
+  lua_settop(L_, 0);
+  // The heap (and with it the garbage collector's pacing) starts every call from the same
+  // baseline, whatever earlier calls left behind.
+  enforce_memory_ = false;
+  lua_gc(L_, LUA_GCCOLLECT);
+  lua_pushcfunction(L_, [](lua_State* L) -> int {
+    lua_newtable(L);  // the call's global table
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -2, "_G");
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &kEnvMetaKey);
+    lua_setmetatable(L, -2);
+    lua_createtable(L, 0, 0);  // tostring sequence numbers, weak keys
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &kIdsKey);
+    lua_pushinteger(L, 0);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &kNextIdKey);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &kRandomSeedKey);
+    lua_pushinteger(L, kRandomSeed);
+    lua_pushinteger(L, 0);
+    lua_call(L, 2, 0);
+    return 1;
+  });
+  int rc = lua_pcall(L_, 0, 1, 0);
+  if (rc != LUA_OK) {
+    std::string msg = ErrorText(L_);
+    lua_settop(L_, 0);
+    enforce_memory_ = true;
+    return absl::ResourceExhaustedError(absl::StrCat("creating the environment: ", msg));
+  }
+  if (env_ref_ >= 0) luaL_unref(L_, LUA_REGISTRYINDEX, env_ref_);
+  env_ref_ = luaL_ref(L_, LUA_REGISTRYINDEX);
+  lua_gc(L_, LUA_GCCOLLECT);
+  enforce_memory_ = true;
+  ResetBudget();
+  return absl::OkStatus();
+}
+
+absl::Status LuaState::Load(std::string_view source, std::string_view chunkname) {
+  ScopedCLocale locale;
+  if (!source.empty() && source[0] == LUA_SIGNATURE[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(chunkname), ": binary chunks are not accepted"));
+  }
+  std::string name = "=" + std::string(chunkname);
+  int rc = luaL_loadbufferx(L_, source.data(), source.size(), name.c_str(), "t");
+  if (rc != LUA_OK) {
+    std::string msg = ErrorText(L_);
+    lua_pop(L_, 1);
+    if (rc == LUA_ERRMEM || !limit_status_.ok()) {
+      return limit_status_.ok() ? absl::ResourceExhaustedError("memory limit exceeded while compiling")
+                                : limit_status_;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("compile error: ", msg));
+  }
+  if (env_ref_ < 0) {
+    lua_pop(L_, 1);
+    return absl::FailedPreconditionError("LuaState::Load before NewEnvironment");
+  }
+  BindToEnvironment(-1);
+  return absl::OkStatus();
+}
+
+void LuaState::BindToEnvironment(int idx) {
+  idx = lua_absindex(L_, idx);
+  lua_rawgeti(L_, LUA_REGISTRYINDEX, env_ref_);
+  if (lua_setupvalue(L_, idx, 1) == nullptr) lua_pop(L_, 1);
+}
+
+absl::Status LuaState::Call(int nargs, int nresults) {
+  ScopedCLocale locale;
+  int rc = lua_pcall(L_, nargs, nresults, 0);
+  if (rc == LUA_OK) return absl::OkStatus();
+  std::string msg = ErrorText(L_);
+  lua_pop(L_, 1);
+  if (deadline_hit_) {
+    return absl::DeadlineExceededError("infrastructure timeout: wall-clock deadline exceeded");
+  }
+  if (!limit_status_.ok()) return limit_status_;
+  if (rc == LUA_ERRMEM) return absl::ResourceExhaustedError("memory limit exceeded");
+  return absl::FailedPreconditionError(msg);
+}
+
+namespace {
+
+int PushValueTrampoline(lua_State* L) {
+  const auto* v = static_cast<const Value*>(lua_touserdata(L, 1));
+  lua_pop(L, 1);
+  PushValueUnprotected(L, *v);
+  return 1;
+}
+
+}  // namespace
+
+absl::Status LuaState::Push(const Value& v) {
+  ScopedCLocale locale;
+  lua_pushcfunction(L_, PushValueTrampoline);
+  lua_pushlightuserdata(L_, const_cast<Value*>(&v));
+  int rc = lua_pcall(L_, 1, 1, 0);
+  if (rc == LUA_OK) return absl::OkStatus();
+  std::string msg = ErrorText(L_);
+  lua_pop(L_, 1);
+  if (!limit_status_.ok()) return limit_status_;
+  return absl::ResourceExhaustedError(absl::StrCat("pushing a value: ", msg));
+}
+
+void PushValueUnprotected(lua_State* L, const Value& v) {
+  luaL_checkstack(L, 4, "value nesting");
+  switch (v.kind()) {
+    case Value::Kind::kNil: lua_pushnil(L); return;
+    case Value::Kind::kBool: lua_pushboolean(L, v.as_bool()); return;
+    case Value::Kind::kInt: lua_pushinteger(L, v.as_int()); return;
+    case Value::Kind::kFloat: lua_pushnumber(L, v.as_float()); return;
+    case Value::Kind::kString: lua_pushlstring(L, v.as_string().data(), v.as_string().size()); return;
+    case Value::Kind::kArray: {
+      const Array& a = v.as_array();
+      LuaState::Charge(L, 1 + a.size());
+      lua_createtable(L, static_cast<int>(std::min<size_t>(a.size(), INT32_MAX)), 0);
+      if (a.empty()) {
+        lua_rawgetp(L, LUA_REGISTRYINDEX, &kArrayMarkerKey);
+        lua_setmetatable(L, -2);
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        if (a[i].is_nil()) continue;
+        PushValueUnprotected(L, a[i]);
+        lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+      }
+      return;
+    }
+    case Value::Kind::kMap: {
+      const Map& m = v.as_map();
+      LuaState::Charge(L, 1 + m.size());
+      lua_createtable(L, 0, static_cast<int>(std::min<size_t>(m.size(), INT32_MAX)));
+      for (const auto& [k, e] : m) {
+        if (e.is_nil()) continue;
+        lua_pushlstring(L, k.data(), k.size());
+        PushValueUnprotected(L, e);
+        lua_rawset(L, -3);
+      }
+      return;
+    }
+  }
+}
+
+namespace {
+
+class Converter {
+ public:
+  explicit Converter(lua_State* L) : L_(L) {}
+
+  absl::StatusOr<Value> Convert(int idx, const std::string& path, int depth) {
+    idx = lua_absindex(L_, idx);
+    switch (lua_type(L_, idx)) {
+      case LUA_TNIL: return Value::Nil();
+      case LUA_TBOOLEAN: return Value::Bool(lua_toboolean(L_, idx));
+      case LUA_TNUMBER:
+        if (lua_isinteger(L_, idx)) return Value::Int(lua_tointeger(L_, idx));
+        return Value::Float(lua_tonumber(L_, idx));
+      case LUA_TSTRING: {
+        size_t len;
+        const char* s = lua_tolstring(L_, idx, &len);
+        return Value::String(std::string(s, len));
+      }
+      case LUA_TTABLE: return ConvertTable(idx, path, depth);
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "value at ", path, " is a ", luaL_typename(L_, idx), ", which has no value representation"));
+    }
+  }
+
+ private:
+  absl::StatusOr<Value> ConvertTable(int idx, const std::string& path, int depth) {
+    if (depth >= kMaxJsonDepth) {
+      return absl::InvalidArgumentError(absl::StrCat("value at ", path, " is nested deeper than ", kMaxJsonDepth));
+    }
+    const void* id = lua_topointer(L_, idx);  // identity for cycle detection only
+    if (std::find(stack_.begin(), stack_.end(), id) != stack_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("value at ", path, " contains a cycle"));
+    }
+    if (!lua_checkstack(L_, 6)) return absl::ResourceExhaustedError("Lua stack exhausted converting a value");
+    stack_.push_back(id);
+    auto result = ConvertTableBody(idx, path, depth);
+    stack_.pop_back();
+    return result;
+  }
+
+  absl::StatusOr<Value> ConvertTableBody(int idx, const std::string& path, int depth) {
+    size_t n_int = 0, n_str = 0;
+    lua_Integer max_int = 0;
+    lua_pushnil(L_);
+    while (lua_next(L_, idx) != 0) {
+      lua_pop(L_, 1);
+      int kt = lua_type(L_, -1);
+      if (kt == LUA_TSTRING) {
+        ++n_str;
+      } else if (kt == LUA_TNUMBER && lua_isinteger(L_, -1)) {
+        ++n_int;
+        max_int = std::max(max_int, lua_tointeger(L_, -1));
+        if (lua_tointeger(L_, -1) < 1) max_int = -1;
+      } else {
+        std::string what = kt == LUA_TNUMBER ? "float" : luaL_typename(L_, -1);
+        lua_pop(L_, 1);
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table at ", path, " has a key of type ", what, "; only string keys or integer keys 1..n convert"));
+      }
+    }
+    if (n_int > 0 && n_str > 0) {
+      return absl::InvalidArgumentError(absl::StrCat("table at ", path, " mixes integer and string keys"));
+    }
+    if (n_int > 0) {
+      if (max_int < 0 || static_cast<size_t>(max_int) != n_int) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table at ", path, " has integer keys that are not exactly 1..n (a sequence with holes?)"));
+      }
+      Array out;
+      out.reserve(n_int);
+      for (size_t i = 1; i <= n_int; ++i) {
+        lua_rawgeti(L_, idx, static_cast<lua_Integer>(i));
+        auto e = Convert(-1, absl::StrCat(path, "[", i, "]"), depth + 1);
+        lua_pop(L_, 1);
+        if (!e.ok()) return e.status();
+        out.push_back(*std::move(e));
+      }
+      return Value::FromArray(std::move(out));
+    }
+    if (n_str == 0) {
+      if (lua_getmetatable(L_, idx)) {
+        lua_rawgetp(L_, LUA_REGISTRYINDEX, &kArrayMarkerKey);
+        bool marked = lua_rawequal(L_, -1, -2);
+        lua_pop(L_, 2);
+        if (marked) return Value::FromArray({});
+      }
+      return Value::FromMap({});
+    }
+    Map out;
+    lua_pushnil(L_);
+    while (lua_next(L_, idx) != 0) {
+      size_t len;
+      const char* k = lua_tolstring(L_, -2, &len);  // a string key: no conversion happens
+      std::string key(k, len);
+      auto e = Convert(-1, absl::StrCat(path, ".", key), depth + 1);
+      lua_pop(L_, 1);
+      if (!e.ok()) {
+        lua_pop(L_, 1);
+        return e.status();
+      }
+      out.emplace(std::move(key), *std::move(e));
+    }
+    return Value::FromMap(std::move(out));
+  }
+
+  lua_State* L_;
+  std::vector<const void*> stack_;
+};
+
+}  // namespace
+
+absl::StatusOr<Value> ToValue(lua_State* L, int idx) {
+  return Converter(L).Convert(idx, "$", 0);
+}
+
+absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
+    std::string_view source, std::string_view chunkname, const std::vector<Value>& inputs,
+    const Limits& limits, std::optional<LuaState::Clock::time_point> deadline) {
+  auto st = LuaState::Create(limits);
+  if (!st.ok()) return st.status();
+  LuaState& s = **st;
+  lua_State* L = s.raw();
+  s.set_deadline(deadline);
+  if (auto e = s.NewEnvironment(); !e.ok()) return e;
+  if (auto e = s.Load(source, chunkname); !e.ok()) return e;
+  int chunk_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+
+  std::vector<CallResult> results;
+  results.reserve(inputs.size());
+  for (const Value& input : inputs) {
+    CallResult r;
+    r.status = s.NewEnvironment();
+    if (r.status.ok()) {
+      lua_rawgeti(L, LUA_REGISTRYINDEX, chunk_ref);
+      s.BindToEnvironment(-1);
+      r.status = s.Call(0, 1);
+    }
+    if (r.status.ok() && lua_type(L, -1) != LUA_TFUNCTION) {
+      r.status = absl::FailedPreconditionError(absl::StrCat(
+          std::string(chunkname), ": the chunk must return a function, it returned a ", luaL_typename(L, -1)));
+    }
+    if (r.status.ok()) r.status = s.Push(input);
+    if (r.status.ok()) r.status = s.Call(1, 1);
+    if (r.status.ok()) {
+      auto v = ToValue(L, -1);
+      if (v.ok()) r.value = *std::move(v);
+      else r.status = absl::InvalidArgumentError(absl::StrCat("result: ", v.status().message()));
+    }
+    r.output = s.TakeOutput();
+    r.usage = s.usage();
+    lua_settop(L, 0);
+    if (absl::IsDeadlineExceeded(r.status)) return r.status;
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+}  // namespace rote::sandbox

@@ -1,0 +1,180 @@
+// In-process deterministic Lua 5.4: the one place where the sandbox profile is defined.
+//
+// Everything a script can observe depends only on the script and its input: not on addresses,
+// hash seeds, time, locale, allocation order or the host. docs/sandbox.md lists every source of
+// nondeterminism in stock Lua and how it is closed here; in short:
+//   - allow-listed standard library only (no io, os, debug, package/require, load, dofile,
+//     collectgarbage, string.dump/pack/unpack, transcendental math);
+//   - pairs/next iterate in sorted key order (numbers, then strings bytewise, then false, true);
+//   - tostring/print/string.format("%s") name tables and functions by a per-call sequence
+//     number ("table: 3"), never an address; "%p" and "%a" are refused;
+//   - table.sort is a stable merge sort (the stock quicksort picks pivots from the clock);
+//   - math.random is reseeded with a fixed seed before every call;
+//   - string comparison and number formatting run under the "C" locale (uselocale);
+//   - setmetatable refuses __gc and __mode (finalizer order, weak-table contents);
+//   - shared library tables and the string metatable are read-only; each call gets a fresh
+//     global environment.
+//
+// Limits (instructions, Lua heap bytes, print output bytes) are deterministic: hitting one
+// raises an error naming the limit that Lua code cannot catch (after the first hit every
+// further instruction raises it again), and the call fails with RESOURCE_EXHAUSTED. Work inside
+// C functions (patterns, string.rep, table.concat/insert/remove/move/unpack, sorting, pairs)
+// is charged to the instruction budget. The wall-clock deadline is only a safety net: hitting
+// it gives DEADLINE_EXCEEDED, which callers must treat as an infrastructure failure.
+//
+// Status codes: INVALID_ARGUMENT for compile errors and values that cannot be converted,
+// FAILED_PRECONDITION for runtime errors raised by the script ("name.lua:12: message"),
+// RESOURCE_EXHAUSTED for limits, DEADLINE_EXCEEDED for the wall clock.
+//
+// Hosts (the orchestrator's blueprint runner) extend the environment before loading a chunk:
+//
+//   auto st = LuaState::Create(limits);                  // fresh state, profile installed
+//   lua_State* L = (*st)->raw();
+//   lua_newtable(L); ...push C functions...;             // e.g. the `rote` table
+//   (*st)->SetGlobal("rote", /*read_only=*/true);        // visible in every environment
+//   (*st)->NewEnvironment();                             // fresh globals for this run
+//   RETURN_IF_ERROR((*st)->Load(source, "blueprint.lua"));   // pushes the chunk
+//   RETURN_IF_ERROR((*st)->Call(0, 1));                  // runs it under the limits
+//   lua_getfield(L, -1, "run");  (*st)->Push(input);  (*st)->Call(1, 1);
+//   auto out = ToValue(L, -1);
+//
+// C functions installed by the host run under the same limits; they should call
+// LuaState::Charge(L, n) for work proportional to their input, and must raise errors with
+// luaL_error (never longjmp across C++ frames holding resources).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sandbox/value.h"
+
+struct lua_State;
+
+namespace rote::sandbox {
+
+struct Limits {
+  uint64_t max_instructions = 100'000'000;  // VM instructions plus charged C work
+  uint64_t max_memory_bytes = 64ull << 20;  // Lua heap of the state, garbage not yet collected included
+  uint64_t max_output_bytes = 1ull << 20;   // bytes written by print
+};
+
+// Counters of one call, reset by LuaState::ResetBudget.
+struct Usage {
+  uint64_t instructions = 0;  // granularity: kInstructionQuantum, plus exact C charges
+  uint64_t peak_memory_bytes = 0;
+  uint64_t output_bytes = 0;
+};
+
+// The count hook fires every this many VM instructions; limits are checked at that granularity.
+inline constexpr int kInstructionQuantum = 1000;
+
+// Name and version of the profile, recorded with every run so replays can check they execute
+// under the same rules.
+inline constexpr std::string_view kProfileName = "rote-lua5.4-deterministic/1";
+
+class LuaState {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  static absl::StatusOr<std::unique_ptr<LuaState>> Create(const Limits& limits);
+  ~LuaState();
+  LuaState(const LuaState&) = delete;
+  LuaState& operator=(const LuaState&) = delete;
+
+  lua_State* raw() const { return L_; }
+  static LuaState* From(lua_State* L);
+
+  // Pops the value on top of the stack and makes it a global of every environment created
+  // afterwards. read_only wraps a table in a read-only proxy (pairs still sees its contents).
+  void SetGlobal(const char* name, bool read_only);
+
+  // Starts a new call: a fresh global table whose misses fall through to the shared library,
+  // a reseeded math.random, fresh tostring sequence numbers, an empty output buffer and zeroed
+  // counters. Collects garbage first so the heap starts from the same baseline each time.
+  absl::Status NewEnvironment();
+
+  // Compiles source text (binary chunks are refused) with chunk name "=<chunkname>" so errors
+  // read "<chunkname>:LINE: message", binds it to the current environment and pushes it.
+  absl::Status Load(std::string_view source, std::string_view chunkname);
+
+  // Sets upvalue 1 (_ENV of a main chunk) of the function at idx to the current environment,
+  // so one compiled chunk can be run again in a fresh environment.
+  void BindToEnvironment(int idx);
+
+  // lua_pcall under the limits, with the results left on the stack as lua_call would.
+  absl::Status Call(int nargs, int nresults);
+
+  // Pushes a Value (in protected mode, so hitting the memory limit is an error, not a panic).
+  absl::Status Push(const Value& v);
+
+  void ResetBudget();
+  void set_limits(const Limits& limits) { limits_ = limits; }
+  const Limits& limits() const { return limits_; }
+  // A wall-clock safety net for the next calls; nullopt disables it.
+  void set_deadline(std::optional<Clock::time_point> deadline) { deadline_ = deadline; }
+  Usage usage() const;
+  const std::string& output() const { return output_; }
+  std::string TakeOutput() { return std::move(output_); }
+
+  // Charges n units of C-side work to the instruction budget; raises a Lua error (does not
+  // return) when the budget is spent. For C functions that the host installs.
+  static void Charge(lua_State* L, uint64_t n);
+  // Appends to the print buffer under the output limit; raises a Lua error when exceeded.
+  static void AppendOutput(lua_State* L, std::string_view bytes);
+  // The deterministic tostring (pushes the result). Used by print and string.format("%s").
+  static void PushToString(lua_State* L, int idx);
+
+ private:
+  LuaState() = default;
+  friend struct LuaStateAccess;
+  [[noreturn]] void RaiseLimit(lua_State* L);
+
+  lua_State* L_ = nullptr;
+  Limits limits_;
+  std::optional<Clock::time_point> deadline_;
+  uint64_t heap_bytes_ = 0;
+  uint64_t peak_heap_bytes_ = 0;
+  uint64_t instructions_ = 0;
+  bool enforce_memory_ = false;  // off while the profile itself is being built
+  bool deadline_hit_ = false;
+  absl::Status limit_status_;  // sticky once a deterministic limit is hit
+  std::string output_;
+  int env_ref_ = -1;           // registry ref of the current global table
+};
+
+// Converts the Lua value at idx. Tables whose keys are exactly 1..n (n >= 1) become Arrays;
+// tables with only string keys become Maps; an empty table becomes an empty Map unless it is
+// the array-marked empty table that Push(empty Array) creates. Integer keys that are not a
+// sequence, float/boolean/table keys, functions, userdata, threads, cycles and nesting deeper
+// than kMaxJsonDepth are INVALID_ARGUMENT errors that name the path ("$.items[3].name").
+absl::StatusOr<Value> ToValue(lua_State* L, int idx);
+
+// Pushes a Value without protection; may raise a Lua error (memory limit). Inside C functions
+// called from Lua, use this; from host code, use LuaState::Push.
+void PushValueUnprotected(lua_State* L, const Value& v);
+
+// One input's outcome when a function artifact is applied to a batch.
+struct CallResult {
+  absl::Status status;  // OK, FAILED_PRECONDITION (script error), RESOURCE_EXHAUSTED (limit), ...
+  Value value;          // the function's first result when status is OK
+  std::string output;   // what the function printed
+  Usage usage;
+};
+
+// Runs a function artifact: a chunk that returns a function. For every input the chunk is
+// executed again in a fresh environment (so upvalues and globals never carry over from one
+// input to the next) and the function it returns is called with the input. A compile error is
+// returned for the whole batch; everything else is per input. This is exactly what worker
+// processes execute.
+absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
+    std::string_view source, std::string_view chunkname, const std::vector<Value>& inputs,
+    const Limits& limits, std::optional<LuaState::Clock::time_point> deadline = std::nullopt);
+
+}  // namespace rote::sandbox
