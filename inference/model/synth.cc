@@ -1,0 +1,356 @@
+#include "inference/model/synth.h"
+
+#include <sys/stat.h>  // mkdir
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>  // header-only JSON writer
+#include <vector>
+
+#include "inference/model/safetensors.h"
+
+namespace rote::inference {
+
+using Json = nlohmann::json;
+
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t NameKey(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// fp32 -> bf16 / fp16 with round-to-nearest-even (values here are small and finite).
+uint16_t F32ToBf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  const uint32_t rounding = 0x7fffu + ((b >> 16) & 1u);
+  return static_cast<uint16_t>((b + rounding) >> 16);
+}
+
+uint16_t F32ToF16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  const uint32_t sign = (b >> 16) & 0x8000u;
+  const int32_t exp = static_cast<int32_t>((b >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = b & 0x7fffffu;
+  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (exp <= 0) {
+    if (exp < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    const int shift = 14 - exp;
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
+  return static_cast<uint16_t>(half);
+}
+
+struct Spec {
+  std::string name;
+  std::vector<int64_t> shape;
+  enum Kind { kMatrix, kNorm, kBias, kEmbed } kind;
+};
+
+std::vector<Spec> TensorSpecs(const ModelConfig& c) {
+  std::vector<Spec> s;
+  const int64_t dim = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), hid = c.intermediate_size;
+  s.push_back({"model.embed_tokens.weight", {c.vocab_size, dim}, Spec::kEmbed});
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    s.push_back({p + "input_layernorm.weight", {dim}, Spec::kNorm});
+    s.push_back({p + "self_attn.q_proj.weight", {q, dim}, Spec::kMatrix});
+    s.push_back({p + "self_attn.k_proj.weight", {kv, dim}, Spec::kMatrix});
+    s.push_back({p + "self_attn.v_proj.weight", {kv, dim}, Spec::kMatrix});
+    if (c.attention_bias) {
+      s.push_back({p + "self_attn.q_proj.bias", {q}, Spec::kBias});
+      s.push_back({p + "self_attn.k_proj.bias", {kv}, Spec::kBias});
+      s.push_back({p + "self_attn.v_proj.bias", {kv}, Spec::kBias});
+    }
+    if (c.qk_norm) {
+      s.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, Spec::kNorm});
+      s.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, Spec::kNorm});
+    }
+    s.push_back({p + "self_attn.o_proj.weight", {dim, q}, Spec::kMatrix});
+    s.push_back({p + "post_attention_layernorm.weight", {dim}, Spec::kNorm});
+    s.push_back({p + "mlp.gate_proj.weight", {hid, dim}, Spec::kMatrix});
+    s.push_back({p + "mlp.up_proj.weight", {hid, dim}, Spec::kMatrix});
+    s.push_back({p + "mlp.down_proj.weight", {dim, hid}, Spec::kMatrix});
+  }
+  s.push_back({"model.norm.weight", {dim}, Spec::kNorm});
+  if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {c.vocab_size, dim}, Spec::kMatrix});
+  return s;
+}
+
+// Element i of a tensor: uniform noise of a scale that keeps activations O(1) through the
+// layers (like the fixtures: norms near 1, matrices ~ 1/sqrt(fan_in)).
+float SynthValue(const Spec& spec, uint64_t key, int64_t i) {
+  const uint64_t h = SplitMix64(key ^ SplitMix64(static_cast<uint64_t>(i)));
+  const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;  // [-1, 1)
+  switch (spec.kind) {
+    case Spec::kNorm: return 1.0f + 0.2f * u;
+    case Spec::kBias: return 0.2f * u;
+    case Spec::kEmbed: return 1.7f * u;
+    case Spec::kMatrix: return 1.7f * u / std::sqrt(static_cast<float>(spec.shape.back()));
+  }
+  return 0.0f;
+}
+
+std::string ByteToUnicode(int b) {
+  // GPT-2's byte-level alphabet: printable bytes map to themselves, the rest to U+0100 + n.
+  static const std::vector<int> table = [] {
+    std::vector<int> t(256, -1);
+    int n = 0;
+    for (int c = 0; c < 256; ++c) {
+      if ((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF)) {
+        t[c] = c;
+      } else {
+        t[c] = 256 + n++;
+      }
+    }
+    return t;
+  }();
+  const int cp = table[b];
+  std::string s;
+  if (cp < 0x80) {
+    s.push_back(static_cast<char>(cp));
+  } else {
+    s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+  return s;
+}
+
+const char* kQwenPattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+const char* kLlamaPattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+    "\\s+(?!\\S)|\\s+";
+
+std::vector<std::string> SpecialTokens(ModelFamily f) {
+  if (f == ModelFamily::kLlama) {
+    return {"<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  }
+  return {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+}
+
+Json TokenizerJson(ModelFamily f) {
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[ByteToUnicode(b)] = b;
+  Json added = Json::array();
+  int id = 256;
+  for (const std::string& t : SpecialTokens(f)) {
+    added.push_back({{"id", id++},
+                     {"content", t},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  Json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = added;
+  j["normalizer"] = f == ModelFamily::kLlama ? Json(nullptr) : Json({{"type", "NFC"}});
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", f == ModelFamily::kLlama ? kLlamaPattern : kQwenPattern}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}};
+  j["post_processor"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", f == ModelFamily::kLlama},
+                {"vocab", vocab},
+                {"merges", Json::array()}};
+  return j;
+}
+
+Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return FailedPrecondition(path + ": cannot create");
+  out << text;
+  out.close();
+  if (!out) return DataLoss(path + ": write failed");
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> SynthConfig(const SynthOptions& o) {
+  ModelConfig c;
+  c.family = o.family;
+  c.dtype = o.dtype;
+  c.rms_norm_eps = 1e-6f;
+  const bool qwen3 = o.family == ModelFamily::kQwen3;
+  const bool llama = o.family == ModelFamily::kLlama;
+  if (o.shape == "tiny") {
+    c.hidden_size = 64; c.intermediate_size = 128; c.num_layers = 2; c.num_heads = 4; c.num_kv_heads = 2;
+    c.head_dim = 16; c.vocab_size = 384; c.max_position_embeddings = 4096; c.tie_word_embeddings = !llama;
+  } else if (o.shape == "small") {
+    c.hidden_size = 256; c.intermediate_size = 512; c.num_layers = 4; c.num_heads = 4; c.num_kv_heads = 2;
+    c.head_dim = 64; c.vocab_size = 1024; c.max_position_embeddings = 4096; c.tie_word_embeddings = false;
+  } else if (o.shape == "0.5b") {
+    if (qwen3) {
+      c.hidden_size = 1024; c.intermediate_size = 3072; c.num_layers = 28; c.num_heads = 16; c.num_kv_heads = 8;
+      c.head_dim = 128;
+    } else {
+      c.hidden_size = 896; c.intermediate_size = 4864; c.num_layers = 24; c.num_heads = 14; c.num_kv_heads = 2;
+      c.head_dim = 64;
+    }
+    c.vocab_size = llama ? 128256 : 151936; c.max_position_embeddings = 32768; c.tie_word_embeddings = true;
+  } else if (o.shape == "1.5b") {
+    if (qwen3) {
+      c.hidden_size = 2048; c.intermediate_size = 6144; c.num_layers = 28; c.num_heads = 16; c.num_kv_heads = 8;
+      c.head_dim = 128;
+    } else {
+      c.hidden_size = 1536; c.intermediate_size = 8960; c.num_layers = 28; c.num_heads = 12; c.num_kv_heads = 2;
+      c.head_dim = 128;
+    }
+    c.vocab_size = llama ? 128256 : 151936; c.max_position_embeddings = 32768; c.tie_word_embeddings = true;
+  } else {
+    return InvalidArgument("unknown synth shape '" + o.shape + "' (tiny, small, 0.5b, 1.5b)");
+  }
+  c.attention_bias = o.family == ModelFamily::kQwen2;
+  c.qk_norm = qwen3;
+  if (llama) {
+    c.architecture = "LlamaForCausalLM";
+    c.rope_theta = 500000.0;
+    c.rope_scaling.type = RopeScaling::Type::kLlama3;
+    c.rope_scaling.factor = 32.0;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+    c.rms_norm_eps = 1e-5f;
+    c.bos_token_id = 256;
+    c.eos_token_ids = {257, 260};  // <|end_of_text|>, <|eot_id|>
+  } else {
+    c.architecture = qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM";
+    c.rope_theta = 1000000.0;
+    c.bos_token_id = 256;
+    c.eos_token_ids = {258, 256};  // <|im_end|>, <|endoftext|>
+  }
+  ROTE_RETURN_IF_ERROR(ValidateModelConfig(c));
+  return c;
+}
+
+Status SynthesizeModel(const SynthOptions& o, const std::string& dir) {
+  ROTE_ASSIGN_OR_RETURN(ModelConfig c, SynthConfig(o));
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return FailedPrecondition(dir + ": cannot create directory: " + std::strerror(errno));
+  }
+  const bool llama = c.family == ModelFamily::kLlama;
+  Json cfg;
+  cfg["architectures"] = {c.architecture};
+  cfg["model_type"] = std::string(ModelFamilyName(c.family));
+  cfg["vocab_size"] = c.vocab_size;
+  cfg["hidden_size"] = c.hidden_size;
+  cfg["intermediate_size"] = c.intermediate_size;
+  cfg["num_hidden_layers"] = c.num_layers;
+  cfg["num_attention_heads"] = c.num_heads;
+  cfg["num_key_value_heads"] = c.num_kv_heads;
+  cfg["head_dim"] = c.head_dim;
+  cfg["max_position_embeddings"] = c.max_position_embeddings;
+  cfg["rope_theta"] = c.rope_theta;
+  cfg["rms_norm_eps"] = c.rms_norm_eps;
+  cfg["tie_word_embeddings"] = c.tie_word_embeddings;
+  cfg["hidden_act"] = "silu";
+  cfg["torch_dtype"] = c.dtype == DType::kBF16 ? "bfloat16" : c.dtype == DType::kF16 ? "float16" : "float32";
+  cfg["bos_token_id"] = c.bos_token_id;
+  cfg["eos_token_id"] = c.eos_token_ids[0];
+  if (llama) {
+    cfg["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", c.rope_scaling.factor},
+                           {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+    cfg["attention_bias"] = false;
+    cfg["mlp_bias"] = false;
+  } else {
+    cfg["rope_scaling"] = nullptr;
+    cfg["use_sliding_window"] = false;
+    if (c.family == ModelFamily::kQwen3) cfg["attention_bias"] = false;
+  }
+  ROTE_RETURN_IF_ERROR(WriteText(dir + "/config.json", cfg.dump(2) + "\n"));
+  Json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}, {"do_sample", false}};
+  ROTE_RETURN_IF_ERROR(WriteText(dir + "/generation_config.json", gen.dump(2) + "\n"));
+  ROTE_RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", TokenizerJson(c.family).dump(2) + "\n"));
+  Json tok_cfg = {{"add_bos_token", false},
+                  {"bos_token", llama ? Json("<|begin_of_text|>") : Json(nullptr)},
+                  {"eos_token", llama ? "<|eot_id|>" : "<|im_end|>"},
+                  {"model_max_length", c.max_position_embeddings},
+                  {"tokenizer_class", llama ? "PreTrainedTokenizerFast" : "Qwen2Tokenizer"}};
+  ROTE_RETURN_IF_ERROR(WriteText(dir + "/tokenizer_config.json", tok_cfg.dump(2) + "\n"));
+
+  // model.safetensors, streamed: header first, then each tensor generated and written.
+  const std::vector<Spec> specs = TensorSpecs(c);
+  const int elem = DTypeSize(c.dtype);
+  Json header = Json::object();
+  uint64_t offset = 0;
+  for (const Spec& s : specs) {
+    uint64_t n = 1;
+    for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
+    header[s.name] = {{"dtype", std::string(DTypeName(c.dtype))}, {"shape", s.shape},
+                      {"data_offsets", {offset, offset + n * elem}}};
+    offset += n * elem;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  const std::string path = dir + "/model.safetensors";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return FailedPrecondition(path + ": cannot create");
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  out.write(len, 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  std::vector<char> buf;
+  for (const Spec& s : specs) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    const uint64_t key = SplitMix64(o.seed ^ NameKey(s.name));
+    buf.resize(static_cast<size_t>(n) * elem);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = SynthValue(s, key, i);
+      if (c.dtype == DType::kF32) {
+        std::memcpy(buf.data() + 4 * i, &v, 4);
+      } else {
+        const uint16_t b = c.dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+        std::memcpy(buf.data() + 2 * i, &b, 2);
+      }
+    }
+    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+  }
+  out.close();
+  if (!out) return DataLoss(path + ": write failed");
+  return OkStatus();
+}
+
+}  // namespace rote::inference

@@ -1,0 +1,32 @@
+// Random-weight model directories in the published Hugging Face layout, for tests and
+// benchmarks: config.json, generation_config.json, model.safetensors (real safetensors),
+// tokenizer.json (a byte-level BPE: 256 byte tokens, no merges, the family's special tokens)
+// and tokenizer_config.json. Deterministic from the seed: the same options give the same bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "inference/model/config.h"
+#include "inference/status.h"
+
+namespace rote::inference {
+
+struct SynthOptions {
+  ModelFamily family = ModelFamily::kQwen2;
+  // "tiny" (2 layers, dim 64, head_dim 16, vocab 384), "small" (4 layers, dim 256,
+  // head_dim 64, vocab 1024), "0.5b" (Qwen2.5-0.5B / Qwen3-0.6B dimensions), "1.5b"
+  // (Qwen2.5-1.5B / Qwen3-1.7B dimensions). Llama uses the Qwen2.5 dimensions with Llama 3's
+  // vocabulary size, rope_theta and llama3 rope scaling.
+  std::string shape = "tiny";
+  DType dtype = DType::kBF16;
+  uint64_t seed = 0;
+};
+
+// The config a synthesized model of these options has.
+StatusOr<ModelConfig> SynthConfig(const SynthOptions& options);
+
+// Writes the model directory (created if needed; existing files of the same names replaced).
+Status SynthesizeModel(const SynthOptions& options, const std::string& out_dir);
+
+}  // namespace rote::inference

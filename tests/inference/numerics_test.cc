@@ -1,0 +1,211 @@
+// The exact profile's building blocks: exp accuracy and special values, exact conversions, the
+// AVX2 kernels equal to the scalar reference bit for bit, rote's own double functions, sha256.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "inference/cpu/kernels.h"
+#include "inference/numerics/canonical.h"
+#include "inference/numerics/rope.h"
+#include "inference/util/sha256.h"
+
+namespace rote::inference {
+namespace {
+
+using numerics::bits_from_float;
+
+int64_t UlpDistance(float a, float b) {
+  auto key = [](float f) {
+    const int32_t i = static_cast<int32_t>(bits_from_float(f));
+    return i < 0 ? static_cast<int64_t>(INT32_MIN) - i : static_cast<int64_t>(i);
+  };
+  return std::llabs(key(a) - key(b));
+}
+
+TEST(CanonicalExpTest, WithinTwoUlpOfCorrectlyRoundedExp) {
+  int64_t worst = 0;
+  for (float x = -103.0f; x < 88.7f; x += 0.0137f) {
+    const float want = static_cast<float>(std::exp(static_cast<double>(x)));
+    const float got = numerics::canonical_expf(x);
+    if (want < 1.2e-38f) continue;  // subnormal results are checked below
+    worst = std::max(worst, UlpDistance(got, want));
+  }
+  EXPECT_LE(worst, 2);
+}
+
+TEST(CanonicalExpTest, SpecialValues) {
+  EXPECT_EQ(numerics::canonical_expf(0.0f), 1.0f);
+  EXPECT_EQ(numerics::canonical_expf(-0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(numerics::canonical_expf(NAN)));
+  EXPECT_EQ(numerics::canonical_expf(INFINITY), INFINITY);
+  EXPECT_EQ(numerics::canonical_expf(89.0f), INFINITY);
+  EXPECT_EQ(numerics::canonical_expf(-INFINITY), 0.0f);
+  EXPECT_EQ(numerics::canonical_expf(-200.0f), 0.0f);
+  // Subnormal range: close to the true value (absolute error below one subnormal step).
+  const float sub = numerics::canonical_expf(-100.0f);
+  EXPECT_GT(sub, 0.0f);
+  EXPECT_NEAR(sub, std::exp(-100.0), 2e-45);
+  EXPECT_FLOAT_EQ(numerics::canonical_silu(1.0f), static_cast<float>(1.0 / (1.0 + std::exp(-1.0))));
+  EXPECT_EQ(numerics::canonical_silu(-200.0f), -0.0f);
+}
+
+TEST(ConversionTest, F16ToF32ExactForAllHalves) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const uint32_t s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    const float got = numerics::f16_to_f32(static_cast<uint16_t>(h));
+    if (e == 31) {
+      if (m == 0) {
+        EXPECT_TRUE(std::isinf(got)) << h;
+      } else {
+        EXPECT_TRUE(std::isnan(got)) << h;
+      }
+      continue;
+    }
+    const double mag = e == 0 ? std::ldexp(static_cast<double>(m), -24) : std::ldexp(1024.0 + m, static_cast<int>(e) - 25);
+    const double want = s ? -mag : mag;
+    ASSERT_EQ(static_cast<double>(got), want) << h;
+    ASSERT_EQ(std::signbit(got), s == 1) << h;
+  }
+}
+
+TEST(ConversionTest, Bf16IsTheTopHalf) {
+  EXPECT_EQ(numerics::bf16_to_f32(0x3f80), 1.0f);
+  EXPECT_EQ(numerics::bf16_to_f32(0xc000), -2.0f);
+  std::vector<uint16_t> src(37);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(0x3c00 + 97 * i);
+  std::vector<float> a(src.size()), b(src.size());
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    cpu::ConvertToF32(dt, src.data(), static_cast<int64_t>(src.size()), a.data(), false);
+    if (cpu::CpuHasAvx2Fma()) {
+      cpu::ConvertToF32(dt, src.data(), static_cast<int64_t>(src.size()), b.data(), true);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+    }
+  }
+}
+
+TEST(CanonicalDotTest, LaneAssignmentAndTreeAsDocumented) {
+  // 64 terms: lane l gets terms l and l + 32. Build the documented order by hand.
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  std::vector<float> a(70), b(70);
+  for (auto& v : a) v = d(rng) * 1000.0f;
+  for (auto& v : b) v = d(rng);
+  float acc[32] = {};
+  for (int i = 0; i < 70; ++i) acc[i % 32] = fmaf(a[i], b[i], acc[i % 32]);
+  for (int off = 16; off >= 1; off >>= 1)
+    for (int l = 0; l < off; ++l) acc[l] += acc[l + off];
+  EXPECT_EQ(bits_from_float(numerics::canonical_dot(a.data(), b.data(), 70)), bits_from_float(acc[0]));
+}
+
+TEST(CanonicalDotTest, Avx2EqualsScalarBitwise) {
+  if (!cpu::CpuHasAvx2Fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  int differs_from_sequential = 0;
+  for (int n = 0; n <= 300; ++n) {
+    std::vector<float> a(n), b(n);
+    for (auto& v : a) v = d(rng) * 100.0f;
+    for (auto& v : b) v = d(rng);
+    const float s = cpu::DotScalar(a.data(), b.data(), n);
+    const float v = cpu::DotAvx2(a.data(), b.data(), n);
+    ASSERT_EQ(bits_from_float(s), bits_from_float(v)) << "n=" << n;
+    if (bits_from_float(s) != bits_from_float(cpu::DotSequential(a.data(), b.data(), n))) ++differs_from_sequential;
+  }
+  // The orders really differ: otherwise the kernels' equality would prove nothing.
+  EXPECT_GT(differs_from_sequential, 100);
+}
+
+TEST(CanonicalDotTest, WeightedRowSumAvx2EqualsScalar) {
+  if (!cpu::CpuHasAvx2Fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (int d_len : {8, 16, 64, 128, 12}) {
+    for (int n : {1, 5, 31, 32, 33, 100, 257}) {
+      std::vector<float> w(n), rows(static_cast<size_t>(n) * d_len), scratch(32 * d_len), o1(d_len), o2(d_len);
+      std::vector<const float*> ptrs(n);
+      for (auto& v : w) v = d(rng);
+      for (auto& v : rows) v = d(rng);
+      for (int j = 0; j < n; ++j) ptrs[j] = rows.data() + static_cast<size_t>(j) * d_len;
+      cpu::WeightedRowSumScalar(w.data(), ptrs.data(), n, d_len, scratch.data(), o1.data());
+      cpu::WeightedRowSumAvx2(w.data(), ptrs.data(), n, d_len, scratch.data(), o2.data());
+      ASSERT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << "d=" << d_len << " n=" << n;
+      // And each output is the canonical dot of the weights with that column.
+      for (int x = 0; x < d_len; ++x) {
+        std::vector<float> col(n);
+        for (int j = 0; j < n; ++j) col[j] = ptrs[j][x];
+        ASSERT_EQ(bits_from_float(o1[x]), bits_from_float(numerics::canonical_dot(w.data(), col.data(), n)));
+      }
+    }
+  }
+}
+
+TEST(HostMathTest, RoteDoubleFunctionsAreAccurate) {
+  for (double x = -700; x < 700; x += 0.731) {
+    EXPECT_NEAR(numerics::rote_exp(x) / std::exp(x), 1.0, 4e-16) << x;
+  }
+  for (double x = 1e-300; x < 1e300; x *= 3.7) {
+    EXPECT_NEAR(numerics::rote_log(x), std::log(x), 4e-16 * std::max(1.0, std::fabs(std::log(x)))) << x;
+  }
+  for (double x = -2e5; x < 2e5; x += 97.3) {
+    double s, c;
+    numerics::rote_sincos(x, &s, &c);
+    EXPECT_NEAR(s, std::sin(x), 1e-12) << x;
+    EXPECT_NEAR(c, std::cos(x), 1e-12) << x;
+  }
+}
+
+TEST(HostMathTest, RopeInvFreqDefaultAndLlama3) {
+  ModelConfig c;
+  c.head_dim = 64;
+  c.rope_theta = 1000000.0;
+  std::vector<float> inv = numerics::RopeInvFreq(c);
+  ASSERT_EQ(inv.size(), 32u);
+  for (int i = 0; i < 32; ++i) {
+    const double want = std::pow(1000000.0, -(2.0 * i) / 64.0);
+    EXPECT_NEAR(inv[i], want, want * 6e-8) << i;
+  }
+  c.rope_theta = 500000.0;
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  c.rope_scaling.factor = 32;
+  inv = numerics::RopeInvFreq(c);
+  const double pi = 3.141592653589793;
+  for (int i = 0; i < 32; ++i) {
+    const double base = std::pow(500000.0, -(2.0 * i) / 64.0);
+    const double wavelen = 2 * pi / base;
+    double want = base;
+    if (wavelen > 8192.0) {
+      want = base / 32;
+    } else if (wavelen >= 2048.0) {
+      const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+      want = (1 - smooth) * base / 32 + smooth * base;
+    }
+    EXPECT_NEAR(inv[i], want, want * 1.2e-7) << i;
+  }
+  numerics::RopeTable t = numerics::BuildRopeTable(c, 100);
+  EXPECT_EQ(t.cos[0], 1.0f);
+  EXPECT_EQ(t.sin[0], 0.0f);
+  EXPECT_NEAR(t.cos[99 * 32 + 0], std::cos(99.0), 1e-6);
+}
+
+TEST(Sha256Test, StandardVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 h;
+  const std::string a(1000, 'a');
+  for (int i = 0; i < 1000; ++i) h.Update(a.data(), 1000);
+  EXPECT_EQ(h.FinishHex(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // Split updates equal one update.
+  Sha256 s1, s2;
+  const std::string text = "The quick brown fox jumps over the lazy dog, many times over. 0123456789";
+  s1.Update(text);
+  for (char ch : text) s2.Update(&ch, 1);
+  EXPECT_EQ(s1.FinishHex(), s2.FinishHex());
+}
+
+}  // namespace
+}  // namespace rote::inference
