@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "grpc/health/v1/health.pb.h"                   // health descriptors, for reflection
 #include "grpcpp/ext/proto_server_reflection_plugin.h"  // server reflection
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"      // the standard health service
@@ -118,6 +119,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   deps.auth = &state->auth;
   state->services = MakeServices(deps);
 
+  // grpc++'s health service does not use the protobuf descriptor pool; touch ours so that
+  // reflection can describe grpc.health.v1 from any binary that embeds the server.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
