@@ -1,0 +1,147 @@
+// rote-sandbox-worker: executes function artifacts for WorkerPool, one batch per request,
+// on the socket it gets as stdin/stdout. After start-up it can do nothing but read and write
+// that socket and manage its own memory: a seccomp filter kills it on any other system call.
+//
+//   rote-sandbox-worker [--address-space BYTES] [--cpu-seconds N]
+#include <fcntl.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "sandbox/lua_runtime.h"
+#include "sandbox/worker_protocol.h"
+
+namespace {
+
+namespace proto = rote::sandbox::protocol;
+
+void Die(const char* what) {
+  // stderr is /dev/null under the pool; the exit code tells the parent.
+  (void)!write(2, what, strlen(what));
+  _exit(70);
+}
+
+bool ReadFull(int fd, char* buf, size_t n) {
+  while (n > 0) {
+    ssize_t r = read(fd, buf, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    buf += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool WriteFull(int fd, const char* buf, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, buf, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    buf += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+void SetLimit(int resource, rlim_t value) {
+  struct rlimit rl{value, value};
+  if (setrlimit(resource, &rl) != 0) Die("setrlimit failed\n");
+}
+
+void InstallSeccomp() {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_KILL_PROCESS);
+  if (ctx == nullptr) Die("seccomp_init failed\n");
+  auto allow = [&](int nr) {
+    if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0) != 0) Die("seccomp_rule_add failed\n");
+  };
+  // I/O only on the request socket (0 in, 1 out) and stderr.
+  if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(read), 1, SCMP_A0(SCMP_CMP_EQ, 0)) != 0 ||
+      seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(write), 1, SCMP_A0(SCMP_CMP_EQ, 1)) != 0 ||
+      seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(write), 1, SCMP_A0(SCMP_CMP_EQ, 2)) != 0) {
+    Die("seccomp_rule_add failed\n");
+  }
+  // Memory management for malloc; never executable mappings.
+  allow(SCMP_SYS(brk));
+  allow(SCMP_SYS(munmap));
+  allow(SCMP_SYS(mremap));
+  allow(SCMP_SYS(madvise));
+  if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)) != 0) {
+    Die("seccomp_rule_add failed\n");
+  }
+  allow(SCMP_SYS(exit_group));
+  allow(SCMP_SYS(exit));
+  allow(SCMP_SYS(rt_sigreturn));
+  allow(SCMP_SYS(futex));
+  allow(SCMP_SYS(clock_gettime));
+  if (seccomp_load(ctx) != 0) Die("seccomp_load failed\n");
+  seccomp_release(ctx);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rlim_t address_space = 2ull << 30;
+  rlim_t cpu_seconds = 600;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--address-space") address_space = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (flag == "--cpu-seconds") cpu_seconds = std::strtoull(argv[i + 1], nullptr, 10);
+    else Die("unknown flag\n");
+  }
+  // Die with the server, never outlive it; no core dumps, no ptrace by others.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1) _exit(0);
+  prctl(PR_SET_DUMPABLE, 0);
+  // Whatever the parent leaked without O_CLOEXEC: only 0, 1, 2 stay open.
+  syscall(SYS_close_range, 3u, ~0u, 0u);
+
+  SetLimit(RLIMIT_AS, address_space);
+  SetLimit(RLIMIT_CPU, cpu_seconds);
+  SetLimit(RLIMIT_CORE, 0);
+  SetLimit(RLIMIT_FSIZE, 0);
+  SetLimit(RLIMIT_NOFILE, 3);
+  SetLimit(RLIMIT_NPROC, 0);
+
+  // Warm up before the filter: the C locale object, the allocator, the Lua library pages.
+  {
+    auto warm = rote::sandbox::RunFunctionArtifact("return function(x) return x end", "warmup.lua",
+                                                   {rote::sandbox::Value::Int(1)}, {});
+    if (!warm.ok() || !(*warm)[0].status.ok()) Die("warm-up failed\n");
+  }
+  InstallSeccomp();
+
+  while (true) {
+    char header[8];
+    if (!ReadFull(0, header, sizeof header)) _exit(0);  // parent closed the socket
+    uint64_t len = 0;
+    for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<unsigned char>(header[i])) << (8 * i);
+    if (len > proto::kMaxMessageBytes) Die("request too large\n");
+    std::string payload(len, '\0');
+    if (!ReadFull(0, payload.data(), len)) _exit(0);
+    proto::Response response;
+    auto request = proto::DecodeRequest(payload);
+    payload.clear();
+    payload.shrink_to_fit();
+    if (!request.ok()) {
+      response.batch_status = request.status();
+    } else {
+      auto results = rote::sandbox::RunFunctionArtifact(request->source, request->chunkname, request->inputs,
+                                                        request->limits);
+      if (results.ok()) response.results = *std::move(results);
+      else response.batch_status = results.status();
+    }
+    std::string out = proto::EncodeResponse(response);
+    char out_header[8];
+    for (int i = 0; i < 8; ++i) out_header[i] = static_cast<char>(static_cast<uint64_t>(out.size()) >> (8 * i));
+    if (!WriteFull(1, out_header, sizeof out_header) || !WriteFull(1, out.data(), out.size())) _exit(0);
+  }
+}

@@ -1,0 +1,231 @@
+#include "sandbox/worker_protocol.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace rote::sandbox::protocol {
+namespace {
+
+enum Tag : uint8_t { kNil = 0, kFalse = 1, kTrue = 2, kInt = 3, kFloat = 4, kString = 5, kArray = 6, kMap = 7 };
+
+void PutU8(std::string& out, uint8_t v) { out.push_back(static_cast<char>(v)); }
+void PutU32(std::string& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+void PutBytes(std::string& out, std::string_view s) {
+  PutU64(out, s.size());
+  out.append(s);
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string_view s) : s_(s) {}
+  bool U8(uint8_t* v) {
+    if (pos_ + 1 > s_.size()) return false;
+    *v = static_cast<uint8_t>(s_[pos_++]);
+    return true;
+  }
+  bool U32(uint32_t* v) {
+    if (pos_ + 4 > s_.size()) return false;
+    *v = 0;
+    for (int i = 0; i < 4; ++i) *v |= static_cast<uint32_t>(static_cast<uint8_t>(s_[pos_ + i])) << (8 * i);
+    pos_ += 4;
+    return true;
+  }
+  bool U64(uint64_t* v) {
+    if (pos_ + 8 > s_.size()) return false;
+    *v = 0;
+    for (int i = 0; i < 8; ++i) *v |= static_cast<uint64_t>(static_cast<uint8_t>(s_[pos_ + i])) << (8 * i);
+    pos_ += 8;
+    return true;
+  }
+  bool Bytes(std::string* out) {
+    uint64_t n;
+    if (!U64(&n) || n > s_.size() - pos_) return false;
+    out->assign(s_.substr(pos_, n));
+    pos_ += n;
+    return true;
+  }
+  bool Value(rote::sandbox::Value* out, int depth) {
+    if (depth > kMaxJsonDepth) return false;
+    uint8_t tag;
+    if (!U8(&tag)) return false;
+    switch (tag) {
+      case kNil: *out = Value::Nil(); return true;
+      case kFalse: *out = Value::Bool(false); return true;
+      case kTrue: *out = Value::Bool(true); return true;
+      case kInt: {
+        uint64_t u;
+        if (!U64(&u)) return false;
+        *out = Value::Int(static_cast<int64_t>(u));
+        return true;
+      }
+      case kFloat: {
+        uint64_t u;
+        if (!U64(&u)) return false;
+        double d;
+        std::memcpy(&d, &u, sizeof d);
+        *out = Value::Float(d);
+        return true;
+      }
+      case kString: {
+        std::string s;
+        if (!Bytes(&s)) return false;
+        *out = Value::String(std::move(s));
+        return true;
+      }
+      case kArray: {
+        uint64_t n;
+        // Each element takes at least one byte: a count beyond the remaining bytes is a lie.
+        if (!U64(&n) || n > s_.size() - pos_) return false;
+        Array a;
+        a.reserve(n);
+        for (uint64_t i = 0; i < n; ++i) {
+          rote::sandbox::Value e;
+          if (!Value(&e, depth + 1)) return false;
+          a.push_back(std::move(e));
+        }
+        *out = Value::FromArray(std::move(a));
+        return true;
+      }
+      case kMap: {
+        uint64_t n;
+        if (!U64(&n) || n > s_.size() - pos_) return false;
+        Map m;
+        for (uint64_t i = 0; i < n; ++i) {
+          std::string k;
+          rote::sandbox::Value e;
+          if (!Bytes(&k) || !Value(&e, depth + 1)) return false;
+          m.emplace(std::move(k), std::move(e));
+        }
+        *out = Value::FromMap(std::move(m));
+        return true;
+      }
+      default: return false;
+    }
+  }
+  bool AtEnd() const { return pos_ == s_.size(); }
+
+ private:
+  std::string_view s_;
+  size_t pos_ = 0;
+};
+
+void PutStatus(std::string& out, const absl::Status& s) {
+  PutU32(out, static_cast<uint32_t>(s.code()));
+  PutBytes(out, std::string_view(s.message().data(), s.message().size()));
+}
+
+bool GetStatus(Reader& r, absl::Status* s) {
+  uint32_t code;
+  std::string msg;
+  if (!r.U32(&code) || !r.Bytes(&msg) || code > 16) return false;
+  *s = absl::Status(static_cast<absl::StatusCode>(code), msg);
+  return true;
+}
+
+}  // namespace
+
+void EncodeValue(const Value& v, std::string& out) {
+  switch (v.kind()) {
+    case Value::Kind::kNil: PutU8(out, kNil); return;
+    case Value::Kind::kBool: PutU8(out, v.as_bool() ? kTrue : kFalse); return;
+    case Value::Kind::kInt: PutU8(out, kInt); PutU64(out, static_cast<uint64_t>(v.as_int())); return;
+    case Value::Kind::kFloat: {
+      PutU8(out, kFloat);
+      double d = v.as_float();
+      uint64_t u;
+      std::memcpy(&u, &d, sizeof u);
+      PutU64(out, u);
+      return;
+    }
+    case Value::Kind::kString: PutU8(out, kString); PutBytes(out, v.as_string()); return;
+    case Value::Kind::kArray:
+      PutU8(out, kArray);
+      PutU64(out, v.as_array().size());
+      for (const Value& e : v.as_array()) EncodeValue(e, out);
+      return;
+    case Value::Kind::kMap:
+      PutU8(out, kMap);
+      PutU64(out, v.as_map().size());
+      for (const auto& [k, e] : v.as_map()) {
+        PutBytes(out, k);
+        EncodeValue(e, out);
+      }
+      return;
+  }
+}
+
+std::string EncodeRequest(const Request& r) {
+  std::string out;
+  PutU32(out, kRequestMagic);
+  PutU64(out, r.limits.max_instructions);
+  PutU64(out, r.limits.max_memory_bytes);
+  PutU64(out, r.limits.max_output_bytes);
+  PutBytes(out, r.chunkname);
+  PutBytes(out, r.source);
+  PutU64(out, r.inputs.size());
+  for (const Value& v : r.inputs) EncodeValue(v, out);
+  return out;
+}
+
+absl::StatusOr<Request> DecodeRequest(std::string_view payload) {
+  Reader rd(payload);
+  Request r;
+  uint32_t magic;
+  uint64_t n;
+  if (!rd.U32(&magic) || magic != kRequestMagic || !rd.U64(&r.limits.max_instructions) ||
+      !rd.U64(&r.limits.max_memory_bytes) || !rd.U64(&r.limits.max_output_bytes) ||
+      !rd.Bytes(&r.chunkname) || !rd.Bytes(&r.source) || !rd.U64(&n) || n > payload.size()) {
+    return absl::InvalidArgumentError("malformed worker request header");
+  }
+  r.inputs.resize(n);
+  for (auto& v : r.inputs) {
+    if (!rd.Value(&v, 0)) return absl::InvalidArgumentError("malformed worker request value");
+  }
+  if (!rd.AtEnd()) return absl::InvalidArgumentError("trailing bytes in worker request");
+  return r;
+}
+
+std::string EncodeResponse(const Response& r) {
+  std::string out;
+  PutU32(out, kResponseMagic);
+  PutStatus(out, r.batch_status);
+  PutU64(out, r.results.size());
+  for (const CallResult& c : r.results) {
+    PutStatus(out, c.status);
+    EncodeValue(c.value, out);
+    PutBytes(out, c.output);
+    PutU64(out, c.usage.instructions);
+    PutU64(out, c.usage.peak_memory_bytes);
+    PutU64(out, c.usage.output_bytes);
+  }
+  return out;
+}
+
+absl::StatusOr<Response> DecodeResponse(std::string_view payload) {
+  Reader rd(payload);
+  Response r;
+  uint32_t magic;
+  uint64_t n;
+  if (!rd.U32(&magic) || magic != kResponseMagic || !GetStatus(rd, &r.batch_status) || !rd.U64(&n) ||
+      n > payload.size()) {
+    return absl::DataLossError("malformed worker response header");
+  }
+  r.results.resize(n);
+  for (auto& c : r.results) {
+    if (!GetStatus(rd, &c.status) || !rd.Value(&c.value, 0) || !rd.Bytes(&c.output) ||
+        !rd.U64(&c.usage.instructions) || !rd.U64(&c.usage.peak_memory_bytes) ||
+        !rd.U64(&c.usage.output_bytes)) {
+      return absl::DataLossError("malformed worker response");
+    }
+  }
+  if (!rd.AtEnd()) return absl::DataLossError("trailing bytes in worker response");
+  return r;
+}
+
+}  // namespace rote::sandbox::protocol

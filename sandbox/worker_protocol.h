@@ -1,0 +1,41 @@
+// Wire format between WorkerPool and rote-sandbox-worker over a Unix stream socket.
+// Every message is a u64 little-endian length followed by that many bytes of payload. Values
+// travel in a lossless binary encoding (canonical JSON cannot carry arbitrary bytes), and the
+// parent decodes everything a worker sends as untrusted input: bounds-checked, depth-limited.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sandbox/lua_runtime.h"
+#include "sandbox/value.h"
+
+namespace rote::sandbox::protocol {
+
+inline constexpr uint32_t kRequestMagic = 0x31515352;   // "RSQ1"
+inline constexpr uint32_t kResponseMagic = 0x31505352;  // "RSP1"
+// A message larger than this is refused by both sides.
+inline constexpr uint64_t kMaxMessageBytes = 1ull << 31;
+
+struct Request {
+  std::string chunkname;
+  std::string source;
+  Limits limits;
+  std::vector<Value> inputs;
+};
+
+struct Response {
+  absl::Status batch_status;  // compile errors: apply to the whole batch
+  std::vector<CallResult> results;
+};
+
+void EncodeValue(const Value& v, std::string& out);
+std::string EncodeRequest(const Request& r);
+absl::StatusOr<Request> DecodeRequest(std::string_view payload);
+std::string EncodeResponse(const Response& r);
+absl::StatusOr<Response> DecodeResponse(std::string_view payload);
+
+}  // namespace rote::sandbox::protocol
