@@ -100,7 +100,7 @@ void StatusOr<T>::Check() const {
 #define ROTE_CONCAT_(a, b) ROTE_CONCAT_INNER_(a, b)
 // ROTE_ASSIGN_OR_RETURN(auto x, Foo()); returns Foo()'s status on error.
 #define ROTE_ASSIGN_OR_RETURN(lhs, expr) \
-  ROTE_ASSIGN_OR_RETURN_IMPL_(ROTE_CONCAT_(rote_statusor_, __LINE__), lhs, expr)
+  ROTE_ASSIGN_OR_RETURN_IMPL_(ROTE_CONCAT_(rote_statusor_, __COUNTER__), lhs, expr)
 #define ROTE_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                \
   if (!tmp.ok()) return tmp.status();               \
