@@ -1,14 +1,107 @@
-// Placeholder until the module behind `rote regex` lands; says so rather than pretending.
+// rote regex find: RE2 matches with the sandbox's pinned options, one per line.
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/flags.h"
+#include "sandbox/regex.h"
 
 namespace rote::cli {
+namespace {
 
-int CmdRegex(const Args&) {
-  std::cerr << "rote regex: not built yet: needs the sandbox (sandbox/)\n";
-  return kExitInternal;
+constexpr const char* kUsage = R"(usage: rote regex find PATTERN [FILE] [options]
+
+Prints every leftmost non-overlapping match of the RE2 PATTERN in FILE (or stdin), one per
+line, with the options rote pins for pattern artifacts. Unsupported syntax (backreferences,
+lookaround, atomic groups, possessive quantifiers, ...) is an error naming the construct and
+its byte offset.
+
+options:
+  --ignore-case          case-insensitive matching
+  --dot-nl               '.' also matches newline
+  --longest              leftmost-longest instead of leftmost-first
+  --literal              PATTERN is a literal string
+  --max-memory BYTES     RE2 memory budget (default 8388608)
+  --named                print one canonical JSON record of the named groups per match
+  --options              print the options' canonical JSON and exit
+  -h, --help             this text
+
+exit codes: 0 at least one match; 1 no match; 2 bad command line; 6 invalid or
+unsupported pattern.
+)";
+
+}  // namespace
+
+int CmdRegex(const Args& args) {
+  FlagSpec spec{{"max-memory"}, {"help", "ignore-case", "dot-nl", "longest", "literal", "named", "options"}};
+  auto flags = ParseFlags(args, spec);
+  if (!flags.ok()) {
+    std::cerr << "rote regex: " << flags.status().message() << "\n" << kUsage;
+    return kExitUsage;
+  }
+  if (flags->Has("help")) {
+    std::cout << kUsage;
+    return kExitOk;
+  }
+  sandbox::RegexOptions options;
+  options.case_insensitive = flags->Has("ignore-case");
+  options.dot_matches_newline = flags->Has("dot-nl");
+  options.longest_match = flags->Has("longest");
+  options.literal = flags->Has("literal");
+  if (auto mem = flags->Get("max-memory")) {
+    try {
+      options.max_memory_bytes = std::stoll(*mem);
+    } catch (...) {
+      std::cerr << "rote regex: --max-memory must be an integer\n";
+      return kExitUsage;
+    }
+  }
+  if (flags->Has("options")) {
+    std::cout << options.CanonicalJson() << "\n";
+    return kExitOk;
+  }
+  const auto& pos = flags->positionals;
+  if (pos.size() < 2 || pos.size() > 3 || pos[0] != "find") {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  auto re = sandbox::Re2Matcher::Compile(pos[1], options);
+  if (!re.ok()) {
+    std::cerr << "rote regex: " << re.status().message() << "\n";
+    return kExitInvalid;
+  }
+  std::string text;
+  if (pos.size() == 3) {
+    std::ifstream in(pos[2], std::ios::binary);
+    if (!in) {
+      std::cerr << "rote regex: cannot read " << pos[2] << "\n";
+      return kExitUsage;
+    }
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else {
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  }
+  size_t count = 0;
+  if (flags->Has("named")) {
+    sandbox::Value records = re->NamedCaptures(text);
+    for (const sandbox::Value& rec : records.as_array()) {
+      auto json = sandbox::CanonicalJson(rec);
+      std::cout << (json.ok() ? *json : "error: " + std::string(json.status().message())) << "\n";
+      ++count;
+    }
+  } else {
+    std::string out;
+    re->ForEachMatch(text, [&](size_t off, size_t len) {
+      out.append(text, off, len);
+      out += '\n';
+      ++count;
+    });
+    std::cout << out;
+  }
+  return count > 0 ? kExitOk : kExitFailure;
 }
 
 }  // namespace rote::cli

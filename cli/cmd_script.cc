@@ -1,14 +1,150 @@
-// Placeholder until the module behind `rote script` lands; says so rather than pretending.
+// rote script run: runs a Lua function artifact exactly as generated code runs in the server
+// (a rote-sandbox-worker process under seccomp, the deterministic profile, the same limits).
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/flags.h"
+#include "sandbox/lua_runtime.h"
+#include "sandbox/value.h"
+#include "sandbox/worker_pool.h"
 
 namespace rote::cli {
+namespace {
 
-int CmdScript(const Args&) {
-  std::cerr << "rote script: not built yet: needs the sandbox (sandbox/)\n";
-  return kExitInternal;
+constexpr const char* kUsage = R"(usage: rote script run FILE.lua [--input JSON | --input-file PATH] [options]
+
+Runs a Lua function artifact: a chunk that returns a function. The function is called with
+the input value and its result is printed as canonical JSON on stdout; what the script
+prints goes to stderr. By default it runs in a sandbox worker process, exactly as generated
+code runs in the server.
+
+options:
+  --input JSON           the input value (default: null)
+  --input-file PATH      read the input value from a JSON file
+  --max-instructions N   instruction budget (default 100000000)
+  --max-memory BYTES     Lua heap budget (default 67108864)
+  --max-output BYTES     print budget (default 1048576)
+  --deadline-ms MS       wall-clock safety net (default 30000)
+  --in-process           run in this process with the same profile instead of a worker
+  --worker PATH          the rote-sandbox-worker executable
+  -h, --help             this text
+
+exit codes: 0 result printed; 1 the script failed or hit a limit; 2 bad command line;
+6 compile error or a result that has no JSON form; 8 sandbox infrastructure failure
+(deadline, crashed worker).
+)";
+
+int ExitCodeFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk: return kExitOk;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kResourceExhausted: return kExitFailure;
+    case absl::StatusCode::kInvalidArgument: return kExitInvalid;
+    default: return kExitInternal;
+  }
+}
+
+bool ParseCount(const ParsedFlags& f, const char* name, uint64_t* out) {
+  auto v = f.Get(name);
+  if (!v) return true;
+  try {
+    size_t used = 0;
+    *out = std::stoull(*v, &used);
+    return used == v->size();
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+int CmdScript(const Args& args) {
+  FlagSpec spec{{"input", "input-file", "max-instructions", "max-memory", "max-output", "deadline-ms", "worker"},
+                {"help", "in-process"}};
+  auto flags = ParseFlags(args, spec);
+  if (!flags.ok()) {
+    std::cerr << "rote script: " << flags.status().message() << "\n" << kUsage;
+    return kExitUsage;
+  }
+  if (flags->Has("help")) {
+    std::cout << kUsage;
+    return kExitOk;
+  }
+  if (flags->positionals.size() != 2 || flags->positionals[0] != "run") {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  const std::string& path = flags->positionals[1];
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    std::cerr << "rote script: cannot read " << path << "\n";
+    return kExitUsage;
+  }
+  std::stringstream source;
+  source << file.rdbuf();
+
+  std::string input_text = flags->GetOr("input", "null");
+  if (auto input_file = flags->Get("input-file")) {
+    std::ifstream in(*input_file, std::ios::binary);
+    if (!in) {
+      std::cerr << "rote script: cannot read " << *input_file << "\n";
+      return kExitUsage;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    input_text = ss.str();
+  }
+  auto input = sandbox::ParseJson(input_text);
+  if (!input.ok()) {
+    std::cerr << "rote script: --input: " << input.status().message() << "\n";
+    return kExitUsage;
+  }
+  sandbox::Limits limits;
+  uint64_t deadline_ms = 30'000;
+  if (!ParseCount(*flags, "max-instructions", &limits.max_instructions) ||
+      !ParseCount(*flags, "max-memory", &limits.max_memory_bytes) ||
+      !ParseCount(*flags, "max-output", &limits.max_output_bytes) || !ParseCount(*flags, "deadline-ms", &deadline_ms)) {
+    std::cerr << "rote script: limits must be non-negative integers\n";
+    return kExitUsage;
+  }
+  std::string chunkname = path.substr(path.find_last_of('/') + 1);
+  auto deadline = std::chrono::milliseconds(deadline_ms);
+
+  absl::StatusOr<std::vector<sandbox::CallResult>> results;
+  if (flags->Has("in-process")) {
+    results = sandbox::RunFunctionArtifact(source.str(), chunkname, {*input}, limits,
+                                           sandbox::LuaState::Clock::now() + deadline);
+  } else {
+    sandbox::WorkerPoolOptions options;
+    options.num_workers = 1;
+    options.worker_path = flags->GetOr("worker", "");
+    auto pool = sandbox::WorkerPool::Start(options);
+    if (!pool.ok()) {
+      std::cerr << "rote script: " << pool.status().message() << "\n";
+      return kExitInternal;
+    }
+    results = (*pool)->Call(source.str(), chunkname, {*input}, limits, deadline);
+  }
+  if (!results.ok()) {
+    std::cerr << "error: " << results.status().message() << "\n";
+    return ExitCodeFor(results.status());
+  }
+  const sandbox::CallResult& r = results->front();
+  std::cerr << r.output;
+  if (!r.status.ok()) {
+    std::cerr << "error: " << r.status.message() << "\n";
+    return ExitCodeFor(r.status);
+  }
+  auto json = sandbox::CanonicalJson(r.value);
+  if (!json.ok()) {
+    std::cerr << "error: result: " << json.status().message() << "\n";
+    return kExitInvalid;
+  }
+  std::cout << *json << "\n";
+  return kExitOk;
 }
 
 }  // namespace rote::cli
