@@ -222,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaSynthTest,
                                            SynthCase{"llama_f32", ModelFamily::kLlama, DType::kF32},
                                            SynthCase{"qwen3_f16", ModelFamily::kQwen3, DType::kF16},
                                            SynthCase{"qwen3_bf16", ModelFamily::kQwen3, DType::kBF16}),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const ::testing::TestParamInfo<SynthCase>& p) { return std::string(p.param.name); });
 
 std::shared_ptr<const Model> InvarianceModel() {
   SynthSpec s;

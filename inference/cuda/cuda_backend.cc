@@ -1,0 +1,594 @@
+// The CUDA backend. One stream; every step uploads its metadata (tokens, positions, block
+// tables) in one copy, runs six kernels per layer, and copies the requested logits (or greedy
+// tokens) back. Decode steps of the same shape replay one captured graph.
+#include "inference/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>  // device memory, streams, graphs
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "inference/cuda/check.h"
+#include "inference/cuda/kernels.h"
+#include "inference/numerics/rope.h"
+
+namespace rote::inference {
+namespace {
+
+using cuda::AttentionShape;
+using cuda::DeviceMatrix;
+using cuda::LayerKv;
+using cuda::LinearArgs;
+using cuda::LinearEpilogue;
+using cuda::StepTokens;
+using cuda::WeightType;
+
+WeightType ToWeightType(DType d) {
+  switch (d) {
+    case DType::kBF16:
+      return WeightType::kBF16;
+    case DType::kF16:
+      return WeightType::kF16;
+    case DType::kF32:
+      return WeightType::kF32;
+  }
+  return WeightType::kF32;
+}
+
+int WeightTypeSize(WeightType t) { return t == WeightType::kF32 ? 4 : 2; }
+
+// Device allocation owned by the backend.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { Reset(); }
+  Status Allocate(size_t bytes) {
+    Reset();
+    if (bytes == 0) return OkStatus();
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr_, bytes));
+    bytes_ = bytes;
+    return OkStatus();
+  }
+  void Reset() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// One source matrix of a fused upload: its rows go to dst rows first_row + i * row_step.
+struct MatrixPart {
+  const TensorView* view;
+  int64_t first_row;
+  int64_t row_step;
+};
+
+struct DeviceLayer {
+  DeviceMatrix wqkv, wo, wgu, wdown;
+  const float* bqkv = nullptr;
+  const float* attn_norm = nullptr;
+  const float* mlp_norm = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+};
+
+struct GraphKey {
+  int32_t tokens;
+  int32_t context_bucket;
+  bool greedy;
+  bool operator<(const GraphKey& o) const {
+    return std::tie(tokens, context_bucket, greedy) < std::tie(o.tokens, o.context_bucket, o.greedy);
+  }
+};
+
+class CudaBackendImpl final : public CudaBackend {
+ public:
+  CudaBackendImpl(std::shared_ptr<const Model> model, const CudaBackendOptions& options)
+      : model_(std::move(model)), options_(options), config_(model_->config()) {}
+
+  ~CudaBackendImpl() override {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
+    if (host_out_ != nullptr) cudaFreeHost(host_out_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status Init() {
+    ROTE_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+    cudaDeviceProp prop{};
+    ROTE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device));
+    device_name_ = "cuda:" + std::to_string(options_.device) + " " + prop.name;
+    ROTE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+
+    const ModelConfig& c = config_;
+    if (c.head_dim > 256 || c.head_dim % 8 != 0)
+      return InvalidArgument("CUDA backend: head_dim " + std::to_string(c.head_dim) +
+                             " unsupported (needs a multiple of 8, at most 256)");
+    max_positions_ = options_.max_positions > 0 ? options_.max_positions
+                                                : std::min<int32_t>(c.max_position_embeddings, 32768);
+    if (max_positions_ <= 0) max_positions_ = 32768;
+    if (cuda::AttentionSharedBytes(max_positions_) > static_cast<int64_t>(prop.sharedMemPerBlockOptin) - 4096)
+      return InvalidArgument("CUDA backend: max_positions " + std::to_string(max_positions_) +
+                             " exceeds what attention holds in shared memory on " + prop.name);
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::PrepareAttention(max_positions_));
+
+    const ModelWeights& w = model_->weights();
+    const int64_t dim = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hidden = c.intermediate_size;
+    layers_.resize(c.num_layers);
+    for (int32_t i = 0; i < c.num_layers; ++i) {
+      const LayerWeights& lw = w.layers[i];
+      DeviceLayer& dl = layers_[i];
+      auto r = UploadMatrix({{&lw.wq, 0, 1}, {&lw.wk, q_dim, 1}, {&lw.wv, q_dim + kv_dim, 1}}, q_dim + 2 * kv_dim,
+                            dim);
+      if (!r.ok()) return r.status();
+      dl.wqkv = *r;
+      r = UploadMatrix({{&lw.wo, 0, 1}}, dim, q_dim);
+      if (!r.ok()) return r.status();
+      dl.wo = *r;
+      // gate row n -> 2n, up row n -> 2n + 1: one warp holds both for the SiLU epilogue.
+      r = UploadMatrix({{&lw.w_gate, 0, 2}, {&lw.w_up, 1, 2}}, 2 * hidden, dim);
+      if (!r.ok()) return r.status();
+      dl.wgu = *r;
+      r = UploadMatrix({{&lw.w_down, 0, 1}}, dim, hidden);
+      if (!r.ok()) return r.status();
+      dl.wdown = *r;
+      if (lw.bq.present()) {
+        auto b = UploadVector({&lw.bq, &lw.bk, &lw.bv});
+        if (!b.ok()) return b.status();
+        dl.bqkv = *b;
+      }
+      auto v = UploadVector({&lw.attn_norm});
+      if (!v.ok()) return v.status();
+      dl.attn_norm = *v;
+      v = UploadVector({&lw.mlp_norm});
+      if (!v.ok()) return v.status();
+      dl.mlp_norm = *v;
+      if (lw.q_norm.present()) {
+        v = UploadVector({&lw.q_norm});
+        if (!v.ok()) return v.status();
+        dl.q_norm = *v;
+        v = UploadVector({&lw.k_norm});
+        if (!v.ok()) return v.status();
+        dl.k_norm = *v;
+      }
+    }
+    auto e = UploadMatrix({{&w.embed, 0, 1}}, c.vocab_size, dim);
+    if (!e.ok()) return e.status();
+    embed_ = *e;
+    if (w.lm_head.data == w.embed.data) {
+      lm_head_ = embed_;
+    } else {
+      auto l = UploadMatrix({{&w.lm_head, 0, 1}}, c.vocab_size, dim);
+      if (!l.ok()) return l.status();
+      lm_head_ = *l;
+    }
+    auto fn = UploadVector({&w.final_norm});
+    if (!fn.ok()) return fn.status();
+    final_norm_ = *fn;
+
+    const numerics::RopeTable rope = numerics::BuildRopeTable(c, max_positions_);
+    auto rc = UploadFloats(rope.cos);
+    if (!rc.ok()) return rc.status();
+    rope_cos_ = *rc;
+    auto rs = UploadFloats(rope.sin);
+    if (!rs.ok()) return rs.status();
+    rope_sin_ = *rs;
+    scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    return OkStatus();
+  }
+
+  std::string device() const override { return device_name_; }
+
+  int64_t KvBytesPerBlock() const override {
+    return 2 * static_cast<int64_t>(config_.num_layers) * kKvBlockSize * config_.kv_dim() * 4;
+  }
+
+  int64_t WeightBytes() const override { return weight_bytes_; }
+
+  int32_t KvBlocksForFreeMemory(int64_t max_kv_bytes, int64_t reserve_bytes) const override {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
+    int64_t usable = static_cast<int64_t>(free_bytes) + static_cast<int64_t>(kv_.bytes()) - reserve_bytes;
+    if (max_kv_bytes > 0) usable = std::min(usable, max_kv_bytes);
+    if (usable <= 0) return 0;
+    return static_cast<int32_t>(std::min<int64_t>(usable / KvBytesPerBlock(), 1 << 30));
+  }
+
+  Status AllocateKvCache(int32_t num_blocks) override {
+    if (num_blocks <= 0) return InvalidArgument("AllocateKvCache: num_blocks must be positive");
+    DropGraphs();
+    kv_.Reset();
+    ROTE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    Status s = kv_.Allocate(static_cast<size_t>(num_blocks) * KvBytesPerBlock());
+    if (!s.ok())
+      return ResourceExhausted("CUDA backend: no room for " + std::to_string(num_blocks) + " KV blocks (" +
+                               std::to_string(static_cast<int64_t>(num_blocks) * KvBytesPerBlock()) +
+                               " bytes): " + s.message());
+    num_blocks_ = num_blocks;
+    return OkStatus();
+  }
+
+  Status Forward(const BatchPlan& plan, std::vector<float>* logits) override {
+    Status s = Step(plan, /*greedy=*/false);
+    if (!s.ok()) return s;
+    const size_t n = static_cast<size_t>(num_logit_rows_) * config_.vocab_size;
+    logits->resize(n);
+    if (n > 0) std::memcpy(logits->data(), host_out_, n * sizeof(float));
+    return OkStatus();
+  }
+
+  Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
+    Status s = Step(plan, /*greedy=*/true);
+    if (!s.ok()) return s;
+    tokens->assign(static_cast<const int32_t*>(host_out_), static_cast<const int32_t*>(host_out_) + num_logit_rows_);
+    return OkStatus();
+  }
+
+ private:
+  // Copies `parts` (same cols) into one device matrix, permuting each row into lane order and
+  // zero-padding it. Parts of different dtypes are widened to fp32 (exact).
+  StatusOr<DeviceMatrix> UploadMatrix(std::vector<MatrixPart> parts, int64_t rows, int64_t cols) {
+    DType dtype = parts[0].view->dtype;
+    for (const MatrixPart& p : parts) {
+      if (!p.view->present()) return InvalidArgument("CUDA backend: missing tensor for a fused matrix");
+      if (p.view->shape.size() != 2 || p.view->shape[1] != cols)
+        return InvalidArgument("CUDA backend: tensor " + p.view->name + " has an unexpected shape");
+      if (p.view->dtype != dtype) dtype = DType::kF32;
+    }
+    const WeightType wt = ToWeightType(dtype);
+    const int esize = WeightTypeSize(wt);
+    const int64_t padded = cuda::PaddedCols(cols);
+    std::vector<uint8_t> host(static_cast<size_t>(rows * padded * esize), 0);
+    std::vector<float> row_f32(static_cast<size_t>(cols));
+    for (const MatrixPart& p : parts) {
+      const int64_t src_rows = p.view->shape[0];
+      const int src_size = DTypeSize(p.view->dtype);
+      for (int64_t r = 0; r < src_rows; ++r) {
+        uint8_t* dst = host.data() + (p.first_row + r * p.row_step) * padded * esize;
+        if (p.view->dtype == dtype) {
+          const uint8_t* src = static_cast<const uint8_t*>(p.view->data) + r * cols * src_size;
+          for (int64_t k = 0; k < cols; ++k) std::memcpy(dst + cuda::PermutedIndex(k) * esize, src + k * esize, esize);
+        } else {
+          p.view->RowToF32(r, row_f32.data());
+          for (int64_t k = 0; k < cols; ++k) std::memcpy(dst + cuda::PermutedIndex(k) * 4, &row_f32[k], 4);
+        }
+      }
+    }
+    auto& buf = buffers_.emplace_back(std::make_unique<DeviceBuffer>());
+    ROTE_RETURN_IF_ERROR(buf->Allocate(host.size()));
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(buf->as<void>(), host.data(), host.size(), cudaMemcpyHostToDevice));
+    weight_bytes_ += static_cast<int64_t>(host.size());
+    DeviceMatrix m;
+    m.data = buf->as<void>();
+    m.type = wt;
+    m.rows = static_cast<int32_t>(rows);
+    m.cols = static_cast<int32_t>(cols);
+    m.cols_padded = static_cast<int32_t>(padded);
+    return m;
+  }
+
+  // Concatenates 1-D tensors, converted exactly to fp32.
+  StatusOr<const float*> UploadVector(std::vector<const TensorView*> views) {
+    std::vector<float> host;
+    for (const TensorView* v : views) {
+      if (!v->present()) return InvalidArgument("CUDA backend: missing vector tensor");
+      for (int64_t i = 0; i < v->numel(); ++i) host.push_back(v->At(i));
+    }
+    return UploadFloats(host);
+  }
+
+  StatusOr<const float*> UploadFloats(const std::vector<float>& host) {
+    auto& buf = buffers_.emplace_back(std::make_unique<DeviceBuffer>());
+    ROTE_RETURN_IF_ERROR(buf->Allocate(host.size() * sizeof(float)));
+    ROTE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(buf->as<void>(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    return static_cast<const float*>(buf->as<float>());
+  }
+
+  // Grows activation buffers to hold `tokens` rows and `logit_rows` logits rows.
+  Status EnsureCapacity(int32_t tokens, int32_t logit_rows, int32_t meta_ints) {
+    const ModelConfig& c = config_;
+    if (tokens > token_capacity_) {
+      DropGraphs();
+      int32_t cap = std::max<int32_t>(tokens, 64);
+      ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      ROTE_RETURN_IF_ERROR(x_.Allocate(static_cast<size_t>(cap) * c.hidden_size * 4));
+      ROTE_RETURN_IF_ERROR(qkv_.Allocate(static_cast<size_t>(cap) * (c.q_dim() + 2 * c.kv_dim()) * 4));
+      ROTE_RETURN_IF_ERROR(q_.Allocate(static_cast<size_t>(cap) * c.q_dim() * 4));
+      ROTE_RETURN_IF_ERROR(att_.Allocate(static_cast<size_t>(cap) * c.q_dim() * 4));
+      ROTE_RETURN_IF_ERROR(act_.Allocate(static_cast<size_t>(cap) * c.intermediate_size * 4));
+      token_capacity_ = cap;
+    }
+    if (logit_rows > logit_capacity_) {
+      DropGraphs();
+      int32_t cap = std::max<int32_t>(logit_rows, 64);
+      ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      ROTE_RETURN_IF_ERROR(logits_.Allocate(static_cast<size_t>(cap) * c.vocab_size * 4));
+      ROTE_RETURN_IF_ERROR(greedy_.Allocate(static_cast<size_t>(cap) * 4));
+      if (host_out_ != nullptr) cudaFreeHost(host_out_);
+      host_out_ = nullptr;
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_out_, static_cast<size_t>(cap) * c.vocab_size * 4));
+      logit_capacity_ = cap;
+    }
+    if (meta_ints > meta_capacity_) {
+      DropGraphs();
+      int32_t cap = std::max<int32_t>(meta_ints, 1 << 16);
+      ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      ROTE_RETURN_IF_ERROR(meta_.Allocate(static_cast<size_t>(cap) * 4));
+      if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
+      host_meta_ = nullptr;
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_meta_, static_cast<size_t>(cap) * 4));
+      meta_capacity_ = cap;
+    }
+    return OkStatus();
+  }
+
+  void DropGraphs() {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
+  // Device pointers of one step's metadata inside meta_.
+  struct StepLayout {
+    int32_t tokens = 0, logit_rows = 0, max_blocks = 0, context = 0;
+    int64_t tokens_off = 0, pos_off = 0, table_off = 0, logit_rows_off = 0, total = 0;
+  };
+
+  Status Step(const BatchPlan& plan, bool greedy) {
+    if (num_blocks_ == 0) return FailedPrecondition("CUDA backend: AllocateKvCache was not called");
+    const ModelConfig& c = config_;
+    StepLayout lay;
+    int32_t max_len = 0;
+    bool decode_only = true;
+    for (const SequenceStep& s : plan.sequences) {
+      const int32_t n = static_cast<int32_t>(s.tokens.size());
+      if (n < 1) return InvalidArgument("Forward: a sequence step has no tokens");
+      if (s.num_logits < 0 || s.num_logits > n) return InvalidArgument("Forward: num_logits out of range");
+      const int32_t end = s.start_pos + n;
+      if (s.start_pos < 0 || end > max_positions_)
+        return InvalidArgument("Forward: positions up to " + std::to_string(end) + " exceed max_positions " +
+                               std::to_string(max_positions_));
+      const int64_t need_blocks = (end + kKvBlockSize - 1) / kKvBlockSize;
+      if (static_cast<int64_t>(s.block_table.size()) < need_blocks)
+        return InvalidArgument("Forward: block table too short for position " + std::to_string(end - 1));
+      for (int64_t b = 0; b < need_blocks; ++b)
+        if (s.block_table[b] < 0 || s.block_table[b] >= num_blocks_)
+          return InvalidArgument("Forward: block id " + std::to_string(s.block_table[b]) + " out of range");
+      lay.tokens += n;
+      lay.logit_rows += s.num_logits;
+      max_len = std::max(max_len, end);
+      if (n != 1 || s.num_logits != 1) decode_only = false;
+    }
+    if (lay.tokens == 0) {
+      num_logit_rows_ = 0;
+      return OkStatus();
+    }
+    // Decode steps bucket the context so that one graph serves many steps: the attention
+    // kernel's shared memory and the block-table width are fixed per bucket.
+    const bool use_graph = options_.use_graphs && decode_only;
+    lay.context = max_len;
+    if (use_graph) {
+      int32_t bucket = 256;
+      while (bucket < max_len) bucket *= 2;
+      lay.context = std::min(bucket, max_positions_);
+    }
+    lay.max_blocks = (lay.context + kKvBlockSize - 1) / kKvBlockSize;
+    lay.tokens_off = 0;
+    lay.pos_off = lay.tokens_off + lay.tokens;
+    lay.logit_rows_off = lay.pos_off + lay.tokens;
+    lay.table_off = lay.logit_rows_off + lay.logit_rows;
+    lay.total = lay.table_off + static_cast<int64_t>(lay.tokens) * lay.max_blocks;
+    if (lay.total > (1 << 30)) return InvalidArgument("Forward: step too large");
+    ROTE_RETURN_IF_ERROR(EnsureCapacity(lay.tokens, lay.logit_rows, static_cast<int32_t>(lay.total)));
+
+    // Per token: id, position, its sequence's block table (padded with block 0, never read).
+    int32_t* h = host_meta_;
+    int32_t t = 0, lr = 0;
+    for (const SequenceStep& s : plan.sequences) {
+      const int32_t n = static_cast<int32_t>(s.tokens.size());
+      const int64_t nb = std::min<int64_t>(static_cast<int64_t>(s.block_table.size()), lay.max_blocks);
+      for (int32_t i = 0; i < n; ++i, ++t) {
+        h[lay.tokens_off + t] = s.tokens[i];
+        h[lay.pos_off + t] = s.start_pos + i;
+        int32_t* row = h + lay.table_off + static_cast<int64_t>(t) * lay.max_blocks;
+        std::memcpy(row, s.block_table.data(), nb * sizeof(int32_t));
+        std::fill(row + nb, row + lay.max_blocks, 0);
+        if (i >= n - s.num_logits) h[lay.logit_rows_off + lr++] = t;
+      }
+    }
+    for (int32_t i = 0; i < lay.tokens; ++i)
+      if (h[lay.tokens_off + i] < 0 || h[lay.tokens_off + i] >= c.vocab_size)
+        return InvalidArgument("Forward: token id " + std::to_string(h[lay.tokens_off + i]) + " out of range");
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), host_meta_, lay.total * sizeof(int32_t),
+                                              cudaMemcpyHostToDevice, stream_));
+
+    if (use_graph) {
+      const GraphKey key{lay.tokens, lay.context, greedy};
+      auto it = graphs_.find(key);
+      if (it == graphs_.end()) {
+        cudaGraph_t graph = nullptr;
+        ROTE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        Status s = Launch(lay, greedy);
+        cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+        if (!s.ok()) {
+          if (graph != nullptr) cudaGraphDestroy(graph);
+          return s;
+        }
+        ROTE_CUDA_RETURN_IF_ERROR(end);
+        cudaGraphExec_t exec = nullptr;
+        cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        ROTE_CUDA_RETURN_IF_ERROR(inst);
+        it = graphs_.emplace(key, exec).first;
+      }
+      ROTE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_));
+    } else {
+      ROTE_RETURN_IF_ERROR(Launch(lay, greedy));
+    }
+    if (greedy) {
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, greedy_.as<int32_t>(), lay.logit_rows * sizeof(int32_t),
+                                                cudaMemcpyDeviceToHost, stream_));
+    } else {
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, logits_.as<float>(),
+                                                static_cast<size_t>(lay.logit_rows) * c.vocab_size * sizeof(float),
+                                                cudaMemcpyDeviceToHost, stream_));
+    }
+    ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    num_logit_rows_ = lay.logit_rows;
+    return OkStatus();
+  }
+
+  // The forward pass of docs/numerics.md section 5, six kernels per layer.
+  Status Launch(const StepLayout& lay, bool greedy) {
+    const ModelConfig& c = config_;
+    const int32_t* meta = meta_.as<int32_t>();
+    StepTokens step;
+    step.pos = meta + lay.pos_off;
+    step.block_table = meta + lay.table_off;
+    step.max_blocks = lay.max_blocks;
+    step.tokens = lay.tokens;
+    AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, kKvBlockSize};
+    const int32_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
+    float* x = x_.as<float>();
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + lay.tokens_off, lay.tokens, x, c.hidden_size, stream_));
+    const int64_t layer_floats = static_cast<int64_t>(num_blocks_) * kKvBlockSize * c.kv_dim();
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      const DeviceLayer& dl = layers_[l];
+      LayerKv kv{kv_.as<float>() + (2 * l) * layer_floats, kv_.as<float>() + (2 * l + 1) * layer_floats};
+      LinearArgs a;
+      a.w = dl.wqkv;
+      a.x = x;
+      a.x_stride = c.hidden_size;
+      a.tokens = lay.tokens;
+      a.norm_weight = dl.attn_norm;
+      a.norm_eps = c.rms_norm_eps;
+      a.epilogue = dl.bqkv != nullptr ? LinearEpilogue::kAddBias : LinearEpilogue::kStore;
+      a.bias = dl.bqkv;
+      a.out = qkv_.as<float>();
+      a.out_stride = qkv_dim;
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
+                                                      c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), kv,
+                                                      stream_));
+      ROTE_CUDA_RETURN_IF_ERROR(
+          cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context, att_.as<float>(), stream_));
+      a = LinearArgs{};
+      a.w = dl.wo;
+      a.x = att_.as<float>();
+      a.x_stride = c.q_dim();
+      a.tokens = lay.tokens;
+      a.epilogue = LinearEpilogue::kAddResidual;
+      a.out = x;
+      a.out_stride = c.hidden_size;
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      a = LinearArgs{};
+      a.w = dl.wgu;
+      a.x = x;
+      a.x_stride = c.hidden_size;
+      a.tokens = lay.tokens;
+      a.norm_weight = dl.mlp_norm;
+      a.norm_eps = c.rms_norm_eps;
+      a.epilogue = LinearEpilogue::kSiluMul;
+      a.out = act_.as<float>();
+      a.out_stride = c.intermediate_size;
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      a = LinearArgs{};
+      a.w = dl.wdown;
+      a.x = act_.as<float>();
+      a.x_stride = c.intermediate_size;
+      a.tokens = lay.tokens;
+      a.epilogue = LinearEpilogue::kAddResidual;
+      a.out = x;
+      a.out_stride = c.hidden_size;
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+    }
+    if (lay.logit_rows > 0) {
+      LinearArgs a;
+      a.w = lm_head_;
+      a.x = x;
+      a.x_stride = c.hidden_size;
+      a.x_rows = meta + lay.logit_rows_off;
+      a.tokens = lay.logit_rows;
+      a.norm_weight = final_norm_;
+      a.norm_eps = c.rms_norm_eps;
+      a.epilogue = LinearEpilogue::kStore;
+      a.out = logits_.as<float>();
+      a.out_stride = c.vocab_size;
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      if (greedy)
+        ROTE_CUDA_RETURN_IF_ERROR(
+            cuda::LaunchArgmax(logits_.as<float>(), lay.logit_rows, c.vocab_size, greedy_.as<int32_t>(), stream_));
+    }
+    return OkStatus();
+  }
+
+  std::shared_ptr<const Model> model_;
+  CudaBackendOptions options_;
+  ModelConfig config_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  int32_t max_positions_ = 0;
+  float scale_ = 0.0f;
+
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;  // weights, norms, biases, rope tables
+  int64_t weight_bytes_ = 0;
+  std::vector<DeviceLayer> layers_;
+  DeviceMatrix embed_, lm_head_;
+  const float* final_norm_ = nullptr;
+  const float* rope_cos_ = nullptr;
+  const float* rope_sin_ = nullptr;
+
+  DeviceBuffer kv_;  // (layers, K|V, blocks, kKvBlockSize, kv_dim) fp32
+  int32_t num_blocks_ = 0;
+
+  DeviceBuffer x_, qkv_, q_, att_, act_, logits_, greedy_, meta_;
+  int32_t token_capacity_ = 0, logit_capacity_ = 0, meta_capacity_ = 0;
+  int32_t* host_meta_ = nullptr;  // pinned
+  void* host_out_ = nullptr;      // pinned: logits or greedy tokens of the last step
+  int32_t num_logit_rows_ = 0;
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
+};
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const Model> model,
+                                                         const CudaBackendOptions& options) {
+  if (model == nullptr) return InvalidArgument("CreateCudaBackend: no model");
+  const int count = CudaDeviceCount();
+  if (count == 0) return FailedPrecondition("CUDA backend: no CUDA device is present (or no driver)");
+  if (options.device < 0 || options.device >= count)
+    return InvalidArgument("CUDA backend: device " + std::to_string(options.device) + " does not exist (" +
+                           std::to_string(count) + " present)");
+  auto backend = std::make_unique<CudaBackendImpl>(std::move(model), options);
+  Status s = backend->Init();
+  if (!s.ok()) return s;
+  return std::unique_ptr<CudaBackend>(std::move(backend));
+}
+
+}  // namespace rote::inference

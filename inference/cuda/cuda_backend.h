@@ -1,0 +1,47 @@
+// The CUDA backend: the exact profile (docs/numerics.md) on an NVIDIA GPU, equal bit for bit to
+// the CPU backend. Weights live on the device in a lane-permuted layout (inference/cuda/kernels.h),
+// the paged KV cache in device memory, decode steps replay captured CUDA graphs.
+//
+// This header needs no CUDA: in builds without nvcc, CreateCudaBackend returns UNIMPLEMENTED
+// (inference/cuda/cuda_backend_unavailable.cc), so callers select the device at run time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "inference/backend.h"
+#include "inference/model/weights.h"
+#include "inference/status.h"
+
+namespace rote::inference {
+
+struct CudaBackendOptions {
+  int device = 0;               // CUDA device ordinal
+  int32_t max_positions = 0;    // longest context (rotary table length); 0 = min(max_position_embeddings, 32768)
+  bool use_graphs = true;       // replay decode steps (one token per sequence) as CUDA graphs
+};
+
+class CudaBackend : public Backend {
+ public:
+  // KV blocks that fit in the device's free memory now, keeping `reserve_bytes` free for
+  // activations and logits, capped at max_kv_bytes of KV storage (0: no cap).
+  virtual int32_t KvBlocksForFreeMemory(int64_t max_kv_bytes, int64_t reserve_bytes) const = 0;
+
+  // Forward, but the logits stay on the device: writes the greedy token (argmax, lowest index
+  // on ties) of each logits row to `tokens`. Same bits as argmax over Forward's logits.
+  virtual Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) = 0;
+
+  // Bytes of device memory the weights take (permuted and padded).
+  virtual int64_t WeightBytes() const = 0;
+};
+
+// FAILED_PRECONDITION when no CUDA device is present; UNIMPLEMENTED in builds without CUDA;
+// INVALID_ARGUMENT for shapes the kernels do not support (head_dim > 256 or not a multiple of 8).
+StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const Model> model,
+                                                         const CudaBackendOptions& options);
+
+// Number of CUDA devices, 0 when none or when the driver is missing (never an error).
+int CudaDeviceCount();
+
+}  // namespace rote::inference

@@ -1,0 +1,13 @@
+// Built instead of the CUDA backend when nvcc was not found: the device is still selectable at
+// run time and asking for it says why it is not there.
+#include "inference/cuda/cuda_backend.h"
+
+namespace rote::inference {
+
+StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const Model>, const CudaBackendOptions&) {
+  return Unimplemented("this build of rote has no CUDA backend (nvcc was not found when it was configured)");
+}
+
+int CudaDeviceCount() { return 0; }
+
+}  // namespace rote::inference

@@ -1,0 +1,523 @@
+// Kernels of the exact profile. Built with -fmad=false -prec-div=true -prec-sqrt=true: every
+// fma below is written as fmaf, every other operation rounds once, in the order written, which
+// is the order docs/numerics.md gives and the CPU backend follows.
+#include "inference/cuda/kernels.h"
+
+#include <cuda_fp16.h>  // __half2float: the exact fp16 -> fp32 widening
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "inference/numerics/canonical.h"
+
+namespace rote::inference::cuda {
+namespace {
+
+using numerics::canonical_expf;
+using numerics::canonical_rms_scale;
+using numerics::canonical_rotate;
+using numerics::canonical_silu;
+
+constexpr int kWarps = 4;  // warps per block of the matrix and attention kernels
+constexpr int kThreads = kWarps * 32;
+
+// The canonical tree of docs/numerics.md section 2 (commutativity makes the xor butterfly
+// compute acc[l] + acc[l + off] for every l < off; every lane ends with the result).
+__device__ __forceinline__ float WarpTree(float v) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// Four consecutive weights of a lane, raw, and their exact fp32 values.
+template <WeightType T>
+struct Weights4;
+
+template <>
+struct Weights4<WeightType::kBF16> {
+  using Raw = uint2;
+  static __device__ __forceinline__ void ToF32(Raw r, float* f) {
+    f[0] = __uint_as_float(r.x << 16);
+    f[1] = __uint_as_float(r.x & 0xffff0000u);
+    f[2] = __uint_as_float(r.y << 16);
+    f[3] = __uint_as_float(r.y & 0xffff0000u);
+  }
+};
+
+template <>
+struct Weights4<WeightType::kF16> {
+  using Raw = uint2;
+  static __device__ __forceinline__ void ToF32(Raw r, float* f) {
+    // Widening fp16 -> fp32 is exact, so __half2float equals the host's f16_to_f32 on every input.
+    f[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(r.x & 0xffffu)));
+    f[1] = __half2float(__ushort_as_half(static_cast<unsigned short>(r.x >> 16)));
+    f[2] = __half2float(__ushort_as_half(static_cast<unsigned short>(r.y & 0xffffu)));
+    f[3] = __half2float(__ushort_as_half(static_cast<unsigned short>(r.y >> 16)));
+  }
+};
+
+template <>
+struct Weights4<WeightType::kF32> {
+  using Raw = float4;
+  static __device__ __forceinline__ void ToF32(Raw r, float* f) {
+    f[0] = r.x;
+    f[1] = r.y;
+    f[2] = r.z;
+    f[3] = r.w;
+  }
+};
+
+template <WeightType T>
+constexpr int kWeightBytes = T == WeightType::kF32 ? 4 : 2;
+
+// Columns of x staged in shared memory per chunk: at most 44 KiB of floats per block, so
+// no opt-in is needed and several blocks share a multiprocessor.
+template <int TOKS>
+constexpr int kChunkCols = (11264 / TOKS) / kGroupCols * kGroupCols;
+
+// Group steps whose weight loads are issued before their first use: keeps enough bytes in
+// flight for batch-1 decode, which is a pure stream of the weights.
+template <int ROWS>
+constexpr int kUnroll = ROWS >= 4 ? 2 : 4;
+
+// out = epilogue(W · norm(x)). Each warp owns ROWS output rows for TOKS tokens; lane t owns
+// columns k ≡ t (mod 32) of all of them, in increasing k (four per 128-column group), so each
+// output is the canonical dot product whatever ROWS, TOKS or the batch size are. The block's
+// tokens are staged in shared memory in the permuted column order so that a lane's four terms
+// come in one 16-byte load. Blocks along x share rows, so a batch's tiles read each weight row
+// from DRAM once and from L2 after that.
+template <WeightType WT, int ROWS, int TOKS>
+__global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
+  using W4 = Weights4<WT>;
+  using Raw = typename W4::Raw;
+  constexpr int kc_max = kChunkCols<TOKS>;
+  constexpr int unroll = kUnroll<ROWS>;
+  extern __shared__ float4 smem_f4[];
+  float* xs = reinterpret_cast<float*>(smem_f4);  // (TOKS, chunk)
+  __shared__ float rscale[TOKS];
+  __shared__ int32_t src_rows[TOKS];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m0 = blockIdx.x * TOKS;
+  const int mt = min(TOKS, a.tokens - m0);
+  const int K = a.w.cols, KP = a.w.cols_padded;
+  const int chunk = min(kc_max, KP);
+
+  if (threadIdx.x < TOKS) {
+    const int m = m0 + static_cast<int>(threadIdx.x);
+    src_rows[threadIdx.x] = threadIdx.x < static_cast<unsigned>(mt) ? (a.x_rows ? a.x_rows[m] : m) : 0;
+  }
+  __syncthreads();
+  if (a.norm_weight != nullptr) {
+    for (int m = warp; m < mt; m += kWarps) {
+      const float* xr = a.x + static_cast<int64_t>(src_rows[m]) * a.x_stride;
+      float acc = 0.0f;
+      for (int k = lane; k < K; k += 32) acc = fmaf(xr[k], xr[k], acc);
+      acc = WarpTree(acc);
+      if (lane == 0) rscale[m] = canonical_rms_scale(acc, K, a.norm_eps);
+    }
+  }
+
+  const int row_base = (blockIdx.y * kWarps + warp) * ROWS;
+  const Raw* wrow[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int row = min(row_base + r, a.w.rows - 1);
+    wrow[r] = reinterpret_cast<const Raw*>(static_cast<const char*>(a.w.data) +
+                                           static_cast<int64_t>(row) * KP * kWeightBytes<WT>);
+  }
+  float acc[ROWS][TOKS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int m = 0; m < TOKS; ++m) acc[r][m] = 0.0f;
+
+  for (int c0 = 0; c0 < KP; c0 += chunk) {
+    const int kc = min(chunk, KP - c0);
+    __syncthreads();  // rscale ready (first chunk); previous chunk consumed (later ones)
+    for (int idx = threadIdx.x; idx < TOKS * kc; idx += kThreads) {
+      const int m = idx / kc, p = idx % kc;
+      const int w = p % kGroupCols;
+      const int k = c0 + (p - w) + (w % 4) * 32 + w / 4;  // inverse of PermutedIndex
+      float v = 0.0f;  // padding: finite zeros on both operands, neutral in the canonical order
+      if (m < mt && k < K) {
+        v = a.x[static_cast<int64_t>(src_rows[m]) * a.x_stride + k];
+        if (a.norm_weight != nullptr) v = (v * rscale[m]) * a.norm_weight[k];
+      }
+      xs[m * chunk + p] = v;
+    }
+    __syncthreads();
+
+    const int groups = kc / kGroupCols;
+    // One Raw holds a lane's 4 terms of one group: Raw index of group g is (c0/128 + g)*32 + lane.
+    const int raw0 = (c0 / kGroupCols) * 32 + lane;
+    int g = 0;
+    for (; g + unroll <= groups; g += unroll) {
+      Raw raw[unroll][ROWS];
+#pragma unroll
+      for (int u = 0; u < unroll; ++u)
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) raw[u][r] = __ldg(wrow[r] + raw0 + (g + u) * 32);
+#pragma unroll
+      for (int u = 0; u < unroll; ++u) {
+        float wf[ROWS][4];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) W4::ToF32(raw[u][r], wf[r]);
+#pragma unroll
+        for (int m = 0; m < TOKS; ++m) {
+          const float4 xv = *reinterpret_cast<const float4*>(xs + m * chunk + (g + u) * kGroupCols + lane * 4);
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) {
+            acc[r][m] = fmaf(wf[r][0], xv.x, acc[r][m]);
+            acc[r][m] = fmaf(wf[r][1], xv.y, acc[r][m]);
+            acc[r][m] = fmaf(wf[r][2], xv.z, acc[r][m]);
+            acc[r][m] = fmaf(wf[r][3], xv.w, acc[r][m]);
+          }
+        }
+      }
+    }
+    for (; g < groups; ++g) {
+      float wf[ROWS][4];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) W4::ToF32(__ldg(wrow[r] + raw0 + g * 32), wf[r]);
+#pragma unroll
+      for (int m = 0; m < TOKS; ++m) {
+        const float4 xv = *reinterpret_cast<const float4*>(xs + m * chunk + g * kGroupCols + lane * 4);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          acc[r][m] = fmaf(wf[r][0], xv.x, acc[r][m]);
+          acc[r][m] = fmaf(wf[r][1], xv.y, acc[r][m]);
+          acc[r][m] = fmaf(wf[r][2], xv.z, acc[r][m]);
+          acc[r][m] = fmaf(wf[r][3], xv.w, acc[r][m]);
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int m = 0; m < TOKS; ++m) acc[r][m] = WarpTree(acc[r][m]);
+  if (lane != 0) return;
+#pragma unroll
+  for (int m = 0; m < TOKS; ++m) {
+    if (m >= mt) break;
+    float* out = a.out + static_cast<int64_t>(m0 + m) * a.out_stride;
+    if (a.epilogue == LinearEpilogue::kSiluMul) {
+#pragma unroll
+      for (int r = 0; r + 1 < ROWS; r += 2) {
+        const int row = row_base + r;
+        if (row + 1 < a.w.rows) out[row / 2] = canonical_silu(acc[r][m]) * acc[r + 1][m];
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int row = row_base + r;
+        if (row >= a.w.rows) break;
+        if (a.epilogue == LinearEpilogue::kAddBias) {
+          out[row] = acc[r][m] + a.bias[row];
+        } else if (a.epilogue == LinearEpilogue::kAddResidual) {
+          out[row] = out[row] + acc[r][m];
+        } else {
+          out[row] = acc[r][m];
+        }
+      }
+    }
+  }
+}
+
+template <WeightType WT, int ROWS, int TOKS>
+cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
+  const int chunk = std::min(kChunkCols<TOKS>, a.w.cols_padded);
+  const dim3 grid((a.tokens + TOKS - 1) / TOKS, (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS));
+  const size_t smem = static_cast<size_t>(TOKS) * chunk * sizeof(float);
+  LinearKernel<WT, ROWS, TOKS><<<grid, kThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <WeightType WT>
+cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
+  // Tile shapes only change which thread computes an output, never its order of operations.
+  if (a.tokens == 1) return LaunchLinearTile<WT, 2, 1>(a, stream);
+  if (a.tokens <= 4) return LaunchLinearTile<WT, 2, 4>(a, stream);
+  if (a.tokens <= 8) return LaunchLinearTile<WT, 4, 8>(a, stream);
+  return LaunchLinearTile<WT, 4, 16>(a, stream);
+}
+
+template <WeightType WT>
+__global__ void EmbedKernel(const void* embed, int32_t cols, int32_t cols_padded, const int32_t* tokens,
+                            float* out, int32_t out_stride) {
+  const int m = blockIdx.x;
+  const int64_t row = static_cast<int64_t>(tokens[m]) * cols_padded;
+  for (int k = threadIdx.x; k < cols; k += blockDim.x) {
+    const int64_t p = row + (k / kGroupCols) * kGroupCols + (k % 32) * 4 + (k % kGroupCols) / 32;
+    float v;
+    if constexpr (WT == WeightType::kBF16) {
+      v = numerics::bf16_to_f32(static_cast<const uint16_t*>(embed)[p]);
+    } else if constexpr (WT == WeightType::kF16) {
+      v = __half2float(__ushort_as_half(static_cast<const unsigned short*>(embed)[p]));
+    } else {
+      v = static_cast<const float*>(embed)[p];
+    }
+    out[static_cast<int64_t>(m) * out_stride + k] = v;
+  }
+}
+
+constexpr int kMaxHeadDim = 256;
+
+__global__ void __launch_bounds__(kThreads)
+    RopeStoreKernel(const float* qkv, StepTokens step, AttentionShape shape, const float* q_norm,
+                    const float* k_norm, float norm_eps, const float* rope_cos, const float* rope_sin,
+                    float* q_out, LayerKv kv) {
+  __shared__ float head_buf[kWarps][kMaxHeadDim];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m = blockIdx.x;
+  const int hd = shape.head_dim, half = hd / 2;
+  const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+  const int pos = step.pos[m];
+  const int block = step.block_table[static_cast<int64_t>(m) * step.max_blocks + pos / shape.block_size];
+  const int64_t slot_row = static_cast<int64_t>(block) * shape.block_size + pos % shape.block_size;
+  const float* row = qkv + static_cast<int64_t>(m) * (q_dim + 2 * kv_dim);
+  const float* cos_row = rope_cos + static_cast<int64_t>(pos) * half;
+  const float* sin_row = rope_sin + static_cast<int64_t>(pos) * half;
+
+  float* buf = head_buf[warp];
+  for (int h = warp; h < shape.num_heads + shape.num_kv_heads; h += kWarps) {
+    const bool is_q = h < shape.num_heads;
+    const float* src = is_q ? row + h * hd : row + q_dim + (h - shape.num_heads) * hd;
+    for (int d = lane; d < hd; d += 32) buf[d] = src[d];
+    const float* nw = is_q ? q_norm : k_norm;
+    if (nw != nullptr) {
+      float acc = 0.0f;
+      for (int d = lane; d < hd; d += 32) acc = fmaf(buf[d], buf[d], acc);
+      const float r = canonical_rms_scale(WarpTree(acc), hd, norm_eps);
+      for (int d = lane; d < hd; d += 32) buf[d] = (buf[d] * r) * nw[d];
+    }
+    __syncwarp();
+    float* dst = is_q ? q_out + static_cast<int64_t>(m) * q_dim + h * hd
+                      : kv.k + slot_row * kv_dim + (h - shape.num_heads) * hd;
+    for (int i = lane; i < half; i += 32) {
+      float x0 = buf[i], x1 = buf[i + half];
+      canonical_rotate(x0, x1, cos_row[i], sin_row[i]);
+      dst[i] = x0;
+      dst[i + half] = x1;
+    }
+    __syncwarp();
+  }
+  for (int i = threadIdx.x; i < kv_dim; i += kThreads) kv.v[slot_row * kv_dim + i] = row[q_dim + kv_dim + i];
+}
+
+// One block per (query head, token). Pass 1: each thread computes whole scores, emulating the
+// 32 lanes of the canonical dot in registers (lane l's terms d ≡ l mod 32, then the tree), so
+// many positions are in flight at once. Pass 2: max, exp, canonical sum. Pass 3: warp w owns 8
+// dims at a time; lane t takes positions j ≡ t (mod 32) in increasing j, the butterfly is the
+// canonical tree over positions.
+__global__ void __launch_bounds__(kThreads)
+    AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out) {
+  extern __shared__ float4 att_smem_f4[];
+  float* scores = reinterpret_cast<float*>(att_smem_f4);  // (context)
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float red[kWarps];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h = blockIdx.x, m = blockIdx.y;
+  const int hd = shape.head_dim, bs = shape.block_size;
+  const int g = h / (shape.num_heads / shape.num_kv_heads);
+  const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+  const int L = step.pos[m] + 1;
+  const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
+  for (int d = threadIdx.x; d < hd; d += kThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
+  __syncthreads();
+
+  // Pass 1: scores.
+  for (int j = threadIdx.x; j < L; j += kThreads) {
+    const float* kp = kv.k + (static_cast<int64_t>(bt[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+    float lanes[32];
+#pragma unroll
+    for (int l = 0; l < 32; ++l) lanes[l] = 0.0f;
+    for (int d0 = 0; d0 < hd; d0 += 32) {
+#pragma unroll
+      for (int l = 0; l < 32; l += 4) {
+        if (d0 + l < hd) {  // hd is a multiple of 8; a partial last block of 32 ends on a 4-boundary
+          const float4 kv4 = *reinterpret_cast<const float4*>(kp + d0 + l);
+          lanes[l + 0] = fmaf(q_s[d0 + l + 0], kv4.x, lanes[l + 0]);
+          lanes[l + 1] = fmaf(q_s[d0 + l + 1], kv4.y, lanes[l + 1]);
+          lanes[l + 2] = fmaf(q_s[d0 + l + 2], kv4.z, lanes[l + 2]);
+          lanes[l + 3] = fmaf(q_s[d0 + l + 3], kv4.w, lanes[l + 3]);
+        }
+      }
+    }
+#pragma unroll
+    for (int off = 16; off >= 1; off >>= 1)
+#pragma unroll
+      for (int l = 0; l < off; ++l) lanes[l] = lanes[l] + lanes[l + off];
+    scores[j] = lanes[0] * scale;
+  }
+  __syncthreads();
+
+  // Pass 2: max (exact in any order), weights, canonical sum.
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < L; j += kThreads) mx = fmaxf(mx, scores[j]);
+  mx = WarpMax(mx);
+  if (lane == 0) red[warp] = mx;
+  __syncthreads();
+  mx = red[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, red[w]);
+  for (int j = threadIdx.x; j < L; j += kThreads) scores[j] = canonical_expf(scores[j] - mx);
+  __syncthreads();
+  float denom = 0.0f;
+  for (int j = lane; j < L; j += 32) denom = denom + scores[j];
+  denom = WarpTree(denom);
+
+  // Pass 3: weighted sum of V.
+  float* o = out + static_cast<int64_t>(m) * q_dim + h * hd;
+  for (int d0 = warp * 8; d0 < hd; d0 += kWarps * 8) {
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+    for (int j = lane; j < L; j += 32) {
+      const float p = scores[j];
+      const float* vp = kv.v + (static_cast<int64_t>(bt[j / bs]) * bs + j % bs) * kv_dim + g * hd + d0;
+      const float4 v0 = *reinterpret_cast<const float4*>(vp);
+      const float4 v1 = *reinterpret_cast<const float4*>(vp + 4);
+      acc[0] = fmaf(p, v0.x, acc[0]);
+      acc[1] = fmaf(p, v0.y, acc[1]);
+      acc[2] = fmaf(p, v0.z, acc[2]);
+      acc[3] = fmaf(p, v0.w, acc[3]);
+      acc[4] = fmaf(p, v1.x, acc[4]);
+      acc[5] = fmaf(p, v1.y, acc[5]);
+      acc[6] = fmaf(p, v1.z, acc[6]);
+      acc[7] = fmaf(p, v1.w, acc[7]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = WarpTree(acc[i]);
+    if (lane < 8) {
+      float r = acc[0];
+#pragma unroll
+      for (int i = 1; i < 8; ++i)
+        if (lane == i) r = acc[i];
+      o[d0 + lane] = r / denom;
+    }
+  }
+}
+
+__global__ void ArgmaxKernel(const float* logits, int32_t cols, int32_t* out) {
+  __shared__ float best_v[32];
+  __shared__ int32_t best_i[32];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
+  float bv = -INFINITY;
+  int32_t bi = -1;
+  for (int k = threadIdx.x; k < cols; k += blockDim.x) {
+    const float v = row[k];
+    if (v > bv || (bi < 0 && v == v)) {  // strictly greater: the first (lowest) index wins ties
+      bv = v;
+      bi = k;
+    }
+  }
+  // Combine: larger value wins; equal values take the lower index; -1 (all NaN) never wins.
+  auto better = [](float v1, int32_t i1, float v2, int32_t i2) {
+    if (i2 < 0) return false;
+    if (i1 < 0) return true;
+    return v2 > v1 || (v2 == v1 && i2 < i1);
+  };
+  for (int off = 16; off >= 1; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    if (better(bv, bi, ov, oi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    best_v[warp] = bv;
+    best_i[warp] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
+      if (better(bv, bi, best_v[w], best_i[w])) {
+        bv = best_v[w];
+        bi = best_i[w];
+      }
+    }
+    out[blockIdx.x] = bi < 0 ? 0 : bi;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream) {
+  if (args.tokens <= 0) return cudaSuccess;
+  switch (args.w.type) {
+    case WeightType::kBF16:
+      return LaunchLinearTyped<WeightType::kBF16>(args, stream);
+    case WeightType::kF16:
+      return LaunchLinearTyped<WeightType::kF16>(args, stream);
+    case WeightType::kF32:
+      return LaunchLinearTyped<WeightType::kF32>(args, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchEmbed(const DeviceMatrix& embed, const int32_t* tokens, int32_t num_tokens, float* out,
+                        int32_t out_stride, cudaStream_t stream) {
+  if (num_tokens <= 0) return cudaSuccess;
+  switch (embed.type) {
+    case WeightType::kBF16:
+      EmbedKernel<WeightType::kBF16>
+          <<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols, embed.cols_padded, tokens, out, out_stride);
+      break;
+    case WeightType::kF16:
+      EmbedKernel<WeightType::kF16>
+          <<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols, embed.cols_padded, tokens, out, out_stride);
+      break;
+    case WeightType::kF32:
+      EmbedKernel<WeightType::kF32>
+          <<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols, embed.cols_padded, tokens, out, out_stride);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const AttentionShape& shape,
+                            const float* q_norm, const float* k_norm, float norm_eps, const float* rope_cos,
+                            const float* rope_sin, float* q_out, LayerKv kv, cudaStream_t stream) {
+  if (step.tokens <= 0) return cudaSuccess;
+  if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0) return cudaErrorInvalidValue;
+  RopeStoreKernel<<<step.tokens, kThreads, 0, stream>>>(qkv, step, shape, q_norm, k_norm, norm_eps, rope_cos,
+                                                        rope_sin, q_out, kv);
+  return cudaGetLastError();
+}
+
+int64_t AttentionSharedBytes(int32_t max_context) { return static_cast<int64_t>(max_context) * sizeof(float); }
+
+cudaError_t PrepareAttention(int32_t max_context) {
+  return cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(AttentionSharedBytes(max_context)));
+}
+
+cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
+                            float scale, int32_t max_context, float* out, cudaStream_t stream) {
+  if (step.tokens <= 0) return cudaSuccess;
+  if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0) return cudaErrorInvalidValue;
+  const dim3 grid(shape.num_heads, step.tokens);
+  AttentionKernel<<<grid, kThreads, AttentionSharedBytes(max_context), stream>>>(q, step, shape, kv, scale, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  ArgmaxKernel<<<rows, 1024, 0, stream>>>(logits, cols, out);
+  return cudaGetLastError();
+}
+
+}  // namespace rote::inference::cuda

@@ -1,0 +1,110 @@
+// The CUDA kernels of the exact profile (docs/numerics.md) and their launchers. Every kernel
+// keeps the canonical 32-lane order: lane t of a warp owns the terms k ≡ t (mod 32) of each
+// reduction, in increasing k, and the warp's xor butterfly (off 16..1) is the canonical tree.
+// Plain pointers and sizes only, so the kernels can be tested one by one against the scalar
+// reference in canonical.h (tests/inference/cuda_kernels_test.cc).
+#pragma once
+
+#include <cuda_runtime.h>  // cudaStream_t, cudaError_t
+
+#include <cstdint>
+
+namespace rote::inference::cuda {
+
+enum class WeightType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+
+// Terms a lane reads per 16-byte-aligned group step: group g of a permuted row holds the
+// 128 columns [128 g, 128 g + 128); lane t's four terms k = 128 g + 32 i + t (i = 0..3) sit
+// contiguously at [128 g + 4 t, 128 g + 4 t + 4), so one 8-byte (bf16/fp16) or 16-byte (fp32)
+// load brings a lane its next four terms in canonical order.
+inline constexpr int kGroupCols = 128;
+
+inline int64_t PaddedCols(int64_t cols) { return (cols + kGroupCols - 1) / kGroupCols * kGroupCols; }
+// Column k of a logical row -> its index in the permuted row.
+inline int64_t PermutedIndex(int64_t k) {
+  const int64_t g = k / kGroupCols, w = k % kGroupCols;
+  return g * kGroupCols + (w % 32) * 4 + w / 32;
+}
+
+// A matrix (rows, cols) in device memory, rows permuted as above and zero-padded to
+// cols_padded (zeros are neutral in the canonical order: docs/numerics.md section 2).
+struct DeviceMatrix {
+  const void* data = nullptr;  // (rows, cols_padded) of `type`
+  WeightType type = WeightType::kBF16;
+  int32_t rows = 0;
+  int32_t cols = 0;
+  int32_t cols_padded = 0;
+};
+
+enum class LinearEpilogue : int {
+  kStore = 0,        // out[m][n] = dot
+  kAddBias = 1,      // out[m][n] = dot + bias[n]
+  kAddResidual = 2,  // out[m][n] = out[m][n] + dot     (the residual stream, in place)
+  kSiluMul = 3,      // rows interleaved gate/up: out[m][n] = silu(dot(2n)) * dot(2n + 1)
+};
+
+// out = epilogue(W · norm(x)) for `tokens` activation rows.
+//   x: (tokens, x_stride) fp32; row m of the product reads x row x_rows[m] (x_rows may be null:
+//      identity). When norm_weight is set, x is first RMS-normalised with it (eps norm_eps),
+//      exactly as the CPU does it (canonical dot for the sum of squares, (x * r) * w).
+//   out: (tokens, out_stride) fp32.
+struct LinearArgs {
+  DeviceMatrix w;
+  const float* x = nullptr;
+  int32_t x_stride = 0;
+  const int32_t* x_rows = nullptr;
+  int32_t tokens = 0;
+  const float* norm_weight = nullptr;  // (w.cols) or null
+  float norm_eps = 0.0f;
+  LinearEpilogue epilogue = LinearEpilogue::kStore;
+  const float* bias = nullptr;  // (w.rows) for kAddBias
+  float* out = nullptr;
+  int32_t out_stride = 0;
+};
+cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
+
+// out[m][k] = embed row tokens[m], converted exactly to fp32 (embed in permuted layout).
+cudaError_t LaunchEmbed(const DeviceMatrix& embed, const int32_t* tokens, int32_t num_tokens, float* out,
+                        int32_t out_stride, cudaStream_t stream);
+
+// The per-token metadata of a step, in device memory.
+struct StepTokens {
+  const int32_t* pos = nullptr;          // (tokens) absolute position
+  const int32_t* block_table = nullptr;  // (tokens, max_blocks): the token's sequence's table
+  int32_t max_blocks = 0;
+  int32_t tokens = 0;
+};
+
+// KV cache of one layer: (num_blocks, block_size, kv_dim) fp32 for K and for V.
+struct LayerKv {
+  float* k = nullptr;
+  float* v = nullptr;
+};
+
+struct AttentionShape {
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+};
+
+// From the fused q|k|v rows (tokens, q_dim + 2 kv_dim): optional per-head RMSNorm of q and k
+// (Qwen3), rotary at each token's position, q to q_out (tokens, q_dim), k and v into the cache.
+// rope_cos/rope_sin: (positions, head_dim / 2).
+cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const AttentionShape& shape,
+                            const float* q_norm, const float* k_norm, float norm_eps, const float* rope_cos,
+                            const float* rope_sin, float* q_out, LayerKv kv, cudaStream_t stream);
+
+// Two-pass attention of every query head of every token over positions 0 .. pos: scores,
+// max, canonical_expf, canonical sum, canonical weighted sum of V, one divide.
+// out: (tokens, q_dim). max_context bounds pos + 1 (sizes the scores in shared memory).
+cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
+                            float scale, int32_t max_context, float* out, cudaStream_t stream);
+// Shared memory LaunchAttention needs for max_context positions (it raises the kernel's limit).
+int64_t AttentionSharedBytes(int32_t max_context);
+cudaError_t PrepareAttention(int32_t max_context);
+
+// Greedy: out[m] = argmax of logits row m (lowest index on ties, NaN never wins).
+cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, cudaStream_t stream);
+
+}  // namespace rote::inference::cuda
