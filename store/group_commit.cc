@@ -1,15 +1,23 @@
 #include "store/group_commit.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "store/str_util.h"
 
 namespace rote::store::internal {
 
-GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn, int max_writes_per_commit)
+GroupCommitWriter::GroupCommitWriter(std::unique_ptr<Connection> conn, int max_writes_per_commit,
+                                     int gather_wait_us)
     : conn_(std::move(conn)),
       max_group_(static_cast<size_t>(max_writes_per_commit > 0 ? max_writes_per_commit : 1)),
+      gather_wait_(std::max(gather_wait_us, 0)),
       thread_([this] { Loop(); }) {}
+
+GroupCommitWriter::Stats GroupCommitWriter::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
 
 GroupCommitWriter::~GroupCommitWriter() {
   {
@@ -45,6 +53,16 @@ void GroupCommitWriter::Loop() {
   while (true) {
     work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping and drained
+    // Callers that were answered by the last commit come back one by one; committing the
+    // first alone would split them into a group of one and a group of the rest, halving
+    // the writes per fsync. So when fewer are queued than the last group held, wait a
+    // little (bounded) for the others. A lone writer (last group of 1) never waits.
+    if (!queue_.front()->exclusive && queue_.size() < last_group_size_ &&
+        gather_wait_.count() > 0) {
+      work_cv_.wait_for(lock, gather_wait_, [&] {
+        return stopping_ || queue_.size() >= last_group_size_ || queue_.back()->exclusive;
+      });
+    }
     std::deque<Pending*> group;
     if (queue_.front()->exclusive) {
       group.push_back(queue_.front());
@@ -63,6 +81,11 @@ void GroupCommitWriter::Loop() {
       CommitGroup(group);
     }
     lock.lock();
+    if (!group.front()->exclusive) {
+      last_group_size_ = group.size();
+      ++stats_.commits;
+      stats_.writes += static_cast<int64_t>(group.size());
+    }
     for (Pending* p : group) p->done = true;
     done_cv_.notify_all();
   }

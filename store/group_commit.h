@@ -3,7 +3,9 @@
 // Write() returns only after COMMIT, so an OK result is durable.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -21,7 +23,9 @@ class GroupCommitWriter {
   // write. It must use only `conn` and must not begin or end transactions.
   using WriteFn = std::function<absl::Status(Connection& conn)>;
 
-  GroupCommitWriter(std::unique_ptr<Connection> conn, int max_writes_per_commit);
+  // `gather_wait_us`: how long the writer may wait for the rest of a group (see Loop).
+  GroupCommitWriter(std::unique_ptr<Connection> conn, int max_writes_per_commit,
+                    int gather_wait_us);
   // Commits what is queued, then stops the thread.
   ~GroupCommitWriter();
 
@@ -30,6 +34,12 @@ class GroupCommitWriter {
   // Runs `fn` on the writer's connection outside any group (e.g. checkpoint), in order with
   // the writes.
   absl::Status Exclusive(WriteFn fn);
+
+  struct Stats {
+    int64_t commits = 0;  // transactions committed (or attempted)
+    int64_t writes = 0;   // writes they carried
+  };
+  Stats stats() const;
 
  private:
   struct Pending {
@@ -44,11 +54,14 @@ class GroupCommitWriter {
 
   std::unique_ptr<Connection> conn_;
   const size_t max_group_;
-  std::mutex mu_;
+  const std::chrono::microseconds gather_wait_;
+  mutable std::mutex mu_;
   std::condition_variable work_cv_;  // the writer waits for work
   std::condition_variable done_cv_;  // callers wait for their result
   std::deque<Pending*> queue_;
   bool stopping_ = false;
+  size_t last_group_size_ = 1;
+  Stats stats_;
   std::thread thread_;
 };
 

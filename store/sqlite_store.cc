@@ -433,6 +433,10 @@ class SqliteStore final : public Store {
   absl::Status Backup(const std::string& dest_path) override;
   absl::Status CheckIntegrity(bool full) override;
   int SchemaVersion() const override { return schema_version_; }
+  StoreStats Stats() const override {
+    GroupCommitWriter::Stats s = writer_->stats();
+    return StoreStats{s.commits, s.writes};
+  }
 
  private:
   absl::Status Write(GroupCommitWriter::WriteFn fn) { return writer_->Write(std::move(fn)); }
@@ -510,7 +514,8 @@ absl::Status SqliteStore::Init() {
   ConnectionOptions read_options = write_options;
   read_options.query_only = true;
   RETURN_IF_ERROR(readers_.Init(db_path_, read_options, options_.reader_pool_size));
-  writer_ = std::make_unique<GroupCommitWriter>(std::move(conn), options_.max_writes_per_commit);
+  writer_ = std::make_unique<GroupCommitWriter>(std::move(conn), options_.max_writes_per_commit,
+                                                options_.group_commit_wait_us);
   return absl::OkStatus();
 }
 

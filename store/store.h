@@ -50,8 +50,17 @@ struct StoreOptions {
   bool full_integrity_check_on_open = false;
   // Most writes committed in one transaction.
   int max_writes_per_commit = 1024;
+  // How long the writer may hold a commit back waiting for the writers of the previous
+  // group to come back, so they share one fsync (0: never wait). Only waits when fewer
+  // writes are queued than the previous group carried; a single writer never waits.
+  int group_commit_wait_us = 1000;
   // Clock for every time the store records; unix milliseconds. Default: the system clock.
   std::function<int64_t()> clock_ms;
+};
+
+struct StoreStats {
+  int64_t commits = 0;  // write transactions
+  int64_t writes = 0;   // writes they carried (writes / commits = mean group size)
 };
 
 class Store {
@@ -158,6 +167,7 @@ class Store {
   // PRAGMA integrity_check (full) or quick_check, plus foreign_key_check. DATA_LOSS on failure.
   virtual absl::Status CheckIntegrity(bool full) = 0;
   virtual int SchemaVersion() const = 0;
+  virtual StoreStats Stats() const = 0;
 };
 
 }  // namespace rote::store

@@ -1,6 +1,6 @@
 // Store benchmark: one JSON object per line, {"metric": ..., "value": ..., "unit": ...}.
 //
-//   store_bench [--dir DIR] [--seconds S]
+//   store_bench [--dir DIR] [--seconds S] [--records-only]
 //
 // DIR (default: a fresh directory under /tmp) must be on the disk being measured. Every write
 // figure is next to the physical limit it runs into: the measured fsync latency of that disk,
@@ -114,6 +114,7 @@ void RecordAndReadBench(const std::string& root, SyncMode sync, double seconds,
 
   constexpr int kWriters = 8;
   std::vector<std::vector<int64_t>> ids(kWriters);
+  const StoreStats before = store->Stats();
   double runs_per_s = Throughput(kWriters, seconds, [&](int t, int64_t) {
     NewRun run{bp.digest, input, {{"p", art.digest, "lockfile"}}, "{}", "bench", ""};
     absl::StatusOr<CreateRunResult> r = store->CreateRun(run);
@@ -121,6 +122,11 @@ void RecordAndReadBench(const std::string& root, SyncMode sync, double seconds,
     ids[static_cast<size_t>(t)].push_back(r->run.id);
   });
   Emit("store.run_records_per_s.writers8.sync_" + mode, runs_per_s, "records/s");
+  const StoreStats after = store->Stats();
+  Emit("store.writes_per_commit.writers8.sync_" + mode,
+       static_cast<double>(after.writes - before.writes) /
+           static_cast<double>(std::max<int64_t>(1, after.commits - before.commits)),
+       "writes/commit");
   if (sync == SyncMode::kFull) {
     // One fsync per group; a group holds at most one write per synchronous writer.
     Emit("store.run_records_ceiling_per_s.writers8.sync_full", kWriters * 1000.0 / fsync_ms,
@@ -206,14 +212,17 @@ void BlobPlacementBench(const std::string& root, double seconds) {
 int main(int argc, char** argv) {
   std::string dir;
   double seconds = 3.0;
+  bool records_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--dir" && i + 1 < argc) {
       dir = argv[++i];
+    } else if (arg == "--records-only") {
+      records_only = true;
     } else if (arg == "--seconds" && i + 1 < argc) {
       seconds = std::stod(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: store_bench [--dir DIR] [--seconds S]\n");
+      std::fprintf(stderr, "usage: store_bench [--dir DIR] [--seconds S] [--records-only]\n");
       return 2;
     }
   }
@@ -228,7 +237,7 @@ int main(int argc, char** argv) {
   Emit("store.disk_fdatasync_latency_ms", fsync_ms, "ms");
   RecordAndReadBench(dir, SyncMode::kFull, seconds, fsync_ms);
   RecordAndReadBench(dir, SyncMode::kNormal, seconds, fsync_ms);
-  BlobPlacementBench(dir, seconds);
+  if (!records_only) BlobPlacementBench(dir, seconds);
   if (made_dir) std::filesystem::remove_all(dir);
   return 0;
 }
