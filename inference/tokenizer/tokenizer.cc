@@ -1,0 +1,821 @@
+#include "inference/tokenizer/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <array>
+#include <deque>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "inference/tokenizer/chat_format.h"
+#include "inference/tokenizer/utf8.h"
+
+namespace rote::inference {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others are moved to
+// U+0100 and up so every byte has a visible, non-space character.
+struct ByteLevelAlphabet {
+  std::array<char32_t, 256> byte_to_char{};
+  std::unordered_map<char32_t, uint8_t> char_to_byte;
+
+  ByteLevelAlphabet() {
+    int next = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+      byte_to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
+      char_to_byte[byte_to_char[b]] = static_cast<uint8_t>(b);
+    }
+  }
+};
+
+const ByteLevelAlphabet& Alphabet() {
+  static const ByteLevelAlphabet alphabet;
+  return alphabet;
+}
+
+// The ByteLevel decoder's rule for one token: if every character is in the alphabet, the
+// bytes they stand for; otherwise the token's own UTF-8.
+std::string ByteLevelDecodeToken(std::string_view token) {
+  const auto& alphabet = Alphabet();
+  std::string bytes;
+  size_t pos = 0;
+  while (pos < token.size()) {
+    const char32_t cp = utf8::DecodeAt(token, pos);
+    auto it = alphabet.char_to_byte.find(cp);
+    if (it == alphabet.char_to_byte.end()) return std::string(token);
+    bytes.push_back(static_cast<char>(it->second));
+  }
+  return bytes;
+}
+
+struct Pcre2CodeDeleter {
+  void operator()(pcre2_code* code) const { pcre2_code_free(code); }
+};
+using Pcre2Code = std::unique_ptr<pcre2_code, Pcre2CodeDeleter>;
+
+StatusOr<Pcre2Code> CompileRegex(const std::string& pattern) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof message);
+    return InvalidArgument("tokenizer.json: pre-tokenizer regex does not compile with PCRE2 at offset " +
+                           std::to_string(offset) + ": " + reinterpret_cast<char*>(message) +
+                           " (pattern: " + pattern + ")");
+  }
+  // JIT is only a speed-up; the interpreter gives the same matches where it is unavailable.
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+  return Pcre2Code(code);
+}
+
+std::string EscapeRegexLiteral(std::string_view s) {
+  return "\\Q" + std::string(s) + "\\E";
+}
+
+std::string NormalizeNfc(std::string_view text) {
+  if (text.empty()) return {};
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   static_cast<utf8proc_ssize_t>(text.size()), &out,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) {
+    // Only invalid UTF-8 fails, and Encode sanitizes first; keep the text rather than lose it.
+    return std::string(text);
+  }
+  std::string result(reinterpret_cast<char*>(out), static_cast<size_t>(n));
+  std::free(out);
+  return result;
+}
+
+struct AddedToken {
+  int32_t id = 0;
+  std::string content;  // as matched: normalized tokens hold their normalized content
+  bool special = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool single_word = false;
+  bool normalized = false;
+};
+
+// Added tokens of one matching pass, indexed by first byte so that scanning text costs one
+// table look-up per position.
+struct AddedTokenSet {
+  std::vector<AddedToken> tokens;
+  std::array<std::vector<uint32_t>, 256> by_first_byte;
+
+  void Add(AddedToken t) {
+    if (t.content.empty()) return;
+    by_first_byte[static_cast<unsigned char>(t.content[0])].push_back(
+        static_cast<uint32_t>(tokens.size()));
+    tokens.push_back(std::move(t));
+  }
+};
+
+// One step of the pre-tokenizer: a regex split with behavior Isolated (matches and the gaps
+// between them become pieces), optionally preceded by ByteLevel's add_prefix_space.
+struct SplitStep {
+  Pcre2Code regex;
+  bool add_prefix_space = false;  // ByteLevel(add_prefix_space) before splitting
+};
+
+// GPT-2's pattern, which ByteLevel(use_regex=true) applies.
+constexpr std::string_view kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+uint64_t PairKey(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
+
+StatusOr<std::string> ReadFile(const std::string& path, bool required) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (required) return NotFound("cannot open " + path);
+    return std::string();
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+StatusOr<Json> ParseJson(std::string_view text, std::string_view what) {
+  try {
+    return Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {
+    return InvalidArgument(std::string(what) + " is not valid JSON: " + e.what());
+  }
+}
+
+// tokenizer_config's bos_token/eos_token: a string, an AddedToken object, or null.
+std::optional<std::string> TokenField(const Json& config, const char* key) {
+  if (!config.is_object() || !config.contains(key)) return std::nullopt;
+  const Json& v = config[key];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+    return v["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+void AppendIds(const Json& v, std::vector<int32_t>& out) {
+  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
+  if (v.is_array()) {
+    for (const Json& x : v) {
+      if (x.is_number_integer()) out.push_back(x.get<int32_t>());
+    }
+  }
+}
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  bool nfc = false;
+  std::vector<SplitStep> split_steps;
+  bool ignore_merges = false;
+
+  // The model vocabulary: token text (in the byte-level alphabet) and the bytes it stands for.
+  std::unordered_map<std::string, int32_t> token_to_id;  // vocab and added tokens
+  std::unordered_map<std::string, int32_t> bytes_to_id;  // vocab entries by their bytes
+  std::array<int32_t, 256> byte_id{};                     // -1: byte not in vocab
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // pair -> (rank, new id)
+
+  std::vector<std::string> id_bytes;  // decoded bytes per id (ByteLevel decoder rule)
+  std::vector<uint8_t> id_known;      // 1 if the id names a token
+  std::vector<uint8_t> id_special;
+
+  // Added tokens matched on the raw text (normalized=false) and after normalization.
+  AddedTokenSet raw_added;
+  AddedTokenSet normalized_added;
+
+  std::vector<int32_t> stop_ids;
+  std::optional<int32_t> bos;
+  std::optional<int32_t> eos;
+  ChatFormat chat;
+
+  void EncodePiece(std::string_view text, bool parse_special, std::vector<int32_t>& out) const;
+  void EncodeNormalizedPiece(std::string_view normalized, bool parse_special,
+                             std::vector<int32_t>& out) const;
+  void PreTokenizeAndBpe(std::string_view text, std::vector<int32_t>& out) const;
+  void Bpe(std::string_view word, std::vector<int32_t>& out) const;
+};
+
+namespace {
+
+// A piece of input: either a matched added token or text still to be tokenized.
+struct Piece {
+  std::string_view text;
+  int32_t token_id = -1;
+};
+
+size_t LastCharStart(std::string_view s) {
+  size_t i = s.size() - 1;
+  while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+  return i;
+}
+
+bool EndsWithWordChar(std::string_view s) {
+  if (s.empty()) return false;
+  size_t pos = LastCharStart(s);
+  return utf8::IsWordChar(utf8::DecodeAt(s, pos));
+}
+
+bool StartsWithWordChar(std::string_view s) {
+  if (s.empty()) return false;
+  size_t pos = 0;
+  return utf8::IsWordChar(utf8::DecodeAt(s, pos));
+}
+
+// tokenizers' AddedVocabulary::find_matches: leftmost-longest matches of the added tokens,
+// then the single_word, lstrip and rstrip rules. `skip_special` drops matches of special
+// tokens (encode_special_tokens), which leaves their text to the model.
+std::vector<Piece> SplitOnAddedTokens(std::string_view text, const AddedTokenSet& set,
+                                      bool skip_special) {
+  std::vector<Piece> pieces;
+  if (set.tokens.empty() || text.empty()) {
+    pieces.push_back({text, -1});
+    return pieces;
+  }
+  size_t start_offset = 0;
+  size_t search = 0;
+  while (search < text.size()) {
+    // Leftmost position where some token matches, longest token there.
+    const AddedToken* best = nullptr;
+    size_t best_at = text.size();
+    for (size_t at = search; at < text.size() && best == nullptr; ++at) {
+      for (uint32_t index : set.by_first_byte[static_cast<unsigned char>(text[at])]) {
+        const AddedToken& t = set.tokens[index];
+        if (t.content.size() > text.size() - at) continue;
+        if (text.compare(at, t.content.size(), t.content) != 0) continue;
+        if (best == nullptr || t.content.size() > best->content.size()) {
+          best = &t;
+          best_at = at;
+        }
+      }
+    }
+    if (best == nullptr) break;
+    size_t start = best_at;
+    size_t stop = best_at + best->content.size();
+    search = stop;
+    if (skip_special && best->special) continue;
+    if (best->single_word) {
+      const bool start_space = start == 0 || !EndsWithWordChar(text.substr(0, start));
+      const bool stop_space = stop == text.size() || !StartsWithWordChar(text.substr(stop));
+      if (!start_space || !stop_space) continue;
+    }
+    if (best->lstrip) {
+      size_t s = start;
+      while (s > 0) {
+        size_t c = LastCharStart(text.substr(0, s));
+        size_t probe = c;
+        if (!utf8::IsWhitespace(utf8::DecodeAt(text, probe))) break;
+        s = c;
+      }
+      // Spaces an earlier match already took stay with it.
+      start = std::max(s, start_offset);
+    }
+    if (best->rstrip) {
+      while (stop < text.size()) {
+        size_t probe = stop;
+        if (!utf8::IsWhitespace(utf8::DecodeAt(text, probe))) break;
+        stop = probe;
+      }
+    }
+    if (start_offset < start) pieces.push_back({text.substr(start_offset, start - start_offset), -1});
+    pieces.push_back({text.substr(start, stop - start), best->id});
+    start_offset = stop;
+  }
+  if (start_offset < text.size() || pieces.empty()) {
+    pieces.push_back({text.substr(start_offset), -1});
+  }
+  return pieces;
+}
+
+// Splits `text` by `regex` with behavior Isolated: every match and every gap between matches is
+// a piece. Empty matches produce nothing.
+void SplitIsolated(const pcre2_code* regex, std::string_view text,
+                   std::vector<std::string_view>& out) {
+  if (text.empty()) return;
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex, nullptr);
+  size_t last = 0;
+  size_t offset = 0;
+  std::vector<std::pair<size_t, size_t>> matches;
+  while (offset <= text.size()) {
+    const int rc = pcre2_match(regex, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
+                               offset, 0, md, nullptr);
+    if (rc < 0) break;
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const size_t s = ov[0];
+    const size_t e = ov[1];
+    if (e == s) {
+      // Step over one whole character so matching resumes on a boundary.
+      if (s >= text.size()) break;
+      size_t next = s;
+      utf8::DecodeAt(text, next);
+      offset = next;
+      continue;
+    }
+    matches.emplace_back(s, e);
+    offset = e;
+  }
+  pcre2_match_data_free(md);
+  for (const auto& [s, e] : matches) {
+    if (last < s) out.push_back(text.substr(last, s - last));
+    out.push_back(text.substr(s, e - s));
+    last = e;
+  }
+  if (last < text.size()) out.push_back(text.substr(last));
+}
+
+}  // namespace
+
+void Tokenizer::Impl::Bpe(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (ignore_merges) {
+    auto it = bytes_to_id.find(std::string(word));
+    if (it != bytes_to_id.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  // Symbols form a linked list over the word; a merge joins a symbol with its right neighbour.
+  struct Symbol {
+    int32_t id;
+    int prev;
+    int next;
+    bool alive;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(word.size());
+  for (unsigned char b : word) {
+    const int32_t id = byte_id[b];
+    if (id < 0) continue;  // no token for this byte and no unk: tokenizers drops it too
+    const int index = static_cast<int>(symbols.size());
+    symbols.push_back({id, index - 1, index + 1, true});
+  }
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+
+  struct Candidate {
+    int32_t rank;
+    int pos;
+    int32_t new_id;
+    bool operator<(const Candidate& o) const {  // priority_queue pops the largest
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  std::priority_queue<Candidate> queue;
+  auto consider = [&](int pos) {
+    if (pos < 0) return;
+    const int next = symbols[pos].next;
+    if (next < 0) return;
+    auto it = merges.find(PairKey(symbols[pos].id, symbols[next].id));
+    if (it != merges.end()) queue.push({it->second.first, pos, it->second.second});
+  };
+  for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) consider(i);
+
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    Symbol& left = symbols[top.pos];
+    if (!left.alive || left.next < 0) continue;
+    Symbol& right = symbols[left.next];
+    // A stale entry: the pair at this position changed since it was queued.
+    auto it = merges.find(PairKey(left.id, right.id));
+    if (it == merges.end() || it->second.second != top.new_id) continue;
+    left.id = top.new_id;
+    right.alive = false;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = top.pos;
+    consider(left.prev);
+    consider(top.pos);
+  }
+  for (int i = 0; i >= 0; i = symbols[i].next) {
+    out.push_back(symbols[i].id);
+  }
+}
+
+void Tokenizer::Impl::PreTokenizeAndBpe(std::string_view text, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  std::deque<std::string> prefixed;  // storage for pieces given a prefix space
+  std::vector<std::string_view> pieces{text};
+  for (const SplitStep& step : split_steps) {
+    std::vector<std::string_view> next;
+    for (std::string_view p : pieces) {
+      if (step.add_prefix_space && !p.empty() && p.front() != ' ') {
+        prefixed.push_back(" " + std::string(p));
+        p = prefixed.back();
+      }
+      if (step.regex) {
+        SplitIsolated(step.regex.get(), p, next);
+      } else if (!p.empty()) {
+        next.push_back(p);
+      }
+    }
+    pieces = std::move(next);
+  }
+  for (std::string_view p : pieces) Bpe(p, out);
+}
+
+void Tokenizer::Impl::EncodeNormalizedPiece(std::string_view normalized, bool parse_special,
+                                            std::vector<int32_t>& out) const {
+  for (const Piece& piece : SplitOnAddedTokens(normalized, normalized_added, !parse_special)) {
+    if (piece.token_id >= 0) {
+      out.push_back(piece.token_id);
+    } else {
+      PreTokenizeAndBpe(piece.text, out);
+    }
+  }
+}
+
+void Tokenizer::Impl::EncodePiece(std::string_view text, bool parse_special,
+                                  std::vector<int32_t>& out) const {
+  if (nfc) {
+    const std::string normalized = NormalizeNfc(text);
+    EncodeNormalizedPiece(normalized, parse_special, out);
+  } else {
+    EncodeNormalizedPiece(text, parse_special, out);
+  }
+}
+
+namespace {
+
+Status LoadNormalizer(const Json& n, bool& nfc) {
+  if (n.is_null()) return OkStatus();
+  const std::string type = n.value("type", "");
+  if (type == "NFC") {
+    nfc = true;
+    return OkStatus();
+  }
+  if (type == "Sequence") {
+    for (const Json& child : n["normalizers"]) ROTE_RETURN_IF_ERROR(LoadNormalizer(child, nfc));
+    return OkStatus();
+  }
+  return Unimplemented("tokenizer.json: normalizer type '" + type +
+                       "' is not supported (supported: NFC, Sequence)");
+}
+
+Status LoadPreTokenizer(const Json& p, std::vector<SplitStep>& steps, bool& saw_byte_level) {
+  if (p.is_null()) return OkStatus();
+  const std::string type = p.value("type", "");
+  if (saw_byte_level) {
+    return Unimplemented("tokenizer.json: pre-tokenizer '" + type +
+                         "' after ByteLevel is not supported");
+  }
+  if (type == "Sequence") {
+    for (const Json& child : p["pretokenizers"]) {
+      ROTE_RETURN_IF_ERROR(LoadPreTokenizer(child, steps, saw_byte_level));
+    }
+    return OkStatus();
+  }
+  if (type == "Split") {
+    const std::string behavior = p.value("behavior", "");
+    if (behavior != "Isolated") {
+      return Unimplemented("tokenizer.json: Split behavior '" + behavior +
+                           "' is not supported (supported: Isolated)");
+    }
+    const Json& pattern = p["pattern"];
+    std::string regex;
+    if (pattern.contains("Regex")) {
+      regex = pattern["Regex"].get<std::string>();
+    } else if (pattern.contains("String")) {
+      regex = EscapeRegexLiteral(pattern["String"].get<std::string>());
+    } else {
+      return InvalidArgument("tokenizer.json: Split pre-tokenizer without a Regex or String pattern");
+    }
+    ROTE_ASSIGN_OR_RETURN(Pcre2Code code, CompileRegex(regex));
+    if (p.value("invert", false)) {
+      return Unimplemented("tokenizer.json: Split with invert=true is not supported");
+    }
+    SplitStep step;
+    step.regex = std::move(code);
+    steps.push_back(std::move(step));
+    return OkStatus();
+  }
+  if (type == "ByteLevel") {
+    saw_byte_level = true;
+    SplitStep step;
+    step.add_prefix_space = p.value("add_prefix_space", false);
+    if (p.value("use_regex", true)) {
+      ROTE_ASSIGN_OR_RETURN(Pcre2Code code, CompileRegex(std::string(kGpt2Pattern)));
+      step.regex = std::move(code);
+    }
+    if (step.add_prefix_space || step.regex) steps.push_back(std::move(step));
+    return OkStatus();
+  }
+  return Unimplemented("tokenizer.json: pre-tokenizer type '" + type +
+                       "' is not supported (supported: Sequence, Split, ByteLevel)");
+}
+
+Status CheckDecoder(const Json& d, bool& saw_byte_level) {
+  if (d.is_null()) return OkStatus();
+  const std::string type = d.value("type", "");
+  if (type == "ByteLevel") {
+    saw_byte_level = true;
+    return OkStatus();
+  }
+  if (type == "Sequence") {
+    for (const Json& child : d["decoders"]) ROTE_RETURN_IF_ERROR(CheckDecoder(child, saw_byte_level));
+    return OkStatus();
+  }
+  return Unimplemented("tokenizer.json: decoder type '" + type +
+                       "' is not supported (supported: ByteLevel, Sequence)");
+}
+
+StatusOr<ChatFamily> FamilyFor(const Json& config, const Tokenizer::Impl& impl) {
+  const std::string model_type = config.is_object() ? config.value("model_type", "") : "";
+  if (model_type == "qwen2") return ChatFamily::kQwen2;
+  if (model_type == "llama") return ChatFamily::kLlama3;
+  if (model_type == "qwen3") return ChatFamily::kQwen3;
+  if (!model_type.empty()) {
+    return Unimplemented("config.json: model_type '" + model_type +
+                         "' is not supported (supported: qwen2, llama, qwen3)");
+  }
+  // No config.json: the added tokens tell the family apart.
+  if (impl.token_to_id.count("<|start_header_id|>")) return ChatFamily::kLlama3;
+  if (impl.token_to_id.count("<think>")) return ChatFamily::kQwen3;
+  if (impl.token_to_id.count("<|im_start|>")) return ChatFamily::kQwen2;
+  return FailedPrecondition(
+      "cannot tell the model family: no config.json model_type and no family markers among the "
+      "added tokens");
+}
+
+}  // namespace
+
+StatusOr<Tokenizer> Tokenizer::Load(const std::string& model_dir) {
+  const std::string dir = model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
+  ROTE_ASSIGN_OR_RETURN(std::string tokenizer_json, ReadFile(dir + "tokenizer.json", true));
+  ROTE_ASSIGN_OR_RETURN(std::string tokenizer_config, ReadFile(dir + "tokenizer_config.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string config, ReadFile(dir + "config.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string generation_config,
+                        ReadFile(dir + "generation_config.json", false));
+  return FromJson(tokenizer_json, tokenizer_config, config, generation_config);
+}
+
+StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
+                                        std::string_view tokenizer_config_json,
+                                        std::string_view config_json,
+                                        std::string_view generation_config_json) {
+  if (tokenizer_json.empty()) return InvalidArgument("tokenizer.json is empty");
+  ROTE_ASSIGN_OR_RETURN(Json tj, ParseJson(tokenizer_json, "tokenizer.json"));
+  Json tc = Json::object(), cj = Json::object(), gc = Json::object();
+  if (!tokenizer_config_json.empty()) {
+    ROTE_ASSIGN_OR_RETURN(tc, ParseJson(tokenizer_config_json, "tokenizer_config.json"));
+  }
+  if (!config_json.empty()) {
+    ROTE_ASSIGN_OR_RETURN(cj, ParseJson(config_json, "config.json"));
+  }
+  if (!generation_config_json.empty()) {
+    ROTE_ASSIGN_OR_RETURN(gc, ParseJson(generation_config_json, "generation_config.json"));
+  }
+
+  auto impl = std::make_shared<Impl>();
+  try {
+    ROTE_RETURN_IF_ERROR(LoadNormalizer(tj.value("normalizer", Json()), impl->nfc));
+    bool pre_byte_level = false;
+    ROTE_RETURN_IF_ERROR(
+        LoadPreTokenizer(tj.value("pre_tokenizer", Json()), impl->split_steps, pre_byte_level));
+    bool dec_byte_level = false;
+    ROTE_RETURN_IF_ERROR(CheckDecoder(tj.value("decoder", Json()), dec_byte_level));
+    if (!pre_byte_level || !dec_byte_level) {
+      return Unimplemented(
+          "tokenizer.json: only byte-level BPE is supported (needs a ByteLevel pre-tokenizer and "
+          "decoder)");
+    }
+
+    const Json& model = tj.at("model");
+    const std::string model_type = model.value("type", "BPE");
+    if (model_type != "BPE") {
+      return Unimplemented("tokenizer.json: model type '" + model_type +
+                           "' is not supported (supported: BPE)");
+    }
+    if (model.value("byte_fallback", false)) {
+      return Unimplemented("tokenizer.json: BPE byte_fallback is not supported");
+    }
+    if (model.contains("dropout") && !model["dropout"].is_null() &&
+        model["dropout"].get<double>() != 0.0) {
+      return Unimplemented("tokenizer.json: BPE dropout is not supported (it is random)");
+    }
+    for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      if (model.contains(affix) && model[affix].is_string() && !model[affix].get<std::string>().empty()) {
+        return Unimplemented(std::string("tokenizer.json: BPE ") + affix + " is not supported");
+      }
+    }
+    impl->ignore_merges = model.value("ignore_merges", false);
+
+    // Vocabulary. Ids index dense tables sized by the largest id.
+    int32_t max_id = -1;
+    std::map<int32_t, std::string> id_to_token;  // ordered: deterministic table building
+    for (const auto& [token, id_json] : model.at("vocab").items()) {
+      const int32_t id = id_json.get<int32_t>();
+      if (id < 0) return InvalidArgument("tokenizer.json: negative id for token '" + token + "'");
+      id_to_token[id] = token;
+      impl->token_to_id[token] = id;
+      max_id = std::max(max_id, id);
+    }
+    std::vector<AddedToken> added;
+    if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
+      for (const Json& a : tj["added_tokens"]) {
+        AddedToken t;
+        t.id = a.at("id").get<int32_t>();
+        t.content = a.at("content").get<std::string>();
+        t.special = a.value("special", false);
+        t.lstrip = a.value("lstrip", false);
+        t.rstrip = a.value("rstrip", false);
+        t.single_word = a.value("single_word", false);
+        t.normalized = a.value("normalized", !t.special);
+        max_id = std::max(max_id, t.id);
+        added.push_back(std::move(t));
+      }
+    }
+    const size_t n = static_cast<size_t>(max_id + 1);
+    impl->id_bytes.assign(n, std::string());
+    impl->id_known.assign(n, 0);
+    impl->id_special.assign(n, 0);
+    impl->byte_id.fill(-1);
+    const auto& alphabet = Alphabet();
+    for (const auto& [id, token] : id_to_token) {
+      std::string bytes = ByteLevelDecodeToken(token);
+      impl->id_bytes[id] = bytes;
+      impl->id_known[id] = 1;
+      // Only tokens written wholly in the alphabet can come out of byte-level BPE.
+      size_t pos = 0;
+      bool in_alphabet = true;
+      while (pos < token.size()) {
+        if (!alphabet.char_to_byte.count(utf8::DecodeAt(token, pos))) in_alphabet = false;
+      }
+      if (in_alphabet) {
+        impl->bytes_to_id.emplace(bytes, id);
+        if (bytes.size() == 1) impl->byte_id[static_cast<unsigned char>(bytes[0])] = id;
+      }
+    }
+
+    // Merges: "a b" strings (older files) or ["a", "b"] pairs (newer ones).
+    int32_t rank = 0;
+    for (const Json& m : model.at("merges")) {
+      std::string a, b;
+      if (m.is_string()) {
+        const std::string s = m.get<std::string>();
+        const size_t space = s.find(' ');
+        if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+          return InvalidArgument("tokenizer.json: merge '" + s + "' is not two tokens separated by one space");
+        }
+        a = s.substr(0, space);
+        b = s.substr(space + 1);
+      } else if (m.is_array() && m.size() == 2) {
+        a = m[0].get<std::string>();
+        b = m[1].get<std::string>();
+      } else {
+        return InvalidArgument("tokenizer.json: merge #" + std::to_string(rank) +
+                               " is neither \"a b\" nor [\"a\", \"b\"]");
+      }
+      auto ia = impl->token_to_id.find(a);
+      auto ib = impl->token_to_id.find(b);
+      auto iab = impl->token_to_id.find(a + b);
+      if (ia == impl->token_to_id.end() || ib == impl->token_to_id.end() ||
+          iab == impl->token_to_id.end()) {
+        return InvalidArgument("tokenizer.json: merge '" + a + " " + b +
+                               "' uses a token that is not in the vocabulary");
+      }
+      // The first (best-ranked) occurrence of a pair wins, as in tokenizers.
+      impl->merges.emplace(PairKey(ia->second, ib->second), std::make_pair(rank, iab->second));
+      ++rank;
+    }
+
+    for (AddedToken& t : added) {
+      impl->id_bytes[t.id] = ByteLevelDecodeToken(t.content);
+      impl->id_known[t.id] = 1;
+      impl->id_special[t.id] = t.special ? 1 : 0;
+      impl->token_to_id[t.content] = t.id;
+      if (t.normalized) {
+        // Matched after normalization, so match the normalized form.
+        if (impl->nfc) t.content = NormalizeNfc(t.content);
+        impl->normalized_added.Add(t);
+      } else {
+        impl->raw_added.Add(t);
+      }
+    }
+
+    // Special ids and stop tokens.
+    auto id_of = [&](const std::optional<std::string>& token) -> std::optional<int32_t> {
+      if (!token) return std::nullopt;
+      auto it = impl->token_to_id.find(*token);
+      if (it == impl->token_to_id.end()) return std::nullopt;
+      return it->second;
+    };
+    impl->bos = id_of(TokenField(tc, "bos_token"));
+    impl->eos = id_of(TokenField(tc, "eos_token"));
+
+    ROTE_ASSIGN_OR_RETURN(ChatFamily family, FamilyFor(cj, *impl));
+    const std::string chat_template =
+        tc.contains("chat_template") && tc["chat_template"].is_string()
+            ? tc["chat_template"].get<std::string>()
+            : std::string();
+    impl->chat = ChatFormatFor(family, chat_template);
+    if (family == ChatFamily::kLlama3) {
+      if (!impl->bos) impl->bos = id_of(std::string("<|begin_of_text|>"));
+      if (auto b = TokenField(tc, "bos_token")) impl->chat.bos_text = *b;
+    }
+
+    std::vector<int32_t> stops;
+    if (gc.contains("eos_token_id")) {
+      AppendIds(gc["eos_token_id"], stops);
+    } else if (cj.contains("eos_token_id")) {
+      AppendIds(cj["eos_token_id"], stops);
+    } else if (impl->eos) {
+      stops.push_back(*impl->eos);
+    }
+    // The chat format ends every turn with this token, so generation must stop there too.
+    const char* turn_end = family == ChatFamily::kLlama3 ? "<|eot_id|>" : "<|im_end|>";
+    if (auto t = id_of(std::string(turn_end))) stops.push_back(*t);
+    std::sort(stops.begin(), stops.end());
+    stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
+    impl->stop_ids = std::move(stops);
+  } catch (const Json::exception& e) {
+    return InvalidArgument(std::string("tokenizer files: unexpected structure: ") + e.what());
+  }
+  return Tokenizer(std::move(impl));
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special) const {
+  std::vector<int32_t> out;
+  const std::string valid = utf8::Sanitize(text);
+  for (const Piece& piece : SplitOnAddedTokens(valid, impl_->raw_added, !parse_special)) {
+    if (piece.token_id >= 0) {
+      out.push_back(piece.token_id);
+    } else {
+      impl_->EncodePiece(piece.text, parse_special, out);
+    }
+  }
+  return out;
+}
+
+std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
+  std::string bytes;
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<size_t>(id) >= impl_->id_known.size() || !impl_->id_known[id]) continue;
+    if (skip_special && impl_->id_special[id]) continue;
+    bytes += impl_->id_bytes[id];
+  }
+  return utf8::Sanitize(bytes);
+}
+
+std::string Tokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_bytes.size()) return {};
+  return impl_->id_bytes[id];
+}
+
+int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
+
+std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
+  auto it = impl_->token_to_id.find(std::string(token));
+  if (it == impl_->token_to_id.end()) return std::nullopt;
+  return it->second;
+}
+
+bool Tokenizer::IsSpecial(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->id_special.size() && impl_->id_special[id];
+}
+
+const std::vector<int32_t>& Tokenizer::stop_token_ids() const { return impl_->stop_ids; }
+std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos; }
+std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos; }
+ChatFamily Tokenizer::chat_family() const { return impl_->chat.family; }
+
+std::string Tokenizer::ApplyChatTemplate(const std::vector<ChatMessage>& messages,
+                                         bool add_generation_prompt) const {
+  return FormatChat(impl_->chat, messages, add_generation_prompt);
+}
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
+    : tokenizer_(tokenizer), skip_special_(skip_special) {}
+
+std::string StreamDecoder::Push(int32_t id) {
+  if (skip_special_ && tokenizer_.IsSpecial(id)) return {};
+  pending_ += tokenizer_.TokenBytes(id);
+  const size_t ready = utf8::StreamablePrefixLength(pending_);
+  std::string out = utf8::Sanitize(std::string_view(pending_).substr(0, ready));
+  pending_.erase(0, ready);
+  return out;
+}
+
+std::string StreamDecoder::Finish() {
+  std::string out = utf8::Sanitize(pending_);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace rote::inference
