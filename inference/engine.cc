@@ -1,0 +1,467 @@
+// The engine: request bookkeeping, the scheduler thread (continuous batching with chunked
+// prefill over a paged KV cache, preemption by recomputation), sampling and streaming.
+// Nothing here touches a number the backend computes except to choose tokens, so batch
+// invariance of the logits carries over to the tokens.
+#include "inference/engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "inference/cuda/cuda_backend.h"
+#include "inference/kv_block_manager.h"
+
+namespace rote::inference {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEndOfSequence: return "eos";
+    case FinishReason::kStopSequence: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+namespace {
+
+int32_t BlocksFor(int64_t positions) { return static_cast<int32_t>((positions + kKvBlockSize - 1) / kKvBlockSize); }
+
+struct Sequence {
+  RequestId id = 0;
+  SamplingParams sampling;
+  uint64_t sampling_key = 0;
+  TokenCallback on_token;
+  std::vector<int32_t> all;  // prompt, then generated tokens
+  size_t prompt_len = 0;
+  int32_t computed = 0;      // positions whose K/V are in the cache
+  std::vector<int32_t> blocks;
+  std::unique_ptr<StreamDecoder> decoder;
+  std::string text;          // decoded output so far
+  size_t emitted = 0;        // bytes of text already streamed
+  GenerationResult result;
+  Status error;
+  bool cancel_requested = false;  // guarded by Impl::mu
+  bool done = false;              // guarded by Impl::mu
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  std::shared_ptr<const Model> model;
+  Tokenizer tokenizer;
+  std::unique_ptr<Backend> backend;
+  EngineOptions options;
+  int32_t max_context = 0;
+  std::vector<int32_t> stop_tokens;  // sorted
+  std::unique_ptr<KvBlockManager> blocks;  // scheduler thread only
+
+  std::mutex mu;
+  std::condition_variable work_cv;
+  std::condition_variable done_cv;
+  std::deque<std::shared_ptr<Sequence>> waiting;          // guarded by mu
+  std::map<RequestId, std::shared_ptr<Sequence>> active;  // guarded by mu: submitted, not yet waited
+  RequestId next_id = 1;                                   // guarded by mu
+  bool stopping = false;                                   // guarded by mu
+  std::vector<std::shared_ptr<Sequence>> running;          // scheduler thread only, admission order
+  std::thread scheduler;
+
+  Impl(std::shared_ptr<const Model> m, Tokenizer t) : model(std::move(m)), tokenizer(std::move(t)) {}
+
+  void SchedulerLoop();
+  void Step();
+  void Finish(const std::shared_ptr<Sequence>& s, FinishReason reason);
+  void Fail(const std::shared_ptr<Sequence>& s, const Status& status);
+  void Preempt(const std::shared_ptr<Sequence>& s);
+  void ReleaseBlocks(Sequence& s);
+  // Appends a chosen token, fills the event to stream; returns why the sequence ends, if it does.
+  std::optional<FinishReason> Accept(Sequence& s, int32_t token, std::vector<float>* logits, TokenEvent* ev);
+};
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir, const EngineOptions& options) {
+  ROTE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(model_dir));
+  ROTE_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(model_dir));
+  const int32_t max_pos = model->config().max_position_embeddings;
+  const int32_t context = options.max_context > 0 ? std::min(options.max_context, max_pos) : std::min(max_pos, 32768);
+  std::unique_ptr<Backend> backend;
+  if (options.device == Device::kCpu) {
+    CpuBackendOptions o;
+    o.threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+    o.max_positions = context;
+    ROTE_ASSIGN_OR_RETURN(backend, CreateCpuBackend(model, o));
+  } else {
+    CudaBackendOptions o;
+    o.device = options.cuda_device;
+    o.max_positions = context;
+    ROTE_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CreateCudaBackend(model, o));
+    backend = std::move(cuda);
+  }
+  EngineOptions opts = options;
+  opts.max_context = context;
+  return Create(std::move(model), std::move(tokenizer), std::move(backend), opts);
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> model, Tokenizer tokenizer,
+                                                 std::unique_ptr<Backend> backend, const EngineOptions& options) {
+  if (model == nullptr || backend == nullptr) return InvalidArgument("Engine::Create needs a model and a backend");
+  if (options.max_batch < 1) return InvalidArgument("max_batch must be at least 1");
+  if (options.prefill_chunk < 1) return InvalidArgument("prefill_chunk must be at least 1");
+  if (options.max_step_tokens < options.max_batch) {
+    return InvalidArgument("max_step_tokens must be at least max_batch (every running sequence decodes each step)");
+  }
+  auto impl = std::make_unique<Impl>(std::move(model), std::move(tokenizer));
+  impl->options = options;
+  const int32_t max_pos = impl->model->config().max_position_embeddings;
+  impl->max_context =
+      options.max_context > 0 ? std::min(options.max_context, max_pos) : std::min(max_pos, 32768);
+  const int64_t per_block = backend->KvBytesPerBlock();
+  const int64_t n_blocks = options.kv_cache_bytes / per_block;
+  if (n_blocks < 1) {
+    return InvalidArgument("kv_cache_bytes " + std::to_string(options.kv_cache_bytes) + " is below one KV block (" +
+                           std::to_string(per_block) + " bytes)");
+  }
+  const int32_t blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, 1 << 24));
+  ROTE_RETURN_IF_ERROR(backend->AllocateKvCache(blocks));
+  impl->blocks = std::make_unique<KvBlockManager>(blocks);
+  impl->backend = std::move(backend);
+  impl->stop_tokens = impl->tokenizer.stop_token_ids();
+  for (int32_t id : impl->model->config().eos_token_ids) impl->stop_tokens.push_back(id);
+  std::sort(impl->stop_tokens.begin(), impl->stop_tokens.end());
+  impl->stop_tokens.erase(std::unique(impl->stop_tokens.begin(), impl->stop_tokens.end()), impl->stop_tokens.end());
+  Impl* raw = impl.get();
+  impl->scheduler = std::thread([raw] { raw->SchedulerLoop(); });
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->work_cv.notify_all();
+  impl_->scheduler.join();
+}
+
+const Model& Engine::model() const { return *impl_->model; }
+const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
+std::string Engine::device() const { return impl_->backend->device(); }
+
+StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
+  const int forms = !request.prompt_tokens.empty() + !request.messages.empty() + !request.prompt.empty();
+  if (forms != 1) {
+    return InvalidArgument("a generation request needs exactly one of prompt_tokens, messages or prompt (got " +
+                           std::to_string(forms) + ")");
+  }
+  const SamplingParams& sp = request.sampling;
+  if (!(sp.temperature >= 0.0f) || sp.temperature > 1e6f) return InvalidArgument("temperature must be >= 0");
+  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f)) return InvalidArgument("top_p must be in (0, 1]");
+  if (sp.top_k < 0) return InvalidArgument("top_k must be >= 0");
+  if (sp.max_tokens < 1) return InvalidArgument("max_tokens must be >= 1");
+  for (const std::string& s : sp.stop) {
+    if (s.empty()) return InvalidArgument("stop sequences must not be empty");
+  }
+  auto seq = std::make_shared<Sequence>();
+  if (!request.prompt_tokens.empty()) {
+    seq->all = std::move(request.prompt_tokens);
+  } else {
+    const std::string text = request.messages.empty()
+                                 ? request.prompt
+                                 : impl_->tokenizer.ApplyChatTemplate(request.messages, /*add_generation_prompt=*/true);
+    // A raw prompt starts with the family's BOS when it has one (Llama 3), as HF's encode does;
+    // the chat template writes its own markers.
+    if (request.messages.empty() && impl_->tokenizer.bos_id().has_value()) seq->all.push_back(*impl_->tokenizer.bos_id());
+    const std::vector<int32_t> ids = impl_->tokenizer.Encode(text, /*parse_special=*/true);
+    seq->all.insert(seq->all.end(), ids.begin(), ids.end());
+  }
+  if (seq->all.empty()) return InvalidArgument("the prompt encodes to no tokens");
+  const int32_t vocab = impl_->model->config().vocab_size;
+  for (int32_t id : seq->all) {
+    if (id < 0 || id >= vocab) {
+      return InvalidArgument("prompt token id " + std::to_string(id) + " is outside the vocabulary of " +
+                             std::to_string(vocab));
+    }
+  }
+  const int64_t len = static_cast<int64_t>(seq->all.size());
+  if (len >= impl_->max_context) {
+    return InvalidArgument("the prompt has " + std::to_string(len) + " tokens; the context holds " +
+                           std::to_string(impl_->max_context));
+  }
+  const int64_t longest = std::min<int64_t>(len + sp.max_tokens, impl_->max_context);
+  if (BlocksFor(longest) > impl_->blocks->num_blocks()) {
+    return ResourceExhausted("the request needs up to " + std::to_string(BlocksFor(longest)) +
+                             " KV blocks; the cache has " + std::to_string(impl_->blocks->num_blocks()) +
+                             " (raise kv_cache_bytes or lower max_tokens)");
+  }
+  seq->prompt_len = seq->all.size();
+  seq->sampling = sp;
+  seq->sampling_key = request.sampling_key;
+  seq->on_token = std::move(request.on_token);
+  seq->decoder = std::make_unique<StreamDecoder>(impl_->tokenizer);
+  seq->result.prompt_tokens = seq->all;
+  seq->result.provenance.model_digest = impl_->model->digest();
+  seq->result.provenance.device = impl_->backend->device();
+  seq->result.provenance.decoding = sp;
+  seq->result.provenance.sampling_key = request.sampling_key;
+  RequestId id;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    id = impl_->next_id++;
+    seq->id = id;
+    impl_->active[id] = seq;
+    impl_->waiting.push_back(seq);
+  }
+  impl_->work_cv.notify_all();
+  return id;
+}
+
+void Engine::Cancel(RequestId id) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->active.find(id);
+    if (it == impl_->active.end()) return;
+    it->second->cancel_requested = true;
+  }
+  impl_->work_cv.notify_all();
+}
+
+StatusOr<GenerationResult> Engine::Wait(RequestId id) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  auto it = impl_->active.find(id);
+  if (it == impl_->active.end()) return NotFound("no request " + std::to_string(id) + " (unknown or already waited for)");
+  std::shared_ptr<Sequence> s = it->second;
+  impl_->done_cv.wait(lock, [&] { return s->done; });
+  impl_->active.erase(id);
+  if (!s->error.ok()) return s->error;
+  return std::move(s->result);
+}
+
+void Engine::Impl::SchedulerLoop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      work_cv.wait(lock, [&] { return stopping || !waiting.empty() || !running.empty(); });
+      if (stopping) {
+        for (auto& s : waiting) running.push_back(s);
+        waiting.clear();
+        for (auto& s : running) {
+          s->result.finish_reason = FinishReason::kCancelled;
+          s->result.text = s->text;
+          s->done = true;
+        }
+        running.clear();
+        done_cv.notify_all();
+        return;
+      }
+    }
+    Step();
+  }
+}
+
+void Engine::Impl::ReleaseBlocks(Sequence& s) {
+  for (int32_t b : s.blocks) blocks->Release(b);
+  s.blocks.clear();
+  s.computed = 0;
+}
+
+void Engine::Impl::Preempt(const std::shared_ptr<Sequence>& s) {
+  // Recomputation gives the same K/V bits (batch invariance), so a preempted sequence resumes
+  // exactly where it was.
+  ReleaseBlocks(*s);
+  running.erase(std::find(running.begin(), running.end(), s));
+  std::lock_guard<std::mutex> lock(mu);
+  waiting.push_front(s);
+}
+
+void Engine::Impl::Finish(const std::shared_ptr<Sequence>& s, FinishReason reason) {
+  s->result.finish_reason = reason;
+  s->result.text = s->text;
+  ReleaseBlocks(*s);
+  running.erase(std::find(running.begin(), running.end(), s));
+  std::lock_guard<std::mutex> lock(mu);
+  s->done = true;
+  done_cv.notify_all();
+}
+
+void Engine::Impl::Fail(const std::shared_ptr<Sequence>& s, const Status& status) {
+  s->error = status;
+  ReleaseBlocks(*s);
+  running.erase(std::find(running.begin(), running.end(), s));
+  std::lock_guard<std::mutex> lock(mu);
+  s->done = true;
+  done_cv.notify_all();
+}
+
+std::optional<FinishReason> Engine::Impl::Accept(Sequence& s, int32_t token, std::vector<float>* logits,
+                                                 TokenEvent* ev) {
+  s.all.push_back(token);
+  s.result.tokens.push_back(token);
+  if (options.capture_logits) s.result.step_logits.push_back(std::move(*logits));
+  ev->token = token;
+  ev->index = static_cast<int32_t>(s.result.tokens.size()) - 1;
+  std::optional<FinishReason> finish;
+  const bool is_stop_token =
+      !s.sampling.ignore_eos && std::binary_search(stop_tokens.begin(), stop_tokens.end(), token);
+  if (is_stop_token) {
+    finish = FinishReason::kEndOfSequence;
+  } else {
+    s.text += s.decoder->Push(token);
+    // A stop sequence ends the output where it begins; text that could still become one is
+    // held back from the stream until it cannot.
+    size_t longest_stop = 0;
+    for (const std::string& st : s.sampling.stop) longest_stop = std::max(longest_stop, st.size());
+    const size_t from = s.emitted > longest_stop ? s.emitted - longest_stop : 0;
+    size_t cut = std::string::npos;
+    for (const std::string& st : s.sampling.stop) cut = std::min(cut, s.text.find(st, from));
+    if (cut != std::string::npos) {
+      s.text.resize(cut);
+      finish = FinishReason::kStopSequence;
+    }
+  }
+  if (!finish.has_value()) {
+    if (static_cast<int32_t>(s.result.tokens.size()) >= s.sampling.max_tokens ||
+        static_cast<int64_t>(s.all.size()) >= max_context) {
+      finish = FinishReason::kLength;
+    }
+  }
+  if (finish.has_value() && *finish != FinishReason::kStopSequence) s.text += s.decoder->Finish();
+  size_t safe = s.text.size();
+  if (!finish.has_value()) {
+    size_t held = 0;
+    for (const std::string& st : s.sampling.stop) {
+      for (size_t k = std::min(st.size() - 1, s.text.size()); k > held; --k) {
+        if (s.text.compare(s.text.size() - k, k, st, 0, k) == 0) {
+          held = k;
+          break;
+        }
+      }
+    }
+    safe = s.text.size() - held;
+  }
+  if (safe > s.emitted) {
+    ev->text = s.text.substr(s.emitted, safe - s.emitted);
+    s.emitted = safe;
+  }
+  return finish;
+}
+
+void Engine::Impl::Step() {
+  std::vector<std::pair<std::shared_ptr<Sequence>, TokenEvent>> to_stream;
+  // Admission and cancellation, under the lock.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      if ((*it)->cancel_requested) {
+        (*it)->result.finish_reason = FinishReason::kCancelled;
+        (*it)->result.text = (*it)->text;
+        (*it)->done = true;
+        it = waiting.erase(it);
+        done_cv.notify_all();
+      } else {
+        ++it;
+      }
+    }
+    while (!waiting.empty() && static_cast<int32_t>(running.size()) < options.max_batch) {
+      const auto& s = waiting.front();
+      // Admit only when its current tokens fit in the free blocks, so a new arrival does not
+      // immediately force a preemption.
+      if (BlocksFor(static_cast<int64_t>(s->all.size()) + 1) > blocks->num_free() && !running.empty()) break;
+      running.push_back(s);
+      waiting.pop_front();
+    }
+  }
+  std::vector<std::shared_ptr<Sequence>> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& s : running) {
+      if (s->cancel_requested) cancelled.push_back(s);
+    }
+  }
+  for (auto& s : cancelled) Finish(s, FinishReason::kCancelled);
+  if (running.empty()) return;
+
+  // Plan: every decoding sequence takes one token, then prefilling sequences take chunks
+  // while the step's token budget lasts.
+  struct Part {
+    std::shared_ptr<Sequence> seq;
+    int32_t n;
+    bool wants_logits;
+  };
+  std::vector<Part> parts;
+  int32_t budget = options.max_step_tokens;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& s : running) {
+      const int32_t remaining = static_cast<int32_t>(s->all.size()) - s->computed;
+      const bool decoding = remaining == 1;
+      if ((pass == 0) != decoding || budget == 0) continue;
+      const int32_t n = std::min({remaining, options.prefill_chunk, budget});
+      budget -= n;
+      parts.push_back({s, n, s->computed + n == static_cast<int32_t>(s->all.size())});
+    }
+  }
+  // Blocks for every part's positions; when the cache is full, the most recently admitted
+  // sequence is preempted (possibly the one asking).
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Sequence& s = *parts[i].seq;
+    bool dropped_self = false;
+    while (BlocksFor(s.computed + parts[i].n) > static_cast<int32_t>(s.blocks.size())) {
+      std::optional<int32_t> b = blocks->Allocate();
+      if (b.has_value()) {
+        s.blocks.push_back(*b);
+        continue;
+      }
+      std::shared_ptr<Sequence> victim = running.back();
+      auto pit = std::find_if(parts.begin(), parts.end(), [&](const Part& p) { return p.seq == victim; });
+      const size_t victim_index = static_cast<size_t>(pit - parts.begin());
+      if (pit != parts.end()) parts.erase(pit);
+      Preempt(victim);
+      if (victim.get() == &s) {
+        dropped_self = true;
+        break;
+      }
+      if (victim_index < i) --i;  // the victim's part came earlier in the plan
+    }
+    if (dropped_self) --i;
+  }
+  if (parts.empty()) return;
+
+  BatchPlan plan;
+  for (const Part& p : parts) {
+    SequenceStep st;
+    st.tokens = std::span<const int32_t>(p.seq->all).subspan(p.seq->computed, p.n);
+    st.start_pos = p.seq->computed;
+    st.block_table = p.seq->blocks;
+    st.num_logits = p.wants_logits ? 1 : 0;
+    plan.sequences.push_back(st);
+  }
+  std::vector<float> logits;
+  Status status = backend->Forward(plan, &logits);
+  if (!status.ok()) {
+    for (const Part& p : parts) Fail(p.seq, status);
+    return;
+  }
+  const int32_t vocab = model->config().vocab_size;
+  size_t row = 0;
+  for (const Part& p : parts) {
+    p.seq->computed += p.n;
+    if (!p.wants_logits) continue;
+    const std::span<const float> l(logits.data() + row * vocab, vocab);
+    ++row;
+    const uint64_t position = p.seq->all.size();  // where the chosen token will sit
+    const int32_t token = SampleToken(l, p.seq->sampling, p.seq->sampling_key, position);
+    std::vector<float> captured;
+    if (options.capture_logits) captured.assign(l.begin(), l.end());
+    TokenEvent event;
+    const std::optional<FinishReason> finish = Accept(*p.seq, token, &captured, &event);
+    // Stream before Finish marks the request done, so Wait never returns ahead of its tokens.
+    if (p.seq->on_token) p.seq->on_token(event);
+    if (finish.has_value()) Finish(p.seq, *finish);
+  }
+}
+
+}  // namespace rote::inference

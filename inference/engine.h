@@ -1,0 +1,118 @@
+// The inference engine: the one public entry point of `inference`. Load a Hugging Face model
+// directory, submit generation requests (raw prompt, chat messages or token ids), stream tokens,
+// cancel, and get results with provenance. A scheduler thread runs continuous batching over a
+// paged KV cache with chunked prefill; the backend follows the exact numerics profile, so a
+// request's tokens do not depend on what else runs (docs/numerics.md, docs/inference.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "inference/backend.h"
+#include "inference/model/weights.h"
+#include "inference/sampler.h"
+#include "inference/status.h"
+#include "inference/tokenizer/tokenizer.h"
+
+namespace rote::inference {
+
+enum class Device { kCpu, kCuda };
+
+struct EngineOptions {
+  Device device = Device::kCpu;
+  int threads = 0;                         // CPU backend threads; 0 = hardware concurrency
+  int cuda_device = 0;
+  int64_t kv_cache_bytes = 256ll << 20;    // KV storage (fp32); blocks = bytes / KvBytesPerBlock
+  int32_t max_batch = 16;                  // sequences in one step
+  int32_t prefill_chunk = 256;             // prompt tokens one sequence feeds per step
+  int32_t max_step_tokens = 512;           // tokens in one step (decodes first, then prefill)
+  int32_t max_context = 0;                 // positions per sequence; 0 = min(max_position_embeddings, 32768)
+  // Debug/test hook: keep, for every generated token, the logits it was chosen from
+  // (GenerationResult::step_logits). Costs vocab_size floats per token.
+  bool capture_logits = false;
+};
+
+enum class FinishReason {
+  kEndOfSequence,  // the model produced one of its stop tokens
+  kStopSequence,   // the text reached one of SamplingParams::stop
+  kLength,         // max_tokens, or the context is full
+  kCancelled,
+};
+const char* FinishReasonName(FinishReason reason);  // "eos", "stop", "length", "cancelled"
+
+// One generated token as it streams. `text` is the text it completed (may be empty: bytes of a
+// character split across tokens, or text held back because it may start a stop sequence).
+struct TokenEvent {
+  int32_t token = 0;
+  int32_t index = 0;  // 0 for the first generated token
+  std::string text;
+};
+// Called on the scheduler thread; must not block for long or call back into the engine's Wait.
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct GenerationRequest {
+  // Exactly one prompt form: token ids, chat messages (the family's chat template with the
+  // generation prompt), or raw text (special-token text is recognised).
+  std::vector<int32_t> prompt_tokens;
+  std::vector<ChatMessage> messages;
+  std::string prompt;
+  SamplingParams sampling;
+  // Keys the sampling random numbers together with sampling.seed and the position: the same
+  // key, seed and prompt give the same tokens whatever else is running.
+  uint64_t sampling_key = 0;
+  TokenCallback on_token;
+};
+
+struct Provenance {
+  std::string model_digest;               // Model::digest()
+  std::string numerics_profile = "exact";
+  std::string device;                     // Backend::device()
+  SamplingParams decoding;                // as submitted
+  uint64_t sampling_key = 0;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> tokens;  // generated, including a final stop token if one ended it
+  std::string text;             // decoded output, without the stop token or stop sequence
+  FinishReason finish_reason = FinishReason::kLength;
+  Provenance provenance;
+  std::vector<std::vector<float>> step_logits;  // EngineOptions::capture_logits only
+};
+
+using RequestId = uint64_t;
+
+class Engine {
+ public:
+  // Loads model and tokenizer from `model_dir` and starts the scheduler.
+  static StatusOr<std::unique_ptr<Engine>> Load(const std::string& model_dir, const EngineOptions& options);
+  // With a backend made by the caller (tests use CPU backend options this way).
+  static StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const Model> model, Tokenizer tokenizer,
+                                                  std::unique_ptr<Backend> backend, const EngineOptions& options);
+  ~Engine();  // cancels what is still running and stops the scheduler
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Errors: no or several prompt forms, empty prompt, token ids outside the
+  // vocabulary, a prompt that does not fit the context or the whole KV cache.
+  StatusOr<RequestId> Submit(GenerationRequest request);
+  // Ends the request at the next step boundary (finish reason kCancelled). Unknown ids: no-op.
+  void Cancel(RequestId id);
+  // Blocks until the request finishes; each id can be waited for once.
+  StatusOr<GenerationResult> Wait(RequestId id);
+
+  const Model& model() const;
+  const Tokenizer& tokenizer() const;
+  std::string device() const;
+
+  struct Impl;
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rote::inference

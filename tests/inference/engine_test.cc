@@ -1,0 +1,278 @@
+// The engine: greedy equals the backend's argmax loop; a request's tokens and logits are the
+// same bits alone or among 2-16 concurrent requests (continuous batching, chunked prefill,
+// preemption); seeded sampling is batch-invariant; stop sequences, max tokens, cancel,
+// streaming, prompt forms, errors and provenance.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "inference/engine.h"
+#include "tests/inference/test_models.h"
+
+namespace rote::inference {
+namespace {
+
+struct Loaded {
+  std::shared_ptr<const Model> model;
+  Tokenizer tokenizer;
+};
+
+Loaded LoadTiny(ModelFamily family = ModelFamily::kQwen2, const std::string& shape = "tiny") {
+  const std::string dir = testing::SynthModelDir(family, shape);
+  auto m = Model::Load(dir);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  auto t = Tokenizer::Load(dir);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  return {*m, *t};
+}
+
+std::unique_ptr<Engine> MakeEngine(const Loaded& l, EngineOptions o, CpuBackendOptions b = {}) {
+  b.max_positions = 512;
+  if (o.max_context == 0) o.max_context = 512;
+  auto backend = CreateCpuBackend(l.model, b);
+  EXPECT_TRUE(backend.ok());
+  auto e = Engine::Create(l.model, l.tokenizer, std::move(backend).value(), o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return std::move(e).value();
+}
+
+std::vector<int32_t> RandomTokens(std::mt19937& rng, int n) {
+  std::uniform_int_distribution<int> d(0, 255);  // byte tokens: never a stop token
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+GenerationRequest TokensRequest(std::vector<int32_t> prompt, int max_tokens, float temperature = 0.0f,
+                                uint64_t key = 0) {
+  GenerationRequest r;
+  r.prompt_tokens = std::move(prompt);
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = temperature;
+  r.sampling.top_k = temperature > 0 ? 50 : 0;
+  r.sampling.top_p = temperature > 0 ? 0.9f : 1.0f;
+  r.sampling.seed = 42;
+  r.sampling.ignore_eos = true;
+  r.sampling_key = key;
+  return r;
+}
+
+GenerationResult RunToEnd(Engine& e, GenerationRequest r) {
+  auto id = e.Submit(std::move(r));
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  auto res = e.Wait(*id);
+  EXPECT_TRUE(res.ok()) << res.status().ToString();
+  return std::move(res).value();
+}
+
+bool SameLogits(const GenerationResult& a, const GenerationResult& b) {
+  if (a.step_logits.size() != b.step_logits.size()) return false;
+  for (size_t i = 0; i < a.step_logits.size(); ++i) {
+    if (a.step_logits[i].size() != b.step_logits[i].size() ||
+        std::memcmp(a.step_logits[i].data(), b.step_logits[i].data(), a.step_logits[i].size() * 4) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(EngineTest, GreedyEqualsBackendArgmaxLoop) {
+  Loaded l = LoadTiny();
+  std::mt19937 rng(1);
+  const std::vector<int32_t> prompt = RandomTokens(rng, 20);
+  // The reference: one sequence, the backend driven by hand.
+  CpuBackendOptions bo;
+  bo.max_positions = 512;
+  auto backend = CreateCpuBackend(l.model, bo).value();
+  ASSERT_TRUE(backend->AllocateKvCache(8).ok());
+  std::vector<int32_t> all = prompt, blocks = {0, 1, 2, 3};
+  std::vector<int32_t> expected;
+  int32_t computed = 0;
+  for (int i = 0; i < 12; ++i) {
+    BatchPlan plan;
+    plan.sequences.push_back({std::span<const int32_t>(all).subspan(computed), computed, blocks, 1});
+    std::vector<float> logits;
+    ASSERT_TRUE(backend->Forward(plan, &logits).ok());
+    computed = static_cast<int32_t>(all.size());
+    int32_t best = 0;
+    for (int32_t v = 1; v < static_cast<int32_t>(logits.size()); ++v) {
+      if (logits[v] > logits[best]) best = v;
+    }
+    expected.push_back(best);
+    all.push_back(best);
+  }
+  auto engine = MakeEngine(l, {});
+  GenerationResult r = RunToEnd(*engine, TokensRequest(prompt, 12));
+  EXPECT_EQ(r.tokens, expected);
+  EXPECT_EQ(r.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(r.provenance.model_digest, l.model->digest());
+  EXPECT_EQ(r.provenance.numerics_profile, "exact");
+  EXPECT_EQ(r.provenance.device, "cpu");
+  EXPECT_EQ(r.prompt_tokens, prompt);
+}
+
+// A target request alone, then among `others` concurrent requests of mixed lengths submitted
+// around it (greedy and sampled), with small prefill chunks and a small KV cache.
+void CheckAloneVersusBatched(const Loaded& l, float temperature, int others, int64_t kv_bytes, int seed) {
+  std::mt19937 rng(seed);
+  const std::vector<int32_t> prompt = RandomTokens(rng, 37);
+  EngineOptions o;
+  o.capture_logits = true;
+  o.prefill_chunk = 64;
+  auto alone_engine = MakeEngine(l, o);
+  const GenerationResult alone = RunToEnd(*alone_engine, TokensRequest(prompt, 10, temperature, 99));
+  if (temperature > 0) {
+    // Sampling must really be choosing among several tokens, or this proves nothing.
+    std::set<int32_t> distinct(alone.tokens.begin(), alone.tokens.end());
+    EXPECT_GE(distinct.size(), 3u);
+  }
+
+  o.prefill_chunk = 5;
+  o.max_batch = 16;
+  o.kv_cache_bytes = kv_bytes;
+  CpuBackendOptions b;
+  b.threads = 2;
+  auto engine = MakeEngine(l, o, b);
+  std::vector<RequestId> ids;
+  const int target_at = std::uniform_int_distribution<int>(0, others)(rng);
+  RequestId target = 0;
+  for (int i = 0; i <= others; ++i) {
+    if (i == target_at) {
+      target = engine->Submit(TokensRequest(prompt, 10, temperature, 99)).value();
+      continue;
+    }
+    const int len = std::uniform_int_distribution<int>(1, 50)(rng);
+    const float t = i % 2 == 0 ? 0.0f : 0.8f;
+    ids.push_back(engine->Submit(TokensRequest(RandomTokens(rng, len), std::uniform_int_distribution<int>(1, 15)(rng),
+                                               t, static_cast<uint64_t>(i)))
+                      .value());
+  }
+  auto batched = engine->Wait(target);
+  ASSERT_TRUE(batched.ok());
+  for (RequestId id : ids) ASSERT_TRUE(engine->Wait(id).ok());
+  EXPECT_EQ(alone.tokens, batched->tokens);
+  EXPECT_TRUE(SameLogits(alone, *batched)) << "logits differ alone vs among " << others << " others";
+}
+
+TEST(EngineTest, GreedyAloneEqualsAmongOthers) {
+  Loaded l = LoadTiny();
+  CheckAloneVersusBatched(l, 0.0f, 2, 256 << 20, 5);
+  CheckAloneVersusBatched(l, 0.0f, 16, 256 << 20, 6);
+}
+
+TEST(EngineTest, SampledAloneEqualsAmongOthers) {
+  Loaded l = LoadTiny(ModelFamily::kLlama);  // untied embeddings: a flatter distribution
+  CheckAloneVersusBatched(l, 1.0f, 8, 256 << 20, 7);
+}
+
+TEST(EngineTest, PreemptionUnderASmallKvCacheKeepsBits) {
+  Loaded l = LoadTiny(ModelFamily::kLlama);
+  // 6 blocks of 16 positions for 9 requests of up to 60 positions: preemption must happen.
+  CheckAloneVersusBatched(l, 0.0f, 8, 6 * KvBytesPerBlock(l.model->config()), 8);
+}
+
+TEST(EngineTest, SeedChangesSampledTokens) {
+  Loaded l = LoadTiny(ModelFamily::kLlama);
+  auto engine = MakeEngine(l, {});
+  std::mt19937 rng(3);
+  const auto prompt = RandomTokens(rng, 10);
+  GenerationRequest a = TokensRequest(prompt, 16, 1.0f, 1);
+  GenerationRequest b = TokensRequest(prompt, 16, 1.0f, 1);
+  b.sampling.seed = 43;
+  GenerationRequest c = TokensRequest(prompt, 16, 1.0f, 2);
+  const auto ra = RunToEnd(*engine, a), ra2 = RunToEnd(*engine, TokensRequest(prompt, 16, 1.0f, 1));
+  EXPECT_EQ(ra.tokens, ra2.tokens);
+  EXPECT_NE(ra.tokens, RunToEnd(*engine, b).tokens);
+  EXPECT_NE(ra.tokens, RunToEnd(*engine, c).tokens);
+}
+
+TEST(EngineTest, StreamingAndStopSequences) {
+  Loaded l = LoadTiny();
+  auto engine = MakeEngine(l, {});
+  const std::vector<int32_t> prompt = {'a', 'b', 'c', ' ', 'd'};
+  GenerationRequest r = TokensRequest(prompt, 30);
+  std::string streamed;
+  int events = 0;
+  r.on_token = [&](const TokenEvent& e) {
+    EXPECT_EQ(e.index, events);
+    ++events;
+    streamed += e.text;
+  };
+  const GenerationResult full = RunToEnd(*engine, std::move(r));
+  EXPECT_EQ(events, 30);
+  EXPECT_EQ(streamed, full.text);
+  EXPECT_EQ(full.text, l.tokenizer.Decode(full.tokens));
+  ASSERT_GE(full.text.size(), 12u);
+  // Stop at a piece from the middle of that output: the text ends just before it.
+  const std::string stop = full.text.substr(8, 3);
+  const size_t at = full.text.find(stop);
+  GenerationRequest s = TokensRequest(prompt, 30);
+  s.sampling.stop = {"\x01\x02\x03never", stop};
+  std::string streamed2;
+  s.on_token = [&](const TokenEvent& e) { streamed2 += e.text; };
+  const GenerationResult cut = RunToEnd(*engine, std::move(s));
+  EXPECT_EQ(cut.finish_reason, FinishReason::kStopSequence);
+  EXPECT_EQ(cut.text, full.text.substr(0, at));
+  EXPECT_EQ(streamed2, cut.text);  // held-back text that became the stop sequence never streamed
+  EXPECT_LT(cut.tokens.size(), full.tokens.size());
+}
+
+TEST(EngineTest, CancelEndsARunningRequest) {
+  Loaded l = LoadTiny(ModelFamily::kQwen2, "small");
+  auto engine = MakeEngine(l, {});
+  std::atomic<int> seen{0};
+  GenerationRequest r = TokensRequest({1, 2, 3}, 400);
+  r.on_token = [&](const TokenEvent&) { ++seen; };
+  const RequestId id = engine->Submit(std::move(r)).value();
+  while (seen.load() < 2) std::this_thread::yield();
+  engine->Cancel(id);
+  auto res = engine->Wait(id);
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(res->finish_reason, FinishReason::kCancelled);
+  EXPECT_LT(res->tokens.size(), 400u);
+  EXPECT_FALSE(engine->Wait(id).ok());  // waited once already
+}
+
+TEST(EngineTest, TextAndChatPromptsUseTheTokenizer) {
+  Loaded l = LoadTiny();
+  auto engine = MakeEngine(l, {});
+  GenerationRequest r;
+  r.prompt = "Hello, world";
+  r.sampling.max_tokens = 3;
+  const GenerationResult a = RunToEnd(*engine, r);
+  EXPECT_EQ(a.prompt_tokens, l.tokenizer.Encode("Hello, world", true));
+  GenerationRequest c;
+  c.messages = {{"user", "Hi"}};
+  c.sampling.max_tokens = 3;
+  const GenerationResult b = RunToEnd(*engine, c);
+  EXPECT_EQ(b.prompt_tokens, l.tokenizer.Encode(l.tokenizer.ApplyChatTemplate(c.messages, true), true));
+  EXPECT_GT(b.prompt_tokens.size(), 3u);
+}
+
+TEST(EngineTest, SubmitRejectsBadRequests) {
+  Loaded l = LoadTiny();
+  EngineOptions o;
+  o.max_context = 64;
+  auto engine = MakeEngine(l, o);
+  GenerationRequest none;
+  EXPECT_EQ(engine->Submit(none).status().code(), StatusCode::kInvalidArgument);
+  GenerationRequest two = TokensRequest({1, 2}, 4);
+  two.prompt = "x";
+  EXPECT_EQ(engine->Submit(two).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Submit(TokensRequest({1, 100000}, 4)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Submit(TokensRequest(std::vector<int32_t>(64, 1), 4)).status().code(),
+            StatusCode::kInvalidArgument);
+  GenerationRequest bad_p = TokensRequest({1}, 4, 1.0f);
+  bad_p.sampling.top_p = 0.0f;
+  EXPECT_EQ(engine->Submit(bad_p).status().code(), StatusCode::kInvalidArgument);
+  // The context bounds generation: finish reason length at max_context.
+  const GenerationResult r = RunToEnd(*engine, TokensRequest(std::vector<int32_t>(60, 1), 100));
+  EXPECT_EQ(r.tokens.size(), 4u);
+  EXPECT_EQ(r.finish_reason, FinishReason::kLength);
+}
+
+}  // namespace
+}  // namespace rote::inference
