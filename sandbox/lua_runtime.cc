@@ -332,6 +332,8 @@ int Print(lua_State* L) {
   return 0;
 }
 
+int CallUpvalue(lua_State* L);
+
 int GuardedSetmetatable(lua_State* L) {
   if (lua_type(L, 2) == LUA_TTABLE) {
     for (const char* field : {"__gc", "__mode"}) {
@@ -355,6 +357,27 @@ int GuardedRawset(lua_State* L) {
   lua_insert(L, 1);
   lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
   return lua_gettop(L);
+}
+
+// The message handler of xpcall. When Lua code exceeds a limit, the error is raised from the
+// count hook, and Lua runs message handlers before unwinding, while hooks are still disabled:
+// a handler that loops would never be stopped. So once a limit is hit the user's handler is
+// skipped and the limit error passes through unchanged.
+int XpcallHandler(lua_State* L) {
+  LuaState* s = LuaState::From(L);
+  if (!A::limit_status(s).ok() || A::deadline_hit(s)) return 1;
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+int GuardedXpcall(lua_State* L) {
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  lua_pushvalue(L, 2);
+  lua_pushcclosure(L, XpcallHandler, 1);
+  lua_replace(L, 2);
+  return CallUpvalue(L);
 }
 
 int RandomSeed(lua_State* L) {
@@ -571,6 +594,7 @@ void InstallProfile(lua_State* L) {
   lua_setfield(L, -2, "print");
   WrapField(L, "setmetatable", GuardedSetmetatable);
   WrapField(L, "rawset", GuardedRawset);
+  WrapField(L, "xpcall", GuardedXpcall);
   int base = lua_gettop(L);
 
   luaL_requiref(L, "string", luaopen_string, 0);
@@ -705,12 +729,14 @@ void LuaState::RaiseLimit(lua_State* L) {
 void LuaState::Charge(lua_State* L, uint64_t n) {
   LuaState* s = From(L);
   if (!s->limit_status_.ok()) s->RaiseLimit(L);
-  s->instructions_ += n;
-  if (s->instructions_ > s->limits_.max_instructions) {
+  if (n > s->limits_.max_instructions - std::min(s->instructions_, s->limits_.max_instructions)) {
+    // Usage reports the budget as spent, not the (possibly absurd) size of the refused charge.
+    s->instructions_ = s->limits_.max_instructions + 1;
     s->limit_status_ = absl::ResourceExhaustedError(absl::StrCat(
         "instruction limit exceeded (max_instructions=", s->limits_.max_instructions, ")"));
     s->RaiseLimit(L);
   }
+  s->instructions_ += n;
 }
 
 void LuaState::AppendOutput(lua_State* L, std::string_view bytes) {
