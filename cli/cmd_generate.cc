@@ -1,14 +1,17 @@
-// Placeholder until the module behind `rote generate` lands; says so rather than pretending.
+// `rote generate --model DIR ...`: runs a local model in-process and streams the tokens to the
+// terminal (flags in inference/commands.h).
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "inference/commands.h"
 
 namespace rote::cli {
 
-int CmdGenerate(const Args&) {
-  std::cerr << "rote generate: not built yet: needs the inference engine (inference/)\n";
-  return kExitInternal;
+int InferenceToolExitCode(const rote::inference::Status& s, const char* command);  // cmd_model.cc
+
+int CmdGenerate(const Args& args) {
+  return InferenceToolExitCode(rote::inference::tool::GenerateCommand(args, std::cout, std::cerr), "generate");
 }
 
 }  // namespace rote::cli
