@@ -22,6 +22,7 @@ struct LuaStateAccess {
   static bool& deadline_hit(LuaState* s) { return s->deadline_hit_; }
   static void RaiseLimit(LuaState* s, lua_State* L) { s->RaiseLimit(L); }
   static uint64_t& heap(LuaState* s) { return s->heap_bytes_; }
+  static uint64_t& live_blocks(LuaState* s) { return s->live_blocks_; }
   static uint64_t& peak(LuaState* s) { return s->peak_heap_bytes_; }
   static bool& enforce_memory(LuaState* s) { return s->enforce_memory_; }
   static lua_State* main(LuaState* s) { return s->L_; }
@@ -62,6 +63,7 @@ void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
   uint64_t& heap = A::heap(s);
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
+    if (ptr != nullptr) A::live_blocks(s)--;
     heap -= old;
     free(ptr);
     return nullptr;
@@ -82,6 +84,7 @@ void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
   }
   void* p = realloc(ptr, nsize);
   if (p == nullptr) return nullptr;
+  if (ptr == nullptr) A::live_blocks(s)++;
   heap = heap - old + nsize;
   if (heap > A::peak(s)) A::peak(s) = heap;
   return p;
@@ -1083,38 +1086,50 @@ absl::StatusOr<Value> ToValue(lua_State* L, int idx) {
 absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
     std::string_view source, std::string_view chunkname, const std::vector<Value>& inputs,
     const Limits& limits, std::optional<LuaState::Clock::time_point> deadline) {
-  auto st = LuaState::Create(limits);
-  if (!st.ok()) return st.status();
-  LuaState& s = **st;
-  lua_State* L = s.raw();
-  s.set_deadline(deadline);
-  if (auto e = s.NewEnvironment(); !e.ok()) return e;
-  if (auto e = s.Load(source, chunkname); !e.ok()) return e;
-  int chunk_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  // A state with the chunk compiled and a fresh environment: the same steps every time, so
+  // every such state starts from the same heap.
+  std::unique_ptr<LuaState> state;
+  int chunk_ref = LUA_NOREF;
+  auto prepare = [&]() -> absl::Status {
+    auto st = LuaState::Create(limits);
+    if (!st.ok()) return st.status();
+    state = *std::move(st);
+    state->set_deadline(deadline);
+    if (auto e = state->NewEnvironment(); !e.ok()) return e;
+    if (auto e = state->Load(source, chunkname); !e.ok()) return e;
+    chunk_ref = luaL_ref(state->raw(), LUA_REGISTRYINDEX);
+    return state->NewEnvironment();
+  };
+  if (auto e = prepare(); !e.ok()) return e;
+  const std::pair<uint64_t, uint64_t> baseline = state->HeapFingerprint();
 
   std::vector<CallResult> results;
   results.reserve(inputs.size());
-  for (const Value& input : inputs) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
     CallResult r;
-    r.status = s.NewEnvironment();
+    if (i > 0) {
+      r.status = state->NewEnvironment();
+      if (r.status.ok() && state->HeapFingerprint() != baseline) r.status = prepare();
+    }
+    lua_State* L = state->raw();
     if (r.status.ok()) {
       lua_rawgeti(L, LUA_REGISTRYINDEX, chunk_ref);
-      s.BindToEnvironment(-1);
-      r.status = s.Call(0, 1);
+      state->BindToEnvironment(-1);
+      r.status = state->Call(0, 1);
     }
     if (r.status.ok() && lua_type(L, -1) != LUA_TFUNCTION) {
       r.status = absl::FailedPreconditionError(absl::StrCat(
           std::string(chunkname), ": the chunk must return a function, it returned a ", luaL_typename(L, -1)));
     }
-    if (r.status.ok()) r.status = s.Push(input);
-    if (r.status.ok()) r.status = s.Call(1, 1);
+    if (r.status.ok()) r.status = state->Push(inputs[i]);
+    if (r.status.ok()) r.status = state->Call(1, 1);
     if (r.status.ok()) {
       auto v = ToValue(L, -1);
       if (v.ok()) r.value = *std::move(v);
       else r.status = absl::InvalidArgumentError(absl::StrCat("result: ", v.status().message()));
     }
-    r.output = s.TakeOutput();
-    r.usage = s.usage();
+    r.output = state->TakeOutput();
+    r.usage = state->usage();
     lua_settop(L, 0);
     if (absl::IsDeadlineExceeded(r.status)) return r.status;
     results.push_back(std::move(r));

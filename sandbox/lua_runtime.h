@@ -120,6 +120,9 @@ class LuaState {
   // A wall-clock safety net for the next calls; nullopt disables it.
   void set_deadline(std::optional<Clock::time_point> deadline) { deadline_ = deadline; }
   Usage usage() const;
+  // Bytes and blocks live in the Lua heap. After NewEnvironment's full collection this
+  // identifies the state's starting point: equal fingerprints, equal GC pacing and limits.
+  std::pair<uint64_t, uint64_t> HeapFingerprint() const { return {heap_bytes_, live_blocks_}; }
   const std::string& output() const { return output_; }
   std::string TakeOutput() { return std::move(output_); }
 
@@ -140,6 +143,7 @@ class LuaState {
   Limits limits_;
   std::optional<Clock::time_point> deadline_;
   uint64_t heap_bytes_ = 0;
+  uint64_t live_blocks_ = 0;
   uint64_t peak_heap_bytes_ = 0;
   uint64_t instructions_ = 0;
   bool enforce_memory_ = false;  // off while the profile itself is being built
@@ -170,9 +174,12 @@ struct CallResult {
 
 // Runs a function artifact: a chunk that returns a function. For every input the chunk is
 // executed again in a fresh environment (so upvalues and globals never carry over from one
-// input to the next) and the function it returns is called with the input. A compile error is
-// returned for the whole batch; everything else is per input. This is exactly what worker
-// processes execute.
+// input to the next) and the function it returns is called with the input. An input starts
+// from exactly the heap a fresh state would give it: when an earlier input left the heap
+// different after collection (grown string table, call-info lists), the state is rebuilt, so
+// results, instruction counts and memory peaks never depend on the batch around an input.
+// A compile error is returned for the whole batch; everything else is per input. This is
+// exactly what worker processes execute.
 absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
     std::string_view source, std::string_view chunkname, const std::vector<Value>& inputs,
     const Limits& limits, std::optional<LuaState::Clock::time_point> deadline = std::nullopt);

@@ -29,10 +29,11 @@ int main(int argc, char** argv) {
   std::cout << "output: " << r.output << "\n";
   if (!r.status.ok()) {
     std::cout << "error: " << r.status << "\n";
-    return 0;
+  } else {
+    auto json = rote::sandbox::CanonicalJson(r.value);
+    std::cout << "result: " << (json.ok() ? *json : json.status().ToString()) << "\n";
   }
-  auto json = rote::sandbox::CanonicalJson(r.value);
-  std::cout << "result: " << (json.ok() ? *json : json.status().ToString()) << "\n";
   std::cout << "instructions: " << r.usage.instructions << "\n";
+  std::cout << "peak_memory_bytes: " << r.usage.peak_memory_bytes << "\n";
   return 0;
 }
