@@ -54,6 +54,9 @@ absl::StatusOr<int64_t> PageTokenCodec::Decode(std::string_view token,
       raw.size() <= kMacBytes) {
     return invalid;
   }
+  // Base64 can spell the same bytes several ways (unused low bits in the last character); only
+  // the spelling this server issued is accepted, so every edit to a token is rejected.
+  if (absl::WebSafeBase64Escape(raw) != token) return invalid;
   std::string_view payload(raw.data(), raw.size() - kMacBytes);
   std::string_view mac(raw.data() + payload.size(), kMacBytes);
   std::string expected = Mac(payload);
