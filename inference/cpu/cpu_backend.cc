@@ -60,20 +60,59 @@ class CpuBackend final : public Backend {
     return avx2_ ? cpu::DotAvx2(a, b, n) : cpu::DotScalar(a, b, n);
   }
 
-  // y[t, o] = W[o, :] . x[t, :] (+ bias[o]) for t < n_tokens: rows split across threads.
+  // y[t, o] = W[o, :] . x[t, :] (+ bias[o]) for t < n_tokens: rows split across threads; each
+  // dot product is one canonical reduction whichever kernel computes it.
   void MatMul(const TensorView& wt, const TensorView* bias, const float* x, int64_t n_tokens, float* y,
               bool sequential) {
     const int64_t rows = wt.shape[0], cols = wt.shape[1];
     const int64_t elem = DTypeSize(wt.dtype);
     const auto* base = static_cast<const uint8_t*>(wt.data);
+    const bool has_bias = bias != nullptr && bias->present();
+    if (avx2_ && !sequential && n_tokens == 1) {
+      // Decode at batch 1: stream each stored row once, converting as it loads.
+      pool_.ParallelFor(rows, [&](int64_t begin, int64_t end) {
+        for (int64_t o = begin; o < end; ++o) {
+          float v = cpu::DotStoredAvx2(wt.dtype, base + o * cols * elem, x, cols);
+          if (has_bias) v = v + bias->At(o);
+          y[o] = v;
+        }
+      });
+      return;
+    }
+    if (avx2_ && !sequential) {
+      // Batches: a tile of rows converted to fp32 once, then every token against it, three
+      // tokens per pass over a row.
+      constexpr int64_t kRowTile = 8;
+      pool_.ParallelFor((rows + kRowTile - 1) / kRowTile, [&](int64_t begin, int64_t end) {
+        std::vector<float> tile(static_cast<size_t>(kRowTile * cols));
+        for (int64_t rt = begin; rt < end; ++rt) {
+          const int64_t r0 = rt * kRowTile, r1 = std::min(rows, r0 + kRowTile);
+          for (int64_t o = r0; o < r1; ++o) {
+            cpu::ConvertToF32(wt.dtype, base + o * cols * elem, cols, tile.data() + (o - r0) * cols, true);
+          }
+          for (int64_t t = 0; t < n_tokens; t += 3) {
+            const int count = static_cast<int>(std::min<int64_t>(3, n_tokens - t));
+            const float* xs[3] = {x + t * cols, x + std::min(t + 1, n_tokens - 1) * cols,
+                                  x + std::min(t + 2, n_tokens - 1) * cols};
+            for (int64_t o = r0; o < r1; ++o) {
+              float out[3];
+              cpu::DotMultiAvx2(tile.data() + (o - r0) * cols, xs, count, cols, out);
+              const float b = has_bias ? bias->At(o) : 0.0f;
+              for (int k = 0; k < count; ++k) y[(t + k) * rows + o] = has_bias ? out[k] + b : out[k];
+            }
+          }
+        }
+      });
+      return;
+    }
     pool_.ParallelFor(rows, [&](int64_t begin, int64_t end) {
       std::vector<float> row(static_cast<size_t>(cols));
       for (int64_t o = begin; o < end; ++o) {
         cpu::ConvertToF32(wt.dtype, base + o * cols * elem, cols, row.data(), avx2_);
-        const float b = (bias != nullptr && bias->present()) ? bias->At(o) : 0.0f;
+        const float b = has_bias ? bias->At(o) : 0.0f;
         for (int64_t t = 0; t < n_tokens; ++t) {
           float v = sequential ? cpu::DotSequential(row.data(), x + t * cols, cols) : Dot(row.data(), x + t * cols, cols);
-          if (bias != nullptr && bias->present()) v = v + b;
+          if (has_bias) v = v + b;
           y[t * rows + o] = v;
         }
       }

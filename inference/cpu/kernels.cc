@@ -53,6 +53,56 @@ __attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* b
 
 namespace {
 
+// The canonical tree over lanes held as r0..r3 (lanes 0-7, 8-15, 16-23, 24-31).
+__attribute__((target("avx2,fma"))) inline float Tree(__m256 r0, __m256 r1, __m256 r2, __m256 r3) {
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(r0, r2), _mm256_add_ps(r1, r3));  // off 16, off 8
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // off 4
+  const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));                                  // off 2
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));                         // off 1
+}
+
+// Lanes r0..r3 plus a scalar tail of terms i in [i0, n), each to lane i % 32.
+template <typename Term>
+__attribute__((target("avx2,fma"))) inline float TreeWithTail(__m256 r0, __m256 r1, __m256 r2, __m256 r3, int64_t i0,
+                                                              int64_t n, Term term) {
+  if (i0 >= n) return Tree(r0, r1, r2, r3);
+  alignas(32) float acc[kCanonicalLanes];
+  _mm256_store_ps(acc, r0);
+  _mm256_store_ps(acc + 8, r1);
+  _mm256_store_ps(acc + 16, r2);
+  _mm256_store_ps(acc + 24, r3);
+  for (int64_t i = i0; i < n; ++i) acc[i % kCanonicalLanes] = term(i, acc[i % kCanonicalLanes]);
+  return numerics::canonical_tree32(acc);
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 LoadBf16(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256 LoadF16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <int K>
+__attribute__((target("avx2,fma"))) void DotMultiK(const float* w, const float* const* xs, int64_t n, float* out) {
+  __m256 acc[K][4];
+  for (int k = 0; k < K; ++k)
+    for (int g = 0; g < 4; ++g) acc[k][g] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int g = 0; g < 4; ++g) {
+      const __m256 wv = _mm256_loadu_ps(w + i + 8 * g);
+      for (int k = 0; k < K; ++k) acc[k][g] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[k] + i + 8 * g), acc[k][g]);
+    }
+  }
+  for (int k = 0; k < K; ++k) {
+    const float* x = xs[k];
+    out[k] = TreeWithTail(acc[k][0], acc[k][1], acc[k][2], acc[k][3], i, n,
+                          [&](int64_t j, float a) { return fmaf(w[j], x[j], a); });
+  }
+}
+
 __attribute__((target("avx2,fma"))) void Bf16ToF32Avx2(const uint16_t* src, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -81,6 +131,42 @@ __attribute__((target("avx2,fma,f16c"))) void F16ToF32Avx2(const uint16_t* src, 
 }
 
 }  // namespace
+
+__attribute__((target("avx2,fma,f16c"))) float DotStoredAvx2(DType dtype, const void* row, const float* x, int64_t n) {
+  if (dtype == DType::kF32) return DotAvx2(static_cast<const float*>(row), x, n);
+  const auto* h = static_cast<const uint16_t*>(row);
+  __m256 r0 = _mm256_setzero_ps(), r1 = _mm256_setzero_ps(), r2 = _mm256_setzero_ps(), r3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  if (dtype == DType::kBF16) {
+    for (; i + 32 <= n; i += 32) {
+      r0 = _mm256_fmadd_ps(LoadBf16(h + i), _mm256_loadu_ps(x + i), r0);
+      r1 = _mm256_fmadd_ps(LoadBf16(h + i + 8), _mm256_loadu_ps(x + i + 8), r1);
+      r2 = _mm256_fmadd_ps(LoadBf16(h + i + 16), _mm256_loadu_ps(x + i + 16), r2);
+      r3 = _mm256_fmadd_ps(LoadBf16(h + i + 24), _mm256_loadu_ps(x + i + 24), r3);
+    }
+  } else {
+    for (; i + 32 <= n; i += 32) {
+      r0 = _mm256_fmadd_ps(LoadF16(h + i), _mm256_loadu_ps(x + i), r0);
+      r1 = _mm256_fmadd_ps(LoadF16(h + i + 8), _mm256_loadu_ps(x + i + 8), r1);
+      r2 = _mm256_fmadd_ps(LoadF16(h + i + 16), _mm256_loadu_ps(x + i + 16), r2);
+      r3 = _mm256_fmadd_ps(LoadF16(h + i + 24), _mm256_loadu_ps(x + i + 24), r3);
+    }
+  }
+  const bool bf16 = dtype == DType::kBF16;
+  return TreeWithTail(r0, r1, r2, r3, i, n, [&](int64_t j, float a) {
+    uint16_t v;
+    std::memcpy(&v, h + j, 2);
+    return fmaf(bf16 ? numerics::bf16_to_f32(v) : numerics::f16_to_f32(v), x[j], a);
+  });
+}
+
+void DotMultiAvx2(const float* w, const float* const* xs, int count, int64_t n, float* out) {
+  switch (count) {
+    case 1: return DotMultiK<1>(w, xs, n, out);
+    case 2: return DotMultiK<2>(w, xs, n, out);
+    default: return DotMultiK<3>(w, xs, n, out);
+  }
+}
 
 void ConvertToF32(DType dtype, const void* src, int64_t n, float* dst, bool avx2) {
   const auto* p = static_cast<const uint8_t*>(src);

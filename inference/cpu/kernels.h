@@ -14,6 +14,12 @@ bool CpuHasAvx2Fma();
 // Canonical dot product (32 lanes, fixed tree).
 float DotScalar(const float* a, const float* b, int64_t n);
 float DotAvx2(const float* a, const float* b, int64_t n);
+// Canonical dot of a stored row (bf16 / fp16 / fp32, possibly unaligned) with fp32 x,
+// converting as it loads: the batch-1 decode path, where the row is read once.
+float DotStoredAvx2(DType dtype, const void* row, const float* x, int64_t n);
+// out[k] = canonical_dot(w, xs[k], n) for k < count (1..3): one pass over w serves up to three
+// tokens. Any n (tails handled per lane).
+void DotMultiAvx2(const float* w, const float* const* xs, int count, int64_t n, float* out);
 // NOT canonical: one accumulator, terms in order. Only for the test-only backend option that
 // proves the invariance tests catch a non-canonical reduction.
 float DotSequential(const float* a, const float* b, int64_t n);

@@ -118,6 +118,37 @@ TEST(CanonicalDotTest, Avx2EqualsScalarBitwise) {
   EXPECT_GT(differs_from_sequential, 100);
 }
 
+TEST(CanonicalDotTest, StoredAndMultiTokenKernelsEqualScalar) {
+  if (!cpu::CpuHasAvx2Fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+  for (int n : {1, 16, 31, 32, 33, 64, 100, 896}) {
+    std::vector<uint16_t> h(n);
+    std::vector<float> x0(n), x1(n), x2(n);
+    for (auto& v : h) v = static_cast<uint16_t>(rng() & 0x3fff) | 0x3000;  // moderate magnitudes
+    for (auto* x : {&x0, &x1, &x2})
+      for (auto& v : *x) v = d(rng);
+    for (DType dt : {DType::kBF16, DType::kF16}) {
+      std::vector<float> w(n);
+      cpu::ConvertToF32(dt, h.data(), n, w.data(), false);
+      const float want = cpu::DotScalar(w.data(), x0.data(), n);
+      ASSERT_EQ(bits_from_float(cpu::DotStoredAvx2(dt, h.data(), x0.data(), n)), bits_from_float(want)) << n;
+      const float* xs[3] = {x0.data(), x1.data(), x2.data()};
+      for (int count = 1; count <= 3; ++count) {
+        float out[3];
+        cpu::DotMultiAvx2(w.data(), xs, count, n, out);
+        for (int k = 0; k < count; ++k) {
+          ASSERT_EQ(bits_from_float(out[k]), bits_from_float(cpu::DotScalar(w.data(), xs[k], n))) << n << " " << k;
+        }
+      }
+    }
+    std::vector<float> wf(n);
+    for (auto& v : wf) v = d(rng);
+    ASSERT_EQ(bits_from_float(cpu::DotStoredAvx2(DType::kF32, wf.data(), x1.data(), n)),
+              bits_from_float(cpu::DotScalar(wf.data(), x1.data(), n)));
+  }
+}
+
 TEST(CanonicalDotTest, WeightedRowSumAvx2EqualsScalar) {
   if (!cpu::CpuHasAvx2Fma()) GTEST_SKIP() << "no AVX2/FMA on this CPU";
   std::mt19937 rng(3);
