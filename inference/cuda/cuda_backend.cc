@@ -154,10 +154,10 @@ class CudaBackendImpl final : public CudaBackend {
         if (!b.ok()) return b.status();
         dl.bqkv = *b;
       }
-      auto v = UploadVector({&lw.attn_norm});
+      auto v = UploadLaneRow(lw.attn_norm);
       if (!v.ok()) return v.status();
       dl.attn_norm = *v;
-      v = UploadVector({&lw.mlp_norm});
+      v = UploadLaneRow(lw.mlp_norm);
       if (!v.ok()) return v.status();
       dl.mlp_norm = *v;
       if (lw.q_norm.present()) {
@@ -179,7 +179,7 @@ class CudaBackendImpl final : public CudaBackend {
       if (!l.ok()) return l.status();
       lm_head_ = *l;
     }
-    auto fn = UploadVector({&w.final_norm});
+    auto fn = UploadLaneRow(w.final_norm);
     if (!fn.ok()) return fn.status();
     final_norm_ = *fn;
 
@@ -294,6 +294,14 @@ class CudaBackendImpl final : public CudaBackend {
     return UploadFloats(host);
   }
 
+  // A 1-D tensor as a lane row (kernels.h): permuted, zero-padded, fp32.
+  StatusOr<const float*> UploadLaneRow(const TensorView& view) {
+    if (!view.present()) return InvalidArgument("CUDA backend: missing norm weight");
+    std::vector<float> host(static_cast<size_t>(cuda::PaddedCols(view.numel())), 0.0f);
+    for (int64_t i = 0; i < view.numel(); ++i) host[cuda::PermutedIndex(i)] = view.At(i);
+    return UploadFloats(host);
+  }
+
   StatusOr<const float*> UploadFloats(const std::vector<float>& host) {
     auto& buf = buffers_.emplace_back(std::make_unique<DeviceBuffer>());
     ROTE_RETURN_IF_ERROR(buf->Allocate(host.size() * sizeof(float)));
@@ -309,11 +317,13 @@ class CudaBackendImpl final : public CudaBackend {
       DropGraphs();
       int32_t cap = std::max<int32_t>(tokens, 64);
       ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-      ROTE_RETURN_IF_ERROR(x_.Allocate(static_cast<size_t>(cap) * c.hidden_size * 4));
+      // Lane-row buffers start zeroed: their padding is read (times zero weights) and never written.
+      ROTE_RETURN_IF_ERROR(AllocateZeroed(&x_, static_cast<size_t>(cap) * HiddenStride() * 4));
+      ROTE_RETURN_IF_ERROR(AllocateZeroed(&h_, static_cast<size_t>(cap) * HiddenStride() * 4));
       ROTE_RETURN_IF_ERROR(qkv_.Allocate(static_cast<size_t>(cap) * (c.q_dim() + 2 * c.kv_dim()) * 4));
       ROTE_RETURN_IF_ERROR(q_.Allocate(static_cast<size_t>(cap) * c.q_dim() * 4));
-      ROTE_RETURN_IF_ERROR(att_.Allocate(static_cast<size_t>(cap) * c.q_dim() * 4));
-      ROTE_RETURN_IF_ERROR(act_.Allocate(static_cast<size_t>(cap) * c.intermediate_size * 4));
+      ROTE_RETURN_IF_ERROR(AllocateZeroed(&att_, static_cast<size_t>(cap) * AttStride() * 4));
+      ROTE_RETURN_IF_ERROR(AllocateZeroed(&act_, static_cast<size_t>(cap) * ActStride() * 4));
       token_capacity_ = cap;
     }
     if (logit_rows > logit_capacity_) {
@@ -337,6 +347,16 @@ class CudaBackendImpl final : public CudaBackend {
       ROTE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_meta_, static_cast<size_t>(cap) * 4));
       meta_capacity_ = cap;
     }
+    return OkStatus();
+  }
+
+  int32_t HiddenStride() const { return static_cast<int32_t>(cuda::PaddedCols(config_.hidden_size)); }
+  int32_t AttStride() const { return static_cast<int32_t>(cuda::PaddedCols(config_.q_dim())); }
+  int32_t ActStride() const { return static_cast<int32_t>(cuda::PaddedCols(config_.intermediate_size)); }
+
+  Status AllocateZeroed(DeviceBuffer* b, size_t bytes) {
+    ROTE_RETURN_IF_ERROR(b->Allocate(bytes));
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMemset(b->as<void>(), 0, bytes));
     return OkStatus();
   }
 
@@ -467,18 +487,29 @@ class CudaBackendImpl final : public CudaBackend {
     AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, kKvBlockSize};
     const int32_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
     float* x = x_.as<float>();
-    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + lay.tokens_off, lay.tokens, x, c.hidden_size, stream_));
+    float* h = h_.as<float>();
+    const int32_t xs = HiddenStride();
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + lay.tokens_off, lay.tokens, x, xs, stream_));
+    // Small batches normalise inside the matrix product (no extra launch, the product is a
+    // memory stream anyway); larger ones normalise once into h and spare every warp the work.
+    const bool fused_norm = lay.tokens <= 8;
     const int64_t layer_floats = static_cast<int64_t>(num_blocks_) * kKvBlockSize * c.kv_dim();
     for (int32_t l = 0; l < c.num_layers; ++l) {
       const DeviceLayer& dl = layers_[l];
       LayerKv kv{kv_.as<float>() + (2 * l) * layer_floats, kv_.as<float>() + (2 * l + 1) * layer_floats};
       LinearArgs a;
       a.w = dl.wqkv;
-      a.x = x;
-      a.x_stride = c.hidden_size;
       a.tokens = lay.tokens;
-      a.norm_weight = dl.attn_norm;
-      a.norm_eps = c.rms_norm_eps;
+      a.x_stride = xs;
+      if (fused_norm) {
+        a.x = x;
+        a.norm_weight = dl.attn_norm;
+        a.norm_eps = c.rms_norm_eps;
+      } else {
+        ROTE_CUDA_RETURN_IF_ERROR(
+            cuda::LaunchRmsNorm(x, xs, lay.tokens, c.hidden_size, dl.attn_norm, c.rms_norm_eps, h, stream_));
+        a.x = h;
+      }
       a.epilogue = dl.bqkv != nullptr ? LinearEpilogue::kAddBias : LinearEpilogue::kStore;
       a.bias = dl.bqkv;
       a.out = qkv_.as<float>();
@@ -487,43 +518,52 @@ class CudaBackendImpl final : public CudaBackend {
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
                                                       c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), kv,
                                                       stream_));
-      ROTE_CUDA_RETURN_IF_ERROR(
-          cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context, att_.as<float>(), stream_));
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context,
+                                                      att_.as<float>(), AttStride(), stream_));
       a = LinearArgs{};
       a.w = dl.wo;
       a.x = att_.as<float>();
-      a.x_stride = c.q_dim();
+      a.x_stride = AttStride();
       a.tokens = lay.tokens;
       a.epilogue = LinearEpilogue::kAddResidual;
       a.out = x;
-      a.out_stride = c.hidden_size;
+      a.out_stride = xs;
+      a.out_lane_rows = true;
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
       a = LinearArgs{};
       a.w = dl.wgu;
-      a.x = x;
-      a.x_stride = c.hidden_size;
       a.tokens = lay.tokens;
-      a.norm_weight = dl.mlp_norm;
-      a.norm_eps = c.rms_norm_eps;
+      a.x_stride = xs;
+      if (fused_norm) {
+        a.x = x;
+        a.norm_weight = dl.mlp_norm;
+        a.norm_eps = c.rms_norm_eps;
+      } else {
+        ROTE_CUDA_RETURN_IF_ERROR(
+            cuda::LaunchRmsNorm(x, xs, lay.tokens, c.hidden_size, dl.mlp_norm, c.rms_norm_eps, h, stream_));
+        a.x = h;
+      }
       a.epilogue = LinearEpilogue::kSiluMul;
       a.out = act_.as<float>();
-      a.out_stride = c.intermediate_size;
+      a.out_stride = ActStride();
+      a.out_lane_rows = true;
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
       a = LinearArgs{};
       a.w = dl.wdown;
       a.x = act_.as<float>();
-      a.x_stride = c.intermediate_size;
+      a.x_stride = ActStride();
       a.tokens = lay.tokens;
       a.epilogue = LinearEpilogue::kAddResidual;
       a.out = x;
-      a.out_stride = c.hidden_size;
+      a.out_stride = xs;
+      a.out_lane_rows = true;
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
     }
     if (lay.logit_rows > 0) {
       LinearArgs a;
       a.w = lm_head_;
       a.x = x;
-      a.x_stride = c.hidden_size;
+      a.x_stride = xs;
       a.x_rows = meta + lay.logit_rows_off;
       a.tokens = lay.logit_rows;
       a.norm_weight = final_norm_;
@@ -558,7 +598,8 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceBuffer kv_;  // (layers, K|V, blocks, kKvBlockSize, kv_dim) fp32
   int32_t num_blocks_ = 0;
 
-  DeviceBuffer x_, qkv_, q_, att_, act_, logits_, greedy_, meta_;
+  // x_, h_, att_, act_ hold lane rows (kernels.h); qkv_, q_ and logits_ plain rows.
+  DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, meta_;
   int32_t token_capacity_ = 0, logit_capacity_ = 0, meta_capacity_ = 0;
   int32_t* host_meta_ = nullptr;  // pinned
   void* host_out_ = nullptr;      // pinned: logits or greedy tokens of the last step

@@ -78,53 +78,32 @@ struct Weights4<WeightType::kF32> {
 template <WeightType T>
 constexpr int kWeightBytes = T == WeightType::kF32 ? 4 : 2;
 
-// Columns of x staged in shared memory per chunk: at most 44 KiB of floats per block, so
-// no opt-in is needed and several blocks share a multiprocessor.
-template <int TOKS>
-constexpr int kChunkCols = (11264 / TOKS) / kGroupCols * kGroupCols;
+// Tile shapes (rows per warp, tokens per block) by batch size, and how many 128-column groups
+// of loads a lane issues before their first use: batch-1 decode is a pure stream of the
+// weights and needs many bytes in flight; larger tiles have enough independent FMAs.
+template <int ROWS, int TOKS>
+constexpr int kUnroll = ROWS * TOKS == 1 ? 8 : ROWS * TOKS <= 8 ? 4 : ROWS * TOKS <= 32 ? 2 : 1;
 
-// Group steps whose weight loads are issued before their first use: keeps enough bytes in
-// flight for batch-1 decode, which is a pure stream of the weights.
-template <int ROWS>
-constexpr int kUnroll = ROWS >= 4 ? 2 : 4;
+__device__ __forceinline__ float4 NormScale(float4 v, float r, float4 w) {
+  return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
+}
 
 // out = epilogue(W · norm(x)). Each warp owns ROWS output rows for TOKS tokens; lane t owns
-// columns k ≡ t (mod 32) of all of them, in increasing k (four per 128-column group), so each
-// output is the canonical dot product whatever ROWS, TOKS or the batch size are. The block's
-// tokens are staged in shared memory in the permuted column order so that a lane's four terms
-// come in one 16-byte load. Blocks along x share rows, so a batch's tiles read each weight row
-// from DRAM once and from L2 after that.
+// columns k ≡ t (mod 32) of all of them, in increasing k (four per 128-column group, one
+// 8- or 16-byte weight load and one 16-byte activation load each), so every output is the
+// canonical dot product whatever ROWS, TOKS or the batch are. Weight loads run U groups
+// ahead of their use (issued before the norm's sum of squares, then double-buffered). Blocks
+// along x share rows, so a batch's token tiles read a weight row from DRAM once.
 template <WeightType WT, int ROWS, int TOKS>
 __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
   using W4 = Weights4<WT>;
   using Raw = typename W4::Raw;
-  constexpr int kc_max = kChunkCols<TOKS>;
-  constexpr int unroll = kUnroll<ROWS>;
-  extern __shared__ float4 smem_f4[];
-  float* xs = reinterpret_cast<float*>(smem_f4);  // (TOKS, chunk)
-  __shared__ float rscale[TOKS];
-  __shared__ int32_t src_rows[TOKS];
-
+  constexpr int U = kUnroll<ROWS, TOKS>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m0 = blockIdx.x * TOKS;
   const int mt = min(TOKS, a.tokens - m0);
   const int K = a.w.cols, KP = a.w.cols_padded;
-  const int chunk = min(kc_max, KP);
-
-  if (threadIdx.x < TOKS) {
-    const int m = m0 + static_cast<int>(threadIdx.x);
-    src_rows[threadIdx.x] = threadIdx.x < static_cast<unsigned>(mt) ? (a.x_rows ? a.x_rows[m] : m) : 0;
-  }
-  __syncthreads();
-  if (a.norm_weight != nullptr) {
-    for (int m = warp; m < mt; m += kWarps) {
-      const float* xr = a.x + static_cast<int64_t>(src_rows[m]) * a.x_stride;
-      float acc = 0.0f;
-      for (int k = lane; k < K; k += 32) acc = fmaf(xr[k], xr[k], acc);
-      acc = WarpTree(acc);
-      if (lane == 0) rscale[m] = canonical_rms_scale(acc, K, a.norm_eps);
-    }
-  }
+  const int groups = KP / kGroupCols;
 
   const int row_base = (blockIdx.y * kWarps + warp) * ROWS;
   const Raw* wrow[ROWS];
@@ -132,65 +111,72 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
   for (int r = 0; r < ROWS; ++r) {
     const int row = min(row_base + r, a.w.rows - 1);
     wrow[r] = reinterpret_cast<const Raw*>(static_cast<const char*>(a.w.data) +
-                                           static_cast<int64_t>(row) * KP * kWeightBytes<WT>);
+                                           static_cast<int64_t>(row) * KP * kWeightBytes<WT>) + lane;
   }
+  Raw next[U][ROWS];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (u < groups)
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) next[u][r] = __ldg(wrow[r] + u * 32);
+
+  // Rows past the token count read row m0 (valid memory) and are never stored.
+  const float4* xrow[TOKS];
+#pragma unroll
+  for (int m = 0; m < TOKS; ++m) {
+    const int mm = m0 + (m < mt ? m : 0);
+    const int src = a.x_rows != nullptr ? a.x_rows[mm] : mm;
+    xrow[m] = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride) + lane;
+  }
+  float rscale[TOKS];
+#pragma unroll
+  for (int m = 0; m < TOKS; ++m) rscale[m] = 0.0f;
+  const float4* nw = reinterpret_cast<const float4*>(a.norm_weight) + lane;
+  if (a.norm_weight != nullptr) {
+#pragma unroll
+    for (int m = 0; m < TOKS; ++m) {
+      float ss = 0.0f;
+      for (int g = 0; g < groups; ++g) {
+        const float4 v = __ldg(xrow[m] + g * 32);
+        ss = fmaf(v.x, v.x, ss);
+        ss = fmaf(v.y, v.y, ss);
+        ss = fmaf(v.z, v.z, ss);
+        ss = fmaf(v.w, v.w, ss);
+      }
+      rscale[m] = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
+    }
+  }
+
   float acc[ROWS][TOKS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r)
 #pragma unroll
     for (int m = 0; m < TOKS; ++m) acc[r][m] = 0.0f;
 
-  for (int c0 = 0; c0 < KP; c0 += chunk) {
-    const int kc = min(chunk, KP - c0);
-    __syncthreads();  // rscale ready (first chunk); previous chunk consumed (later ones)
-    for (int idx = threadIdx.x; idx < TOKS * kc; idx += kThreads) {
-      const int m = idx / kc, p = idx % kc;
-      const int w = p % kGroupCols;
-      const int k = c0 + (p - w) + (w % 4) * 32 + w / 4;  // inverse of PermutedIndex
-      float v = 0.0f;  // padding: finite zeros on both operands, neutral in the canonical order
-      if (m < mt && k < K) {
-        v = a.x[static_cast<int64_t>(src_rows[m]) * a.x_stride + k];
-        if (a.norm_weight != nullptr) v = (v * rscale[m]) * a.norm_weight[k];
-      }
-      xs[m * chunk + p] = v;
-    }
-    __syncthreads();
-
-    const int groups = kc / kGroupCols;
-    // One Raw holds a lane's 4 terms of one group: Raw index of group g is (c0/128 + g)*32 + lane.
-    const int raw0 = (c0 / kGroupCols) * 32 + lane;
-    int g = 0;
-    for (; g + unroll <= groups; g += unroll) {
-      Raw raw[unroll][ROWS];
+  for (int g0 = 0; g0 < groups; g0 += U) {
+    Raw cur[U][ROWS];
 #pragma unroll
-      for (int u = 0; u < unroll; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) raw[u][r] = __ldg(wrow[r] + raw0 + (g + u) * 32);
+      for (int r = 0; r < ROWS; ++r) cur[u][r] = next[u][r];
 #pragma unroll
-      for (int u = 0; u < unroll; ++u) {
-        float wf[ROWS][4];
+    for (int u = 0; u < U; ++u)
+      if (g0 + U + u < groups)
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) W4::ToF32(raw[u][r], wf[r]);
+        for (int r = 0; r < ROWS; ++r) next[u][r] = __ldg(wrow[r] + (g0 + U + u) * 32);
 #pragma unroll
-        for (int m = 0; m < TOKS; ++m) {
-          const float4 xv = *reinterpret_cast<const float4*>(xs + m * chunk + (g + u) * kGroupCols + lane * 4);
-#pragma unroll
-          for (int r = 0; r < ROWS; ++r) {
-            acc[r][m] = fmaf(wf[r][0], xv.x, acc[r][m]);
-            acc[r][m] = fmaf(wf[r][1], xv.y, acc[r][m]);
-            acc[r][m] = fmaf(wf[r][2], xv.z, acc[r][m]);
-            acc[r][m] = fmaf(wf[r][3], xv.w, acc[r][m]);
-          }
-        }
-      }
-    }
-    for (; g < groups; ++g) {
+    for (int u = 0; u < U; ++u) {
+      if (g0 + u >= groups) break;
+      const int g = g0 + u;
       float wf[ROWS][4];
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) W4::ToF32(__ldg(wrow[r] + raw0 + g * 32), wf[r]);
+      for (int r = 0; r < ROWS; ++r) W4::ToF32(cur[u][r], wf[r]);
+      float4 nwv = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (a.norm_weight != nullptr) nwv = __ldg(nw + g * 32);
 #pragma unroll
       for (int m = 0; m < TOKS; ++m) {
-        const float4 xv = *reinterpret_cast<const float4*>(xs + m * chunk + g * kGroupCols + lane * 4);
+        float4 xv = __ldg(xrow[m] + g * 32);
+        if (a.norm_weight != nullptr) xv = NormScale(xv, rscale[m], nwv);
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
           acc[r][m] = fmaf(wf[r][0], xv.x, acc[r][m]);
@@ -206,28 +192,33 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
   for (int r = 0; r < ROWS; ++r)
 #pragma unroll
     for (int m = 0; m < TOKS; ++m) acc[r][m] = WarpTree(acc[r][m]);
-  if (lane != 0) return;
+  // Every lane holds every result; lane i stores the outputs of token i % 32.
 #pragma unroll
   for (int m = 0; m < TOKS; ++m) {
     if (m >= mt) break;
+    if (lane != m % 32) continue;
     float* out = a.out + static_cast<int64_t>(m0 + m) * a.out_stride;
     if (a.epilogue == LinearEpilogue::kSiluMul) {
 #pragma unroll
       for (int r = 0; r + 1 < ROWS; r += 2) {
         const int row = row_base + r;
-        if (row + 1 < a.w.rows) out[row / 2] = canonical_silu(acc[r][m]) * acc[r + 1][m];
+        if (row + 1 < a.w.rows) {
+          const int n = row / 2;
+          out[a.out_lane_rows ? PermutedIndex(n) : n] = canonical_silu(acc[r][m]) * acc[r + 1][m];
+        }
       }
     } else {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         const int row = row_base + r;
         if (row >= a.w.rows) break;
+        const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(row)) : row;
         if (a.epilogue == LinearEpilogue::kAddBias) {
-          out[row] = acc[r][m] + a.bias[row];
+          out[o] = acc[r][m] + a.bias[row];
         } else if (a.epilogue == LinearEpilogue::kAddResidual) {
-          out[row] = out[row] + acc[r][m];
+          out[o] = out[o] + acc[r][m];
         } else {
-          out[row] = acc[r][m];
+          out[o] = acc[r][m];
         }
       }
     }
@@ -236,50 +227,79 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
 
 template <WeightType WT, int ROWS, int TOKS>
 cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
-  const int chunk = std::min(kChunkCols<TOKS>, a.w.cols_padded);
   const dim3 grid((a.tokens + TOKS - 1) / TOKS, (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS));
-  const size_t smem = static_cast<size_t>(TOKS) * chunk * sizeof(float);
-  LinearKernel<WT, ROWS, TOKS><<<grid, kThreads, smem, stream>>>(a);
+  if (grid.y > 65535) return cudaErrorInvalidConfiguration;
+  LinearKernel<WT, ROWS, TOKS><<<grid, kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
+
+int g_large_batch_tile = 0;  // SetLargeBatchTile
 
 template <WeightType WT>
 cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   // Tile shapes only change which thread computes an output, never its order of operations.
-  if (a.tokens == 1) return LaunchLinearTile<WT, 2, 1>(a, stream);
+  // The SiLU epilogue needs gate and up rows (2n, 2n + 1) in one warp: ROWS >= 2.
+  if (a.tokens == 1 && a.epilogue != LinearEpilogue::kSiluMul) return LaunchLinearTile<WT, 1, 1>(a, stream);
+  if (a.tokens <= 2) return LaunchLinearTile<WT, 2, 2>(a, stream);
   if (a.tokens <= 4) return LaunchLinearTile<WT, 2, 4>(a, stream);
   if (a.tokens <= 8) return LaunchLinearTile<WT, 4, 8>(a, stream);
-  return LaunchLinearTile<WT, 4, 16>(a, stream);
+  if (g_large_batch_tile == 1) return LaunchLinearTile<WT, 4, 8>(a, stream);
+  if (g_large_batch_tile == 2) return LaunchLinearTile<WT, 4, 16>(a, stream);
+  return LaunchLinearTile<WT, 8, 8>(a, stream);
+}
+
+// One warp per token: canonical sum of squares over the lane row, then (x * r) * w.
+__global__ void __launch_bounds__(kThreads)
+    RmsNormKernel(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight, float eps,
+                  float* y) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m = blockIdx.x * kWarps + warp;
+  if (m >= tokens) return;
+  const int groups = (cols + kGroupCols - 1) / kGroupCols;
+  const float4* xr = reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * stride) + lane;
+  float4* yr = reinterpret_cast<float4*>(y + static_cast<int64_t>(m) * stride) + lane;
+  const float4* wr = reinterpret_cast<const float4*>(weight) + lane;
+  float ss = 0.0f;
+  for (int g = 0; g < groups; ++g) {
+    const float4 v = xr[g * 32];
+    ss = fmaf(v.x, v.x, ss);
+    ss = fmaf(v.y, v.y, ss);
+    ss = fmaf(v.z, v.z, ss);
+    ss = fmaf(v.w, v.w, ss);
+  }
+  const float r = canonical_rms_scale(WarpTree(ss), cols, eps);
+  for (int g = 0; g < groups; ++g) yr[g * 32] = NormScale(xr[g * 32], r, wr[g * 32]);
 }
 
 template <WeightType WT>
-__global__ void EmbedKernel(const void* embed, int32_t cols, int32_t cols_padded, const int32_t* tokens,
-                            float* out, int32_t out_stride) {
+__global__ void EmbedKernel(const void* embed, int32_t cols_padded, const int32_t* tokens, float* out,
+                            int32_t out_stride) {
   const int m = blockIdx.x;
   const int64_t row = static_cast<int64_t>(tokens[m]) * cols_padded;
-  for (int k = threadIdx.x; k < cols; k += blockDim.x) {
-    const int64_t p = row + (k / kGroupCols) * kGroupCols + (k % 32) * 4 + (k % kGroupCols) / 32;
+  for (int p = threadIdx.x; p < cols_padded; p += blockDim.x) {
     float v;
     if constexpr (WT == WeightType::kBF16) {
-      v = numerics::bf16_to_f32(static_cast<const uint16_t*>(embed)[p]);
+      v = numerics::bf16_to_f32(static_cast<const uint16_t*>(embed)[row + p]);
     } else if constexpr (WT == WeightType::kF16) {
-      v = __half2float(__ushort_as_half(static_cast<const unsigned short*>(embed)[p]));
+      v = __half2float(__ushort_as_half(static_cast<const unsigned short*>(embed)[row + p]));
     } else {
-      v = static_cast<const float*>(embed)[p];
+      v = static_cast<const float*>(embed)[row + p];
     }
-    out[static_cast<int64_t>(m) * out_stride + k] = v;
+    out[static_cast<int64_t>(m) * out_stride + p] = v;
   }
 }
 
 constexpr int kMaxHeadDim = 256;
 
+// One warp per head of q and k (grid.x: groups of kWarps heads, grid.y: tokens); the block with
+// blockIdx.x == 0 also copies v.
 __global__ void __launch_bounds__(kThreads)
     RopeStoreKernel(const float* qkv, StepTokens step, AttentionShape shape, const float* q_norm,
                     const float* k_norm, float norm_eps, const float* rope_cos, const float* rope_sin,
                     float* q_out, LayerKv kv) {
   __shared__ float head_buf[kWarps][kMaxHeadDim];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int m = blockIdx.x;
+  const int m = blockIdx.y;
   const int hd = shape.head_dim, half = hd / 2;
   const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
   const int pos = step.pos[m];
@@ -290,7 +310,8 @@ __global__ void __launch_bounds__(kThreads)
   const float* sin_row = rope_sin + static_cast<int64_t>(pos) * half;
 
   float* buf = head_buf[warp];
-  for (int h = warp; h < shape.num_heads + shape.num_kv_heads; h += kWarps) {
+  for (int h = blockIdx.x * kWarps + warp; h < min(shape.num_heads + shape.num_kv_heads, (blockIdx.x + 1) * kWarps);
+       h += kWarps) {
     const bool is_q = h < shape.num_heads;
     const float* src = is_q ? row + h * hd : row + q_dim + (h - shape.num_heads) * hd;
     for (int d = lane; d < hd; d += 32) buf[d] = src[d];
@@ -312,7 +333,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncwarp();
   }
-  for (int i = threadIdx.x; i < kv_dim; i += kThreads) kv.v[slot_row * kv_dim + i] = row[q_dim + kv_dim + i];
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < kv_dim; i += kThreads) kv.v[slot_row * kv_dim + i] = row[q_dim + kv_dim + i];
 }
 
 // One block per (query head, token). Pass 1: each thread computes whole scores, emulating the
@@ -320,12 +342,17 @@ __global__ void __launch_bounds__(kThreads)
 // many positions are in flight at once. Pass 2: max, exp, canonical sum. Pass 3: warp w owns 8
 // dims at a time; lane t takes positions j ≡ t (mod 32) in increasing j, the butterfly is the
 // canonical tree over positions.
-__global__ void __launch_bounds__(kThreads)
-    AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out) {
+constexpr int kAttnWarps = 8;
+constexpr int kAttnThreads = kAttnWarps * 32;
+
+__global__ void __launch_bounds__(kAttnThreads)
+    AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
+                    int32_t out_stride, int32_t max_context) {
   extern __shared__ float4 att_smem_f4[];
   float* scores = reinterpret_cast<float*>(att_smem_f4);  // (context)
+  int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
   __shared__ float q_s[kMaxHeadDim];
-  __shared__ float red[kWarps];
+  __shared__ float red[kAttnWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.x, m = blockIdx.y;
   const int hd = shape.head_dim, bs = shape.block_size;
@@ -333,12 +360,14 @@ __global__ void __launch_bounds__(kThreads)
   const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
   const int L = step.pos[m] + 1;
   const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
-  for (int d = threadIdx.x; d < hd; d += kThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
+  // The block table once into shared memory: one round trip instead of one per position.
+  for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
   __syncthreads();
 
   // Pass 1: scores.
-  for (int j = threadIdx.x; j < L; j += kThreads) {
-    const float* kp = kv.k + (static_cast<int64_t>(bt[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+  for (int j = threadIdx.x; j < L; j += kAttnThreads) {
+    const float* kp = kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
     float lanes[32];
 #pragma unroll
     for (int l = 0; l < 32; ++l) lanes[l] = 0.0f;
@@ -364,28 +393,29 @@ __global__ void __launch_bounds__(kThreads)
 
   // Pass 2: max (exact in any order), weights, canonical sum.
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j < L; j += kThreads) mx = fmaxf(mx, scores[j]);
+  for (int j = threadIdx.x; j < L; j += kAttnThreads) mx = fmaxf(mx, scores[j]);
   mx = WarpMax(mx);
   if (lane == 0) red[warp] = mx;
   __syncthreads();
   mx = red[0];
 #pragma unroll
-  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, red[w]);
-  for (int j = threadIdx.x; j < L; j += kThreads) scores[j] = canonical_expf(scores[j] - mx);
+  for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, red[w]);
+  for (int j = threadIdx.x; j < L; j += kAttnThreads) scores[j] = canonical_expf(scores[j] - mx);
   __syncthreads();
   float denom = 0.0f;
   for (int j = lane; j < L; j += 32) denom = denom + scores[j];
   denom = WarpTree(denom);
 
   // Pass 3: weighted sum of V.
-  float* o = out + static_cast<int64_t>(m) * q_dim + h * hd;
-  for (int d0 = warp * 8; d0 < hd; d0 += kWarps * 8) {
+  float* o = out + static_cast<int64_t>(m) * out_stride;
+  for (int d0 = warp * 8; d0 < hd; d0 += kAttnWarps * 8) {
     float acc[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
+#pragma unroll 4
     for (int j = lane; j < L; j += 32) {
       const float p = scores[j];
-      const float* vp = kv.v + (static_cast<int64_t>(bt[j / bs]) * bs + j % bs) * kv_dim + g * hd + d0;
+      const float* vp = kv.v + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + d0;
       const float4 v0 = *reinterpret_cast<const float4*>(vp);
       const float4 v1 = *reinterpret_cast<const float4*>(vp + 4);
       acc[0] = fmaf(p, v0.x, acc[0]);
@@ -404,7 +434,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 1; i < 8; ++i)
         if (lane == i) r = acc[i];
-      o[d0 + lane] = r / denom;
+      o[PermutedIndex(h * hd + d0 + lane)] = r / denom;
     }
   }
 }
@@ -455,6 +485,8 @@ __global__ void ArgmaxKernel(const float* logits, int32_t cols, int32_t* out) {
 
 }  // namespace
 
+void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
+
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream) {
   if (args.tokens <= 0) return cudaSuccess;
   switch (args.w.type) {
@@ -473,16 +505,13 @@ cudaError_t LaunchEmbed(const DeviceMatrix& embed, const int32_t* tokens, int32_
   if (num_tokens <= 0) return cudaSuccess;
   switch (embed.type) {
     case WeightType::kBF16:
-      EmbedKernel<WeightType::kBF16>
-          <<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols, embed.cols_padded, tokens, out, out_stride);
+      EmbedKernel<WeightType::kBF16><<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols_padded, tokens, out, out_stride);
       break;
     case WeightType::kF16:
-      EmbedKernel<WeightType::kF16>
-          <<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols, embed.cols_padded, tokens, out, out_stride);
+      EmbedKernel<WeightType::kF16><<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols_padded, tokens, out, out_stride);
       break;
     case WeightType::kF32:
-      EmbedKernel<WeightType::kF32>
-          <<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols, embed.cols_padded, tokens, out, out_stride);
+      EmbedKernel<WeightType::kF32><<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols_padded, tokens, out, out_stride);
       break;
   }
   return cudaGetLastError();
@@ -493,12 +522,17 @@ cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const Atte
                             const float* rope_sin, float* q_out, LayerKv kv, cudaStream_t stream) {
   if (step.tokens <= 0) return cudaSuccess;
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0) return cudaErrorInvalidValue;
-  RopeStoreKernel<<<step.tokens, kThreads, 0, stream>>>(qkv, step, shape, q_norm, k_norm, norm_eps, rope_cos,
+  const dim3 grid((shape.num_heads + shape.num_kv_heads + kWarps - 1) / kWarps, step.tokens);
+  RopeStoreKernel<<<grid, kThreads, 0, stream>>>(qkv, step, shape, q_norm, k_norm, norm_eps, rope_cos,
                                                         rope_sin, q_out, kv);
   return cudaGetLastError();
 }
 
-int64_t AttentionSharedBytes(int32_t max_context) { return static_cast<int64_t>(max_context) * sizeof(float); }
+// Scores of max_context positions, then the block table: ceil(max_context / block_size) ids,
+// within max_context / 8 + 2 for block sizes of 8 or more (LaunchAttention checks).
+int64_t AttentionSharedBytes(int32_t max_context) {
+  return static_cast<int64_t>(max_context) * sizeof(float) + (max_context / 8 + 2) * sizeof(int32_t);
+}
 
 cudaError_t PrepareAttention(int32_t max_context) {
   return cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -506,11 +540,20 @@ cudaError_t PrepareAttention(int32_t max_context) {
 }
 
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
-                            float scale, int32_t max_context, float* out, cudaStream_t stream) {
+                            float scale, int32_t max_context, float* out, int32_t out_stride,
+                            cudaStream_t stream) {
   if (step.tokens <= 0) return cudaSuccess;
-  if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0) return cudaErrorInvalidValue;
+  if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.block_size < 8) return cudaErrorInvalidValue;
   const dim3 grid(shape.num_heads, step.tokens);
-  AttentionKernel<<<grid, kThreads, AttentionSharedBytes(max_context), stream>>>(q, step, shape, kv, scale, out);
+  AttentionKernel<<<grid, kAttnThreads, AttentionSharedBytes(max_context), stream>>>(q, step, shape, kv, scale, out,
+                                                                                      out_stride, max_context);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
+                          float eps, float* y, cudaStream_t stream) {
+  if (tokens <= 0) return cudaSuccess;
+  RmsNormKernel<<<(tokens + kWarps - 1) / kWarps, kThreads, 0, stream>>>(x, stride, tokens, cols, weight, eps, y);
   return cudaGetLastError();
 }
 

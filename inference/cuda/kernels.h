@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "inference/numerics/canonical.h"  // ROTE_HD
+
 namespace rote::inference::cuda {
 
 enum class WeightType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
@@ -19,9 +21,9 @@ enum class WeightType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
 // load brings a lane its next four terms in canonical order.
 inline constexpr int kGroupCols = 128;
 
-inline int64_t PaddedCols(int64_t cols) { return (cols + kGroupCols - 1) / kGroupCols * kGroupCols; }
+ROTE_HD inline int64_t PaddedCols(int64_t cols) { return (cols + kGroupCols - 1) / kGroupCols * kGroupCols; }
 // Column k of a logical row -> its index in the permuted row.
-inline int64_t PermutedIndex(int64_t k) {
+ROTE_HD inline int64_t PermutedIndex(int64_t k) {
   const int64_t g = k / kGroupCols, w = k % kGroupCols;
   return g * kGroupCols + (w % 32) * 4 + w / 32;
 }
@@ -43,27 +45,41 @@ enum class LinearEpilogue : int {
   kSiluMul = 3,      // rows interleaved gate/up: out[m][n] = silu(dot(2n)) * dot(2n + 1)
 };
 
+// Activations that feed a matrix product (the residual stream, the normalised stream, the
+// attention output, the MLP activation) are stored as "lane rows": width PaddedCols(cols),
+// element k at PermutedIndex(k), zeros in the padding. A lane then reads its next four terms
+// with one 16-byte load, in canonical order, with no staging; and a warp reading a lane row
+// group by group visits every lane's terms in increasing k (the canonical sum of squares too).
+
 // out = epilogue(W · norm(x)) for `tokens` activation rows.
-//   x: (tokens, x_stride) fp32; row m of the product reads x row x_rows[m] (x_rows may be null:
-//      identity). When norm_weight is set, x is first RMS-normalised with it (eps norm_eps),
-//      exactly as the CPU does it (canonical dot for the sum of squares, (x * r) * w).
-//   out: (tokens, out_stride) fp32.
+//   x: (tokens, x_stride) lane rows of w.cols; row m of the product reads x row x_rows[m]
+//      (x_rows may be null: identity). When norm_weight (a lane row of w.cols) is set, x is
+//      RMS-normalised first, exactly as the CPU does it (canonical sum of squares, (x * r) * w).
+//   out: (tokens, out_stride) fp32, plain rows, or lane rows when out_lane_rows.
 struct LinearArgs {
   DeviceMatrix w;
   const float* x = nullptr;
   int32_t x_stride = 0;
   const int32_t* x_rows = nullptr;
   int32_t tokens = 0;
-  const float* norm_weight = nullptr;  // (w.cols) or null
+  const float* norm_weight = nullptr;
   float norm_eps = 0.0f;
   LinearEpilogue epilogue = LinearEpilogue::kStore;
   const float* bias = nullptr;  // (w.rows) for kAddBias
   float* out = nullptr;
   int32_t out_stride = 0;
+  bool out_lane_rows = false;
 };
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
+// Benchmarking only: the tile of batches over 8 tokens (0: 8 rows x 8 tokens per warp, 1: 4 x 8,
+// 2: 4 x 16). Results are identical in every bit for all of them; only speed differs.
+void SetLargeBatchTile(int variant);
 
-// out[m][k] = embed row tokens[m], converted exactly to fp32 (embed in permuted layout).
+// y = RMSNorm(x) * weight over lane rows of `cols` (padding stays zero), one warp per token.
+cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
+                          float eps, float* y, cudaStream_t stream);
+
+// out row m (a lane row) = embed row tokens[m], converted exactly to fp32.
 cudaError_t LaunchEmbed(const DeviceMatrix& embed, const int32_t* tokens, int32_t num_tokens, float* out,
                         int32_t out_stride, cudaStream_t stream);
 
@@ -97,9 +113,11 @@ cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const Atte
 
 // Two-pass attention of every query head of every token over positions 0 .. pos: scores,
 // max, canonical_expf, canonical sum, canonical weighted sum of V, one divide.
-// out: (tokens, q_dim). max_context bounds pos + 1 (sizes the scores in shared memory).
+// out: (tokens, out_stride) lane rows of q_dim. max_context bounds pos + 1 (sizes the scores
+// in shared memory).
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
-                            float scale, int32_t max_context, float* out, cudaStream_t stream);
+                            float scale, int32_t max_context, float* out, int32_t out_stride,
+                            cudaStream_t stream);
 // Shared memory LaunchAttention needs for max_context positions (it raises the kernel's limit).
 int64_t AttentionSharedBytes(int32_t max_context);
 cudaError_t PrepareAttention(int32_t max_context);

@@ -1,0 +1,216 @@
+// CUDA backend benchmark on synthesized Qwen2.5-0.5B / 1.5B shapes (random bf16 weights).
+// Prints one JSON object per line: the card's measured ceilings (copy bandwidth, fp32 FMA
+// rate), decode tokens/s at batch 1, 8, 32, 64 with bytes read per token and the fraction of
+// the relevant ceiling reached, prefill tokens/s for 1,000-token prompts, and for every decode
+// figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held).
+//
+//   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "inference/cuda/cuda_backend.h"
+#include "inference/cuda/kernels.h"
+#include "inference/model/weights.h"
+#include "tests/inference/cuda_synth_model.h"
+
+namespace rote::bench {
+double MeasureCopyBandwidth();  // cuda_ceilings.cu
+double MeasureFmaRate();
+}  // namespace rote::bench
+
+namespace {
+
+using namespace rote::inference;
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::string Arg(int argc, char** argv, const char* name, const std::string& def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return def;
+}
+
+std::vector<int32_t> RandomTokens(int32_t n, int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> blocks;
+  int32_t cached = 0;
+};
+
+// Runs one step over `seqs`, the new tokens being those past `cached`; appends each greedy token.
+bool Step(CudaBackend* b, std::vector<Seq>& seqs) {
+  BatchPlan plan;
+  for (Seq& s : seqs) {
+    SequenceStep st;
+    st.tokens = std::span<const int32_t>(s.tokens.data() + s.cached, s.tokens.size() - s.cached);
+    st.start_pos = s.cached;
+    st.block_table = s.blocks;
+    st.num_logits = 1;
+    plan.sequences.push_back(st);
+  }
+  std::vector<int32_t> next;
+  Status st = b->ForwardGreedy(plan, &next);
+  if (!st.ok()) {
+    std::fprintf(stderr, "forward failed: %s\n", st.ToString().c_str());
+    return false;
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].cached = static_cast<int32_t>(seqs[i].tokens.size());
+    seqs[i].tokens.push_back(next[i]);
+  }
+  return true;
+}
+
+// B sequences with blocks [i * stride, (i + 1) * stride).
+std::vector<Seq> MakeSeqs(int32_t batch, int32_t prompt, int32_t vocab, int32_t stride, const std::vector<int32_t>& needle) {
+  std::vector<Seq> seqs(batch);
+  for (int32_t i = 0; i < batch; ++i) {
+    seqs[i].tokens = i == 0 ? needle : RandomTokens(prompt, vocab, 1000 + i);
+    for (int32_t k = 0; k < stride; ++k) seqs[i].blocks.push_back(i * stride + k);
+  }
+  return seqs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string shape = Arg(argc, argv, "--shape", "0.5b");
+  const std::string dir = Arg(argc, argv, "--dir", "/tmp/rote_synth_" + shape);
+  const int32_t steps = std::stoi(Arg(argc, argv, "--steps", "128"));
+  const int32_t prompt = 64, warm = 8;
+
+  if (CudaDeviceCount() == 0) {
+    std::printf("{\"what\":\"error\",\"message\":\"no CUDA device\"}\n");
+    return 1;
+  }
+  const double bw = rote::bench::MeasureCopyBandwidth();
+  const double fma = rote::bench::MeasureFmaRate();
+  std::printf("{\"what\":\"ceilings\",\"copy_bandwidth_TBps\":%.4f,\"fp32_fma_TFMAps\":%.3f,\"fp32_TFLOPs\":%.3f}\n",
+              bw / 1e12, fma / 1e12, 2 * fma / 1e12);
+  std::fflush(stdout);
+
+  auto t0 = Clock::now();
+  if (!std::filesystem::exists(dir + "/model.safetensors")) {
+    if (!rote::inference::cuda_test::WriteSynthModel(dir, rote::inference::cuda_test::Qwen25Shape(shape))) {
+      std::printf("{\"what\":\"error\",\"message\":\"cannot write %s\"}\n", dir.c_str());
+      return 1;
+    }
+  }
+  auto t1 = Clock::now();
+  auto model = Model::Load(dir);
+  if (!model.ok()) {
+    std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", model.status().ToString().c_str());
+    return 1;
+  }
+  auto t2 = Clock::now();
+  CudaBackendOptions opt;
+  opt.max_positions = 2048;
+  auto created = CreateCudaBackend(*model, opt);
+  if (!created.ok()) {
+    std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", created.status().ToString().c_str());
+    return 1;
+  }
+  auto t3 = Clock::now();
+  CudaBackend* b = created->get();
+  const ModelConfig& c = (*model)->config();
+  int64_t matrix_params = 0;
+  {
+    const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), h = c.intermediate_size;
+    matrix_params = c.num_layers * (d * (qd + 2 * kvd) + qd * d + 3 * d * h) + static_cast<int64_t>(c.vocab_size) * d;
+  }
+  std::printf("{\"what\":\"model\",\"shape\":\"%s\",\"device\":\"%s\",\"weight_bytes_on_device\":%lld,"
+              "\"matrix_params\":%lld,\"synth_s\":%.1f,\"load_s\":%.1f,\"upload_s\":%.1f,"
+              "\"kv_blocks_fitting_free_memory\":%d}\n",
+              shape.c_str(), b->device().c_str(), static_cast<long long>(b->WeightBytes()),
+              static_cast<long long>(matrix_params), Seconds(t0, t1), Seconds(t1, t2), Seconds(t2, t3),
+              b->KvBlocksForFreeMemory(0, int64_t{4} << 30));
+  std::fflush(stdout);
+
+  const int32_t stride = (prompt + warm + steps + 2 + kKvBlockSize - 1) / kKvBlockSize;
+  const int32_t prefill_len = 1000, prefill_seqs = 4;
+  const int32_t prefill_stride = (prefill_len + kKvBlockSize) / kKvBlockSize;
+  const int32_t blocks = std::max(64 * stride, prefill_seqs * prefill_stride);
+  if (Status s = b->AllocateKvCache(blocks); !s.ok()) {
+    std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", s.ToString().c_str());
+    return 1;
+  }
+  const std::vector<int32_t> needle = RandomTokens(prompt, c.vocab_size, 7);
+  std::vector<int32_t> needle_alone;
+  const int64_t kv_bytes_per_position = int64_t{2} * c.num_layers * c.kv_dim() * 4;
+  const int tiles = std::stoi(Arg(argc, argv, "--tiles", "1"));
+  for (int tile = 0; tile < tiles; ++tile) {
+  cuda::SetLargeBatchTile(tile);
+  const std::string batches = "," + Arg(argc, argv, "--batches", "1,8,32,64") + ",";
+  for (int32_t batch : {1, 8, 32, 64}) {
+    if (tile > 0 && batch <= 8) continue;  // the tile variants differ only above 8 tokens
+    if (batches.find("," + std::to_string(batch) + ",") == std::string::npos) continue;
+    std::vector<Seq> seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
+    bool ok = Step(b, seqs);  // prefill of every prompt in one step
+    for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
+    auto s0 = Clock::now();
+    for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
+    auto s1 = Clock::now();
+    if (!ok) return 1;
+    if (batch == 1) needle_alone = seqs[0].tokens;
+    const bool invariant = seqs[0].tokens == needle_alone;
+    const double secs = Seconds(s0, s1);
+    const double tps = batch * steps / secs;
+    const double mean_context = prompt + warm + 1 + steps / 2.0;
+    const double bytes_per_step = static_cast<double>(b->WeightBytes()) + batch * mean_context * kv_bytes_per_position;
+    const double bytes_per_token = bytes_per_step / batch;
+    const double flops_per_token =
+        2.0 * matrix_params + 4.0 * mean_context * c.q_dim() * c.num_layers;  // scores + weighted sum
+    std::printf("{\"what\":\"decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
+                "\"ms_per_step\":%.3f,\"bytes_per_token\":%.0f,\"achieved_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
+                "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d}\n",
+                shape.c_str(), batch, steps, tps, 1e3 * secs / steps, bytes_per_token,
+                bytes_per_token * tps / 1e12, bytes_per_token * tps / bw, flops_per_token * tps / 1e12,
+                flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile);
+    std::fflush(stdout);
+  }
+
+  const bool prefill = Arg(argc, argv, "--prefill", "1") == "1";
+  for (int32_t n : {1, prefill_seqs}) {
+    if (!prefill || (tile > 0 && n > 1)) continue;
+    std::vector<double> times;
+    std::vector<int32_t> first_tokens;
+    for (int rep = 0; rep < 4; ++rep) {
+      std::vector<Seq> seqs(n);
+      for (int32_t i = 0; i < n; ++i) {
+        seqs[i].tokens = RandomTokens(prefill_len, c.vocab_size, 77 + i);
+        for (int32_t k = 0; k < prefill_stride; ++k) seqs[i].blocks.push_back(i * prefill_stride + k);
+      }
+      auto p0 = Clock::now();
+      if (!Step(b, seqs)) return 1;
+      auto p1 = Clock::now();
+      if (rep > 0) times.push_back(Seconds(p0, p1));
+      if (rep == 0) first_tokens.push_back(seqs[0].tokens.back());
+      else if (seqs[0].tokens.back() != first_tokens[0]) first_tokens.push_back(-1);
+    }
+    std::sort(times.begin(), times.end());
+    const double secs = times[times.size() / 2];
+    const double tps = n * prefill_len / secs;
+    const double flops_per_token = 2.0 * (matrix_params - static_cast<int64_t>(c.vocab_size) * c.hidden_size) +
+                                   4.0 * (prefill_len / 2.0) * c.q_dim() * c.num_layers;
+    std::printf("{\"what\":\"prefill\",\"shape\":\"%s\",\"prompts\":%d,\"prompt_tokens\":%d,\"tokens_per_s\":%.1f,"
+                "\"seconds\":%.4f,\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"repeat_equal\":%s,\"tile\":%d}\n",
+                shape.c_str(), n, prefill_len, tps, secs, flops_per_token * tps / 1e12,
+                flops_per_token * tps / (2 * fma), first_tokens.size() == 1 ? "true" : "false", tile);
+    std::fflush(stdout);
+  }
+  }
+  return 0;
+}
