@@ -1,6 +1,7 @@
 #include "sandbox/lua_runtime.h"
 
 #include <locale.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,103 @@
 
 namespace rote::sandbox {
 
+// The Lua heap of one state: a private mapping with size-class free lists. Lua passes the old
+// size on every free and realloc, so blocks need no headers, and all allocator metadata sits in
+// `meta`, which makes a snapshot of (used bytes of the mapping, meta) a complete copy of the
+// heap. Freed memory is reused within its size class; the mapping is never returned to the
+// system before the state is closed.
+struct LuaState::Arena {
+  static constexpr size_t kSmallStep = 16;
+  static constexpr size_t kSmallMax = 1024;            // 64 classes of 16-byte steps
+  static constexpr int kSmallClasses = kSmallMax / kSmallStep + 1;
+  static constexpr int kLargeClasses = 48;             // powers of two from 2 KiB
+  struct Meta {
+    size_t bump = 0;
+    void* small[kSmallClasses] = {};
+    void* large[kLargeClasses] = {};
+  };
+
+  char* base = nullptr;
+  size_t capacity = 0;
+  Meta meta;
+
+  ~Arena() {
+    if (base != nullptr) munmap(base, capacity);
+  }
+  bool Init(size_t cap) {
+    void* p = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) return false;
+    base = static_cast<char*>(p);
+    capacity = cap;
+    return true;
+  }
+  // Class index and block size for a request of n bytes (n > 0).
+  static void ClassOf(size_t n, bool* small, int* index, size_t* block) {
+    if (n <= kSmallMax) {
+      *small = true;
+      *index = static_cast<int>((n + kSmallStep - 1) / kSmallStep);
+      *block = static_cast<size_t>(*index) * kSmallStep;
+      return;
+    }
+    *small = false;
+    int k = 11;
+    while ((size_t{1} << k) < n) ++k;
+    *index = k - 11;
+    *block = size_t{1} << k;
+  }
+  void* Alloc(size_t n) {
+    bool small;
+    int idx;
+    size_t block;
+    ClassOf(n, &small, &idx, &block);
+    if (!small && idx >= kLargeClasses) return nullptr;
+    void** head = small ? &meta.small[idx] : &meta.large[idx];
+    if (*head != nullptr) {
+      void* p = *head;
+      std::memcpy(head, p, sizeof(void*));
+      return p;
+    }
+    if (block > capacity - meta.bump) return nullptr;
+    void* p = base + meta.bump;
+    meta.bump += block;
+    return p;
+  }
+  void Free(void* p, size_t n) {
+    bool small;
+    int idx;
+    size_t block;
+    ClassOf(n, &small, &idx, &block);
+    void** head = small ? &meta.small[idx] : &meta.large[idx];
+    std::memcpy(p, head, sizeof(void*));
+    *head = p;
+  }
+  void* Realloc(void* p, size_t old_size, size_t n) {
+    bool s1, s2;
+    int i1, i2;
+    size_t b1, b2;
+    ClassOf(old_size, &s1, &i1, &b1);
+    ClassOf(n, &s2, &i2, &b2);
+    if (s1 == s2 && i1 == i2) return p;
+    void* q = Alloc(n);
+    if (q == nullptr) {
+      // Lua requires shrinking to succeed; the block stays where it is (it is larger than
+      // its new class, which is harmless when it is freed into that class later).
+      return n < old_size ? p : nullptr;
+    }
+    std::memcpy(q, p, std::min(old_size, n));
+    Free(p, old_size);
+    return q;
+  }
+};
+
+struct LuaState::Snapshot {
+  std::vector<char> image;
+  Arena::Meta meta;
+  uint64_t heap_bytes;
+  uint64_t live_blocks;
+  int env_ref;
+};
+
 // Grants the file-local C functions access to LuaState's counters.
 struct LuaStateAccess {
   static uint64_t& instructions(LuaState* s) { return s->instructions_; }
@@ -22,6 +120,7 @@ struct LuaStateAccess {
   static bool& deadline_hit(LuaState* s) { return s->deadline_hit_; }
   static void RaiseLimit(LuaState* s, lua_State* L) { s->RaiseLimit(L); }
   static uint64_t& heap(LuaState* s) { return s->heap_bytes_; }
+  static LuaState::Arena& arena(LuaState* s) { return *s->arena_; }
   static uint64_t& live_blocks(LuaState* s) { return s->live_blocks_; }
   static uint64_t& peak(LuaState* s) { return s->peak_heap_bytes_; }
   static bool& enforce_memory(LuaState* s) { return s->enforce_memory_; }
@@ -65,7 +164,7 @@ void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
   if (nsize == 0) {
     if (ptr != nullptr) A::live_blocks(s)--;
     heap -= old;
-    free(ptr);
+    if (ptr != nullptr) A::arena(s).Free(ptr, osize);
     return nullptr;
   }
   if (nsize > old && A::enforce_memory(s)) {
@@ -82,8 +181,15 @@ void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
       return nullptr;
     }
   }
-  void* p = realloc(ptr, nsize);
-  if (p == nullptr) return nullptr;
+  void* p = ptr == nullptr ? A::arena(s).Alloc(nsize) : A::arena(s).Realloc(ptr, osize, nsize);
+  if (p == nullptr) {
+    if (nsize > old && A::enforce_memory(s) && A::limit_status(s).ok()) {
+      A::limit_status(s) = absl::ResourceExhaustedError(absl::StrCat(
+          "memory limit exceeded (the arena of ", A::arena(s).capacity, " bytes is full)"));
+      lua_sethook(A::main(s), lua_gethook(A::main(s)), LUA_MASKCOUNT, 1);
+    }
+    return nullptr;
+  }
   if (ptr == nullptr) A::live_blocks(s)++;
   heap = heap - old + nsize;
   if (heap > A::peak(s)) A::peak(s) = heap;
@@ -688,9 +794,15 @@ LuaState* LuaState::From(lua_State* L) {
   return *static_cast<LuaState**>(lua_getextraspace(L));
 }
 
+LuaState::LuaState() = default;
+
 absl::StatusOr<std::unique_ptr<LuaState>> LuaState::Create(const Limits& limits) {
   std::unique_ptr<LuaState> s(new LuaState());
   s->limits_ = limits;
+  // Room for the limit plus size-class rounding; virtual only (MAP_NORESERVE) until touched.
+  uint64_t cap = std::min<uint64_t>(limits.max_memory_bytes, 4ull << 30) * 2 + (4u << 20);
+  s->arena_ = std::make_unique<Arena>();
+  if (!s->arena_->Init(cap)) return absl::ResourceExhaustedError("cannot map the Lua heap arena");
   s->L_ = lua_newstate(Allocate, s.get());
   if (s->L_ == nullptr) return absl::ResourceExhaustedError("cannot create a Lua state");
   *static_cast<LuaState**>(lua_getextraspace(s->L_)) = s.get();
@@ -772,7 +884,16 @@ void LuaState::PushToString(lua_State* L, int idx) {
     return;
   }
   // "<type>: <n>", n counting from 1 in order of first use within the call.
-  lua_rawgetp(L, LUA_REGISTRYINDEX, &kIdsKey);
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &kIdsKey) != LUA_TTABLE) {
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 0);  // weak keys: an object's number lives as long as the object
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &kIdsKey);
+  }
   lua_pushvalue(L, idx);
   lua_Integer id;
   if (lua_rawget(L, -2) == LUA_TNUMBER) {
@@ -815,6 +936,24 @@ void LuaState::ResetBudget() {
   lua_sethook(L_, Hook, LUA_MASKCOUNT, kInstructionQuantum);
 }
 
+void LuaState::TakeSnapshot() {
+  snapshot_ = std::make_unique<Snapshot>();
+  snapshot_->image.assign(arena_->base, arena_->base + arena_->meta.bump);
+  snapshot_->meta = arena_->meta;
+  snapshot_->heap_bytes = heap_bytes_;
+  snapshot_->live_blocks = live_blocks_;
+  snapshot_->env_ref = env_ref_;
+}
+
+void LuaState::RestoreSnapshot() {
+  std::memcpy(arena_->base, snapshot_->image.data(), snapshot_->image.size());
+  arena_->meta = snapshot_->meta;
+  heap_bytes_ = snapshot_->heap_bytes;
+  live_blocks_ = snapshot_->live_blocks;
+  env_ref_ = snapshot_->env_ref;
+  ResetBudget();
+}
+
 Usage LuaState::usage() const {
   return Usage{instructions_, peak_heap_bytes_, static_cast<uint64_t>(output_.size())};
 }
@@ -822,21 +961,14 @@ Usage LuaState::usage() const {
 absl::Status LuaState::NewEnvironment() {
   ScopedCLocale locale;
   lua_settop(L_, 0);
-  // The heap (and with it the garbage collector's pacing) starts every call from the same
-  // baseline, whatever earlier calls left behind.
   enforce_memory_ = false;
-  lua_gc(L_, LUA_GCCOLLECT);
   lua_pushcfunction(L_, [](lua_State* L) -> int {
     lua_newtable(L);  // the call's global table
     lua_pushvalue(L, -1);
     lua_setfield(L, -2, "_G");
     lua_rawgetp(L, LUA_REGISTRYINDEX, &kEnvMetaKey);
     lua_setmetatable(L, -2);
-    lua_createtable(L, 0, 0);  // tostring sequence numbers, weak keys
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
+    lua_pushnil(L);  // tostring sequence numbers: created on first use
     lua_rawsetp(L, LUA_REGISTRYINDEX, &kIdsKey);
     lua_pushinteger(L, 0);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &kNextIdKey);
@@ -855,6 +987,8 @@ absl::Status LuaState::NewEnvironment() {
   }
   if (env_ref_ >= 0) luaL_unref(L_, LUA_REGISTRYINDEX, env_ref_);
   env_ref_ = luaL_ref(L_, LUA_REGISTRYINDEX);
+  // The heap (and with it the garbage collector's pacing) starts every call from the same
+  // baseline, whatever earlier calls left behind.
   lua_gc(L_, LUA_GCCOLLECT);
   enforce_memory_ = true;
   ResetBudget();
@@ -1101,16 +1235,13 @@ absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
     return state->NewEnvironment();
   };
   if (auto e = prepare(); !e.ok()) return e;
-  const std::pair<uint64_t, uint64_t> baseline = state->HeapFingerprint();
+  state->TakeSnapshot();
 
   std::vector<CallResult> results;
   results.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     CallResult r;
-    if (i > 0) {
-      r.status = state->NewEnvironment();
-      if (r.status.ok() && state->HeapFingerprint() != baseline) r.status = prepare();
-    }
+    if (i > 0) state->RestoreSnapshot();
     lua_State* L = state->raw();
     if (r.status.ok()) {
       lua_rawgeti(L, LUA_REGISTRYINDEX, chunk_ref);

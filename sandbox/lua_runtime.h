@@ -120,6 +120,15 @@ class LuaState {
   // A wall-clock safety net for the next calls; nullopt disables it.
   void set_deadline(std::optional<Clock::time_point> deadline) { deadline_ = deadline; }
   Usage usage() const;
+  // Records the entire Lua heap (which lives in one private arena) and the counters, so that
+  // RestoreSnapshot returns the state to exactly this point: same objects at the same
+  // addresses, same garbage-collector debt, same string table. Cheap (one memcpy of the used
+  // part of the arena, typically 20-40 KB); this is how every input of a batch starts from the
+  // identical heap without paying for a new state or a full collection.
+  void TakeSnapshot();
+  // Requires a prior TakeSnapshot. Clears output and counters like ResetBudget.
+  void RestoreSnapshot();
+
   // Bytes and blocks live in the Lua heap. After NewEnvironment's full collection this
   // identifies the state's starting point: equal fingerprints, equal GC pacing and limits.
   std::pair<uint64_t, uint64_t> HeapFingerprint() const { return {heap_bytes_, live_blocks_}; }
@@ -135,7 +144,9 @@ class LuaState {
   static void PushToString(lua_State* L, int idx);
 
  private:
-  LuaState() = default;
+  LuaState();
+  struct Arena;
+  struct Snapshot;
   friend struct LuaStateAccess;
   [[noreturn]] void RaiseLimit(lua_State* L);
 
@@ -151,6 +162,8 @@ class LuaState {
   absl::Status limit_status_;  // sticky once a deterministic limit is hit
   std::string output_;
   int env_ref_ = -1;           // registry ref of the current global table
+  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<Snapshot> snapshot_;
 };
 
 // Converts the Lua value at idx. Tables whose keys are exactly 1..n (n >= 1) become Arrays;
@@ -174,10 +187,10 @@ struct CallResult {
 
 // Runs a function artifact: a chunk that returns a function. For every input the chunk is
 // executed again in a fresh environment (so upvalues and globals never carry over from one
-// input to the next) and the function it returns is called with the input. An input starts
-// from exactly the heap a fresh state would give it: when an earlier input left the heap
-// different after collection (grown string table, call-info lists), the state is rebuilt, so
-// results, instruction counts and memory peaks never depend on the batch around an input.
+// input to the next) and the function it returns is called with the input. Every input starts
+// from a restored snapshot of the heap taken right after the chunk was compiled, byte for byte
+// the state a fresh process would have, so results, instruction counts and memory peaks never
+// depend on the batch around an input.
 // A compile error is returned for the whole batch; everything else is per input. This is
 // exactly what worker processes execute.
 absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
