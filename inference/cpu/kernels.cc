@@ -84,23 +84,35 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 LoadF16(const uint16_t* p
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-template <int K>
-__attribute__((target("avx2,fma"))) void DotMultiK(const float* w, const float* const* xs, int64_t n, float* out) {
-  __m256 acc[K][4];
-  for (int k = 0; k < K; ++k)
-    for (int g = 0; g < 4; ++g) acc[k][g] = _mm256_setzero_ps();
+// Three tokens per pass over w: 12 named accumulators so they stay in registers (an indexed
+// array of __m256 was spilled by GCC at -O2).
+__attribute__((target("avx2,fma"))) void Dot3(const float* w, const float* x0, const float* x1, const float* x2,
+                                              int64_t n, float* out) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps(), c2 = _mm256_setzero_ps(), c3 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    for (int g = 0; g < 4; ++g) {
-      const __m256 wv = _mm256_loadu_ps(w + i + 8 * g);
-      for (int k = 0; k < K; ++k) acc[k][g] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xs[k] + i + 8 * g), acc[k][g]);
-    }
+    __m256 wv = _mm256_loadu_ps(w + i);
+    a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i), a0);
+    b0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i), b0);
+    c0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + i), c0);
+    wv = _mm256_loadu_ps(w + i + 8);
+    a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i + 8), a1);
+    b1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i + 8), b1);
+    c1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + i + 8), c1);
+    wv = _mm256_loadu_ps(w + i + 16);
+    a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i + 16), a2);
+    b2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i + 16), b2);
+    c2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + i + 16), c2);
+    wv = _mm256_loadu_ps(w + i + 24);
+    a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i + 24), a3);
+    b3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i + 24), b3);
+    c3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x2 + i + 24), c3);
   }
-  for (int k = 0; k < K; ++k) {
-    const float* x = xs[k];
-    out[k] = TreeWithTail(acc[k][0], acc[k][1], acc[k][2], acc[k][3], i, n,
-                          [&](int64_t j, float a) { return fmaf(w[j], x[j], a); });
-  }
+  out[0] = TreeWithTail(a0, a1, a2, a3, i, n, [&](int64_t j, float a) { return fmaf(w[j], x0[j], a); });
+  out[1] = TreeWithTail(b0, b1, b2, b3, i, n, [&](int64_t j, float a) { return fmaf(w[j], x1[j], a); });
+  out[2] = TreeWithTail(c0, c1, c2, c3, i, n, [&](int64_t j, float a) { return fmaf(w[j], x2[j], a); });
 }
 
 __attribute__((target("avx2,fma"))) void Bf16ToF32Avx2(const uint16_t* src, int64_t n, float* dst) {
@@ -161,11 +173,8 @@ __attribute__((target("avx2,fma,f16c"))) float DotStoredAvx2(DType dtype, const 
 }
 
 void DotMultiAvx2(const float* w, const float* const* xs, int count, int64_t n, float* out) {
-  switch (count) {
-    case 1: return DotMultiK<1>(w, xs, n, out);
-    case 2: return DotMultiK<2>(w, xs, n, out);
-    default: return DotMultiK<3>(w, xs, n, out);
-  }
+  if (count == 3) return Dot3(w, xs[0], xs[1], xs[2], n, out);
+  for (int k = 0; k < count; ++k) out[k] = DotAvx2(w, xs[k], n);
 }
 
 void ConvertToF32(DType dtype, const void* src, int64_t n, float* dst, bool avx2) {
