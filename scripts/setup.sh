@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   liblua5.4-dev lua5.4 libsqlite3-dev sqlite3 libre2-dev libspdlog-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libssl-dev
-  libseccomp-dev prometheus-cpp-dev grep
+  libseccomp-dev prometheus-cpp-dev grep openssl
 )
 
 missing=()
