@@ -67,6 +67,16 @@ double MeasureReadBandwidth(int threads) {
   return best;
 }
 
+// The 1-minute load average: the machine is shared, and figures taken under load say so.
+double LoadAverage() {
+  double l = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = -1;
+    std::fclose(f);
+  }
+  return l;
+}
+
 struct SeqState {
   std::vector<int32_t> tokens;
   std::vector<int32_t> blocks;
@@ -104,8 +114,9 @@ int main(int argc, char** argv) {
     synthesized = true;
   }
   const double bw = MeasureReadBandwidth(threads);
-  std::printf("{\"bench\":\"cpu_inference\",\"metric\":\"memory_read_bandwidth\",\"threads\":%d,\"gb_per_s\":%.2f}\n",
-              threads, bw / 1e9);
+  std::printf("{\"bench\":\"cpu_inference\",\"metric\":\"memory_read_bandwidth\",\"threads\":%d,\"gb_per_s\":%.2f,"
+              "\"load_average\":%.2f}\n",
+              threads, bw / 1e9, LoadAverage());
   std::fflush(stdout);
 
   auto model = Model::Load(model_dir);
@@ -175,9 +186,10 @@ int main(int argc, char** argv) {
     const double achieved = bytes_per_step / step_s;
     std::printf("{\"bench\":\"cpu_inference\",\"metric\":\"decode\",\"model\":\"qwen2-%s-bf16\",\"threads\":%d,"
                 "\"batch\":%d,\"steps\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.2f,\"bytes_read_per_token\":%.0f,"
-                "\"achieved_gb_per_s\":%.2f,\"memory_gb_per_s\":%.2f,\"fraction_of_bandwidth\":%.3f}\n",
+                "\"achieved_gb_per_s\":%.2f,\"memory_gb_per_s\":%.2f,\"fraction_of_bandwidth\":%.3f,"
+                "\"load_average\":%.2f}\n",
                 shape.c_str(), threads, batch, steps, step_s * 1e3, batch / step_s, bytes_per_step / batch,
-                achieved / 1e9, bw / 1e9, achieved / bw);
+                achieved / 1e9, bw / 1e9, achieved / bw, LoadAverage());
     std::fflush(stdout);
   }
   if (synthesized) std::filesystem::remove_all(model_dir);
