@@ -218,13 +218,7 @@ absl::StatusOr<std::vector<CallResult>> WorkerPool::Call(std::string_view source
                                                          const std::vector<Value>& inputs, const Limits& limits,
                                                          std::optional<std::chrono::milliseconds> deadline) {
   Clock::time_point until = Clock::now() + deadline.value_or(options_.default_deadline);
-  protocol::Request req;
-  req.chunkname = std::string(chunkname);
-  req.source = std::string(source);
-  req.limits = limits;
-  req.inputs = inputs;
-  std::string request = protocol::EncodeRequest(req);
-  req = {};
+  std::string request = protocol::EncodeRequest(chunkname, source, limits, inputs);
   if (request.size() > protocol::kMaxMessageBytes) return absl::InvalidArgumentError("batch too large");
 
   Worker w;

@@ -160,18 +160,22 @@ void EncodeValue(const Value& v, std::string& out) {
   }
 }
 
-std::string EncodeRequest(const Request& r) {
+std::string EncodeRequest(std::string_view chunkname, std::string_view source, const Limits& limits,
+                          const std::vector<Value>& inputs) {
   std::string out;
+  out.reserve(64 + chunkname.size() + source.size() + 32 * inputs.size());
   PutU32(out, kRequestMagic);
-  PutU64(out, r.limits.max_instructions);
-  PutU64(out, r.limits.max_memory_bytes);
-  PutU64(out, r.limits.max_output_bytes);
-  PutBytes(out, r.chunkname);
-  PutBytes(out, r.source);
-  PutU64(out, r.inputs.size());
-  for (const Value& v : r.inputs) EncodeValue(v, out);
+  PutU64(out, limits.max_instructions);
+  PutU64(out, limits.max_memory_bytes);
+  PutU64(out, limits.max_output_bytes);
+  PutBytes(out, chunkname);
+  PutBytes(out, source);
+  PutU64(out, inputs.size());
+  for (const Value& v : inputs) EncodeValue(v, out);
   return out;
 }
+
+std::string EncodeRequest(const Request& r) { return EncodeRequest(r.chunkname, r.source, r.limits, r.inputs); }
 
 absl::StatusOr<Request> DecodeRequest(std::string_view payload) {
   Reader rd(payload);
@@ -193,6 +197,7 @@ absl::StatusOr<Request> DecodeRequest(std::string_view payload) {
 
 std::string EncodeResponse(const Response& r) {
   std::string out;
+  out.reserve(64 + 64 * r.results.size());
   PutU32(out, kResponseMagic);
   PutStatus(out, r.batch_status);
   PutU64(out, r.results.size());

@@ -34,6 +34,9 @@ struct Response {
 
 void EncodeValue(const Value& v, std::string& out);
 std::string EncodeRequest(const Request& r);
+// The same bytes as EncodeRequest, without copying the inputs into a Request first.
+std::string EncodeRequest(std::string_view chunkname, std::string_view source, const Limits& limits,
+                          const std::vector<Value>& inputs);
 absl::StatusOr<Request> DecodeRequest(std::string_view payload);
 std::string EncodeResponse(const Response& r);
 absl::StatusOr<Response> DecodeResponse(std::string_view payload);
