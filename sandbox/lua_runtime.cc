@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <lua.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "sandbox/lua_internal.h"
+#include "sandbox/worker_protocol.h"
 
 namespace rote::sandbox {
 
@@ -1102,49 +1104,78 @@ void PushValueUnprotected(lua_State* L, const Value& v) {
 
 namespace {
 
-class Converter {
+// Lua value -> the worker protocol's binary encoding (sandbox/worker_protocol.h), the single
+// implementation of the conversion rules (ToValue decodes its output). It never raises a Lua
+// error and never allocates in the Lua heap, so it can run outside protected mode: map entries
+// are encoded in traversal order and then reordered by key with plain C++ memory.
+class LuaEncoder {
  public:
-  explicit Converter(lua_State* L) : L_(L) {}
+  LuaEncoder(lua_State* L, std::string& out) : L_(L), out_(out) {}
 
-  absl::StatusOr<Value> Convert(int idx, const std::string& path, int depth) {
+  absl::Status Encode(int idx, int depth) {
     idx = lua_absindex(L_, idx);
     switch (lua_type(L_, idx)) {
-      case LUA_TNIL: return Value::Nil();
-      case LUA_TBOOLEAN: return Value::Bool(lua_toboolean(L_, idx));
+      case LUA_TNIL: out_.push_back(static_cast<char>(protocol::kTagNil)); return absl::OkStatus();
+      case LUA_TBOOLEAN:
+        out_.push_back(static_cast<char>(lua_toboolean(L_, idx) ? protocol::kTagTrue : protocol::kTagFalse));
+        return absl::OkStatus();
       case LUA_TNUMBER:
-        if (lua_isinteger(L_, idx)) return Value::Int(lua_tointeger(L_, idx));
-        return Value::Float(lua_tonumber(L_, idx));
+        if (lua_isinteger(L_, idx)) {
+          out_.push_back(static_cast<char>(protocol::kTagInt));
+          protocol::PutU64(out_, static_cast<uint64_t>(lua_tointeger(L_, idx)));
+        } else {
+          double d = lua_tonumber(L_, idx);
+          uint64_t u;
+          std::memcpy(&u, &d, sizeof u);
+          out_.push_back(static_cast<char>(protocol::kTagFloat));
+          protocol::PutU64(out_, u);
+        }
+        return absl::OkStatus();
       case LUA_TSTRING: {
         size_t len;
-        const char* s = lua_tolstring(L_, idx, &len);
-        return Value::String(std::string(s, len));
+        const char* str = lua_tolstring(L_, idx, &len);
+        out_.push_back(static_cast<char>(protocol::kTagString));
+        protocol::PutU64(out_, len);
+        out_.append(str, len);
+        return absl::OkStatus();
       }
-      case LUA_TTABLE: return ConvertTable(idx, path, depth);
+      case LUA_TTABLE: return EncodeTable(idx, depth);
       default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "value at ", path, " is a ", luaL_typename(L_, idx), ", which has no value representation"));
+        return Error(absl::StrCat("is a ", luaL_typename(L_, idx), ", which has no value representation"));
     }
   }
 
  private:
-  absl::StatusOr<Value> ConvertTable(int idx, const std::string& path, int depth) {
-    if (depth >= kMaxJsonDepth) {
-      return absl::InvalidArgumentError(absl::StrCat("value at ", path, " is nested deeper than ", kMaxJsonDepth));
+  struct PathElem {
+    bool is_index;
+    lua_Integer index;
+    std::string_view key;
+  };
+
+  absl::Status Error(std::string_view what) const {
+    std::string path = "$";
+    for (const PathElem& e : path_) {
+      if (e.is_index) absl::StrAppend(&path, "[", e.index, "]");
+      else absl::StrAppend(&path, ".", std::string(e.key));
     }
-    const void* id = lua_topointer(L_, idx);  // identity for cycle detection only
-    if (std::find(stack_.begin(), stack_.end(), id) != stack_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("value at ", path, " contains a cycle"));
-    }
-    if (!lua_checkstack(L_, 6)) return absl::ResourceExhaustedError("Lua stack exhausted converting a value");
-    stack_.push_back(id);
-    auto result = ConvertTableBody(idx, path, depth);
-    stack_.pop_back();
-    return result;
+    return absl::InvalidArgumentError(absl::StrCat("value at ", path, " ", std::string(what)));
   }
 
-  absl::StatusOr<Value> ConvertTableBody(int idx, const std::string& path, int depth) {
+  absl::Status EncodeTable(int idx, int depth) {
+    if (depth >= kMaxJsonDepth) return Error(absl::StrCat("is nested deeper than ", kMaxJsonDepth));
+    const void* id = lua_topointer(L_, idx);  // identity for cycle detection only
+    if (std::find(stack_.begin(), stack_.end(), id) != stack_.end()) return Error("contains a cycle");
+    if (!lua_checkstack(L_, 6)) return absl::ResourceExhaustedError("Lua stack exhausted converting a value");
+    stack_.push_back(id);
+    absl::Status s = EncodeTableBody(idx, depth);
+    stack_.pop_back();
+    return s;
+  }
+
+  absl::Status EncodeTableBody(int idx, int depth) {
     size_t n_int = 0, n_str = 0;
     lua_Integer max_int = 0;
+    bool non_positive = false;
     lua_pushnil(L_);
     while (lua_next(L_, idx) != 0) {
       lua_pop(L_, 1);
@@ -1153,119 +1184,272 @@ class Converter {
         ++n_str;
       } else if (kt == LUA_TNUMBER && lua_isinteger(L_, -1)) {
         ++n_int;
-        max_int = std::max(max_int, lua_tointeger(L_, -1));
-        if (lua_tointeger(L_, -1) < 1) max_int = -1;
+        lua_Integer k = lua_tointeger(L_, -1);
+        if (k < 1) non_positive = true;
+        max_int = std::max(max_int, k);
       } else {
         std::string what = kt == LUA_TNUMBER ? "float" : luaL_typename(L_, -1);
         lua_pop(L_, 1);
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table at ", path, " has a key of type ", what, "; only string keys or integer keys 1..n convert"));
+        return Error(absl::StrCat("has a key of type ", what, "; only string keys or integer keys 1..n convert"));
       }
     }
-    if (n_int > 0 && n_str > 0) {
-      return absl::InvalidArgumentError(absl::StrCat("table at ", path, " mixes integer and string keys"));
-    }
+    if (n_int > 0 && n_str > 0) return Error("mixes integer and string keys");
     if (n_int > 0) {
-      if (max_int < 0 || static_cast<size_t>(max_int) != n_int) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table at ", path, " has integer keys that are not exactly 1..n (a sequence with holes?)"));
+      if (non_positive || static_cast<size_t>(max_int) != n_int) {
+        return Error("has integer keys that are not exactly 1..n (a sequence with holes?)");
       }
-      Array out;
-      out.reserve(n_int);
+      out_.push_back(static_cast<char>(protocol::kTagArray));
+      protocol::PutU64(out_, n_int);
       for (size_t i = 1; i <= n_int; ++i) {
         lua_rawgeti(L_, idx, static_cast<lua_Integer>(i));
-        auto e = Convert(-1, absl::StrCat(path, "[", i, "]"), depth + 1);
+        path_.push_back({true, static_cast<lua_Integer>(i), {}});
+        absl::Status s = Encode(-1, depth + 1);
+        path_.pop_back();
         lua_pop(L_, 1);
-        if (!e.ok()) return e.status();
-        out.push_back(*std::move(e));
+        if (!s.ok()) return s;
       }
-      return Value::FromArray(std::move(out));
+      return absl::OkStatus();
     }
     if (n_str == 0) {
+      bool marked = false;
       if (lua_getmetatable(L_, idx)) {
         lua_rawgetp(L_, LUA_REGISTRYINDEX, &kArrayMarkerKey);
-        bool marked = lua_rawequal(L_, -1, -2);
+        marked = lua_rawequal(L_, -1, -2);
         lua_pop(L_, 2);
-        if (marked) return Value::FromArray({});
       }
-      return Value::FromMap({});
+      out_.push_back(static_cast<char>(marked ? protocol::kTagArray : protocol::kTagMap));
+      protocol::PutU64(out_, 0);
+      return absl::OkStatus();
     }
-    Map out;
+    out_.push_back(static_cast<char>(protocol::kTagMap));
+    protocol::PutU64(out_, n_str);
+    // Entries in traversal order: [u64 key length][key][value]; then reorder by key bytewise.
+    struct Entry {
+      std::string_view key;
+      size_t begin, end;
+    };
+    std::vector<Entry> entries;
+    entries.reserve(n_str);
+    size_t region = out_.size();
     lua_pushnil(L_);
     while (lua_next(L_, idx) != 0) {
       size_t len;
       const char* k = lua_tolstring(L_, -2, &len);  // a string key: no conversion happens
-      std::string key(k, len);
-      auto e = Convert(-1, absl::StrCat(path, ".", key), depth + 1);
+      Entry e{std::string_view(k, len), out_.size(), 0};
+      protocol::PutU64(out_, len);
+      out_.append(k, len);
+      path_.push_back({false, 0, e.key});
+      absl::Status s = Encode(-1, depth + 1);
+      path_.pop_back();
       lua_pop(L_, 1);
-      if (!e.ok()) {
+      if (!s.ok()) {
         lua_pop(L_, 1);
-        return e.status();
+        return s;
       }
-      out.emplace(std::move(key), *std::move(e));
+      e.end = out_.size();
+      entries.push_back(e);
     }
-    return Value::FromMap(std::move(out));
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.key < b.key; });
+    std::string sorted;
+    sorted.reserve(out_.size() - region);
+    for (const Entry& e : entries) sorted.append(out_, e.begin, e.end - e.begin);
+    out_.replace(region, std::string::npos, sorted);
+    return absl::OkStatus();
   }
 
   lua_State* L_;
+  std::string& out_;
   std::vector<const void*> stack_;
+  std::vector<PathElem> path_;
 };
+
+// Pushes a value from the binary encoding; raises a Lua error on malformed bytes (run it
+// protected). Mirrors PushValueUnprotected.
+struct EncodedCursor {
+  const char* p;
+  const char* end;
+};
+
+uint64_t ReadU64(lua_State* L, EncodedCursor& c) {
+  if (c.end - c.p < 8) luaL_error(L, "malformed encoded value");
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(c.p[i])) << (8 * i);
+  c.p += 8;
+  return v;
+}
+
+void PushEncoded(lua_State* L, EncodedCursor& c, int depth) {
+  if (depth > kMaxJsonDepth || c.p >= c.end) luaL_error(L, "malformed encoded value");
+  luaL_checkstack(L, 4, "value nesting");
+  uint8_t tag = static_cast<uint8_t>(*c.p++);
+  switch (tag) {
+    case protocol::kTagNil: lua_pushnil(L); return;
+    case protocol::kTagFalse: lua_pushboolean(L, 0); return;
+    case protocol::kTagTrue: lua_pushboolean(L, 1); return;
+    case protocol::kTagInt: lua_pushinteger(L, static_cast<lua_Integer>(ReadU64(L, c))); return;
+    case protocol::kTagFloat: {
+      uint64_t u = ReadU64(L, c);
+      double d;
+      std::memcpy(&d, &u, sizeof d);
+      lua_pushnumber(L, d);
+      return;
+    }
+    case protocol::kTagString: {
+      uint64_t n = ReadU64(L, c);
+      if (n > static_cast<uint64_t>(c.end - c.p)) luaL_error(L, "malformed encoded value");
+      lua_pushlstring(L, c.p, n);
+      c.p += n;
+      return;
+    }
+    case protocol::kTagArray: {
+      uint64_t n = ReadU64(L, c);
+      if (n > static_cast<uint64_t>(c.end - c.p)) luaL_error(L, "malformed encoded value");
+      LuaState::Charge(L, 1 + n);
+      lua_createtable(L, static_cast<int>(n), 0);
+      if (n == 0) {
+        lua_rawgetp(L, LUA_REGISTRYINDEX, &kArrayMarkerKey);
+        lua_setmetatable(L, -2);
+      }
+      for (uint64_t i = 1; i <= n; ++i) {
+        PushEncoded(L, c, depth + 1);
+        if (lua_isnil(L, -1)) lua_pop(L, 1);
+        else lua_rawseti(L, -2, static_cast<lua_Integer>(i));
+      }
+      return;
+    }
+    case protocol::kTagMap: {
+      uint64_t n = ReadU64(L, c);
+      if (n > static_cast<uint64_t>(c.end - c.p)) luaL_error(L, "malformed encoded value");
+      LuaState::Charge(L, 1 + n);
+      lua_createtable(L, 0, static_cast<int>(n));
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t len = ReadU64(L, c);
+        if (len > static_cast<uint64_t>(c.end - c.p)) luaL_error(L, "malformed encoded value");
+        lua_pushlstring(L, c.p, len);
+        c.p += len;
+        PushEncoded(L, c, depth + 1);
+        if (lua_isnil(L, -1)) lua_pop(L, 2);
+        else lua_rawset(L, -3);
+      }
+      return;
+    }
+    default: luaL_error(L, "malformed encoded value");
+  }
+}
+
+int PushEncodedTrampoline(lua_State* L) {
+  auto* c = static_cast<EncodedCursor*>(lua_touserdata(L, 1));
+  lua_pop(L, 1);
+  PushEncoded(L, *c, 0);
+  if (c->p != c->end) luaL_error(L, "malformed encoded value");
+  return 1;
+}
 
 }  // namespace
 
-absl::StatusOr<Value> ToValue(lua_State* L, int idx) {
-  return Converter(L).Convert(idx, "$", 0);
+absl::Status EncodeLuaValue(lua_State* L, int idx, std::string& out) {
+  size_t start = out.size();
+  absl::Status s = LuaEncoder(L, out).Encode(idx, 0);
+  if (!s.ok()) out.resize(start);
+  return s;
 }
+
+absl::StatusOr<Value> ToValue(lua_State* L, int idx) {
+  std::string bytes;
+  if (auto s = EncodeLuaValue(L, idx, bytes); !s.ok()) return s;
+  return protocol::DecodeValue(bytes);
+}
+
+absl::Status LuaState::PushEncoded(std::string_view bytes) {
+  ScopedCLocale locale;
+  EncodedCursor cursor{bytes.data(), bytes.data() + bytes.size()};
+  lua_pushcfunction(L_, PushEncodedTrampoline);
+  lua_pushlightuserdata(L_, &cursor);
+  int rc = lua_pcall(L_, 1, 1, 0);
+  if (rc == LUA_OK) return absl::OkStatus();
+  std::string msg = ErrorText(L_);
+  lua_pop(L_, 1);
+  if (!limit_status_.ok()) return limit_status_;
+  return absl::ResourceExhaustedError(absl::StrCat("pushing a value: ", msg));
+}
+
+namespace {
+
+// The loop both entry points share: a state with the chunk compiled, a snapshot, and per
+// input: restore, run the chunk, check it returned a function, push the input, call, convert.
+absl::Status RunArtifactLoop(
+    std::string_view source, std::string_view chunkname, size_t count, const Limits& limits,
+    std::optional<LuaState::Clock::time_point> deadline,
+    const std::function<absl::Status(LuaState&, size_t)>& push_input,
+    const std::function<void(size_t, absl::Status, lua_State*, std::string, const Usage&)>& finish) {
+  auto st = LuaState::Create(limits);
+  if (!st.ok()) return st.status();
+  LuaState& state = **st;
+  lua_State* L = state.raw();
+  state.set_deadline(deadline);
+  if (auto e = state.NewEnvironment(); !e.ok()) return e;
+  if (auto e = state.Load(source, chunkname); !e.ok()) return e;
+  int chunk_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  if (auto e = state.NewEnvironment(); !e.ok()) return e;
+  // Every input starts from exactly this heap.
+  state.TakeSnapshot();
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) state.RestoreSnapshot();
+    lua_rawgeti(L, LUA_REGISTRYINDEX, chunk_ref);
+    state.BindToEnvironment(-1);
+    absl::Status status = state.Call(0, 1);
+    if (status.ok() && lua_type(L, -1) != LUA_TFUNCTION) {
+      status = absl::FailedPreconditionError(absl::StrCat(
+          std::string(chunkname), ": the chunk must return a function, it returned a ", luaL_typename(L, -1)));
+    }
+    if (status.ok()) status = push_input(state, i);
+    if (status.ok()) status = state.Call(1, 1);
+    if (absl::IsDeadlineExceeded(status)) return status;
+    finish(i, status, status.ok() ? L : nullptr, state.TakeOutput(), state.usage());
+    lua_settop(L, 0);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
     std::string_view source, std::string_view chunkname, const std::vector<Value>& inputs,
     const Limits& limits, std::optional<LuaState::Clock::time_point> deadline) {
-  // A state with the chunk compiled and a fresh environment: the same steps every time, so
-  // every such state starts from the same heap.
-  std::unique_ptr<LuaState> state;
-  int chunk_ref = LUA_NOREF;
-  auto prepare = [&]() -> absl::Status {
-    auto st = LuaState::Create(limits);
-    if (!st.ok()) return st.status();
-    state = *std::move(st);
-    state->set_deadline(deadline);
-    if (auto e = state->NewEnvironment(); !e.ok()) return e;
-    if (auto e = state->Load(source, chunkname); !e.ok()) return e;
-    chunk_ref = luaL_ref(state->raw(), LUA_REGISTRYINDEX);
-    return state->NewEnvironment();
-  };
-  if (auto e = prepare(); !e.ok()) return e;
-  state->TakeSnapshot();
-
-  std::vector<CallResult> results;
-  results.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    CallResult r;
-    if (i > 0) state->RestoreSnapshot();
-    lua_State* L = state->raw();
-    if (r.status.ok()) {
-      lua_rawgeti(L, LUA_REGISTRYINDEX, chunk_ref);
-      state->BindToEnvironment(-1);
-      r.status = state->Call(0, 1);
-    }
-    if (r.status.ok() && lua_type(L, -1) != LUA_TFUNCTION) {
-      r.status = absl::FailedPreconditionError(absl::StrCat(
-          std::string(chunkname), ": the chunk must return a function, it returned a ", luaL_typename(L, -1)));
-    }
-    if (r.status.ok()) r.status = state->Push(inputs[i]);
-    if (r.status.ok()) r.status = state->Call(1, 1);
-    if (r.status.ok()) {
-      auto v = ToValue(L, -1);
-      if (v.ok()) r.value = *std::move(v);
-      else r.status = absl::InvalidArgumentError(absl::StrCat("result: ", v.status().message()));
-    }
-    r.output = state->TakeOutput();
-    r.usage = state->usage();
-    lua_settop(L, 0);
-    if (absl::IsDeadlineExceeded(r.status)) return r.status;
-    results.push_back(std::move(r));
-  }
+  std::vector<CallResult> results(inputs.size());
+  absl::Status s = RunArtifactLoop(
+      source, chunkname, inputs.size(), limits, deadline,
+      [&](LuaState& st, size_t i) { return st.Push(inputs[i]); },
+      [&](size_t i, absl::Status status, lua_State* L, std::string output, const Usage& usage) {
+        CallResult& r = results[i];
+        if (status.ok()) {
+          auto v = ToValue(L, -1);
+          if (v.ok()) r.value = *std::move(v);
+          else status = absl::InvalidArgumentError(absl::StrCat("result: ", v.status().message()));
+        }
+        r.status = std::move(status);
+        r.output = std::move(output);
+        r.usage = usage;
+      });
+  if (!s.ok()) return s;
   return results;
+}
+
+absl::Status RunFunctionArtifactEncoded(
+    std::string_view source, std::string_view chunkname, const std::vector<std::string_view>& inputs,
+    const Limits& limits, const EncodedResultSink& sink) {
+  std::string value;
+  return RunArtifactLoop(
+      source, chunkname, inputs.size(), limits, std::nullopt,
+      [&](LuaState& st, size_t i) { return st.PushEncoded(inputs[i]); },
+      [&](size_t i, absl::Status status, lua_State* L, std::string output, const Usage& usage) {
+        value.clear();
+        if (status.ok()) {
+          absl::Status conv = EncodeLuaValue(L, -1, value);
+          if (!conv.ok()) status = absl::InvalidArgumentError(absl::StrCat("result: ", conv.message()));
+        }
+        sink(i, status, value, output, usage);
+      });
 }
 
 }  // namespace rote::sandbox

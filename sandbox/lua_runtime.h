@@ -44,6 +44,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -113,6 +114,8 @@ class LuaState {
 
   // Pushes a Value (in protected mode, so hitting the memory limit is an error, not a panic).
   absl::Status Push(const Value& v);
+  // Pushes a value in the worker protocol's binary encoding (sandbox/worker_protocol.h).
+  absl::Status PushEncoded(std::string_view bytes);
 
   void ResetBudget();
   void set_limits(const Limits& limits) { limits_ = limits; }
@@ -173,6 +176,10 @@ class LuaState {
 // than kMaxJsonDepth are INVALID_ARGUMENT errors that name the path ("$.items[3].name").
 absl::StatusOr<Value> ToValue(lua_State* L, int idx);
 
+// Appends the Lua value at idx to `out` in the worker protocol's binary encoding, under the
+// rules of ToValue (which is this followed by protocol::DecodeValue). Never raises a Lua error.
+absl::Status EncodeLuaValue(lua_State* L, int idx, std::string& out);
+
 // Pushes a Value without protection; may raise a Lua error (memory limit). Inside C functions
 // called from Lua, use this; from host code, use LuaState::Push.
 void PushValueUnprotected(lua_State* L, const Value& v);
@@ -196,5 +203,14 @@ struct CallResult {
 absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
     std::string_view source, std::string_view chunkname, const std::vector<Value>& inputs,
     const Limits& limits, std::optional<LuaState::Clock::time_point> deadline = std::nullopt);
+
+// RunFunctionArtifact for the worker: inputs and results stay in the binary encoding, so no
+// Value is built in between. The sink gets each input's outcome in order (the encoded value is
+// empty when status is not OK). A compile error is returned for the whole batch.
+using EncodedResultSink = std::function<void(size_t index, const absl::Status& status, std::string_view value,
+                                             std::string_view output, const Usage& usage)>;
+absl::Status RunFunctionArtifactEncoded(std::string_view source, std::string_view chunkname,
+                                        const std::vector<std::string_view>& inputs, const Limits& limits,
+                                        const EncodedResultSink& sink);
 
 }  // namespace rote::sandbox

@@ -5,16 +5,21 @@
 #include "absl/strings/str_cat.h"
 
 namespace rote::sandbox::protocol {
+
+void PutU64(std::string& out, uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(v >> (8 * i));
+  out.append(b, 8);
+}
+
 namespace {
 
-enum Tag : uint8_t { kNil = 0, kFalse = 1, kTrue = 2, kInt = 3, kFloat = 4, kString = 5, kArray = 6, kMap = 7 };
+constexpr uint8_t kNil = kTagNil, kFalse = kTagFalse, kTrue = kTagTrue, kInt = kTagInt, kFloat = kTagFloat,
+                  kString = kTagString, kArray = kTagArray, kMap = kTagMap;
 
 void PutU8(std::string& out, uint8_t v) { out.push_back(static_cast<char>(v)); }
 void PutU32(std::string& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-void PutU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
 }
 void PutBytes(std::string& out, std::string_view s) {
   PutU64(out, s.size());
@@ -108,6 +113,36 @@ class Reader {
       default: return false;
     }
   }
+  // Validates one value without building it.
+  bool Skip(int depth) {
+    if (depth > kMaxJsonDepth) return false;
+    uint8_t tag;
+    uint64_t n;
+    if (!U8(&tag)) return false;
+    switch (tag) {
+      case kNil: case kFalse: case kTrue: return true;
+      case kInt: case kFloat: return U64(&n);
+      case kString:
+        if (!U64(&n) || n > s_.size() - pos_) return false;
+        pos_ += n;
+        return true;
+      case kArray:
+        if (!U64(&n) || n > s_.size() - pos_) return false;
+        for (uint64_t i = 0; i < n; ++i) if (!Skip(depth + 1)) return false;
+        return true;
+      case kMap:
+        if (!U64(&n) || n > s_.size() - pos_) return false;
+        for (uint64_t i = 0; i < n; ++i) {
+          uint64_t len;
+          if (!U64(&len) || len > s_.size() - pos_) return false;
+          pos_ += len;
+          if (!Skip(depth + 1)) return false;
+        }
+        return true;
+      default: return false;
+    }
+  }
+  size_t pos() const { return pos_; }
   bool AtEnd() const { return pos_ == s_.size(); }
 
  private:
@@ -195,19 +230,59 @@ absl::StatusOr<Request> DecodeRequest(std::string_view payload) {
   return r;
 }
 
+absl::StatusOr<Value> DecodeValue(std::string_view bytes) {
+  Reader rd(bytes);
+  Value v;
+  if (!rd.Value(&v, 0) || !rd.AtEnd()) return absl::DataLossError("malformed encoded value");
+  return v;
+}
+
+absl::StatusOr<EncodedRequest> DecodeRequestLazily(std::string_view payload) {
+  Reader rd(payload);
+  EncodedRequest r;
+  uint32_t magic;
+  uint64_t n;
+  if (!rd.U32(&magic) || magic != kRequestMagic || !rd.U64(&r.limits.max_instructions) ||
+      !rd.U64(&r.limits.max_memory_bytes) || !rd.U64(&r.limits.max_output_bytes) ||
+      !rd.Bytes(&r.chunkname) || !rd.Bytes(&r.source) || !rd.U64(&n) || n > payload.size()) {
+    return absl::InvalidArgumentError("malformed worker request header");
+  }
+  r.inputs.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    size_t start = rd.pos();
+    if (!rd.Skip(0)) return absl::InvalidArgumentError("malformed worker request value");
+    r.inputs.push_back(payload.substr(start, rd.pos() - start));
+  }
+  if (!rd.AtEnd()) return absl::InvalidArgumentError("trailing bytes in worker request");
+  return r;
+}
+
+void BeginResponse(std::string& out, const absl::Status& batch_status, uint64_t count) {
+  PutU32(out, kResponseMagic);
+  PutStatus(out, batch_status);
+  PutU64(out, count);
+}
+
+void AppendResult(std::string& out, const absl::Status& status, std::string_view encoded_value,
+                  std::string_view output, const Usage& usage) {
+  PutStatus(out, status);
+  if (encoded_value.empty()) PutU8(out, kNil);
+  else out.append(encoded_value);
+  PutBytes(out, output);
+  PutU64(out, usage.instructions);
+  PutU64(out, usage.peak_memory_bytes);
+  PutU64(out, usage.output_bytes);
+}
+
 std::string EncodeResponse(const Response& r) {
   std::string out;
   out.reserve(64 + 64 * r.results.size());
-  PutU32(out, kResponseMagic);
-  PutStatus(out, r.batch_status);
-  PutU64(out, r.results.size());
+  BeginResponse(out, r.batch_status, r.results.size());
+  std::string value;
   for (const CallResult& c : r.results) {
-    PutStatus(out, c.status);
-    EncodeValue(c.value, out);
-    PutBytes(out, c.output);
-    PutU64(out, c.usage.instructions);
-    PutU64(out, c.usage.peak_memory_bytes);
-    PutU64(out, c.usage.output_bytes);
+    value.clear();
+    EncodeValue(c.value, value);
+    AppendResult(out, c.status, value, c.output, c.usage);
   }
   return out;
 }

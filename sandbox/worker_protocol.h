@@ -32,7 +32,28 @@ struct Response {
   std::vector<CallResult> results;
 };
 
+// Tags of the binary value encoding.
+enum ValueTag : uint8_t { kTagNil = 0, kTagFalse = 1, kTagTrue = 2, kTagInt = 3, kTagFloat = 4, kTagString = 5,
+                          kTagArray = 6, kTagMap = 7 };
+// Little-endian fixed-width helpers shared with the Lua converters.
+void PutU64(std::string& out, uint64_t v);
+
 void EncodeValue(const Value& v, std::string& out);
+absl::StatusOr<Value> DecodeValue(std::string_view bytes);
+
+// A request whose inputs are left encoded: spans into the payload, each one validated value.
+struct EncodedRequest {
+  std::string chunkname;
+  std::string source;
+  Limits limits;
+  std::vector<std::string_view> inputs;
+};
+absl::StatusOr<EncodedRequest> DecodeRequestLazily(std::string_view payload);
+
+// Response building in pieces, so a worker can write results as it produces them.
+void BeginResponse(std::string& out, const absl::Status& batch_status, uint64_t count);
+void AppendResult(std::string& out, const absl::Status& status, std::string_view encoded_value,
+                  std::string_view output, const Usage& usage);
 std::string EncodeRequest(const Request& r);
 // The same bytes as EncodeRequest, without copying the inputs into a Request first.
 std::string EncodeRequest(std::string_view chunkname, std::string_view source, const Limits& limits,

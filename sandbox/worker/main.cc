@@ -127,19 +127,25 @@ int main(int argc, char** argv) {
     if (len > proto::kMaxMessageBytes) Die("request too large\n");
     std::string payload(len, '\0');
     if (!ReadFull(0, payload.data(), len)) _exit(0);
-    proto::Response response;
-    auto request = proto::DecodeRequest(payload);
-    payload.clear();
-    payload.shrink_to_fit();
+    std::string out;
+    auto request = proto::DecodeRequestLazily(payload);
     if (!request.ok()) {
-      response.batch_status = request.status();
+      proto::BeginResponse(out, request.status(), 0);
     } else {
-      auto results = rote::sandbox::RunFunctionArtifact(request->source, request->chunkname, request->inputs,
-                                                        request->limits);
-      if (results.ok()) response.results = *std::move(results);
-      else response.batch_status = results.status();
+      std::string results;
+      results.reserve(64 * request->inputs.size());
+      absl::Status batch = rote::sandbox::RunFunctionArtifactEncoded(
+          request->source, request->chunkname, request->inputs, request->limits,
+          [&](size_t, const absl::Status& status, std::string_view value, std::string_view output,
+              const rote::sandbox::Usage& usage) { proto::AppendResult(results, status, value, output, usage); });
+      if (batch.ok()) {
+        out.reserve(results.size() + 64);
+        proto::BeginResponse(out, batch, request->inputs.size());
+        out.append(results);
+      } else {
+        proto::BeginResponse(out, batch, 0);
+      }
     }
-    std::string out = proto::EncodeResponse(response);
     char out_header[8];
     for (int i = 0; i < 8; ++i) out_header[i] = static_cast<char>(static_cast<uint64_t>(out.size()) >> (8 * i));
     if (!WriteFull(1, out_header, sizeof out_header) || !WriteFull(1, out.data(), out.size())) _exit(0);
