@@ -209,8 +209,19 @@ absl::StatusOr<std::vector<CallResult>> RunFunctionArtifact(
 // empty when status is not OK). A compile error is returned for the whole batch.
 using EncodedResultSink = std::function<void(size_t index, const absl::Status& status, std::string_view value,
                                              std::string_view output, const Usage& usage)>;
+// Keeps the last compiled artifact and its heap snapshot, so a worker that gets the same
+// (source, chunkname, limits) again skips creating and compiling: every input still starts
+// from the snapshot, the same bytes a fresh state would have.
+class ArtifactCache {
+ public:
+  ArtifactCache();
+  ~ArtifactCache();
+  struct Entry;
+  std::unique_ptr<Entry> entry;
+};
+
 absl::Status RunFunctionArtifactEncoded(std::string_view source, std::string_view chunkname,
                                         const std::vector<std::string_view>& inputs, const Limits& limits,
-                                        const EncodedResultSink& sink);
+                                        const EncodedResultSink& sink, ArtifactCache* cache = nullptr);
 
 }  // namespace rote::sandbox

@@ -119,6 +119,8 @@ int main(int argc, char** argv) {
   }
   InstallSeccomp();
 
+  rote::sandbox::ArtifactCache cache;  // the last artifact stays compiled between requests
+
   while (true) {
     char header[8];
     if (!ReadFull(0, header, sizeof header)) _exit(0);  // parent closed the socket
@@ -137,7 +139,8 @@ int main(int argc, char** argv) {
       absl::Status batch = rote::sandbox::RunFunctionArtifactEncoded(
           request->source, request->chunkname, request->inputs, request->limits,
           [&](size_t, const absl::Status& status, std::string_view value, std::string_view output,
-              const rote::sandbox::Usage& usage) { proto::AppendResult(results, status, value, output, usage); });
+              const rote::sandbox::Usage& usage) { proto::AppendResult(results, status, value, output, usage); },
+          &cache);
       if (batch.ok()) {
         out.reserve(results.size() + 64);
         proto::BeginResponse(out, batch, request->inputs.size());

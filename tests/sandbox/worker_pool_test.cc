@@ -49,6 +49,29 @@ TEST(WorkerPoolTest, BatchGivesOneResultPerInputMatchingInProcess) {
   EXPECT_NE((*out)[50].status.message().find("double.lua:1:"), std::string::npos) << (*out)[50].status;
 }
 
+TEST(WorkerPoolTest, ReusedCompiledArtifactGivesIdenticalResults) {
+  // The worker keeps the last artifact compiled; later batches must not see earlier state.
+  auto pool = StartPool(1);
+  ASSERT_NE(pool, nullptr);
+  const char* src = "local seen = 0 return function(x) seen = seen + 1 g = (g or 0) + 1 "
+                    "return {seen = seen, g = g, r = math.random(1000), t = tostring({})} end";
+  std::vector<Value> inputs = {Value::Int(1), Value::Int(2)};
+  auto local = RunFunctionArtifact(src, "s.lua", inputs, {});
+  ASSERT_TRUE(local.ok());
+  for (int round = 0; round < 3; ++round) {
+    auto out = pool->Call(src, "s.lua", inputs, {});
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      EXPECT_TRUE((*out)[i].value == (*local)[i].value) << round;
+      EXPECT_EQ((*out)[i].usage.instructions, (*local)[i].usage.instructions);
+      EXPECT_EQ((*out)[i].usage.peak_memory_bytes, (*local)[i].usage.peak_memory_bytes);
+    }
+    EXPECT_EQ(*CanonicalJson((*out)[1].value), *CanonicalJson((*local)[0].value));
+    // A different artifact in between evicts the cached one.
+    ASSERT_TRUE(pool->Call(kDouble, "double.lua", {Input(1, "a")}, {}).ok());
+  }
+}
+
 TEST(WorkerPoolTest, CompileErrorFailsTheBatch) {
   auto pool = StartPool(1);
   ASSERT_NE(pool, nullptr);
