@@ -502,6 +502,13 @@ absl::Status SqliteStore::Init() {
         "); it must be on a local file system"));
   }
   RETURN_IF_ERROR(IntegrityCheck(*conn, options_.full_integrity_check_on_open));
+  if (options_.max_database_bytes > 0) {
+    // max_page_count is a setting of the connection, and only the writer grows the file.
+    ASSIGN_OR_RETURN(std::string page_size, conn->QueryText("PRAGMA page_size"));
+    const int64_t pages = options_.max_database_bytes / std::max<int64_t>(1, std::stoll(page_size));
+    RETURN_IF_ERROR(conn->QueryText(Cat("PRAGMA max_page_count = ", std::max<int64_t>(pages, 1)))
+                        .status());
+  }
   RETURN_IF_ERROR(internal::Migrate(*conn, internal::LatestSchemaVersion()));
   schema_version_ = internal::LatestSchemaVersion();
   {

@@ -46,6 +46,9 @@ struct StoreOptions {
   // Blobs up to this size are stored in the database, larger ones as files (docs/store.md
   // has the measurement behind the default).
   int64_t inline_blob_max_bytes = 256 * 1024;
+  // A cap on the database file's size (0: none). Writes that would pass it fail with
+  // RESOURCE_EXHAUSTED, as on a full disk.
+  int64_t max_database_bytes = 0;
   // Open runs PRAGMA quick_check; this runs the slower full integrity_check instead.
   bool full_integrity_check_on_open = false;
   // Most writes committed in one transaction.

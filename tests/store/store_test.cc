@@ -547,3 +547,50 @@ TEST_F(StoreTest, BusyDatabaseIsUnavailableNotAHang) {
 
 }  // namespace
 }  // namespace rote::store
+
+namespace rote::store {
+namespace {
+
+// A full database is RESOURCE_EXHAUSTED, loses nothing acknowledged, and stays readable.
+TEST(FullDatabaseTest, FullIsResourceExhaustedAndLosesNothing) {
+  TempDir dir;
+  StoreOptions options;
+  options.path = dir.path();
+  options.max_database_bytes = 512 * 1024;
+  std::unique_ptr<Store> store = OpenOrDie(options);
+  std::vector<std::string> stored;
+  absl::Status last;
+  for (int i = 0; i < 100; ++i) {
+    std::string bytes(32 * 1024, static_cast<char>('a' + i % 26));
+    bytes += std::to_string(i);
+    absl::StatusOr<BlobRef> ref = store->PutBlob(bytes);
+    if (!ref.ok()) {
+      last = ref.status();
+      break;
+    }
+    stored.push_back(ref->digest);
+  }
+  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
+  EXPECT_NE(last.message().find("full"), absl::string_view::npos) << last;
+  EXPECT_GT(stored.size(), 3u);
+  EXPECT_LT(stored.size(), 16u);
+  // Many writers at once against a full database: each gets the error, none hangs.
+  std::vector<std::thread> threads;
+  std::atomic<int> exhausted{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      absl::StatusOr<BlobRef> r = store->PutBlob(std::string(64 * 1024, static_cast<char>(t)));
+      if (r.status().code() == absl::StatusCode::kResourceExhausted) ++exhausted;
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(exhausted.load(), 8);
+  for (const std::string& digest : stored) EXPECT_TRUE(store->GetBlob(digest).ok()) << digest;
+  EXPECT_TRUE(store->CheckIntegrity(true).ok());
+  // Small writes still fit in partly used pages or fail the same clear way.
+  absl::Status small = store->KvPut("ns", "k", "v");
+  EXPECT_TRUE(small.ok() || small.code() == absl::StatusCode::kResourceExhausted) << small;
+}
+
+}  // namespace
+}  // namespace rote::store
