@@ -37,6 +37,30 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
+// Programmatic dependent launch (Hopper): every kernel lets the next one start as soon as all
+// its blocks are resident, and waits for the previous one to complete before reading what it
+// wrote. The matrix kernels issue their first weight loads before the wait, so a layer's
+// weight stream does not pause at kernel boundaries. Ordering and results are unchanged: the
+// wait returns only when the previous grid has finished and its writes are visible.
+__device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
+template <typename... KernelArgs, typename... Args>
+cudaError_t LaunchChained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KernelArgs>(args)...);
+}
+
 // Four consecutive weights of a lane, raw, and their exact fp32 values.
 template <WeightType T>
 struct Weights4;
@@ -99,6 +123,7 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
   using W4 = Weights4<WT>;
   using Raw = typename W4::Raw;
   constexpr int U = kUnroll<ROWS, TOKS>;
+  LetNextStart();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m0 = blockIdx.x * TOKS;
   const int mt = min(TOKS, a.tokens - m0);
@@ -119,6 +144,7 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
     if (u < groups)
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) next[u][r] = __ldg(wrow[r] + u * 32);
+  WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
 
   // Rows past the token count read row m0 (valid memory) and are never stored.
   const float4* xrow[TOKS];
@@ -229,29 +255,54 @@ template <WeightType WT, int ROWS, int TOKS>
 cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
   const dim3 grid((a.tokens + TOKS - 1) / TOKS, (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS));
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
-  LinearKernel<WT, ROWS, TOKS><<<grid, kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return LaunchChained(LinearKernel<WT, ROWS, TOKS>, grid, dim3(kThreads), 0, stream, a);
 }
 
-int g_large_batch_tile = 0;  // SetLargeBatchTile
+int g_large_batch_tile = -1;  // SetLargeBatchTile; -1: chosen by size
+
+int MultiprocessorCount() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 132;
+    return n;
+  }();
+  return count;
+}
 
 template <WeightType WT>
 cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   // Tile shapes only change which thread computes an output, never its order of operations.
   // The SiLU epilogue needs gate and up rows (2n, 2n + 1) in one warp: ROWS >= 2.
-  if (a.tokens == 1 && a.epilogue != LinearEpilogue::kSiluMul) return LaunchLinearTile<WT, 1, 1>(a, stream);
-  if (a.tokens <= 2) return LaunchLinearTile<WT, 2, 2>(a, stream);
-  if (a.tokens <= 4) return LaunchLinearTile<WT, 2, 4>(a, stream);
-  if (a.tokens <= 8) return LaunchLinearTile<WT, 4, 8>(a, stream);
+  const bool silu = a.epilogue == LinearEpilogue::kSiluMul;
+  if (a.tokens == 1) {
+    // Pure weight streams: more rows per warp keeps more loads in flight where rows abound.
+    if (a.w.rows >= 8192) return LaunchLinearTile<WT, 4, 1>(a, stream);
+    if (silu) return LaunchLinearTile<WT, 2, 1>(a, stream);
+    return LaunchLinearTile<WT, 1, 1>(a, stream);
+  }
   if (g_large_batch_tile == 1) return LaunchLinearTile<WT, 4, 8>(a, stream);
   if (g_large_batch_tile == 2) return LaunchLinearTile<WT, 4, 16>(a, stream);
-  return LaunchLinearTile<WT, 8, 8>(a, stream);
+  if (g_large_batch_tile == 0) return LaunchLinearTile<WT, 8, 8>(a, stream);
+  // Largest register tile that still gives every multiprocessor 16 warps: the canonical order
+  // forbids splitting K beyond the 32 lanes, so parallelism comes from outputs alone.
+  const int64_t want = int64_t{16} * MultiprocessorCount();
+  auto warps = [&](int rows, int toks) {
+    return ((a.w.rows + rows - 1) / rows) * static_cast<int64_t>((a.tokens + toks - 1) / toks);
+  };
+  if (a.tokens >= 8 && warps(8, 8) >= want) return LaunchLinearTile<WT, 8, 8>(a, stream);
+  if (a.tokens >= 8 && warps(4, 8) >= want) return LaunchLinearTile<WT, 4, 8>(a, stream);
+  if (a.tokens >= 4 && warps(4, 4) >= want) return LaunchLinearTile<WT, 4, 4>(a, stream);
+  if (a.tokens >= 3) return LaunchLinearTile<WT, 2, 4>(a, stream);
+  return LaunchLinearTile<WT, 2, 2>(a, stream);
 }
 
 // One warp per token: canonical sum of squares over the lane row, then (x * r) * w.
 __global__ void __launch_bounds__(kThreads)
     RmsNormKernel(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight, float eps,
                   float* y) {
+  LetNextStart();
+  WaitForPrevious();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m = blockIdx.x * kWarps + warp;
   if (m >= tokens) return;
@@ -274,6 +325,8 @@ __global__ void __launch_bounds__(kThreads)
 template <WeightType WT>
 __global__ void EmbedKernel(const void* embed, int32_t cols_padded, const int32_t* tokens, float* out,
                             int32_t out_stride) {
+  LetNextStart();
+  WaitForPrevious();
   const int m = blockIdx.x;
   const int64_t row = static_cast<int64_t>(tokens[m]) * cols_padded;
   for (int p = threadIdx.x; p < cols_padded; p += blockDim.x) {
@@ -298,6 +351,8 @@ __global__ void __launch_bounds__(kThreads)
                     const float* k_norm, float norm_eps, const float* rope_cos, const float* rope_sin,
                     float* q_out, LayerKv kv) {
   __shared__ float head_buf[kWarps][kMaxHeadDim];
+  LetNextStart();
+  WaitForPrevious();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m = blockIdx.y;
   const int hd = shape.head_dim, half = hd / 2;
@@ -353,6 +408,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
+  LetNextStart();
+  WaitForPrevious();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.x, m = blockIdx.y;
   const int hd = shape.head_dim, bs = shape.block_size;
@@ -442,6 +499,8 @@ __global__ void __launch_bounds__(kAttnThreads)
 __global__ void ArgmaxKernel(const float* logits, int32_t cols, int32_t* out) {
   __shared__ float best_v[32];
   __shared__ int32_t best_i[32];
+  LetNextStart();
+  WaitForPrevious();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
   float bv = -INFINITY;
   int32_t bi = -1;
@@ -505,14 +564,14 @@ cudaError_t LaunchEmbed(const DeviceMatrix& embed, const int32_t* tokens, int32_
   if (num_tokens <= 0) return cudaSuccess;
   switch (embed.type) {
     case WeightType::kBF16:
-      EmbedKernel<WeightType::kBF16><<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols_padded, tokens, out, out_stride);
-      break;
+      return LaunchChained(EmbedKernel<WeightType::kBF16>, dim3(num_tokens), dim3(256), 0, stream, embed.data,
+                           embed.cols_padded, tokens, out, out_stride);
     case WeightType::kF16:
-      EmbedKernel<WeightType::kF16><<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols_padded, tokens, out, out_stride);
-      break;
+      return LaunchChained(EmbedKernel<WeightType::kF16>, dim3(num_tokens), dim3(256), 0, stream, embed.data,
+                           embed.cols_padded, tokens, out, out_stride);
     case WeightType::kF32:
-      EmbedKernel<WeightType::kF32><<<num_tokens, 256, 0, stream>>>(embed.data, embed.cols_padded, tokens, out, out_stride);
-      break;
+      return LaunchChained(EmbedKernel<WeightType::kF32>, dim3(num_tokens), dim3(256), 0, stream, embed.data,
+                           embed.cols_padded, tokens, out, out_stride);
   }
   return cudaGetLastError();
 }
@@ -523,9 +582,8 @@ cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const Atte
   if (step.tokens <= 0) return cudaSuccess;
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0) return cudaErrorInvalidValue;
   const dim3 grid((shape.num_heads + shape.num_kv_heads + kWarps - 1) / kWarps, step.tokens);
-  RopeStoreKernel<<<grid, kThreads, 0, stream>>>(qkv, step, shape, q_norm, k_norm, norm_eps, rope_cos,
-                                                        rope_sin, q_out, kv);
-  return cudaGetLastError();
+  return LaunchChained(RopeStoreKernel, grid, dim3(kThreads), 0, stream, qkv, step, shape, q_norm, k_norm, norm_eps,
+                       rope_cos, rope_sin, q_out, kv);
 }
 
 // Scores of max_context positions, then the block table: ceil(max_context / block_size) ids,
@@ -545,22 +603,20 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
   if (step.tokens <= 0) return cudaSuccess;
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.block_size < 8) return cudaErrorInvalidValue;
   const dim3 grid(shape.num_heads, step.tokens);
-  AttentionKernel<<<grid, kAttnThreads, AttentionSharedBytes(max_context), stream>>>(q, step, shape, kv, scale, out,
-                                                                                      out_stride, max_context);
-  return cudaGetLastError();
+  return LaunchChained(AttentionKernel, grid, dim3(kAttnThreads), AttentionSharedBytes(max_context), stream, q, step,
+                       shape, kv, scale, out, out_stride, max_context);
 }
 
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
                           float eps, float* y, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
-  RmsNormKernel<<<(tokens + kWarps - 1) / kWarps, kThreads, 0, stream>>>(x, stride, tokens, cols, weight, eps, y);
-  return cudaGetLastError();
+  return LaunchChained(RmsNormKernel, dim3((tokens + kWarps - 1) / kWarps), dim3(kThreads), 0, stream, x, stride, tokens,
+                       cols, weight, eps, y);
 }
 
 cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  ArgmaxKernel<<<rows, 1024, 0, stream>>>(logits, cols, out);
-  return cudaGetLastError();
+  return LaunchChained(ArgmaxKernel, dim3(rows), dim3(1024), 0, stream, logits, cols, out);
 }
 
 }  // namespace rote::inference::cuda

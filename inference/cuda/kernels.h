@@ -71,8 +71,9 @@ struct LinearArgs {
   bool out_lane_rows = false;
 };
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
-// Benchmarking only: the tile of batches over 8 tokens (0: 8 rows x 8 tokens per warp, 1: 4 x 8,
-// 2: 4 x 16). Results are identical in every bit for all of them; only speed differs.
+// Benchmarking only: force the tile of batches over one token (0: 8 rows x 8 tokens per warp,
+// 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by size). Results are identical in every bit
+// for all of them; only speed differs.
 void SetLargeBatchTile(int variant);
 
 // y = RMSNorm(x) * weight over lane rows of `cols` (padding stays zero), one warp per token.

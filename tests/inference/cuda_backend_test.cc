@@ -14,6 +14,7 @@
 
 #include "inference/backend.h"
 #include "inference/cuda/cuda_backend.h"
+#include "inference/cuda/kernels.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
 
@@ -326,6 +327,44 @@ TEST(CudaInvariance, WholeChunkedAndTokenByTokenPrefillAgree) {
       ASSERT_TRUE(SameBits(whole, all));
     }
   }
+}
+
+// Every register tile of the matrix kernel (forced, and the size-chosen default) gives the same
+// bits: tiles decide which thread computes an output, never the order of its terms.
+TEST(CudaInvariance, TileShapesGiveIdenticalLogits) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  std::vector<float> reference;
+  for (int tile : {-1, 0, 1, 2}) {
+    SCOPED_TRACE("tile=" + std::to_string(tile));
+    cuda::SetLargeBatchTile(tile);
+    auto gpu = Cuda(model);
+    Driver d(gpu.get(), 256);
+    std::vector<Seq> seqs(11);
+    std::vector<Driver::Part> parts;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].tokens = Prompt(3 + 7 * static_cast<int32_t>(i), vocab, 40 + static_cast<uint32_t>(i));
+      parts.push_back({&seqs[i], static_cast<int32_t>(seqs[i].tokens.size()), 2});
+    }
+    std::vector<float> all = d.Step(parts);
+    for (int step = 0; step < 3; ++step) {
+      parts.clear();
+      for (auto& s : seqs) {
+        s.tokens.push_back(static_cast<int32_t>((s.tokens.back() * 31 + step) % vocab));
+        parts.push_back({&s, 1, 1});
+      }
+      std::vector<float> l = d.Step(parts);
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    if (tile == -1) {
+      reference = all;
+    } else {
+      EXPECT_TRUE(SameBits(reference, all));
+    }
+  }
+  cuda::SetLargeBatchTile(-1);
 }
 
 // ForwardGreedy's tokens are the argmax of Forward's logits (lowest index on ties).
