@@ -29,19 +29,9 @@ GroupCommitWriter::~GroupCommitWriter() {
 }
 
 absl::Status GroupCommitWriter::Write(WriteFn fn) {
-  Pending pending{std::move(fn), false, false, absl::OkStatus()};
+  Pending pending{std::move(fn), false, absl::OkStatus()};
   std::unique_lock<std::mutex> lock(mu_);
   if (stopping_) return absl::UnavailableError("store: closing, write refused");
-  queue_.push_back(&pending);
-  work_cv_.notify_one();
-  done_cv_.wait(lock, [&] { return pending.done; });
-  return pending.result;
-}
-
-absl::Status GroupCommitWriter::Exclusive(WriteFn fn) {
-  Pending pending{std::move(fn), true, false, absl::OkStatus()};
-  std::unique_lock<std::mutex> lock(mu_);
-  if (stopping_) return absl::UnavailableError("store: closing, request refused");
   queue_.push_back(&pending);
   work_cv_.notify_one();
   done_cv_.wait(lock, [&] { return pending.done; });
@@ -57,35 +47,22 @@ void GroupCommitWriter::Loop() {
     // first alone would split them into a group of one and a group of the rest, halving
     // the writes per fsync. So when fewer are queued than the last group held, wait a
     // little (bounded) for the others. A lone writer (last group of 1) never waits.
-    if (!queue_.front()->exclusive && queue_.size() < last_group_size_ &&
-        gather_wait_.count() > 0) {
-      work_cv_.wait_for(lock, gather_wait_, [&] {
-        return stopping_ || queue_.size() >= last_group_size_ || queue_.back()->exclusive;
-      });
+    if (queue_.size() < last_group_size_ && gather_wait_.count() > 0) {
+      work_cv_.wait_for(lock, gather_wait_,
+                        [&] { return stopping_ || queue_.size() >= last_group_size_; });
     }
     std::deque<Pending*> group;
-    if (queue_.front()->exclusive) {
+    while (!queue_.empty() && group.size() < max_group_) {
       group.push_back(queue_.front());
       queue_.pop_front();
-    } else {
-      while (!queue_.empty() && !queue_.front()->exclusive && group.size() < max_group_) {
-        group.push_back(queue_.front());
-        queue_.pop_front();
-      }
     }
     // Callers keep queueing while this group commits; they form the next group.
     lock.unlock();
-    if (group.front()->exclusive) {
-      group.front()->result = group.front()->fn(*conn_);
-    } else {
-      CommitGroup(group);
-    }
+    CommitGroup(group);
     lock.lock();
-    if (!group.front()->exclusive) {
-      last_group_size_ = group.size();
-      ++stats_.commits;
-      stats_.writes += static_cast<int64_t>(group.size());
-    }
+    last_group_size_ = group.size();
+    ++stats_.commits;
+    stats_.writes += static_cast<int64_t>(group.size());
     for (Pending* p : group) p->done = true;
     done_cv_.notify_all();
   }

@@ -31,10 +31,6 @@ class GroupCommitWriter {
 
   absl::Status Write(WriteFn fn);
 
-  // Runs `fn` on the writer's connection outside any group (e.g. checkpoint), in order with
-  // the writes.
-  absl::Status Exclusive(WriteFn fn);
-
   struct Stats {
     int64_t commits = 0;  // transactions committed (or attempted)
     int64_t writes = 0;   // writes they carried
@@ -44,7 +40,6 @@ class GroupCommitWriter {
  private:
   struct Pending {
     WriteFn fn;
-    bool exclusive = false;
     bool done = false;
     absl::Status result;
   };
