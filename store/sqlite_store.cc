@@ -1,6 +1,7 @@
 // The SQLite implementation of Store: one writer thread (group commit) and a pool of reader
 // connections over one WAL-mode database; large blobs as files beside it.
 #include <sqlite3.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1526,7 +1527,18 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) 
     db_path = options.path;
     blob_root = options.path + ".blobs";
   } else {
-    if (::mkdir(options.path.c_str(), 0755) != 0 && errno != EEXIST) {
+    if (::mkdir(options.path.c_str(), 0755) == 0) {
+      // A new directory's own entry must be durable too, or the whole store can vanish.
+      const size_t slash = options.path.find_last_of('/');
+      const std::string parent = slash == std::string::npos ? "."
+                                 : slash == 0               ? "/"
+                                                            : options.path.substr(0, slash);
+      const int fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+      }
+    } else if (errno != EEXIST) {
       return absl::FailedPreconditionError(Cat(
           "store: cannot create data directory ", options.path, ": ", std::strerror(errno)));
     }
