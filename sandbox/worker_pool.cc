@@ -173,45 +173,55 @@ void WorkerPool::Retire(Worker& w) {
 }
 
 absl::StatusOr<std::vector<CallResult>> WorkerPool::RoundTrip(Worker& w, const std::string& request,
-                                                              Clock::time_point deadline, bool* worker_lost) {
+                                                              size_t expected_results, Clock::time_point deadline,
+                                                              bool* worker_lost) {
   char header[8];
   for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(static_cast<uint64_t>(request.size()) >> (8 * i));
   absl::Status s = SendAll(w.fd, header, sizeof header, deadline);
   if (s.ok()) s = SendAll(w.fd, request.data(), request.size(), deadline);
-  if (s.ok()) s = RecvAll(w.fd, header, sizeof header, deadline);
+  std::vector<CallResult> results;
+  results.reserve(expected_results);
   std::string payload;
-  if (s.ok()) {
+  // Frames until one without `more`; decoding a frame overlaps the worker computing the next.
+  while (s.ok()) {
+    s = RecvAll(w.fd, header, sizeof header, deadline);
+    if (!s.ok()) break;
     uint64_t len = 0;
     for (int i = 0; i < 8; ++i) len |= static_cast<uint64_t>(static_cast<unsigned char>(header[i])) << (8 * i);
     if (len > protocol::kMaxMessageBytes) {
-      s = absl::DataLossError("worker response too large");
-    } else {
-      payload.resize(len);
-      s = RecvAll(w.fd, payload.data(), len, deadline);
+      *worker_lost = true;
+      return absl::DataLossError("worker response too large");
+    }
+    payload.resize(len);
+    s = RecvAll(w.fd, payload.data(), len, deadline);
+    if (!s.ok()) break;
+    auto frame = protocol::DecodeResponse(payload);
+    if (!frame.ok()) {
+      *worker_lost = true;
+      return frame.status();
+    }
+    if (!frame->batch_status.ok()) return frame->batch_status;
+    if (results.size() + frame->results.size() > expected_results) break;
+    for (CallResult& r : frame->results) results.push_back(std::move(r));
+    if (!frame->more) {
+      if (results.size() != expected_results) break;
+      return results;
     }
   }
-  if (!s.ok()) {
-    *worker_lost = true;
-    if (absl::IsDeadlineExceeded(s)) {
-      return absl::DeadlineExceededError(
-          "infrastructure timeout: the sandbox worker passed the wall-clock deadline and was killed");
-    }
-    // Find out how it died: kill is a no-op on a dead process, waitpid reports the cause.
-    kill(w.pid, SIGKILL);
-    int status = 0;
-    while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    std::string how = DescribeExit(status);
-    w.pid = -1;
-    return absl::UnavailableError(absl::StrCat("sandbox worker failed: ", how, " (", s.message(), ")"));
+  *worker_lost = true;
+  if (s.ok()) return absl::DataLossError("worker returned a different number of results than inputs");
+  if (absl::IsDeadlineExceeded(s)) {
+    return absl::DeadlineExceededError(
+        "infrastructure timeout: the sandbox worker passed the wall-clock deadline and was killed");
   }
-  auto response = protocol::DecodeResponse(payload);
-  if (!response.ok()) {
-    *worker_lost = true;
-    return response.status();
+  // Find out how it died: kill is a no-op on a dead process, waitpid reports the cause.
+  kill(w.pid, SIGKILL);
+  int status = 0;
+  while (waitpid(w.pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!response->batch_status.ok()) return response->batch_status;
-  return std::move(response->results);
+  std::string how = DescribeExit(status);
+  w.pid = -1;
+  return absl::UnavailableError(absl::StrCat("sandbox worker failed: ", how, " (", s.message(), ")"));
 }
 
 absl::StatusOr<std::vector<CallResult>> WorkerPool::Call(std::string_view source, std::string_view chunkname,
@@ -230,7 +240,7 @@ absl::StatusOr<std::vector<CallResult>> WorkerPool::Call(std::string_view source
     idle_.pop_back();
   }
   bool lost = false;
-  auto result = RoundTrip(w, request, until, &lost);
+  auto result = RoundTrip(w, request, inputs.size(), until, &lost);
   if (lost) {
     Retire(w);
     auto replacement = Spawn();

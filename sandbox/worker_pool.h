@@ -75,7 +75,7 @@ class WorkerPool {
   explicit WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {}
   absl::StatusOr<Worker> Spawn();
   void Retire(Worker& w);
-  absl::StatusOr<std::vector<CallResult>> RoundTrip(Worker& w, const std::string& request,
+  absl::StatusOr<std::vector<CallResult>> RoundTrip(Worker& w, const std::string& request, size_t expected_results,
                                                     std::chrono::steady_clock::time_point deadline,
                                                     bool* worker_lost);
 

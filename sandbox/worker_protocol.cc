@@ -257,8 +257,9 @@ absl::StatusOr<EncodedRequest> DecodeRequestLazily(std::string_view payload) {
   return r;
 }
 
-void BeginResponse(std::string& out, const absl::Status& batch_status, uint64_t count) {
+void BeginResponse(std::string& out, bool more, const absl::Status& batch_status, uint64_t count) {
   PutU32(out, kResponseMagic);
+  PutU8(out, more ? 1 : 0);
   PutStatus(out, batch_status);
   PutU64(out, count);
 }
@@ -277,7 +278,7 @@ void AppendResult(std::string& out, const absl::Status& status, std::string_view
 std::string EncodeResponse(const Response& r) {
   std::string out;
   out.reserve(64 + 64 * r.results.size());
-  BeginResponse(out, r.batch_status, r.results.size());
+  BeginResponse(out, r.more, r.batch_status, r.results.size());
   std::string value;
   for (const CallResult& c : r.results) {
     value.clear();
@@ -291,11 +292,13 @@ absl::StatusOr<Response> DecodeResponse(std::string_view payload) {
   Reader rd(payload);
   Response r;
   uint32_t magic;
+  uint8_t more;
   uint64_t n;
-  if (!rd.U32(&magic) || magic != kResponseMagic || !GetStatus(rd, &r.batch_status) || !rd.U64(&n) ||
-      n > payload.size()) {
+  if (!rd.U32(&magic) || magic != kResponseMagic || !rd.U8(&more) || more > 1 || !GetStatus(rd, &r.batch_status) ||
+      !rd.U64(&n) || n > payload.size()) {
     return absl::DataLossError("malformed worker response header");
   }
+  r.more = more == 1;
   r.results.resize(n);
   for (auto& c : r.results) {
     if (!GetStatus(rd, &c.status) || !rd.Value(&c.value, 0) || !rd.Bytes(&c.output) ||

@@ -27,7 +27,12 @@ struct Request {
   std::vector<Value> inputs;
 };
 
+// A batch's results come back in one or more frames, so the parent decodes earlier results
+// while the worker computes later ones; every frame but the last has `more` set.
+inline constexpr size_t kResultsPerFrame = 1024;
+
 struct Response {
+  bool more = false;
   absl::Status batch_status;  // compile errors: apply to the whole batch
   std::vector<CallResult> results;
 };
@@ -51,7 +56,7 @@ struct EncodedRequest {
 absl::StatusOr<EncodedRequest> DecodeRequestLazily(std::string_view payload);
 
 // Response building in pieces, so a worker can write results as it produces them.
-void BeginResponse(std::string& out, const absl::Status& batch_status, uint64_t count);
+void BeginResponse(std::string& out, bool more, const absl::Status& batch_status, uint64_t count);
 void AppendResult(std::string& out, const absl::Status& status, std::string_view encoded_value,
                   std::string_view output, const Usage& usage);
 std::string EncodeRequest(const Request& r);

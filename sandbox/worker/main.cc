@@ -52,6 +52,12 @@ bool WriteFull(int fd, const char* buf, size_t n) {
   return true;
 }
 
+bool WriteFrame(const std::string& payload) {
+  char header[8];
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(static_cast<uint64_t>(payload.size()) >> (8 * i));
+  return WriteFull(1, header, sizeof header) && WriteFull(1, payload.data(), payload.size());
+}
+
 void SetLimit(int resource, rlim_t value) {
   struct rlimit rl{value, value};
   if (setrlimit(resource, &rl) != 0) Die("setrlimit failed\n");
@@ -129,28 +135,38 @@ int main(int argc, char** argv) {
     if (len > proto::kMaxMessageBytes) Die("request too large\n");
     std::string payload(len, '\0');
     if (!ReadFull(0, payload.data(), len)) _exit(0);
-    std::string out;
     auto request = proto::DecodeRequestLazily(payload);
+    std::string frame;
     if (!request.ok()) {
-      proto::BeginResponse(out, request.status(), 0);
-    } else {
-      std::string results;
-      results.reserve(64 * request->inputs.size());
-      absl::Status batch = rote::sandbox::RunFunctionArtifactEncoded(
-          request->source, request->chunkname, request->inputs, request->limits,
-          [&](size_t, const absl::Status& status, std::string_view value, std::string_view output,
-              const rote::sandbox::Usage& usage) { proto::AppendResult(results, status, value, output, usage); },
-          &cache);
-      if (batch.ok()) {
-        out.reserve(results.size() + 64);
-        proto::BeginResponse(out, batch, request->inputs.size());
-        out.append(results);
-      } else {
-        proto::BeginResponse(out, batch, 0);
-      }
+      proto::BeginResponse(frame, false, request.status(), 0);
+      if (!WriteFrame(frame)) _exit(0);
+      continue;
     }
-    char out_header[8];
-    for (int i = 0; i < 8; ++i) out_header[i] = static_cast<char>(static_cast<uint64_t>(out.size()) >> (8 * i));
-    if (!WriteFull(1, out_header, sizeof out_header) || !WriteFull(1, out.data(), out.size())) _exit(0);
+    // Results go out in frames of kResultsPerFrame while later inputs are still running.
+    std::string results;
+    size_t in_frame = 0;
+    absl::Status batch = rote::sandbox::RunFunctionArtifactEncoded(
+        request->source, request->chunkname, request->inputs, request->limits,
+        [&](size_t, const absl::Status& status, std::string_view value, std::string_view output,
+            const rote::sandbox::Usage& usage) {
+          proto::AppendResult(results, status, value, output, usage);
+          if (++in_frame == proto::kResultsPerFrame) {
+            frame.clear();
+            proto::BeginResponse(frame, true, absl::OkStatus(), in_frame);
+            frame.append(results);
+            if (!WriteFrame(frame)) _exit(0);
+            results.clear();
+            in_frame = 0;
+          }
+        },
+        &cache);
+    frame.clear();
+    if (batch.ok()) {
+      proto::BeginResponse(frame, false, batch, in_frame);
+      frame.append(results);
+    } else {
+      proto::BeginResponse(frame, false, batch, 0);
+    }
+    if (!WriteFrame(frame)) _exit(0);
   }
 }

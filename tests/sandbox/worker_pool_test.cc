@@ -49,6 +49,25 @@ TEST(WorkerPoolTest, BatchGivesOneResultPerInputMatchingInProcess) {
   EXPECT_NE((*out)[50].status.message().find("double.lua:1:"), std::string::npos) << (*out)[50].status;
 }
 
+TEST(WorkerPoolTest, LargeBatchComesBackInFramesInOrder) {
+  auto pool = StartPool(1);
+  ASSERT_NE(pool, nullptr);
+  std::vector<Value> inputs;
+  for (int i = 0; i < 2500; ++i) inputs.push_back(Input(i, i % 7 == 0 ? "boom" : "ok"));
+  auto out = pool->Call("return function(x) if x.tag == 'boom' then error('bad ' .. x.n) end return x.n * 3 end",
+                        "frames.lua", inputs, {});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), inputs.size());
+  for (int i = 0; i < 2500; ++i) {
+    if (i % 7 == 0) {
+      EXPECT_EQ((*out)[i].status.message(), "frames.lua:1: bad " + std::to_string(i));
+    } else {
+      ASSERT_TRUE((*out)[i].status.ok()) << i;
+      EXPECT_EQ((*out)[i].value.as_int(), 3 * i);
+    }
+  }
+}
+
 TEST(WorkerPoolTest, ReusedCompiledArtifactGivesIdenticalResults) {
   // The worker keeps the last artifact compiled; later batches must not see earlier state.
   auto pool = StartPool(1);
