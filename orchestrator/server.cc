@@ -16,7 +16,11 @@
 #include "orchestrator/api/auth.h"
 #include "orchestrator/api/observability.h"
 #include "orchestrator/api/services.h"
+#include "orchestrator/engine/engine.h"
+#include "orchestrator/engine/lua_runner.h"
+#include "sandbox/worker_pool.h"
 #include "spdlog/spdlog.h"
+#include "store/store.h"
 
 namespace rote::orchestrator {
 
@@ -51,6 +55,11 @@ struct Server::State {
   ServerOptions options;
   Authenticator auth;
   RpcMetrics metrics;
+  // Destroyed after the gRPC server and the services (declared later), engine before store.
+  std::unique_ptr<store::Store> store;
+  std::unique_ptr<sandbox::WorkerPool> workers;
+  std::unique_ptr<engine::LuaArtifactRunner> lua_runner;
+  std::unique_ptr<engine::Engine> engine;
   Services services;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -115,8 +124,35 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     if (auto st = state->metrics.Serve(opt.metrics_listen); !st.ok()) return st;
   }
 
+  store::StoreOptions store_options;
+  store_options.path = opt.data_dir;
+  auto store = store::Store::Open(store_options);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(), absl::StrCat("opening the store in ", opt.data_dir, ": ",
+                                                            std::string(store.status().message())));
+  }
+  state->store = *std::move(store);
+  // Generated code runs only in isolated worker processes (sandbox/worker_pool.h).
+  sandbox::WorkerPoolOptions worker_options;
+  worker_options.num_workers = opt.run_workers;
+  auto workers = sandbox::WorkerPool::Start(worker_options);
+  if (!workers.ok()) {
+    return absl::Status(workers.status().code(), absl::StrCat("starting the sandbox workers: ",
+                                                              std::string(workers.status().message())));
+  }
+  state->workers = *std::move(workers);
+  state->lua_runner = engine::MakeWorkerPoolLuaRunner(state->workers.get());
+  engine::EngineOptions engine_options;
+  engine_options.run_workers = opt.run_workers;
+  engine_options.rote_version = ROTE_VERSION;
+  auto eng = engine::Engine::Create(state->store.get(), state->lua_runner.get(), /*generator=*/nullptr,
+                                    engine_options);
+  if (!eng.ok()) return eng.status();
+  state->engine = *std::move(eng);
+
   ServiceDeps deps;
   deps.auth = &state->auth;
+  deps.engine = state->engine.get();
   state->services = MakeServices(deps);
 
   // grpc++'s health service does not use the protobuf descriptor pool; touch ours so that
@@ -168,6 +204,9 @@ void Server::Shutdown() {
   if (state_->options.drain.count() > 0) std::this_thread::sleep_for(state_->options.drain);
   state_->server->Shutdown(std::chrono::system_clock::now() + state_->options.grace);
   state_->server->Wait();
+  // After the last call: runs still executing fail saying the server stopped; queued ones stay
+  // pending for the next start.
+  if (state_->engine) state_->engine->Shutdown();
   spdlog::info("shutdown complete");
   {
     std::lock_guard lock(state_->mu);

@@ -33,6 +33,8 @@ struct ServerOptions {
   // notice, then in-flight calls get until `grace` to finish before they are cancelled.
   std::chrono::milliseconds drain{0};
   std::chrono::milliseconds grace{10000};
+  // Runs executing at once (more wait in a queue).
+  int run_workers = 4;
   // Extra services registered alongside rote's (tests use this for a slow method).
   std::vector<grpc::Service*> extra_services;
 };

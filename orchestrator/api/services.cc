@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/timestamp.pb.h"
 
 namespace rote::orchestrator {
 
@@ -26,24 +27,207 @@ grpc::Status NotBuilt(const ServiceDeps& deps, grpc::ServerContext* ctx, std::st
 constexpr std::string_view kEngine = "the blueprint runtime (orchestrator/engine)";
 constexpr std::string_view kGenerate = "the generation pipeline (orchestrator/generate) and a model";
 
+// Every handler starts here: the caller must be allowed to call `method`, and the engine must
+// be built into this server.
+absl::StatusOr<Principal> Admit(const ServiceDeps& deps, grpc::ServerContext* ctx, std::string_view method) {
+  absl::StatusOr<Principal> principal = deps.auth->Authorize(*ctx, method);
+  if (!principal.ok()) return principal.status();
+  if (deps.engine == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(std::string(method), " needs ", std::string(kEngine),
+                                                 ", which this server does not have"));
+  }
+  return principal;
+}
+
+void SetTime(int64_t ms, google::protobuf::Timestamp* t) {
+  if (ms <= 0) return;
+  t->set_seconds(ms / 1000);
+  t->set_nanos(static_cast<int32_t>((ms % 1000) * 1000000));
+}
+
+std::string Hex(const std::string& digest) { return digest.size() > 7 ? digest.substr(7) : digest; }
+
+rote::v1::ArtifactKind ProtoKind(std::string_view kind) {
+  if (kind == "lua_function") return rote::v1::ARTIFACT_KIND_LUA_FUNCTION;
+  if (kind == "re2_pattern") return rote::v1::ARTIFACT_KIND_RE2_PATTERN;
+  return rote::v1::ARTIFACT_KIND_UNSPECIFIED;
+}
+
+rote::v1::RunState ProtoRunState(store::RunState s) {
+  switch (s) {
+    case store::RunState::kPending: return rote::v1::RUN_STATE_PENDING;
+    case store::RunState::kRunning: return rote::v1::RUN_STATE_RUNNING;
+    case store::RunState::kSucceeded: return rote::v1::RUN_STATE_SUCCEEDED;
+    case store::RunState::kFailed: return rote::v1::RUN_STATE_FAILED;
+    case store::RunState::kCancelled: return rote::v1::RUN_STATE_CANCELLED;
+  }
+  return rote::v1::RUN_STATE_UNSPECIFIED;
+}
+
+absl::StatusOr<std::optional<store::RunState>> StoreRunState(rote::v1::RunState s) {
+  switch (s) {
+    case rote::v1::RUN_STATE_UNSPECIFIED: return std::optional<store::RunState>();
+    case rote::v1::RUN_STATE_PENDING: return std::optional(store::RunState::kPending);
+    case rote::v1::RUN_STATE_RUNNING: return std::optional(store::RunState::kRunning);
+    case rote::v1::RUN_STATE_SUCCEEDED: return std::optional(store::RunState::kSucceeded);
+    case rote::v1::RUN_STATE_FAILED: return std::optional(store::RunState::kFailed);
+    case rote::v1::RUN_STATE_CANCELLED: return std::optional(store::RunState::kCancelled);
+    default: return absl::InvalidArgumentError("unknown run state");
+  }
+}
+
+rote::v1::ReviewState ProtoReviewState(store::ReviewState s) {
+  switch (s) {
+    case store::ReviewState::kPending: return rote::v1::REVIEW_STATE_PENDING;
+    case store::ReviewState::kApproved: return rote::v1::REVIEW_STATE_APPROVED;
+    case store::ReviewState::kRejected: return rote::v1::REVIEW_STATE_REJECTED;
+  }
+  return rote::v1::REVIEW_STATE_UNSPECIFIED;
+}
+
+absl::StatusOr<std::optional<store::ReviewState>> StoreReviewState(rote::v1::ReviewState s) {
+  switch (s) {
+    case rote::v1::REVIEW_STATE_UNSPECIFIED: return std::optional<store::ReviewState>();
+    case rote::v1::REVIEW_STATE_PENDING: return std::optional(store::ReviewState::kPending);
+    case rote::v1::REVIEW_STATE_APPROVED: return std::optional(store::ReviewState::kApproved);
+    case rote::v1::REVIEW_STATE_REJECTED: return std::optional(store::ReviewState::kRejected);
+    default: return absl::InvalidArgumentError("unknown review state");
+  }
+}
+
+absl::StatusOr<store::PageRequest> Page(int32_t size, const std::string& token) {
+  if (size < 0) return absl::InvalidArgumentError("page_size must not be negative");
+  return store::PageRequest{size, token};
+}
+
+void ToProto(const store::Binding& b, rote::v1::Binding* out) {
+  out->set_generation_point(b.generation_point);
+  out->set_artifact_digest(b.artifact_digest);
+  out->set_source(b.source);
+}
+
+void ToProto(const engine::BlueprintView& v, rote::v1::Blueprint* out) {
+  out->set_name(absl::StrCat("blueprints/", Hex(v.record.digest)));
+  out->set_digest(v.record.digest);
+  out->set_display_name(v.record.name);
+  out->set_version(v.record.version);
+  out->set_source(v.record.source);
+  for (const engine::GenerationPoint& p : v.points) {
+    rote::v1::GenerationSpec* g = out->add_generation_points();
+    g->set_name(p.name);
+    g->set_kind(ProtoKind(engine::KindName(p.kind)));
+    g->set_task(p.task);
+    g->set_signature(p.signature);
+    for (std::string& e : p.ExamplesJson()) g->add_examples_json(std::move(e));
+    g->set_spec_digest(p.digest);
+  }
+  for (const store::Binding& b : v.bindings) ToProto(b, out->add_bindings());
+  SetTime(v.record.create_ms, out->mutable_create_time());
+}
+
+absl::Status ToProto(engine::Engine& engine, const store::RunRecord& r, rote::v1::Run* out) {
+  out->set_name(absl::StrCat("runs/", r.id));
+  out->set_blueprint(absl::StrCat("blueprints/", Hex(r.blueprint_digest)));
+  out->set_blueprint_digest(r.blueprint_digest);
+  out->set_state(ProtoRunState(r.state));
+  out->set_input_digest(r.input_digest);
+  if (r.state == store::RunState::kSucceeded) {
+    absl::StatusOr<std::string> output = engine.OutputJson(r);
+    if (!output.ok()) return output.status();
+    out->set_output_json(*std::move(output));
+  }
+  out->set_output_digest(r.output_digest);
+  for (const store::Binding& b : r.bindings) ToProto(b, out->add_bindings());
+  out->set_engine_profile_json(r.engine_profile_json);
+  out->set_error(r.error);
+  out->set_step_count(r.step_count);
+  out->set_submitter(r.submitter);
+  out->set_request_id(r.request_id);
+  SetTime(r.create_ms, out->mutable_create_time());
+  SetTime(r.start_ms, out->mutable_start_time());
+  SetTime(r.end_ms, out->mutable_end_time());
+  return absl::OkStatus();
+}
+
+void ToProto(const engine::ArtifactView& v, rote::v1::Artifact* out) {
+  const store::ArtifactRecord& a = v.record;
+  out->set_name(absl::StrCat("artifacts/", Hex(a.digest)));
+  out->set_digest(a.digest);
+  out->set_kind(ProtoKind(a.kind));
+  out->set_source(a.source);
+  out->set_options_json(a.options_json);
+  out->set_generation_point(a.generation_point);
+  out->set_revision(a.revision);
+  out->set_state(ProtoReviewState(a.state));
+  out->set_etag(a.etag);
+  rote::v1::Provenance* p = out->mutable_provenance();
+  p->set_spec_digest(a.provenance.spec_digest);
+  p->set_model_digest(a.provenance.model_digest);
+  p->set_numerics_profile(a.provenance.numerics_profile);
+  p->set_prompt_template_version(a.provenance.prompt_template_version);
+  p->set_decoding_json(a.provenance.decoding_json);
+  p->set_request_digest(a.provenance.request_digest);
+  for (const store::GenerationAttempt& at : a.provenance.attempts) {
+    rote::v1::Attempt* x = p->add_attempts();
+    x->set_index(at.index);
+    x->set_prompt_digest(at.prompt_digest);
+    x->set_output_digest(at.output_digest);
+    x->set_failure(at.failure);
+  }
+  p->set_device(a.provenance.device);
+  p->set_author(a.provenance.author);
+  out->set_validation_report_json(a.validation_report_json);
+  for (const store::ReviewEntry& r : v.reviews) {
+    rote::v1::ReviewEntry* e = out->add_reviews();
+    e->set_principal(r.principal);
+    e->set_decision(ProtoReviewState(r.decision));
+    e->set_comment(r.comment);
+    SetTime(r.time_ms, e->mutable_time());
+  }
+  SetTime(a.create_ms, out->mutable_create_time());
+}
+
 class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
  public:
   explicit BlueprintServiceImpl(ServiceDeps deps) : deps_(deps) {}
-  grpc::Status RegisterBlueprint(grpc::ServerContext* ctx, const rote::v1::RegisterBlueprintRequest*,
-                                 rote::v1::Blueprint*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.BlueprintService/RegisterBlueprint", kEngine);
+  grpc::Status RegisterBlueprint(grpc::ServerContext* ctx, const rote::v1::RegisterBlueprintRequest* req,
+                                 rote::v1::Blueprint* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.BlueprintService/RegisterBlueprint");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto view = deps_.engine->RegisterBlueprint(req->source(), req->lockfile(), req->filename(), principal->name);
+    if (!view.ok()) return ToGrpc(view.status());
+    ToProto(*view, resp);
+    return grpc::Status::OK;
   }
-  grpc::Status GetBlueprint(grpc::ServerContext* ctx, const rote::v1::GetBlueprintRequest*,
-                            rote::v1::Blueprint*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.BlueprintService/GetBlueprint", kEngine);
+  grpc::Status GetBlueprint(grpc::ServerContext* ctx, const rote::v1::GetBlueprintRequest* req,
+                            rote::v1::Blueprint* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.BlueprintService/GetBlueprint");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto view = deps_.engine->GetBlueprint(req->name());
+    if (!view.ok()) return ToGrpc(view.status());
+    ToProto(*view, resp);
+    return grpc::Status::OK;
   }
-  grpc::Status ListBlueprints(grpc::ServerContext* ctx, const rote::v1::ListBlueprintsRequest*,
-                              rote::v1::ListBlueprintsResponse*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.BlueprintService/ListBlueprints", kEngine);
+  grpc::Status ListBlueprints(grpc::ServerContext* ctx, const rote::v1::ListBlueprintsRequest* req,
+                              rote::v1::ListBlueprintsResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.BlueprintService/ListBlueprints");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto page = Page(req->page_size(), req->page_token());
+    if (!page.ok()) return ToGrpc(page.status());
+    auto list = deps_.engine->ListBlueprints(req->display_name(), *page);
+    if (!list.ok()) return ToGrpc(list.status());
+    for (const engine::BlueprintView& v : list->items) ToProto(v, resp->add_blueprints());
+    resp->set_next_page_token(list->next_page_token);
+    return grpc::Status::OK;
   }
-  grpc::Status LockBlueprint(grpc::ServerContext* ctx, const rote::v1::LockBlueprintRequest*,
-                             rote::v1::LockBlueprintResponse*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.BlueprintService/LockBlueprint", kEngine);
+  grpc::Status LockBlueprint(grpc::ServerContext* ctx, const rote::v1::LockBlueprintRequest* req,
+                             rote::v1::LockBlueprintResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.BlueprintService/LockBlueprint");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto text = deps_.engine->LockBlueprint(req->name());
+    if (!text.ok()) return ToGrpc(text.status());
+    resp->set_lockfile(*std::move(text));
+    return grpc::Status::OK;
   }
 
  private:
@@ -53,28 +237,76 @@ class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
 class RunServiceImpl final : public rote::v1::RunService::Service {
  public:
   explicit RunServiceImpl(ServiceDeps deps) : deps_(deps) {}
-  grpc::Status SubmitRun(grpc::ServerContext* ctx, const rote::v1::SubmitRunRequest*,
-                         rote::v1::Run*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.RunService/SubmitRun", kEngine);
+  grpc::Status SubmitRun(grpc::ServerContext* ctx, const rote::v1::SubmitRunRequest* req,
+                         rote::v1::Run* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.RunService/SubmitRun");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    engine::SubmitRequest sr;
+    sr.blueprint = req->blueprint();
+    sr.input_json = req->input_json();
+    sr.policy.allow_generation = req->policy().allow_generation();
+    sr.policy.allow_pending = req->policy().allow_pending();
+    sr.policy.max_instructions = req->policy().max_instructions();
+    sr.policy.max_memory_bytes = req->policy().max_memory_bytes();
+    sr.policy.max_output_bytes = req->policy().max_output_bytes();
+    sr.request_id = req->request_id();
+    sr.principal = principal->name;
+    auto run = deps_.engine->SubmitRun(sr);
+    if (!run.ok()) return ToGrpc(run.status());
+    return ToGrpc(ToProto(*deps_.engine, *run, resp));
   }
-  grpc::Status GetRun(grpc::ServerContext* ctx, const rote::v1::GetRunRequest*, rote::v1::Run*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.RunService/GetRun", kEngine);
+  grpc::Status GetRun(grpc::ServerContext* ctx, const rote::v1::GetRunRequest* req, rote::v1::Run* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.RunService/GetRun");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto run = deps_.engine->GetRun(req->name());
+    if (!run.ok()) return ToGrpc(run.status());
+    return ToGrpc(ToProto(*deps_.engine, *run, resp));
   }
-  grpc::Status ListRuns(grpc::ServerContext* ctx, const rote::v1::ListRunsRequest*,
-                        rote::v1::ListRunsResponse*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.RunService/ListRuns", kEngine);
+  grpc::Status ListRuns(grpc::ServerContext* ctx, const rote::v1::ListRunsRequest* req,
+                        rote::v1::ListRunsResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.RunService/ListRuns");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto page = Page(req->page_size(), req->page_token());
+    if (!page.ok()) return ToGrpc(page.status());
+    auto state = StoreRunState(req->state());
+    if (!state.ok()) return ToGrpc(state.status());
+    auto list = deps_.engine->ListRuns(req->blueprint(), *state, *page);
+    if (!list.ok()) return ToGrpc(list.status());
+    for (const store::RunRecord& r : list->items) {
+      if (absl::Status s = ToProto(*deps_.engine, r, resp->add_runs()); !s.ok()) return ToGrpc(s);
+    }
+    resp->set_next_page_token(list->next_page_token);
+    return grpc::Status::OK;
   }
-  grpc::Status WatchRun(grpc::ServerContext* ctx, const rote::v1::WatchRunRequest*,
-                        grpc::ServerWriter<rote::v1::RunEvent>*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.RunService/WatchRun", kEngine);
+  grpc::Status WatchRun(grpc::ServerContext* ctx, const rote::v1::WatchRunRequest* req,
+                        grpc::ServerWriter<rote::v1::RunEvent>* writer) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.RunService/WatchRun");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    return ToGrpc(deps_.engine->WatchRun(
+        req->name(), [&](const rote::v1::RunEvent& e) { return writer->Write(e); },
+        [&] { return ctx->IsCancelled(); }));
   }
-  grpc::Status ReplayRun(grpc::ServerContext* ctx, const rote::v1::ReplayRunRequest*,
-                         rote::v1::ReplayRunResponse*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.RunService/ReplayRun", kEngine);
+  grpc::Status ReplayRun(grpc::ServerContext* ctx, const rote::v1::ReplayRunRequest* req,
+                         rote::v1::ReplayRunResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.RunService/ReplayRun");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto r = deps_.engine->ReplayRun(req->name());
+    if (!r.ok()) return ToGrpc(r.status());
+    resp->set_matched(r->matched);
+    resp->set_steps_compared(r->steps_compared);
+    resp->set_first_mismatch_step(r->first_mismatch_step);
+    resp->set_recorded_json(r->recorded_json);
+    resp->set_replayed_json(r->replayed_json);
+    resp->set_output_digest(r->output_digest);
+    return grpc::Status::OK;
   }
-  grpc::Status CancelRun(grpc::ServerContext* ctx, const rote::v1::CancelRunRequest*,
-                         rote::v1::Run*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.RunService/CancelRun", kEngine);
+  grpc::Status CancelRun(grpc::ServerContext* ctx, const rote::v1::CancelRunRequest* req,
+                         rote::v1::Run* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.RunService/CancelRun");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto run = deps_.engine->CancelRun(req->name(), principal->name);
+    if (!run.ok()) return ToGrpc(run.status());
+    return ToGrpc(ToProto(*deps_.engine, *run, resp));
   }
 
  private:
@@ -84,25 +316,63 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
 class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
  public:
   explicit ArtifactServiceImpl(ServiceDeps deps) : deps_(deps) {}
-  grpc::Status ListArtifacts(grpc::ServerContext* ctx, const rote::v1::ListArtifactsRequest*,
-                             rote::v1::ListArtifactsResponse*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.ArtifactService/ListArtifacts", kEngine);
+  grpc::Status ListArtifacts(grpc::ServerContext* ctx, const rote::v1::ListArtifactsRequest* req,
+                             rote::v1::ListArtifactsResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/ListArtifacts");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto page = Page(req->page_size(), req->page_token());
+    if (!page.ok()) return ToGrpc(page.status());
+    auto state = StoreReviewState(req->state());
+    if (!state.ok()) return ToGrpc(state.status());
+    auto list = deps_.engine->ListArtifacts(req->generation_point(), *state, *page);
+    if (!list.ok()) return ToGrpc(list.status());
+    for (const engine::ArtifactView& v : list->items) ToProto(v, resp->add_artifacts());
+    resp->set_next_page_token(list->next_page_token);
+    return grpc::Status::OK;
   }
-  grpc::Status GetArtifact(grpc::ServerContext* ctx, const rote::v1::GetArtifactRequest*,
-                           rote::v1::Artifact*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.ArtifactService/GetArtifact", kEngine);
+  grpc::Status GetArtifact(grpc::ServerContext* ctx, const rote::v1::GetArtifactRequest* req,
+                           rote::v1::Artifact* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/GetArtifact");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto view = deps_.engine->GetArtifact(req->name());
+    if (!view.ok()) return ToGrpc(view.status());
+    ToProto(*view, resp);
+    return grpc::Status::OK;
   }
-  grpc::Status ListRevisions(grpc::ServerContext* ctx, const rote::v1::ListRevisionsRequest*,
-                             rote::v1::ListRevisionsResponse*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.ArtifactService/ListRevisions", kEngine);
+  grpc::Status ListRevisions(grpc::ServerContext* ctx, const rote::v1::ListRevisionsRequest* req,
+                             rote::v1::ListRevisionsResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/ListRevisions");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto page = Page(req->page_size(), req->page_token());
+    if (!page.ok()) return ToGrpc(page.status());
+    auto list = deps_.engine->ListRevisions(req->generation_point(), *page);
+    if (!list.ok()) return ToGrpc(list.status());
+    for (const engine::ArtifactView& v : list->items) ToProto(v, resp->add_revisions());
+    resp->set_next_page_token(list->next_page_token);
+    return grpc::Status::OK;
   }
-  grpc::Status ReviewArtifact(grpc::ServerContext* ctx, const rote::v1::ReviewArtifactRequest*,
-                              rote::v1::Artifact*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.ArtifactService/ReviewArtifact", kEngine);
+  grpc::Status ReviewArtifact(grpc::ServerContext* ctx, const rote::v1::ReviewArtifactRequest* req,
+                              rote::v1::Artifact* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/ReviewArtifact");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto decision = StoreReviewState(req->decision());
+    if (!decision.ok()) return ToGrpc(decision.status());
+    if (!decision->has_value()) {
+      return ToGrpc(absl::InvalidArgumentError("decision must be REVIEW_STATE_APPROVED or REVIEW_STATE_REJECTED"));
+    }
+    auto view = deps_.engine->ReviewArtifact(req->name(), **decision, req->comment(), req->etag(), principal->name);
+    if (!view.ok()) return ToGrpc(view.status());
+    ToProto(*view, resp);
+    return grpc::Status::OK;
   }
-  grpc::Status DiffRevisions(grpc::ServerContext* ctx, const rote::v1::DiffRevisionsRequest*,
-                             rote::v1::DiffRevisionsResponse*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.ArtifactService/DiffRevisions", kEngine);
+  grpc::Status DiffRevisions(grpc::ServerContext* ctx, const rote::v1::DiffRevisionsRequest* req,
+                             rote::v1::DiffRevisionsResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/DiffRevisions");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto diff = deps_.engine->DiffRevisions(req->generation_point(), req->from_revision(), req->to_revision());
+    if (!diff.ok()) return ToGrpc(diff.status());
+    resp->set_unified_diff(*std::move(diff));
+    return grpc::Status::OK;
   }
   grpc::Status RegenerateArtifact(grpc::ServerContext* ctx, const rote::v1::RegenerateArtifactRequest*,
                                   rote::v1::RegenerateArtifactResponse*) override {

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
 #include "orchestrator/api/auth.h"
+#include "orchestrator/engine/engine.h"
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/blueprints.grpc.pb.h"
 #include "rote/v1/generation.grpc.pb.h"
@@ -20,6 +21,8 @@ grpc::Status ToGrpc(const absl::Status& status);
 // What the services share: the authenticator, and the modules behind the API.
 struct ServiceDeps {
   const Authenticator* auth = nullptr;
+  // Blueprints, runs and artifacts; when null those methods answer UNIMPLEMENTED.
+  engine::Engine* engine = nullptr;
 };
 
 // Builds the four rote.v1 services.

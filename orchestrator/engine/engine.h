@@ -1,0 +1,193 @@
+// The engine behind the API: registers blueprints (with their lockfiles), resolves generation
+// points, executes runs on a bounded pool of threads, records everything in the store, streams
+// run events, replays runs step by step, and serves the artifact review flow.
+//
+// Names are the API's resource names: "blueprints/{hex}" or "blueprints/{display name}",
+// "runs/{id}", "artifacts/{hex}" or "artifacts/{blueprint}/{point}/revisions/{n}". Artifacts of a
+// generation point are stored under the key "{blueprint name}/{point name}".
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/engine/blueprint_runtime.h"
+#include "orchestrator/engine/generator.h"
+#include "orchestrator/engine/lua_runner.h"
+#include "rote/v1/runs.pb.h"
+#include "sandbox/lua_runtime.h"
+#include "store/store.h"
+
+namespace rote::orchestrator::engine {
+
+struct EngineOptions {
+  // Runs executing at once; more wait in a queue, in submission order.
+  int run_workers = 4;
+  // Limits of a run whose policy leaves them at 0, and the most a policy may ask for.
+  sandbox::Limits default_limits{1'000'000'000, 512ull << 20, 1ull << 20};
+  sandbox::Limits max_limits{50'000'000'000, 4ull << 30, 64ull << 20};
+  // Limits for loading a blueprint at registration.
+  sandbox::Limits load_limits{100'000'000, 64ull << 20, 1ull << 20};
+  // Wall-clock safety net of one run (deterministic limits decide; this only stops runaways
+  // the limits do not catch, such as a stuck worker).
+  std::chrono::milliseconds run_deadline{std::chrono::minutes(30)};
+  std::string rote_version = "0.0.0";
+};
+
+struct RunPolicy {
+  bool allow_generation = false;
+  bool allow_pending = false;
+  int64_t max_instructions = 0;
+  int64_t max_memory_bytes = 0;
+  int64_t max_output_bytes = 0;
+};
+
+struct SubmitRequest {
+  std::string blueprint;  // resource name
+  std::string input_json;
+  RunPolicy policy;
+  std::string request_id;
+  std::string principal;
+};
+
+struct BlueprintView {
+  store::BlueprintRecord record;
+  std::vector<GenerationPoint> points;  // parsed from the stored specs
+  std::vector<store::Binding> bindings;
+};
+
+struct ReplayResult {
+  bool matched = false;
+  int64_t steps_compared = 0;
+  int64_t first_mismatch_step = 0;  // -1: the final output (or error)
+  std::string recorded_json;
+  std::string replayed_json;
+  std::string output_digest;  // of the replayed output; empty when it failed
+};
+
+struct ArtifactView {
+  store::ArtifactRecord record;
+  std::vector<store::ReviewEntry> reviews;
+};
+
+class Engine {
+ public:
+  // `store` and `lua_runner` must outlive the engine; `generator` may be null (no model).
+  // Runs left pending by an earlier process are queued again; runs it left running are failed.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(store::Store* store,
+                                                        LuaArtifactRunner* lua_runner,
+                                                        Generator* generator,
+                                                        EngineOptions options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Stops taking runs, interrupts running ones (they fail, saying the server stopped), leaves
+  // queued ones pending for the next start, and joins the pool. Idempotent.
+  void Shutdown();
+
+  // {"limits":{...},"re2":{...},"rote":"<version>","sandbox":"<profile>"} (canonical JSON).
+  std::string EngineProfileJson(const sandbox::Limits& limits) const;
+
+  // ---- blueprints
+  absl::StatusOr<BlueprintView> RegisterBlueprint(std::string_view source, std::string_view lockfile,
+                                                  std::string_view filename, const std::string& principal);
+  absl::StatusOr<BlueprintView> GetBlueprint(std::string_view name);
+  absl::StatusOr<store::Page<BlueprintView>> ListBlueprints(std::string_view display_name,
+                                                            const store::PageRequest& page);
+  absl::StatusOr<std::string> LockBlueprint(std::string_view name);
+
+  // ---- runs
+  absl::StatusOr<store::RunRecord> SubmitRun(const SubmitRequest& request);
+  absl::StatusOr<store::RunRecord> GetRun(std::string_view name);
+  absl::StatusOr<store::Page<store::RunRecord>> ListRuns(std::string_view blueprint,
+                                                         std::optional<store::RunState> state,
+                                                         const store::PageRequest& page);
+  absl::StatusOr<store::RunRecord> CancelRun(std::string_view name, const std::string& principal);
+  absl::StatusOr<ReplayResult> ReplayRun(std::string_view name);
+  // Sends the run's events from the start (sequence dense from 0) and returns after the
+  // terminal state. `send` returns false when the client has gone; `stop` is polled.
+  absl::Status WatchRun(std::string_view name, const std::function<bool(const rote::v1::RunEvent&)>& send,
+                        const std::function<bool()>& stop);
+  // The output of a succeeded run as canonical JSON (verified against its digest).
+  absl::StatusOr<std::string> OutputJson(const store::RunRecord& run);
+
+  // ---- artifacts
+  absl::StatusOr<ArtifactView> GetArtifact(std::string_view name);
+  absl::StatusOr<store::Page<ArtifactView>> ListArtifacts(std::string_view generation_point,
+                                                          std::optional<store::ReviewState> state,
+                                                          const store::PageRequest& page);
+  absl::StatusOr<store::Page<ArtifactView>> ListRevisions(std::string_view generation_point,
+                                                          const store::PageRequest& page);
+  absl::StatusOr<ArtifactView> ReviewArtifact(std::string_view name, store::ReviewState decision,
+                                              std::string_view comment, std::string_view etag,
+                                              const std::string& principal);
+  absl::StatusOr<std::string> DiffRevisions(std::string_view generation_point, int64_t from_revision,
+                                            int64_t to_revision);
+
+  store::Store* store() const { return store_; }
+
+ private:
+  struct RunControl;
+  struct Job {
+    int64_t run_id = 0;
+    std::shared_ptr<RunControl> control;
+  };
+  class Journal;
+
+  Engine(store::Store* store, LuaArtifactRunner* lua_runner, Generator* generator, EngineOptions options);
+  absl::Status Recover();
+  void WorkerLoop();
+  void Enqueue(int64_t run_id, std::shared_ptr<RunControl> control);
+  void ExecuteRun(const Job& job);
+  absl::Status FinishAndAnnounce(int64_t run_id, const store::RunOutcome& outcome);
+  absl::Status AppendEvents(int64_t run_id, const std::vector<rote::v1::RunEvent>& events);
+  void NotifyWatchers();
+  bool IsActive(int64_t run_id);
+
+  absl::StatusOr<store::BlueprintRecord> ResolveBlueprint(std::string_view name);
+  absl::StatusOr<BlueprintView> ViewOf(store::BlueprintRecord record);
+  absl::StatusOr<sandbox::Limits> EffectiveLimits(const RunPolicy& policy) const;
+  // Bindings for every point that needs no generation; the rest in `deferred`.
+  absl::StatusOr<std::vector<store::Binding>> ResolveBindings(const BlueprintView& bp, const RunPolicy& policy,
+                                                              const std::string& principal,
+                                                              std::vector<GenerationPoint>* deferred);
+  absl::StatusOr<std::vector<BoundArtifact>> LoadArtifacts(const std::vector<store::Binding>& bindings);
+  absl::StatusOr<std::optional<store::ArtifactRecord>> NewestArtifactFor(const std::string& key,
+                                                                         const GenerationPoint& point,
+                                                                         store::ReviewState state);
+
+  store::Store* const store_;
+  LuaArtifactRunner* const lua_runner_;
+  Generator* const generator_;
+  const EngineOptions options_;
+
+  std::mutex mu_;
+  std::condition_variable queue_cv_;
+  std::condition_variable finished_cv_;
+  std::deque<Job> queue_;
+  std::map<int64_t, std::shared_ptr<RunControl>> active_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+
+  // Watchers wait for this to change (bumped whenever events are appended).
+  std::mutex events_mu_;
+  std::condition_variable events_cv_;
+  uint64_t events_epoch_ = 0;
+};
+
+// "sha256:<hex>" for "blueprints/<hex>" style ids (64 lowercase hex digits), else nullopt.
+std::optional<std::string> DigestFromId(std::string_view id);
+
+}  // namespace rote::orchestrator::engine
