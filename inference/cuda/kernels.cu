@@ -106,7 +106,7 @@ constexpr int kWeightBytes = T == WeightType::kF32 ? 4 : 2;
 // of loads a lane issues before their first use: batch-1 decode is a pure stream of the
 // weights and needs many bytes in flight; larger tiles have enough independent FMAs.
 template <int ROWS, int TOKS>
-constexpr int kUnroll = ROWS * TOKS == 1 ? 8 : ROWS * TOKS <= 8 ? 4 : ROWS * TOKS <= 32 ? 2 : 1;
+constexpr int kUnroll = ROWS * TOKS == 1 ? 8 : TOKS == 1 ? 4 : ROWS * TOKS <= 8 ? 2 : 1;
 
 __device__ __forceinline__ float4 NormScale(float4 v, float r, float4 w) {
   return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
@@ -179,17 +179,53 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
 #pragma unroll
     for (int m = 0; m < TOKS; ++m) acc[r][m] = 0.0f;
 
+  // Activations (and norm weights) are double-buffered like the weights where registers allow,
+  // so a group's FMAs never wait on an L2 round trip for x.
+  constexpr bool kPrefetchX = TOKS >= 2 && ROWS * TOKS <= 32;
+  constexpr int XU = kPrefetchX ? U : 1;
+  constexpr int XT = kPrefetchX ? TOKS : 1;
+  const bool has_norm = a.norm_weight != nullptr;
+  float4 xnext[XU][XT];
+  float4 nwnext[XU];
+  if constexpr (kPrefetchX) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (u < groups) {
+#pragma unroll
+        for (int m = 0; m < TOKS; ++m) xnext[u][m] = __ldg(xrow[m] + u * 32);
+        if (has_norm) nwnext[u] = __ldg(nw + u * 32);
+      }
+    }
+  }
+
   for (int g0 = 0; g0 < groups; g0 += U) {
     Raw cur[U][ROWS];
+    float4 xcur[XU][XT];
+    float4 nwcur[XU];
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) cur[u][r] = next[u][r];
+    if constexpr (kPrefetchX) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (g0 + U + u < groups)
+      for (int u = 0; u < U; ++u) {
+#pragma unroll
+        for (int m = 0; m < TOKS; ++m) xcur[u][m] = xnext[u][m];
+        nwcur[u] = nwnext[u];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (g0 + U + u < groups) {
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) next[u][r] = __ldg(wrow[r] + (g0 + U + u) * 32);
+        if constexpr (kPrefetchX) {
+#pragma unroll
+          for (int m = 0; m < TOKS; ++m) xnext[u][m] = __ldg(xrow[m] + (g0 + U + u) * 32);
+          if (has_norm) nwnext[u] = __ldg(nw + (g0 + U + u) * 32);
+        }
+      }
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (g0 + u >= groups) break;
@@ -198,11 +234,22 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) W4::ToF32(cur[u][r], wf[r]);
       float4 nwv = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (a.norm_weight != nullptr) nwv = __ldg(nw + g * 32);
+      if (has_norm) {
+        if constexpr (kPrefetchX) {
+          nwv = nwcur[u];
+        } else {
+          nwv = __ldg(nw + g * 32);
+        }
+      }
 #pragma unroll
       for (int m = 0; m < TOKS; ++m) {
-        float4 xv = __ldg(xrow[m] + g * 32);
-        if (a.norm_weight != nullptr) xv = NormScale(xv, rscale[m], nwv);
+        float4 xv;
+        if constexpr (kPrefetchX) {
+          xv = xcur[u][m];
+        } else {
+          xv = __ldg(xrow[m] + g * 32);
+        }
+        if (has_norm) xv = NormScale(xv, rscale[m], nwv);
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
           acc[r][m] = fmaf(wf[r][0], xv.x, acc[r][m]);
@@ -290,7 +337,6 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   auto warps = [&](int rows, int toks) {
     return ((a.w.rows + rows - 1) / rows) * static_cast<int64_t>((a.tokens + toks - 1) / toks);
   };
-  if (a.tokens >= 8 && warps(8, 8) >= want) return LaunchLinearTile<WT, 8, 8>(a, stream);
   if (a.tokens >= 8 && warps(4, 8) >= want) return LaunchLinearTile<WT, 4, 8>(a, stream);
   if (a.tokens >= 4 && warps(4, 4) >= want) return LaunchLinearTile<WT, 4, 4>(a, stream);
   if (a.tokens >= 3) return LaunchLinearTile<WT, 2, 4>(a, stream);
