@@ -90,6 +90,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir, con
   const int32_t max_pos = model->config().max_position_embeddings;
   const int32_t context = options.max_context > 0 ? std::min(options.max_context, max_pos) : std::min(max_pos, 32768);
   std::unique_ptr<Backend> backend;
+  int64_t kv_cache_bytes = options.kv_cache_bytes;
   if (options.device == Device::kCpu) {
     CpuBackendOptions o;
     o.threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
@@ -100,9 +101,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir, con
     o.device = options.cuda_device;
     o.max_positions = context;
     ROTE_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CreateCudaBackend(model, o));
+    // kv_cache_bytes 0 on CUDA: as many KV blocks as free device memory holds, less 1 GiB
+    // kept for activations, logits and graphs (the CUDA backend hook; a positive value sets it).
+    if (options.kv_cache_bytes <= 0) {
+      kv_cache_bytes = int64_t{cuda->KvBlocksForFreeMemory(0, int64_t{1} << 30)} * cuda->KvBytesPerBlock();
+    }
     backend = std::move(cuda);
   }
   EngineOptions opts = options;
+  opts.kv_cache_bytes = kv_cache_bytes;
   opts.max_context = context;
   return Create(std::move(model), std::move(tokenizer), std::move(backend), opts);
 }
