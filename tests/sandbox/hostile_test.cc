@@ -137,6 +137,30 @@ TEST_P(HostileLuaTest, EndsInAClearErrorAndThePoolSurvives) {
 INSTANTIATE_TEST_SUITE_P(Cases, HostileLuaTest, testing::ValuesIn(kLuaCases),
                          [](const testing::TestParamInfo<LuaCase>& p) { return std::string(p.param.name); });
 
+// Blueprints run in-process: every case must be just as contained there (this test process is
+// the server), with the same outcome as in the worker.
+class HostileInProcessTest : public testing::TestWithParam<LuaCase> {};
+
+TEST_P(HostileInProcessTest, SameErrorInProcessAndTheProcessSurvives) {
+  const LuaCase& c = GetParam();
+  std::string source = std::string("return function(x)\n") + c.body + "\nend\n";
+  auto out = RunFunctionArtifact(source, "hostile.lua", {Value::Int(1), Value::Int(2)}, HostileLimits(),
+                                 LuaState::Clock::now() + std::chrono::seconds(20));
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (const CallResult& r : *out) {
+    EXPECT_EQ(r.status.code(), c.code) << r.status;
+    EXPECT_NE(r.status.message().find(c.needle), std::string::npos) << r.status;
+  }
+  EXPECT_EQ((*out)[0].status, (*out)[1].status);
+  EXPECT_EQ((*out)[0].usage.instructions, (*out)[1].usage.instructions);
+  auto next = RunFunctionArtifact("return function(x) return x * 2 end", "ok.lua", {Value::Int(21)}, HostileLimits());
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->front().value.as_int(), 42);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, HostileInProcessTest, testing::ValuesIn(kLuaCases),
+                         [](const testing::TestParamInfo<LuaCase>& p) { return std::string(p.param.name); });
+
 TEST(HostileArtifactTest, CompileTimeAttacks) {
   auto binary = RunFunctionArtifact("\x1bLua\x54\x00", "bin.lua", {Value::Nil()}, HostileLimits());
   ASSERT_FALSE(binary.ok());
