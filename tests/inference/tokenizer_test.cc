@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -239,6 +240,20 @@ TEST_P(FamilyTest, EncodingIsTheSameFromManyThreads) {
   }
   for (auto& th : threads) th.join();
   EXPECT_THAT(failures, ElementsAre(0, 0, 0, 0));
+}
+
+TEST_P(FamilyTest, LongUnbrokenTextEncodesInLinearTime) {
+  // One 400 KB piece with no added token to split it: each regex match must not rescan the
+  // subject (PCRE2 re-validates UTF-8 per call unless told not to, which made this quadratic:
+  // minutes instead of milliseconds). CPU time, with a wide margin for loaded machines.
+  std::string text;
+  while (text.size() < 400000) text += "word 123 \u4f60\u597d, ";
+  const std::clock_t start = std::clock();
+  const std::vector<int32_t> ids = tok().Encode(text);
+  const double seconds = double(std::clock() - start) / CLOCKS_PER_SEC;
+  EXPECT_GT(ids.size(), 100000u);
+  EXPECT_LT(seconds, 2.0);
+  EXPECT_EQ(tok().Decode(ids), text);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyTest, ::testing::Values("qwen2", "llama3", "qwen3"));
