@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "cli/reflection_client.h"
@@ -286,6 +287,44 @@ TEST(ServerTest, MetricsEndpointCountsCallsByMethodAndCode) {
   EXPECT_THAT(body, HasSubstr("rote_rpc_requests_total{code=\"OK\",method=\"/grpc.health.v1.Health/Check\"} 3"));
   EXPECT_THAT(body, HasSubstr("method=\"/rote.v1.BlueprintService/GetBlueprint\""));
   EXPECT_THAT(body, HasSubstr("rote_rpc_duration_seconds_count{method=\"/grpc.health.v1.Health/Check\"} 3"));
+}
+
+}  // namespace
+}  // namespace rote::orchestrator
+
+namespace rote::orchestrator {
+namespace {
+
+// TLS from certificate and key files: a client trusting the certificate gets through, a
+// plaintext client does not.
+TEST(ServerTlsTest, ServesTlsWithCertificateAndKeyFiles) {
+  ServerOptions opt = TestOptions("tls");
+  opt.tls_cert_file = opt.data_dir + "/cert.pem";
+  opt.tls_key_file = opt.data_dir + "/key.pem";
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                          "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
+                          opt.tls_key_file + " -out " + opt.tls_cert_file + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a test certificate";
+  auto server = Server::Start(opt);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::ifstream in(opt.tls_cert_file);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  auto tls = grpc::CreateChannel("localhost:" + std::to_string((*server)->port()), grpc::SslCredentials(ssl));
+  EXPECT_EQ(Health(tls), HealthStatus::SERVING);
+  grpc::Status plain_status;
+  Health(Connect((*server)->port()), &plain_status);
+  EXPECT_FALSE(plain_status.ok());
+}
+
+TEST(ServerTlsTest, CertificateWithoutKeyIsRefused) {
+  ServerOptions opt = TestOptions("tls-half");
+  opt.tls_cert_file = opt.data_dir + "/cert.pem";
+  auto server = Server::Start(opt);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
