@@ -108,7 +108,6 @@ struct LuaState::Snapshot {
   std::vector<char> image;
   Arena::Meta meta;
   uint64_t heap_bytes;
-  uint64_t live_blocks;
   int env_ref;
 };
 
@@ -123,7 +122,6 @@ struct LuaStateAccess {
   static void RaiseLimit(LuaState* s, lua_State* L) { s->RaiseLimit(L); }
   static uint64_t& heap(LuaState* s) { return s->heap_bytes_; }
   static LuaState::Arena& arena(LuaState* s) { return *s->arena_; }
-  static uint64_t& live_blocks(LuaState* s) { return s->live_blocks_; }
   static uint64_t& peak(LuaState* s) { return s->peak_heap_bytes_; }
   static bool& enforce_memory(LuaState* s) { return s->enforce_memory_; }
   static lua_State* main(LuaState* s) { return s->L_; }
@@ -164,7 +162,6 @@ void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
   uint64_t& heap = A::heap(s);
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
-    if (ptr != nullptr) A::live_blocks(s)--;
     heap -= old;
     if (ptr != nullptr) A::arena(s).Free(ptr, osize);
     return nullptr;
@@ -192,7 +189,6 @@ void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
     }
     return nullptr;
   }
-  if (ptr == nullptr) A::live_blocks(s)++;
   heap = heap - old + nsize;
   if (heap > A::peak(s)) A::peak(s) = heap;
   return p;
@@ -943,7 +939,6 @@ void LuaState::TakeSnapshot() {
   snapshot_->image.assign(arena_->base, arena_->base + arena_->meta.bump);
   snapshot_->meta = arena_->meta;
   snapshot_->heap_bytes = heap_bytes_;
-  snapshot_->live_blocks = live_blocks_;
   snapshot_->env_ref = env_ref_;
 }
 
@@ -951,7 +946,6 @@ void LuaState::RestoreSnapshot() {
   std::memcpy(arena_->base, snapshot_->image.data(), snapshot_->image.size());
   arena_->meta = snapshot_->meta;
   heap_bytes_ = snapshot_->heap_bytes;
-  live_blocks_ = snapshot_->live_blocks;
   env_ref_ = snapshot_->env_ref;
   ResetBudget();
 }

@@ -38,14 +38,19 @@
 //   lua_getfield(L, -1, "run");  (*st)->Push(input);  (*st)->Call(1, 1);
 //   auto out = ToValue(L, -1);
 //
+// To run a prepared blueprint on many inputs, call TakeSnapshot() after loading it and
+// RestoreSnapshot() before each input: every run then starts from the identical heap.
+// Always enter Lua through Call/Push (not raw lua_pcall): they set the C locale and map limit
+// errors to statuses.
+//
 // C functions installed by the host run under the same limits; they should call
 // LuaState::Charge(L, n) for work proportional to their input, and must raise errors with
 // luaL_error (never longjmp across C++ frames holding resources).
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,7 +103,8 @@ class LuaState {
 
   // Starts a new call: a fresh global table whose misses fall through to the shared library,
   // a reseeded math.random, fresh tostring sequence numbers, an empty output buffer and zeroed
-  // counters. Collects garbage first so the heap starts from the same baseline each time.
+  // counters, then a full collection so the heap starts from the same baseline each time.
+  // Hosts that run many calls from one prepared point should prefer Take/RestoreSnapshot.
   absl::Status NewEnvironment();
 
   // Compiles source text (binary chunks are refused) with chunk name "=<chunkname>" so errors
@@ -118,7 +124,6 @@ class LuaState {
   absl::Status PushEncoded(std::string_view bytes);
 
   void ResetBudget();
-  void set_limits(const Limits& limits) { limits_ = limits; }
   const Limits& limits() const { return limits_; }
   // A wall-clock safety net for the next calls; nullopt disables it.
   void set_deadline(std::optional<Clock::time_point> deadline) { deadline_ = deadline; }
@@ -132,9 +137,6 @@ class LuaState {
   // Requires a prior TakeSnapshot. Clears output and counters like ResetBudget.
   void RestoreSnapshot();
 
-  // Bytes and blocks live in the Lua heap. After NewEnvironment's full collection this
-  // identifies the state's starting point: equal fingerprints, equal GC pacing and limits.
-  std::pair<uint64_t, uint64_t> HeapFingerprint() const { return {heap_bytes_, live_blocks_}; }
   const std::string& output() const { return output_; }
   std::string TakeOutput() { return std::move(output_); }
 
@@ -157,7 +159,6 @@ class LuaState {
   Limits limits_;
   std::optional<Clock::time_point> deadline_;
   uint64_t heap_bytes_ = 0;
-  uint64_t live_blocks_ = 0;
   uint64_t peak_heap_bytes_ = 0;
   uint64_t instructions_ = 0;
   bool enforce_memory_ = false;  // off while the profile itself is being built
