@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <queue>
 #include <sstream>
 #include <unordered_map>
 
@@ -86,8 +85,19 @@ std::string EscapeRegexLiteral(std::string_view s) {
   return "\\Q" + std::string(s) + "\\E";
 }
 
+// True when every code point is below U+0300: no such character changes under NFC, and none
+// composes with another (combining marks start at U+0300, Hangul jamo at U+1100). In UTF-8 that
+// is ASCII, lead bytes C2..CB and continuation bytes.
+bool TriviallyNfc(std::string_view text) {
+  for (char ch : text) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b >= 0xCC) return false;
+  }
+  return true;
+}
+
 std::string NormalizeNfc(std::string_view text) {
-  if (text.empty()) return {};
+  if (TriviallyNfc(text)) return std::string(text);
   utf8proc_uint8_t* out = nullptr;
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
@@ -361,8 +371,20 @@ void Tokenizer::Impl::Bpe(std::string_view word, std::vector<int32_t>& out) cons
     int next;
     bool alive;
   };
-  std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
+  struct Candidate {
+    int32_t rank;
+    int pos;
+    int32_t new_id;
+  };
+  // Heap order: the lowest rank first, the leftmost among equal ranks (tokenizers' order).
+  auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  // Scratch reused across words; per thread, so concurrent Encode calls share nothing.
+  thread_local std::vector<Symbol> symbols;
+  thread_local std::vector<Candidate> heap;
+  symbols.clear();
+  heap.clear();
   for (unsigned char b : word) {
     const int32_t id = byte_id[b];
     if (id < 0) continue;  // no token for this byte and no unk: tokenizers drops it too
@@ -372,27 +394,21 @@ void Tokenizer::Impl::Bpe(std::string_view word, std::vector<int32_t>& out) cons
   if (symbols.empty()) return;
   symbols.back().next = -1;
 
-  struct Candidate {
-    int32_t rank;
-    int pos;
-    int32_t new_id;
-    bool operator<(const Candidate& o) const {  // priority_queue pops the largest
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
-  };
-  std::priority_queue<Candidate> queue;
   auto consider = [&](int pos) {
     if (pos < 0) return;
     const int next = symbols[pos].next;
     if (next < 0) return;
     auto it = merges.find(PairKey(symbols[pos].id, symbols[next].id));
-    if (it != merges.end()) queue.push({it->second.first, pos, it->second.second});
+    if (it == merges.end()) return;
+    heap.push_back({it->second.first, pos, it->second.second});
+    std::push_heap(heap.begin(), heap.end(), later);
   };
   for (int i = 0; i + 1 < static_cast<int>(symbols.size()); ++i) consider(i);
 
-  while (!queue.empty()) {
-    const Candidate top = queue.top();
-    queue.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const Candidate top = heap.back();
+    heap.pop_back();
     Symbol& left = symbols[top.pos];
     if (!left.alive || left.next < 0) continue;
     Symbol& right = symbols[left.next];
