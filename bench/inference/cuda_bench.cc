@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "inference/cuda/cuda_backend.h"
-#include "inference/cuda/kernels.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
 
@@ -152,7 +151,7 @@ int main(int argc, char** argv) {
   const int64_t kv_bytes_per_position = int64_t{2} * c.num_layers * c.kv_dim() * 4;
   const int tiles = std::stoi(Arg(argc, argv, "--tiles", "1"));
   for (int tile = -1; tile < tiles - 1; ++tile) {
-  cuda::SetLargeBatchTile(tile);
+  SetCudaLargeBatchTileForTesting(tile);
   const std::string batches = "," + Arg(argc, argv, "--batches", "1,8,32,64") + ",";
   for (int32_t batch : {1, 8, 32, 64}) {
     if (tile >= 0 && batch == 1) continue;  // forced tiles apply above one token

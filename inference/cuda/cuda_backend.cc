@@ -609,6 +609,8 @@ class CudaBackendImpl final : public CudaBackend {
 
 }  // namespace
 
+void SetCudaLargeBatchTileForTesting(int variant) { cuda::SetLargeBatchTile(variant); }
+
 int CudaDeviceCount() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -10,4 +10,6 @@ StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const M
 
 int CudaDeviceCount() { return 0; }
 
+void SetCudaLargeBatchTileForTesting(int) {}
+
 }  // namespace rote::inference

@@ -15,7 +15,6 @@
 #include "inference/backend.h"
 #include "inference/engine.h"
 #include "inference/cuda/cuda_backend.h"
-#include "inference/cuda/kernels.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
 
@@ -340,7 +339,7 @@ TEST(CudaInvariance, TileShapesGiveIdenticalLogits) {
   std::vector<float> reference;
   for (int tile : {-1, 0, 1, 2}) {
     SCOPED_TRACE("tile=" + std::to_string(tile));
-    cuda::SetLargeBatchTile(tile);
+    SetCudaLargeBatchTileForTesting(tile);
     auto gpu = Cuda(model);
     Driver d(gpu.get(), 256);
     std::vector<Seq> seqs(11);
@@ -365,7 +364,7 @@ TEST(CudaInvariance, TileShapesGiveIdenticalLogits) {
       EXPECT_TRUE(SameBits(reference, all));
     }
   }
-  cuda::SetLargeBatchTile(-1);
+  SetCudaLargeBatchTileForTesting(-1);
 }
 
 // The engine (continuous batching, chunked prefill, paged KV, the same scheduler) on CUDA and on
