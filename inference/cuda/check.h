@@ -24,6 +24,3 @@ inline Status CudaStatus(cudaError_t err, const char* what, const char* file, in
     if (rote_cuda_err_ != cudaSuccess)                                                               \
       return ::rote::inference::cuda::CudaStatus(rote_cuda_err_, #call, __FILE__, __LINE__);         \
   } while (0)
-
-// Checks the last launch (launch configuration errors surface here, not at the <<<>>>).
-#define ROTE_CUDA_RETURN_IF_LAUNCH_ERROR() ROTE_CUDA_RETURN_IF_ERROR(cudaGetLastError())

@@ -1,8 +1,10 @@
 // The CUDA kernels of the exact profile (docs/numerics.md) and their launchers. Every kernel
 // keeps the canonical 32-lane order: lane t of a warp owns the terms k ≡ t (mod 32) of each
 // reduction, in increasing k, and the warp's xor butterfly (off 16..1) is the canonical tree.
-// Plain pointers and sizes only, so the kernels can be tested one by one against the scalar
-// reference in canonical.h (tests/inference/cuda_kernels_test.cc).
+// Plain pointers and sizes only, so each kernel could be checked alone against the scalar
+// reference in canonical.h; today they are checked together, against the CPU backend
+// (tests/inference/cuda_backend_test.cc). Every launch is chained (programmatic dependent
+// launch): a kernel waits for the previous one before reading its results.
 #pragma once
 
 #include <cuda_runtime.h>  // cudaStream_t, cudaError_t
