@@ -1,9 +1,11 @@
 #include "inference/cpu/thread_pool.h"
 
+#include <algorithm>
+
 namespace rote::inference {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -15,21 +17,29 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void ThreadPool::WorkerLoop(int index) {
+void ThreadPool::RunChunks(Job& job) {
+  for (;;) {
+    const int64_t c = job.next.fetch_add(1, std::memory_order_relaxed);
+    if (c >= job.num_chunks) return;
+    const int64_t begin = c * job.chunk;
+    (*job.fn)(begin, std::min(job.n, begin + job.chunk));
+  }
+}
+
+void ThreadPool::WorkerLoop() {
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;
-    const int64_t parts = size();
-    const int64_t begin = job_n_ * index / parts;
-    const int64_t end = job_n_ * (index + 1) / parts;
-    const auto* job = job_;
+    Job* job = current_;
+    if (job == nullptr) continue;  // woke after the job was already finished
+    ++job->busy;
     lock.unlock();
-    if (begin < end) (*job)(begin, end);
+    RunChunks(*job);
     lock.lock();
-    if (--pending_ == 0) done_cv_.notify_one();
+    if (--job->busy == 0) done_cv_.notify_all();
   }
 }
 
@@ -39,19 +49,23 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
     fn(0, n);
     return;
   }
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  // A few chunks per thread, so a late thread's share can be taken by the others.
+  job.num_chunks = std::min<int64_t>(n, 4 * size());
+  job.chunk = (n + job.num_chunks - 1) / job.num_chunks;
+  job.num_chunks = (n + job.chunk - 1) / job.chunk;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    pending_ = static_cast<int>(workers_.size());
+    current_ = &job;
     ++generation_;
   }
   start_cv_.notify_all();
-  const int64_t end0 = n / size();
-  if (end0 > 0) fn(0, end0);
+  RunChunks(job);
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return pending_ == 0; });
-  job_ = nullptr;
+  current_ = nullptr;  // from here no worker can join the job; wait for those inside it
+  done_cv_.wait(lock, [&] { return job.busy == 0; });
 }
 
 }  // namespace rote::inference

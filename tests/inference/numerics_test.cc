@@ -2,12 +2,14 @@
 // AVX2 kernels equal to the scalar reference bit for bit, rote's own double functions, sha256.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "inference/cpu/kernels.h"
+#include "inference/cpu/thread_pool.h"
 #include "inference/numerics/canonical.h"
 #include "inference/numerics/rope.h"
 #include "inference/util/sha256.h"
@@ -219,6 +221,22 @@ TEST(HostMathTest, RopeInvFreqDefaultAndLlama3) {
   EXPECT_EQ(t.cos[0], 1.0f);
   EXPECT_EQ(t.sin[0], 0.0f);
   EXPECT_NEAR(t.cos[99 * 32 + 0], std::cos(99.0), 1e-6);
+}
+
+TEST(ThreadPoolTest, CoversEveryIndexExactlyOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 7, 100, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      for (int rep = 0; rep < 20; ++rep) {
+        pool.ParallelFor(n, [&](int64_t b, int64_t e) {
+          ASSERT_LT(b, e);
+          for (int64_t i = b; i < e; ++i) ++hits[i];
+        });
+      }
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 20) << threads << " threads, n=" << n << ", i=" << i;
+    }
+  }
 }
 
 TEST(Sha256Test, StandardVectors) {
