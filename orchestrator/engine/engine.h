@@ -34,9 +34,11 @@ namespace rote::orchestrator::engine {
 struct EngineOptions {
   // Runs executing at once; more wait in a queue, in submission order.
   int run_workers = 4;
-  // Limits of a run whose policy leaves them at 0, and the most a policy may ask for.
-  sandbox::Limits default_limits{1'000'000'000, 512ull << 20, 1ull << 20};
-  sandbox::Limits max_limits{50'000'000'000, 4ull << 30, 64ull << 20};
+  // Limits of a run whose policy leaves them at 0, and the most a policy may ask for. The
+  // memory limit also sizes each artifact call's Lua arena in the sandbox workers (twice the
+  // limit, reserved), which must fit the workers' address-space limit.
+  sandbox::Limits default_limits{1'000'000'000, 256ull << 20, 1ull << 20};
+  sandbox::Limits max_limits{50'000'000'000, 512ull << 20, 64ull << 20};
   // Limits for loading a blueprint at registration.
   sandbox::Limits load_limits{100'000'000, 64ull << 20, 1ull << 20};
   // Wall-clock safety net of one run (deterministic limits decide; this only stops runaways

@@ -9,10 +9,12 @@
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "spdlog/spdlog.h"
 
 namespace rote::e2e {
 
 TestServer::TestServer() {
+  spdlog::set_level(spdlog::level::warn);  // per-call request logs drown test failures
   std::string base = std::filesystem::temp_directory_path() / "rote-e2e-XXXXXX";
   std::vector<char> buf(base.begin(), base.end());
   buf.push_back('\0');
