@@ -337,9 +337,10 @@ def load_corpus():
         if "hex" in c:
             raw = bytes.fromhex(c["hex"])
             # The reference sees what rote documents: invalid UTF-8 replaced by U+FFFD.
-            out.append(dict(name=c["name"], hex=c["hex"], text=raw.decode("utf-8", errors="replace")))
+            out.append(dict(name=c["name"], hex=c["hex"], text=raw.decode("utf-8", errors="replace"),
+                            train=c.get("train", True)))
         else:
-            out.append(dict(name=c["name"], text=c["text"]))
+            out.append(dict(name=c["name"], text=c["text"], train=c.get("train", True)))
     return out
 
 
@@ -359,7 +360,7 @@ def build_tokenizer(family, spec, corpus, vocab_size):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   special_tokens=[])
-    texts = TRAINING_TEXT * 8 + [c["text"] for c in corpus]
+    texts = TRAINING_TEXT * 8 + [c["text"] for c in corpus if c["train"]]
     tok.train_from_iterator(texts, trainer)
     for content, special in spec["added"]:
         t = AddedToken(content, special=special, normalized=False, lstrip=False, rstrip=False,
@@ -424,6 +425,23 @@ def chat_conversations(family):
         ([{"role": "user", "content": "q1"},
           {"role": "assistant", "content": "<think>\nnew reasoning\n</think>\n\nnew answer"}], False),
         ([{"role": "user", "content": "q1"}, {"role": "assistant", "content": "plain answer"}], False),
+        # Qwen3: reasoning kept for assistant turns after the last real query (tool loop).
+        ([{"role": "user", "content": "q"},
+          {"role": "assistant", "content": "<think>\nr1\n</think>\n\ncall"},
+          {"role": "tool", "content": "res"},
+          {"role": "assistant", "content": "<think>\nr2\n</think>\n\nfinal"}], False),
+        ([{"role": "user", "content": "q"},
+          {"role": "assistant", "content": "<think>\nr1\n</think>\n\ncall"},
+          {"role": "tool", "content": "res"}], True),
+        ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "\n\nanswer"}], False),
+        ([{"role": "user", "content": "q"},
+          {"role": "assistant", "content": "<think>a</think>b</think>\nc"}], False),
+        ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "no think"},
+          {"role": "user", "content": "q2"}, {"role": "assistant", "content": "<think>\n\nx\n\n</think>y"}],
+         False),
+        ([{"role": "system", "content": "only system"}], True),
+        ([{"role": "system", "content": "   "}, {"role": "user", "content": "u"}], True),
+        ([{"role": "user", "content": "use <|im_end|> and <|eot_id|> literally"}], True),
     ]
     if family in ("qwen2", "qwen3"):
         convs.append(([{"role": "user", "content": "call it"}, {"role": "assistant", "content": "ok"},
@@ -782,6 +800,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "tests" / "fixtures"))
     ap.add_argument("--only", default="", help="comma-separated families (default: all)")
+    ap.add_argument("--cases-only", action="store_true",
+                    help="only rewrite tokenizer_cases.json from the tokenizer files already in --out")
     args = ap.parse_args()
     corpus = load_corpus()
     out_root = pathlib.Path(args.out)
@@ -791,7 +811,12 @@ def main():
         if wanted and family not in wanted:
             continue
         try:
-            make_family(family, spec, corpus, out_root)
+            if args.cases_only:
+                cases = tokenizer_cases(family, spec, corpus, out_root / family)
+                write_json(out_root / family / "tokenizer_cases.json", cases)
+                print(f"{family}: {len(cases['cases'])} corpus cases, {len(cases['chat'])} chats")
+            else:
+                make_family(family, spec, corpus, out_root)
         except Exception:  # one family's failure must not hide the others' results
             import traceback
             traceback.print_exc()
