@@ -95,6 +95,9 @@ class LuaState {
   LuaState& operator=(const LuaState&) = delete;
 
   lua_State* raw() const { return L_; }
+  // Whether the string hash seed was pinned to a constant (see lua_runtime.cc); with it the
+  // internal hash layout of tables is the same in every process.
+  bool seed_pinned() const { return seed_pinned_; }
   static LuaState* From(lua_State* L);
 
   // Pops the value on top of the stack and makes it a global of every environment created
@@ -166,6 +169,10 @@ class LuaState {
   absl::Status limit_status_;  // sticky once a deterministic limit is hit
   std::string output_;
   int env_ref_ = -1;           // registry ref of the current global table
+  void* lg_block_ = nullptr;   // lua_newstate's first block (main thread + global state)
+  size_t lg_size_ = 0;
+  bool seed_checked_ = false;
+  bool seed_pinned_ = false;
   std::unique_ptr<Arena> arena_;
   std::unique_ptr<Snapshot> snapshot_;
 };

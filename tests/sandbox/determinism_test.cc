@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <lua.hpp>
+
 #include "sandbox/lua_runtime.h"
 #include "sandbox/value.h"
 #include "sandbox/worker_pool.h"
@@ -143,6 +145,43 @@ TEST(DeterministicProfileTest, DocumentedChoices) {
             R"(["integer","float",1,1.5,4.0])");
   // print goes to the output buffer, tab-separated.
   EXPECT_EQ(run("print(1, 'a', nil, {}) return true"), "1\ta\tnil\ttable: 1\ntrue");
+}
+
+}  // namespace
+}  // namespace rote::sandbox
+
+namespace rote::sandbox {
+namespace {
+
+// The raw hash layout (stock next order) no longer depends on the per-process seed: two states
+// in one process (different addresses, so different seeds in stock Lua) agree, and so do fresh
+// processes (the determinism suite).
+std::string RawNextOrder(LuaState& st) {
+  lua_State* L = st.raw();
+  lua_createtable(L, 0, 0);
+  for (int i = 0; i < 60; ++i) {
+    lua_pushfstring(L, "key%d", i * 7919 % 1000);
+    lua_pushinteger(L, i);
+    lua_rawset(L, -3);
+  }
+  std::string order;
+  lua_pushnil(L);
+  while (lua_next(L, -2) != 0) {
+    lua_pop(L, 1);
+    order += lua_tostring(L, -1);
+    order += ' ';
+  }
+  lua_pop(L, 1);
+  return order;
+}
+
+TEST(StringHashSeedTest, PinnedSoTheHashLayoutIsTheSameInEveryState) {
+  auto a = LuaState::Create({});
+  auto b = LuaState::Create({});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->seed_pinned()) << "the global_State layout of this Lua build was not recognized";
+  ASSERT_TRUE((*b)->seed_pinned());
+  EXPECT_EQ(RawNextOrder(**a), RawNextOrder(**b));
 }
 
 }  // namespace
