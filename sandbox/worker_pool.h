@@ -36,7 +36,10 @@ struct WorkerPoolOptions {
   std::string worker_path;
   int num_workers = 2;
   std::chrono::milliseconds default_deadline{30'000};
-  uint64_t address_space_bytes = 2ull << 30;  // RLIMIT_AS of each worker
+  // RLIMIT_AS of each worker. A Lua state reserves 2 * max_memory_bytes + 4 MiB of address space
+  // and a worker may hold two (its cached artifact and a new one), so keep this above
+  // 4 * max_memory_bytes + 64 MiB or large limits fail with "cannot map the Lua heap arena".
+  uint64_t address_space_bytes = 2ull << 30;
   uint64_t cpu_seconds = 600;                 // RLIMIT_CPU of each worker (lifetime)
 };
 
