@@ -327,6 +327,17 @@ TEST(TokenizerChat, Qwen2DefaultSystemPromptComesFromTheTemplate) {
             "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST(TokenizerChat, Qwen2WithoutADefaultInItsTemplateInsertsNoSystemPrompt) {
+  // A qwen2 model whose template has no default system literal (here Qwen3's template).
+  StatusOr<Tokenizer> t = Tokenizer::FromJson(ReadText(FixtureDir("qwen2") + "/tokenizer.json"),
+                                              ReadText(FixtureDir("qwen3") + "/tokenizer_config.json"),
+                                              ReadText(FixtureDir("qwen2") + "/config.json"), "");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->chat_family(), ChatFamily::kQwen2);
+  EXPECT_EQ(t->ApplyChatTemplate({{"user", "hi"}}, true),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+}
+
 TEST(TokenizerErrors, NameWhatIsWrong) {
   StatusOr<Tokenizer> missing = Tokenizer::Load("/nonexistent/model");
   ASSERT_FALSE(missing.ok());
