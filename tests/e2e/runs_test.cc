@@ -4,49 +4,10 @@
 
 #include "gtest/gtest.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/word_stats.h"
 
 namespace rote::e2e {
 namespace {
-
-const char kWordStats[] = R"lua(local bp = rote.blueprint { name = "word_stats", version = "1.0.0" }
-
-local words = bp:regex {
-  name = "words",
-  task = "Words: runs of ASCII letters.",
-  examples = { { "hi there", { "hi", "there" } }, { "42", {} } },
-}
-
-local shout = bp:lua {
-  name = "shout",
-  task = "Upper-case a word.",
-  signature = "function(word) -> string",
-  tests = { { "hi", "HI" } },
-}
-
-function bp.run(input)
-  local all = words:find_all(input.text)
-  rote.log("found", #all, "words")
-  return { count = #all, loud = shout:map(all), first = shout(all[1] or "") }
-end
-
-return bp
-)lua";
-
-const char kWordStatsLock[] = R"(format = 1
-blueprint = "word_stats"
-
-[[point]]
-name = "words"
-kind = "re2_pattern"
-source = '[A-Za-z]+'
-
-[[point]]
-name = "shout"
-kind = "lua_function"
-source = '''
-return function(word) return string.upper(word) end
-'''
-)";
 
 TEST(RunsE2e, SubmitWatchSucceedAndReplay) {
   TestServer server;
