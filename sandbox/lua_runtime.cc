@@ -1028,6 +1028,7 @@ Usage LuaState::usage() const {
 absl::Status LuaState::NewEnvironment() {
   ScopedCLocale locale;
   lua_settop(L_, 0);
+  ResetBudget();  // a limit hit by the previous call must not fire while building this one
   enforce_memory_ = false;
   lua_pushcfunction(L_, [](lua_State* L) -> int {
     lua_newtable(L);  // the call's global table
