@@ -9,7 +9,6 @@
 #include <deque>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -26,17 +25,21 @@ using Json = nlohmann::json;
 // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others are moved to
 // U+0100 and up so every byte has a visible, non-space character.
 struct ByteLevelAlphabet {
+  static constexpr char32_t kLimit = 256 + 68;  // the moved bytes end at U+0143
   std::array<char32_t, 256> byte_to_char{};
-  std::unordered_map<char32_t, uint8_t> char_to_byte;
+  std::array<int16_t, kLimit> char_to_byte{};  // -1: not in the alphabet
 
   ByteLevelAlphabet() {
+    char_to_byte.fill(-1);
     int next = 0;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
       byte_to_char[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
-      char_to_byte[byte_to_char[b]] = static_cast<uint8_t>(b);
+      char_to_byte[byte_to_char[b]] = static_cast<int16_t>(b);
     }
   }
+
+  int ByteOf(char32_t cp) const { return cp < kLimit ? char_to_byte[cp] : -1; }
 };
 
 const ByteLevelAlphabet& Alphabet() {
@@ -45,17 +48,21 @@ const ByteLevelAlphabet& Alphabet() {
 }
 
 // The ByteLevel decoder's rule for one token: if every character is in the alphabet, the
-// bytes they stand for; otherwise the token's own UTF-8.
-std::string ByteLevelDecodeToken(std::string_view token) {
+// bytes they stand for; otherwise the token's own UTF-8. `in_alphabet` tells which.
+std::string ByteLevelDecodeToken(std::string_view token, bool* in_alphabet = nullptr) {
   const auto& alphabet = Alphabet();
   std::string bytes;
+  bytes.reserve(token.size());
   size_t pos = 0;
   while (pos < token.size()) {
-    const char32_t cp = utf8::DecodeAt(token, pos);
-    auto it = alphabet.char_to_byte.find(cp);
-    if (it == alphabet.char_to_byte.end()) return std::string(token);
-    bytes.push_back(static_cast<char>(it->second));
+    const int b = alphabet.ByteOf(utf8::DecodeAt(token, pos));
+    if (b < 0) {
+      if (in_alphabet) *in_alphabet = false;
+      return std::string(token);
+    }
+    bytes.push_back(static_cast<char>(b));
   }
+  if (in_alphabet) *in_alphabet = true;
   return bytes;
 }
 
@@ -147,6 +154,14 @@ struct SplitStep {
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+// Hash maps keyed by std::string that string_views can query without a copy.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
 uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
@@ -198,8 +213,8 @@ struct Tokenizer::Impl {
   bool ignore_merges = false;
 
   // The model vocabulary: token text (in the byte-level alphabet) and the bytes it stands for.
-  std::unordered_map<std::string, int32_t> token_to_id;  // vocab and added tokens
-  std::unordered_map<std::string, int32_t> bytes_to_id;  // vocab entries by their bytes
+  StringMap<int32_t> token_to_id;  // vocab and added tokens
+  StringMap<int32_t> bytes_to_id;  // vocab entries by their bytes
   std::array<int32_t, 256> byte_id{};                     // -1: byte not in vocab
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // pair -> (rank, new id)
 
@@ -358,7 +373,7 @@ void SplitIsolated(const pcre2_code* regex, std::string_view text,
 void Tokenizer::Impl::Bpe(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges) {
-    auto it = bytes_to_id.find(std::string(word));
+    auto it = bytes_to_id.find(word);
     if (it != bytes_to_id.end()) {
       out.push_back(it->second);
       return;
@@ -637,12 +652,16 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
 
     // Vocabulary. Ids index dense tables sized by the largest id.
     int32_t max_id = -1;
-    std::map<int32_t, std::string> id_to_token;  // ordered: deterministic table building
-    for (const auto& [token, id_json] : model.at("vocab").items()) {
-      const int32_t id = id_json.get<int32_t>();
-      if (id < 0) return InvalidArgument("tokenizer.json: negative id for token '" + token + "'");
-      id_to_token[id] = token;
-      impl->token_to_id[token] = id;
+    // nlohmann keeps object keys sorted, so this walk (and every table built from it) has one
+    // order whatever the file's.
+    const Json& vocab = model.at("vocab");
+    if (!vocab.is_object()) return InvalidArgument("tokenizer.json: model.vocab is not an object");
+    impl->token_to_id.reserve(vocab.size() + 1024);
+    impl->bytes_to_id.reserve(vocab.size());
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+      const int32_t id = it.value().get<int32_t>();
+      if (id < 0) return InvalidArgument("tokenizer.json: negative id for token '" + it.key() + "'");
+      impl->token_to_id[it.key()] = id;
       max_id = std::max(max_id, id);
     }
     std::vector<AddedToken> added;
@@ -665,48 +684,48 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
     impl->id_known.assign(n, 0);
     impl->id_special.assign(n, 0);
     impl->byte_id.fill(-1);
-    const auto& alphabet = Alphabet();
-    for (const auto& [id, token] : id_to_token) {
-      std::string bytes = ByteLevelDecodeToken(token);
-      impl->id_bytes[id] = bytes;
+    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+      const int32_t id = it.value().get<int32_t>();
+      bool in_alphabet = false;
+      std::string bytes = ByteLevelDecodeToken(it.key(), &in_alphabet);
       impl->id_known[id] = 1;
       // Only tokens written wholly in the alphabet can come out of byte-level BPE.
-      size_t pos = 0;
-      bool in_alphabet = true;
-      while (pos < token.size()) {
-        if (!alphabet.char_to_byte.count(utf8::DecodeAt(token, pos))) in_alphabet = false;
-      }
       if (in_alphabet) {
-        impl->bytes_to_id.emplace(bytes, id);
         if (bytes.size() == 1) impl->byte_id[static_cast<unsigned char>(bytes[0])] = id;
+        impl->bytes_to_id.emplace(bytes, id);
       }
+      impl->id_bytes[id] = std::move(bytes);
     }
 
     // Merges: "a b" strings (older files) or ["a", "b"] pairs (newer ones).
     int32_t rank = 0;
+    std::string joined;
+    impl->merges.reserve(model.at("merges").size());
     for (const Json& m : model.at("merges")) {
-      std::string a, b;
+      std::string_view a, b;
       if (m.is_string()) {
-        const std::string s = m.get<std::string>();
-        const size_t space = s.find(' ');
-        if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-          return InvalidArgument("tokenizer.json: merge '" + s + "' is not two tokens separated by one space");
+        const std::string& text = m.get_ref<const std::string&>();
+        const size_t space = text.find(' ');
+        if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
+          return InvalidArgument("tokenizer.json: merge '" + text + "' is not two tokens separated by one space");
         }
-        a = s.substr(0, space);
-        b = s.substr(space + 1);
-      } else if (m.is_array() && m.size() == 2) {
-        a = m[0].get<std::string>();
-        b = m[1].get<std::string>();
+        a = std::string_view(text).substr(0, space);
+        b = std::string_view(text).substr(space + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        a = m[0].get_ref<const std::string&>();
+        b = m[1].get_ref<const std::string&>();
       } else {
         return InvalidArgument("tokenizer.json: merge #" + std::to_string(rank) +
                                " is neither \"a b\" nor [\"a\", \"b\"]");
       }
+      joined.assign(a);
+      joined.append(b);
       auto ia = impl->token_to_id.find(a);
       auto ib = impl->token_to_id.find(b);
-      auto iab = impl->token_to_id.find(a + b);
+      auto iab = impl->token_to_id.find(joined);
       if (ia == impl->token_to_id.end() || ib == impl->token_to_id.end() ||
           iab == impl->token_to_id.end()) {
-        return InvalidArgument("tokenizer.json: merge '" + a + " " + b +
+        return InvalidArgument("tokenizer.json: merge '" + std::string(a) + " " + std::string(b) +
                                "' uses a token that is not in the vocabulary");
       }
       // The first (best-ranked) occurrence of a pair wins, as in tokenizers.
@@ -800,7 +819,7 @@ std::string Tokenizer::TokenBytes(int32_t id) const {
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->id_bytes.size()); }
 
 std::optional<int32_t> Tokenizer::TokenToId(std::string_view token) const {
-  auto it = impl_->token_to_id.find(std::string(token));
+  auto it = impl_->token_to_id.find(token);
   if (it == impl_->token_to_id.end()) return std::nullopt;
   return it->second;
 }
