@@ -115,6 +115,28 @@ __attribute__((target("avx2,fma"))) void Dot3(const float* w, const float* x0, c
   out[2] = TreeWithTail(c0, c1, c2, c3, i, n, [&](int64_t j, float a) { return fmaf(w[j], x2[j], a); });
 }
 
+__attribute__((target("avx2,fma"))) void Dot2(const float* w, const float* x0, const float* x1, int64_t n, float* out) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+  __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps(), b2 = _mm256_setzero_ps(), b3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256 wv = _mm256_loadu_ps(w + i);
+    a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i), a0);
+    b0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i), b0);
+    wv = _mm256_loadu_ps(w + i + 8);
+    a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i + 8), a1);
+    b1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i + 8), b1);
+    wv = _mm256_loadu_ps(w + i + 16);
+    a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i + 16), a2);
+    b2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i + 16), b2);
+    wv = _mm256_loadu_ps(w + i + 24);
+    a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + i + 24), a3);
+    b3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x1 + i + 24), b3);
+  }
+  out[0] = TreeWithTail(a0, a1, a2, a3, i, n, [&](int64_t j, float a) { return fmaf(w[j], x0[j], a); });
+  out[1] = TreeWithTail(b0, b1, b2, b3, i, n, [&](int64_t j, float a) { return fmaf(w[j], x1[j], a); });
+}
+
 __attribute__((target("avx2,fma"))) void Bf16ToF32Avx2(const uint16_t* src, int64_t n, float* dst) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -174,7 +196,8 @@ __attribute__((target("avx2,fma,f16c"))) float DotStoredAvx2(DType dtype, const 
 
 void DotMultiAvx2(const float* w, const float* const* xs, int count, int64_t n, float* out) {
   if (count == 3) return Dot3(w, xs[0], xs[1], xs[2], n, out);
-  for (int k = 0; k < count; ++k) out[k] = DotAvx2(w, xs[k], n);
+  if (count == 2) return Dot2(w, xs[0], xs[1], n, out);
+  out[0] = DotAvx2(w, xs[0], n);
 }
 
 void ConvertToF32(DType dtype, const void* src, int64_t n, float* dst, bool avx2) {

@@ -18,10 +18,11 @@ namespace {
 struct Case {
   ModelFamily family;
   const char* shape;
+  DType dtype = DType::kBF16;
 };
 
 std::shared_ptr<const Model> LoadModel(const Case& c) {
-  auto m = Model::Load(testing::SynthModelDir(c.family, c.shape));
+  auto m = Model::Load(testing::SynthModelDir(c.family, c.shape, c.dtype));
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return m.ok() ? *m : nullptr;
 }
@@ -197,9 +198,12 @@ TEST_P(InvarianceTest, NonCanonicalReductionIsCaught) {
 
 INSTANTIATE_TEST_SUITE_P(Families, InvarianceTest,
                          ::testing::Values(Case{ModelFamily::kQwen2, "small"}, Case{ModelFamily::kLlama, "tiny"},
-                                           Case{ModelFamily::kQwen3, "tiny"}),
+                                           Case{ModelFamily::kQwen3, "tiny"},
+                                           Case{ModelFamily::kQwen3, "tiny", DType::kF16},
+                                           Case{ModelFamily::kLlama, "tiny", DType::kF32}),
                          [](const auto& param_info) {
-                           return std::string(ModelFamilyName(param_info.param.family)) + "_" + param_info.param.shape;
+                           return std::string(ModelFamilyName(param_info.param.family)) + "_" + param_info.param.shape +
+                                  "_" + std::string(DTypeName(param_info.param.dtype));
                          });
 
 }  // namespace
