@@ -79,12 +79,10 @@ void InstallSeccomp() {
   allow(SCMP_SYS(brk));
   allow(SCMP_SYS(munmap));
   allow(SCMP_SYS(mremap));
-  allow(SCMP_SYS(madvise));
   if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)) != 0) {
     Die("seccomp_rule_add failed\n");
   }
   allow(SCMP_SYS(exit_group));
-  allow(SCMP_SYS(exit));
   allow(SCMP_SYS(rt_sigreturn));
   allow(SCMP_SYS(futex));
   allow(SCMP_SYS(clock_gettime));
