@@ -248,6 +248,11 @@ StatusOr<GenerationResult> Engine::Wait(RequestId id) {
   return std::move(s->result);
 }
 
+StatusOr<GenerationResult> Engine::Generate(GenerationRequest request) {
+  ROTE_ASSIGN_OR_RETURN(RequestId id, Submit(std::move(request)));
+  return Wait(id);
+}
+
 void Engine::Impl::SchedulerLoop() {
   for (;;) {
     {

@@ -103,6 +103,8 @@ class Engine {
   void Cancel(RequestId id);
   // Blocks until the request finishes; each id can be waited for once.
   StatusOr<GenerationResult> Wait(RequestId id);
+  // Submit and Wait in one call (the request still runs batched with everything else).
+  StatusOr<GenerationResult> Generate(GenerationRequest request);
 
   const Model& model() const;
   const Tokenizer& tokenizer() const;

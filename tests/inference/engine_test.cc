@@ -244,6 +244,9 @@ TEST(EngineTest, TextAndChatPromptsUseTheTokenizer) {
   r.sampling.max_tokens = 3;
   const GenerationResult a = RunToEnd(*engine, r);
   EXPECT_EQ(a.prompt_tokens, l.tokenizer.Encode("Hello, world", true));
+  auto again = engine->Generate(r);  // Submit + Wait
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->tokens, a.tokens);
   GenerationRequest c;
   c.messages = {{"user", "Hi"}};
   c.sampling.max_tokens = 3;
