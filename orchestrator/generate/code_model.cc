@@ -1,0 +1,88 @@
+#include "orchestrator/generate/code_model.h"
+
+#include <charconv>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "sandbox/value.h"
+
+namespace rote::orchestrator::generate {
+
+using sandbox::Map;
+using sandbox::Value;
+
+std::string DecodingJson(const Decoding& d) {
+  Map m;
+  m["max_attempts"] = Value::Int(d.max_attempts);
+  m["max_tokens"] = Value::Int(d.max_tokens);
+  // The seed is a uint64; JSON integers here are int64, so it travels as its decimal string.
+  m["seed"] = Value::String(std::to_string(d.seed));
+  // Floats widen exactly to double and come back exactly.
+  m["temperature"] = Value::Float(static_cast<double>(d.temperature));
+  m["top_k"] = Value::Int(d.top_k);
+  m["top_p"] = Value::Float(static_cast<double>(d.top_p));
+  absl::StatusOr<std::string> json = sandbox::CanonicalJson(Value::FromMap(std::move(m)));
+  // Only NaN or infinity could fail, and CheckDecoding refuses those before anything is encoded.
+  return json.ok() ? *json : std::string("{\"error\":\"decoding has no canonical form\"}");
+}
+
+absl::StatusOr<Decoding> ParseDecodingJson(std::string_view json) {
+  absl::StatusOr<Value> v = sandbox::ParseJson(json);
+  if (!v.ok()) return absl::InvalidArgumentError(absl::StrCat("decoding JSON: ", v.status().message()));
+  if (!v->is_map()) return absl::InvalidArgumentError("decoding JSON must be an object");
+  const Map& m = v->as_map();
+  auto field = [&](const char* name) -> const Value* {
+    auto it = m.find(name);
+    return it == m.end() ? nullptr : &it->second;
+  };
+  Decoding d;
+  const Value* max_attempts = field("max_attempts");
+  const Value* max_tokens = field("max_tokens");
+  const Value* seed = field("seed");
+  const Value* temperature = field("temperature");
+  const Value* top_k = field("top_k");
+  const Value* top_p = field("top_p");
+  if (max_attempts == nullptr || !max_attempts->is_int()) return absl::InvalidArgumentError("decoding: max_attempts must be an integer");
+  if (max_tokens == nullptr || !max_tokens->is_int()) return absl::InvalidArgumentError("decoding: max_tokens must be an integer");
+  if (seed == nullptr || !seed->is_string()) return absl::InvalidArgumentError("decoding: seed must be a decimal string");
+  if (temperature == nullptr || !temperature->is_float()) return absl::InvalidArgumentError("decoding: temperature must be a float");
+  if (top_k == nullptr || !top_k->is_int()) return absl::InvalidArgumentError("decoding: top_k must be an integer");
+  if (top_p == nullptr || !top_p->is_float()) return absl::InvalidArgumentError("decoding: top_p must be a float");
+  if (m.size() != 6) {
+    return absl::InvalidArgumentError(
+        "decoding: unknown fields (expected max_attempts, max_tokens, seed, temperature, top_k, top_p)");
+  }
+  d.max_attempts = static_cast<int32_t>(max_attempts->as_int());
+  d.max_tokens = static_cast<int32_t>(max_tokens->as_int());
+  {
+    const std::string& text = seed->as_string();
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), d.seed);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+      return absl::InvalidArgumentError("decoding: seed must be a decimal string");
+    }
+  }
+  d.temperature = static_cast<float>(temperature->as_float());
+  d.top_k = static_cast<int32_t>(top_k->as_int());
+  d.top_p = static_cast<float>(top_p->as_float());
+  if (absl::Status s = CheckDecoding(d); !s.ok()) return s;
+  return d;
+}
+
+absl::Status CheckDecoding(const Decoding& d) {
+  if (!std::isfinite(d.temperature) || d.temperature < 0.0f) {
+    return absl::InvalidArgumentError("decoding: temperature must be a finite number >= 0 (0 is greedy)");
+  }
+  if (!std::isfinite(d.top_p) || d.top_p <= 0.0f || d.top_p > 1.0f) {
+    return absl::InvalidArgumentError("decoding: top_p must be in (0, 1]");
+  }
+  if (d.top_k < 0) return absl::InvalidArgumentError("decoding: top_k must be >= 0 (0 keeps every token)");
+  if (d.max_tokens < 1 || d.max_tokens > 8192) {
+    return absl::InvalidArgumentError("decoding: max_tokens must be between 1 and 8192");
+  }
+  if (d.max_attempts < 1 || d.max_attempts > 10) {
+    return absl::InvalidArgumentError("decoding: max_attempts must be between 1 and 10");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rote::orchestrator::generate

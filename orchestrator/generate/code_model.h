@@ -1,0 +1,85 @@
+// The seam between the generation pipeline and the model that writes code. The server plugs in
+// the in-process inference engine (inference_code_model.h); tests plug in a scripted double.
+//
+// The pipeline hands over every prompt it has at one moment in one CompleteAll call (all the
+// generation points of a run, attempt k of each), so they share the engine's batches. With the
+// exact numerics profile a completion's bytes do not depend on what else is in the batch, so
+// the result is the same whether a prompt goes alone or with others.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace rote::orchestrator::generate {
+
+struct ChatTurn {
+  std::string role;  // "system", "user", "assistant"
+  std::string content;
+};
+
+// Decoding parameters: part of every request digest and of the artifact's provenance.
+struct Decoding {
+  float temperature = 0.0f;  // 0: greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  int32_t max_tokens = 512;
+  // Attempts of the pipeline's retry chain (the model itself never sees this). Part of the
+  // request: the chain is deterministic, but a request allowing fewer attempts may fail where
+  // one allowing more succeeds.
+  int32_t max_attempts = 3;
+};
+
+// {"max_attempts":..,"max_tokens":..,"seed":"..","temperature":..,"top_k":..,"top_p":..} as
+// canonical JSON (the seed as a decimal string: it is a uint64).
+std::string DecodingJson(const Decoding& decoding);
+// Reads DecodingJson's output back; INVALID_ARGUMENT names the bad field.
+absl::StatusOr<Decoding> ParseDecodingJson(std::string_view json);
+// Ranges the pipeline accepts (temperature >= 0, 0 < top_p <= 1, 1 <= max_tokens <= 8192,
+// 1 <= max_attempts <= 10); INVALID_ARGUMENT names the field.
+absl::Status CheckDecoding(const Decoding& decoding);
+
+struct CompletionRequest {
+  std::vector<ChatTurn> messages;
+  Decoding decoding;
+  // Keys the sampling random numbers (with decoding.seed and the position); the pipeline derives
+  // it from the request digest and the attempt, so sampling never depends on submission order.
+  uint64_t sampling_key = 0;
+  // Called on the thread that called CompleteAll with newly generated text and the number of
+  // tokens generated so far. May be empty.
+  std::function<void(std::string_view text, int32_t tokens)> on_text;
+};
+
+struct Completion {
+  std::string text;  // the raw output (bytes as decoded; not necessarily valid UTF-8)
+  int32_t tokens = 0;
+  std::string finish_reason;  // "eos", "stop", "length", "cancelled"
+};
+
+// What the provenance of a generated artifact says about the model.
+struct ModelIdentity {
+  std::string digest;                      // over config, tokenizer and weights
+  std::string numerics_profile = "exact";  // "exact" or "fast"
+  std::string device;                      // "cpu", "cuda:0", ...
+};
+
+class CodeModel {
+ public:
+  virtual ~CodeModel() = default;
+  virtual ModelIdentity identity() const = 0;
+  // The exact text the model reads for these messages (its chat template applied, the
+  // generation prompt added): what the pipeline stores as an attempt's prompt.
+  virtual std::string RenderPrompt(const std::vector<ChatTurn>& messages) const = 0;
+  // Runs the requests together and returns one result per request, in order. `cancelled` is
+  // polled while they run; once it returns true every request is cancelled (its result is then
+  // CANCELLED). Thread-safe: concurrent calls share the model.
+  virtual std::vector<absl::StatusOr<Completion>> CompleteAll(std::vector<CompletionRequest> requests,
+                                                              const std::function<bool()>& cancelled) = 0;
+};
+
+}  // namespace rote::orchestrator::generate

@@ -1,0 +1,153 @@
+#include "orchestrator/generate/inference_code_model.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace rote::orchestrator::generate {
+
+absl::Status FromInference(const inference::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.code()), status.message());
+}
+
+InferenceCodeModel::InferenceCodeModel(std::unique_ptr<inference::Engine> engine) : engine_(std::move(engine)) {}
+InferenceCodeModel::~InferenceCodeModel() = default;
+
+absl::StatusOr<std::unique_ptr<InferenceCodeModel>> InferenceCodeModel::Load(const std::string& model_dir,
+                                                                             const std::string& device,
+                                                                             const inference::EngineOptions& base) {
+  inference::EngineOptions options = base;
+  if (device == "cpu") {
+    options.device = inference::Device::kCpu;
+  } else if (device == "cuda") {
+    options.device = inference::Device::kCuda;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown device '", device, "': use cpu or cuda"));
+  }
+  inference::StatusOr<std::unique_ptr<inference::Engine>> engine = inference::Engine::Load(model_dir, options);
+  if (!engine.ok()) return FromInference(engine.status());
+  return std::make_unique<InferenceCodeModel>(std::move(*engine));
+}
+
+ModelIdentity InferenceCodeModel::identity() const {
+  ModelIdentity id;
+  id.digest = absl::StrCat("sha256:", engine_->model().digest());
+  id.numerics_profile = "exact";
+  id.device = engine_->device();
+  return id;
+}
+
+namespace {
+std::vector<inference::ChatMessage> ToChat(const std::vector<ChatTurn>& turns) {
+  std::vector<inference::ChatMessage> out;
+  out.reserve(turns.size());
+  for (const ChatTurn& t : turns) out.push_back({t.role, t.content});
+  return out;
+}
+}  // namespace
+
+std::string InferenceCodeModel::RenderPrompt(const std::vector<ChatTurn>& messages) const {
+  // The same call the engine makes for a request given as messages.
+  return engine_->tokenizer().ApplyChatTemplate(ToChat(messages), /*add_generation_prompt=*/true);
+}
+
+std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vector<CompletionRequest> requests,
+                                                                        const std::function<bool()>& cancelled) {
+  // Tokens arrive on the scheduler thread, which must not block: it only appends here, and
+  // this thread hands the text to the callers.
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::string> pending;
+    std::vector<int32_t> tokens;
+    bool all_done = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  const size_t n = requests.size();
+  shared->pending.resize(n);
+  shared->tokens.assign(n, 0);
+
+  std::vector<absl::StatusOr<Completion>> results(n, absl::InternalError("not submitted"));
+  std::vector<std::optional<inference::RequestId>> ids(n);
+  for (size_t i = 0; i < n; ++i) {
+    inference::GenerationRequest r;
+    r.messages = ToChat(requests[i].messages);
+    r.sampling.temperature = requests[i].decoding.temperature;
+    r.sampling.top_k = requests[i].decoding.top_k;
+    r.sampling.top_p = requests[i].decoding.top_p;
+    r.sampling.seed = requests[i].decoding.seed;
+    r.sampling.max_tokens = requests[i].decoding.max_tokens;
+    r.sampling_key = requests[i].sampling_key;
+    r.on_token = [shared, i](const inference::TokenEvent& e) {
+      {
+        std::lock_guard lock(shared->mu);
+        shared->pending[i] += e.text;
+        shared->tokens[i] = e.index + 1;
+      }
+      shared->cv.notify_all();
+    };
+    inference::StatusOr<inference::RequestId> id = engine_->Submit(std::move(r));
+    if (id.ok()) {
+      ids[i] = *id;
+    } else {
+      results[i] = FromInference(id.status());
+    }
+  }
+
+  std::thread waiter([&] {
+    for (size_t i = 0; i < n; ++i) {
+      if (!ids[i]) continue;
+      inference::StatusOr<inference::GenerationResult> r = engine_->Wait(*ids[i]);
+      if (!r.ok()) {
+        results[i] = FromInference(r.status());
+        continue;
+      }
+      Completion c;
+      c.text = r->text;
+      c.tokens = static_cast<int32_t>(r->tokens.size());
+      c.finish_reason = inference::FinishReasonName(r->finish_reason);
+      results[i] = std::move(c);
+    }
+    {
+      std::lock_guard lock(shared->mu);
+      shared->all_done = true;
+    }
+    shared->cv.notify_all();
+  });
+
+  bool cancel_sent = false;
+  std::unique_lock lock(shared->mu);
+  for (;;) {
+    shared->cv.wait_for(lock, std::chrono::milliseconds(100));
+    const bool finished = shared->all_done;
+    for (size_t i = 0; i < n; ++i) {
+      if (shared->pending[i].empty()) continue;
+      std::string text = std::move(shared->pending[i]);
+      shared->pending[i].clear();
+      const int32_t tokens = shared->tokens[i];
+      if (requests[i].on_text) {
+        lock.unlock();
+        requests[i].on_text(text, tokens);
+        lock.lock();
+      }
+    }
+    if (finished) break;
+    if (!cancel_sent && cancelled && cancelled()) {
+      cancel_sent = true;
+      lock.unlock();
+      for (const std::optional<inference::RequestId>& id : ids) {
+        if (id) engine_->Cancel(*id);
+      }
+      lock.lock();
+    }
+  }
+  lock.unlock();
+  waiter.join();
+  return results;
+}
+
+}  // namespace rote::orchestrator::generate

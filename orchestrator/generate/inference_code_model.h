@@ -1,0 +1,38 @@
+// CodeModel over the in-process inference engine (inference/engine.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "inference/engine.h"
+#include "orchestrator/generate/code_model.h"
+
+namespace rote::orchestrator::generate {
+
+// absl::Status from the inference module's Status (the codes share their numbering).
+absl::Status FromInference(const inference::Status& status);
+
+class InferenceCodeModel final : public CodeModel {
+ public:
+  explicit InferenceCodeModel(std::unique_ptr<inference::Engine> engine);
+  ~InferenceCodeModel() override;
+
+  // Loads a model directory (inference::Engine::Load) on `device` ("cpu" or "cuda").
+  static absl::StatusOr<std::unique_ptr<InferenceCodeModel>> Load(const std::string& model_dir,
+                                                                  const std::string& device,
+                                                                  const inference::EngineOptions& base_options = {});
+
+  ModelIdentity identity() const override;
+  std::string RenderPrompt(const std::vector<ChatTurn>& messages) const override;
+  // Submits every request before waiting for any, so they share the scheduler's batches.
+  std::vector<absl::StatusOr<Completion>> CompleteAll(std::vector<CompletionRequest> requests,
+                                                      const std::function<bool()>& cancelled) override;
+
+  inference::Engine& engine() const { return *engine_; }
+
+ private:
+  std::unique_ptr<inference::Engine> engine_;
+};
+
+}  // namespace rote::orchestrator::generate

@@ -1,0 +1,650 @@
+#include "orchestrator/generate/pipeline.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "orchestrator/engine/regex_artifact.h"
+#include "orchestrator/engine/validate.h"
+#include "orchestrator/generate/extract.h"
+#include "orchestrator/generate/lua_names.h"
+#include "orchestrator/generate/prompt.h"
+#include "sandbox/value.h"
+#include "spdlog/spdlog.h"
+#include "store/digest.h"
+
+namespace rote::orchestrator::generate {
+
+using sandbox::Array;
+using sandbox::Map;
+using sandbox::Value;
+
+namespace {
+
+constexpr std::string_view kFailedNamespace = "generation/failed";
+constexpr std::string_view kRequestFormat = "rote-generation-request/1";
+// Provenance author of generated artifacts (hand-written ones from lockfiles say "expert").
+constexpr std::string_view kAuthorModel = "model";
+
+int HexValue(char c) { return c >= 'a' ? c - 'a' + 10 : c - '0'; }
+
+// Sampling randomness per (request, attempt): never depends on which requests run together or
+// in what order they were submitted.
+uint64_t SamplingKey(std::string_view request_digest, int32_t attempt) {
+  const std::string d = store::Sha256Digest(absl::StrCat(std::string(request_digest), "/attempt/", attempt));
+  uint64_t key = 0;
+  for (size_t i = store::kDigestPrefix.size(); i < store::kDigestPrefix.size() + 16; ++i) {
+    key = (key << 4) | static_cast<uint64_t>(HexValue(d[i]));
+  }
+  return key;
+}
+
+std::string AttemptsJson(const std::vector<store::GenerationAttempt>& attempts) {
+  Array a;
+  for (const store::GenerationAttempt& at : attempts) {
+    Map m;
+    m["failure"] = Value::String(at.failure);
+    m["index"] = Value::Int(at.index);
+    m["output_digest"] = Value::String(at.output_digest);
+    m["prompt_digest"] = Value::String(at.prompt_digest);
+    a.push_back(Value::FromMap(std::move(m)));
+  }
+  absl::StatusOr<std::string> j = sandbox::CanonicalJson(Value::FromArray(std::move(a)));
+  return j.ok() ? *j : "[]";
+}
+
+std::string FailureMessage(std::string_view point_name, int32_t attempts, std::string_view last_failure,
+                           std::string_view request_digest) {
+  return absl::StrCat("no candidate for '", std::string(point_name), "' passed validation in ", attempts,
+                      attempts == 1 ? " attempt" : " attempts", "; the last one failed: ", std::string(last_failure),
+                      ". Every attempt's prompt and output is recorded under generation request ",
+                      std::string(request_digest),
+                      ". Sharpen the task or the examples, or allow more attempts; repeating the same request "
+                      "gives the same result");
+}
+
+bool SameAttempts(const std::vector<store::GenerationAttempt>& a, const std::vector<store::GenerationAttempt>& b,
+                  std::string* detail) {
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i >= a.size() || i >= b.size()) {
+      *detail = absl::StrCat("the recorded chain has ", a.size(), " attempts, the re-derived one ", b.size());
+      return false;
+    }
+    if (a[i].prompt_digest != b[i].prompt_digest) {
+      *detail = absl::StrCat("attempt ", i + 1, ": prompt ", a[i].prompt_digest, " recorded, ", b[i].prompt_digest, " now");
+      return false;
+    }
+    if (a[i].output_digest != b[i].output_digest) {
+      *detail = absl::StrCat("attempt ", i + 1, ": output ", a[i].output_digest, " recorded, ", b[i].output_digest, " now");
+      return false;
+    }
+    if (a[i].failure != b[i].failure) {
+      *detail = absl::StrCat("attempt ", i + 1, ": failure '", a[i].failure, "' recorded, '", b[i].failure, "' now");
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<engine::GenerationPoint> PointFromParts(std::string_view name, engine::ArtifactKind kind,
+                                                       std::string_view task, std::string_view signature,
+                                                       const std::vector<std::string>& examples_json) {
+  engine::GenerationPoint p;
+  p.name = std::string(name);
+  p.kind = kind;
+  p.task = std::string(task);
+  p.signature = std::string(signature);
+  const char* expected_key = kind == engine::ArtifactKind::kRe2Pattern ? "matches" : "output";
+  for (size_t i = 0; i < examples_json.size(); ++i) {
+    absl::StatusOr<Value> v = sandbox::ParseJson(examples_json[i]);
+    if (!v.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("example ", i + 1, " is not JSON: ", v.status().message()));
+    }
+    if (!v->is_map() || v->as_map().size() != 2 || !v->as_map().count("input") || !v->as_map().count(expected_key)) {
+      return absl::InvalidArgumentError(absl::StrCat("example ", i + 1, " must be an object with exactly \"input\" and \"",
+                                                     expected_key, "\""));
+    }
+    p.examples.push_back(engine::Example{v->as_map().at("input"), v->as_map().at(expected_key)});
+  }
+  if (absl::Status s = engine::Seal(&p); !s.ok()) return s;
+  return p;
+}
+
+std::string AdhocGenerationPointKey(std::string_view point_name) {
+  return absl::StrCat("_adhoc/", std::string(point_name));
+}
+
+struct GenerationPipeline::Verdict {
+  bool passed = false;
+  std::string candidate;  // the extracted code, or the raw output when nothing could be extracted
+  engine::ArtifactCode code;
+  std::string report_json;
+  std::string failure;
+};
+
+struct GenerationPipeline::Chain {
+  engine::GenerationPoint point;
+  Decoding decoding;
+  std::string request_digest;
+  const GenerationJob* job = nullptr;  // null when regenerating
+  std::vector<store::GenerationAttempt> attempts;
+  std::optional<PreviousAttempt> previous;
+  bool done = false;
+  absl::Status error;              // infrastructure failure or CANCELLED; the chain stops
+  std::optional<Verdict> accepted;  // the verdict of the attempt that passed
+  std::string last_failure;
+
+  void Progress(const std::string& line) const {
+    if (job != nullptr && job->context.progress) job->context.progress(absl::StrCat(point.name, ": ", line));
+  }
+};
+
+GenerationPipeline::GenerationPipeline(store::Store* store, CodeModel* model, engine::LuaArtifactRunner* lua_runner,
+                                       ReviewPolicy review_policy, PipelineOptions options)
+    : store_(store),
+      model_(model),
+      lua_runner_(lua_runner),
+      review_policy_(std::move(review_policy)),
+      options_(std::move(options)) {}
+
+absl::StatusOr<std::string> GenerationPipeline::RequestDigest(const engine::GenerationPoint& point,
+                                                              const Decoding& decoding) const {
+  if (absl::Status s = CheckDecoding(decoding); !s.ok()) return s;
+  absl::StatusOr<Value> decoding_value = sandbox::ParseJson(DecodingJson(decoding));
+  if (!decoding_value.ok()) return decoding_value.status();
+  const ModelIdentity model = model_->identity();
+  Map limits;
+  limits["max_instructions"] = Value::Int(static_cast<int64_t>(options_.validation_limits.max_instructions));
+  limits["max_memory_bytes"] = Value::Int(static_cast<int64_t>(options_.validation_limits.max_memory_bytes));
+  limits["max_output_bytes"] = Value::Int(static_cast<int64_t>(options_.validation_limits.max_output_bytes));
+  Map m;
+  m["decoding"] = *std::move(decoding_value);
+  m["format"] = Value::String(std::string(kRequestFormat));
+  m["limits"] = Value::FromMap(std::move(limits));
+  m["model"] = Value::String(model.digest);
+  m["numerics"] = Value::String(model.numerics_profile);
+  m["re2"] = Value::String(engine::Re2ProfileJson());
+  m["sandbox"] = Value::String(std::string(sandbox::kProfileName));
+  m["spec"] = Value::String(point.digest);
+  m["template"] = Value::String(std::string(TemplateVersion(point.kind)));
+  absl::StatusOr<std::string> json = sandbox::CanonicalJson(Value::FromMap(std::move(m)));
+  if (!json.ok()) return json.status();
+  return store::Sha256Digest(*json);
+}
+
+absl::StatusOr<GenerationPipeline::Verdict> GenerationPipeline::Evaluate(const engine::GenerationPoint& point,
+                                                                         std::string_view output) {
+  Verdict v;
+  absl::StatusOr<std::string> code = ExtractCode(point.kind, output);
+  if (!code.ok()) {
+    v.candidate = std::string(output);
+    v.failure = std::string(code.status().message());
+    return v;
+  }
+  v.candidate = *code;
+  if (size_t bad = sandbox::FindInvalidUtf8(*code); bad != std::string::npos) {
+    v.failure = absl::StrCat("the code is not valid UTF-8 (byte ", bad, ")");
+    return v;
+  }
+  if (point.kind == engine::ArtifactKind::kLuaFunction) {
+    // Compile first (text only: LuaState::Load refuses binary chunks), so that a syntax error is
+    // reported as Lua words it, before the name check reads the tokens.
+    absl::StatusOr<std::unique_ptr<sandbox::LuaState>> state = sandbox::LuaState::Create(options_.validation_limits);
+    if (!state.ok()) return state.status();
+    if (absl::Status s = (*state)->NewEnvironment(); !s.ok()) return s;
+    if (absl::Status s = (*state)->Load(*code, point.name); !s.ok()) {
+      if (!absl::IsInvalidArgument(s) && !absl::IsFailedPrecondition(s)) return s;
+      v.failure = absl::StrCat("it does not compile: ", s.message());
+      return v;
+    }
+    absl::StatusOr<std::vector<GlobalUse>> uses = GlobalUses(*code);
+    if (!uses.ok()) {
+      v.failure = absl::StrCat("it cannot be read: ", uses.status().message());
+      return v;
+    }
+    absl::StatusOr<SandboxNames> names = ProbeSandboxNames();
+    if (!names.ok()) return names.status();
+    if (std::string unknown = UnknownNamesMessage(*uses, *names); !unknown.empty()) {
+      v.failure = absl::StrCat("it ", unknown);
+      return v;
+    }
+  }
+  v.code.kind = point.kind;
+  v.code.source = *code;
+  absl::StatusOr<std::string> options = engine::NormalizeOptions(point.kind, "");
+  if (!options.ok()) return options.status();
+  v.code.options_json = *options;
+  absl::StatusOr<engine::Validation> validation =
+      engine::ValidateArtifact(point, v.code, lua_runner_, options_.validation_limits);
+  if (!validation.ok()) return validation.status();
+  v.report_json = validation->report_json;
+  if (!validation->passed) {
+    v.failure = absl::StrCat("it failed ", validation->first_failure);
+    return v;
+  }
+  v.passed = true;
+  return v;
+}
+
+void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::function<bool()>& cancelled) {
+  absl::StatusOr<SandboxNames> names = ProbeSandboxNames();
+  if (!names.ok()) {
+    for (Chain* c : chains) {
+      c->error = names.status();
+      c->done = true;
+    }
+    return;
+  }
+  for (int32_t attempt = 1;; ++attempt) {
+    std::vector<Chain*> active;
+    for (Chain* c : chains) {
+      if (!c->done && attempt > c->decoding.max_attempts) c->done = true;
+      if (!c->done) active.push_back(c);
+    }
+    if (active.empty()) return;
+
+    std::vector<CompletionRequest> requests(active.size());
+    std::vector<std::string> prompts(active.size());
+    // Progress lines at fixed token counts, so the lines do not depend on how the model's
+    // steps happened to be batched or timed.
+    std::vector<int32_t> next_progress(active.size(), options_.progress_every_tokens);
+    for (size_t i = 0; i < active.size(); ++i) {
+      Chain* c = active[i];
+      const std::string of = absl::StrCat(attempt, "/", c->decoding.max_attempts);
+      CompletionRequest& r = requests[i];
+      r.messages = BuildPrompt(c->point, *names, c->previous);
+      prompts[i] = model_->RenderPrompt(r.messages);
+      r.decoding = c->decoding;
+      r.sampling_key = SamplingKey(c->request_digest, attempt);
+      r.on_text = [this, c, of, i, &next_progress](std::string_view text, int32_t tokens) {
+        if (c->job != nullptr && c->job->events.token_text) c->job->events.token_text(text);
+        while (options_.progress_every_tokens > 0 && tokens >= next_progress[i]) {
+          c->Progress(absl::StrCat("attempt ", of, ", ", next_progress[i], " tokens"));
+          next_progress[i] += options_.progress_every_tokens;
+        }
+      };
+      c->Progress(absl::StrCat("attempt ", of, " started"));
+      if (c->job != nullptr && c->job->events.attempt_started) c->job->events.attempt_started(attempt);
+    }
+
+    std::vector<absl::StatusOr<Completion>> results = model_->CompleteAll(std::move(requests), cancelled);
+
+    for (size_t i = 0; i < active.size(); ++i) {
+      Chain* c = active[i];
+      const std::string of = absl::StrCat(attempt, "/", c->decoding.max_attempts);
+      absl::StatusOr<Completion>& r = i < results.size() ? results[i] : results.emplace_back(absl::InternalError("missing"));
+      if (!r.ok() || r->finish_reason == "cancelled") {
+        c->error = !r.ok() ? r.status()
+                           : absl::CancelledError(absl::StrCat("the generation of '", c->point.name, "' was cancelled"));
+        c->done = true;
+        continue;
+      }
+      absl::StatusOr<store::BlobRef> prompt_blob = store_->PutBlob(prompts[i]);
+      absl::StatusOr<store::BlobRef> output_blob =
+          prompt_blob.ok() ? store_->PutBlob(r->text) : absl::StatusOr<store::BlobRef>(prompt_blob.status());
+      if (!output_blob.ok()) {
+        c->error = output_blob.status();
+        c->done = true;
+        continue;
+      }
+      absl::StatusOr<Verdict> verdict = Evaluate(c->point, r->text);
+      if (!verdict.ok()) {
+        c->error = verdict.status();
+        c->done = true;
+        continue;
+      }
+      store::GenerationAttempt at;
+      at.index = attempt;
+      at.prompt_digest = prompt_blob->digest;
+      at.output_digest = output_blob->digest;
+      // Failures travel in API strings and prompts: always valid UTF-8.
+      at.failure = verdict->passed ? "" : Truncated(verdict->failure, kMaxQuotedCandidateBytes);
+      c->attempts.push_back(at);
+      if (verdict->passed) {
+        c->Progress(absl::StrCat("attempt ", of, " passed (", r->tokens, " tokens)"));
+        c->accepted = *std::move(verdict);
+        c->done = true;
+        continue;
+      }
+      c->Progress(absl::StrCat("attempt ", of, " failed (", r->tokens, " tokens, output ", at.output_digest,
+                               "): ", at.failure));
+      if (c->job != nullptr && c->job->events.attempt_failed) c->job->events.attempt_failed(attempt, at.failure);
+      c->last_failure = at.failure;
+      c->previous = PreviousAttempt{attempt, verdict->candidate, at.failure};
+    }
+  }
+}
+
+absl::StatusOr<std::optional<absl::StatusOr<engine::GeneratedArtifact>>> GenerationPipeline::Answered(
+    const GenerationJob& job, const Chain& chain) {
+  using Answer = std::optional<absl::StatusOr<engine::GeneratedArtifact>>;
+  absl::StatusOr<std::string> cached = store_->GetCachedGeneration(chain.request_digest);
+  if (cached.ok()) {
+    absl::StatusOr<store::ArtifactRecord> a = store_->GetArtifact(*cached);
+    if (!a.ok()) return a.status();
+    if (a->state == store::ReviewState::kRejected) {
+      return Answer(absl::FailedPreconditionError(absl::StrCat(
+          "request ", chain.request_digest, " for '", chain.point.name, "' gave artifact ", a->digest,
+          ", which a reviewer rejected; the same request gives the same code, so change the task, the examples "
+          "or the decoding (e.g. the seed) to get another")));
+    }
+    if (absl::Status s = RecordRequester(store_, a->digest, job.context.principal); !s.ok()) return s;
+    chain.Progress(absl::StrCat("answered from the generation cache: artifact ", a->digest));
+    return Answer(engine::GeneratedArtifact{a->digest, true});
+  }
+  if (!absl::IsNotFound(cached.status())) return cached.status();
+  absl::StatusOr<FailedGeneration> failed = GetFailedGeneration(chain.request_digest);
+  if (failed.ok()) {
+    const std::string last = failed->attempts.empty() ? "" : failed->attempts.back().failure;
+    chain.Progress("answered from the failed-generation record of the same request");
+    return Answer(absl::FailedPreconditionError(FailureMessage(
+        chain.point.name, static_cast<int32_t>(failed->attempts.size()), last, chain.request_digest)));
+  }
+  if (!absl::IsNotFound(failed.status())) return failed.status();
+  return Answer();
+}
+
+absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::StoreOutcome(const GenerationJob& job, const Chain& c) {
+  if (!c.error.ok()) return c.error;
+  const ModelIdentity model = model_->identity();
+  if (!c.accepted.has_value()) {
+    FailedGeneration f;
+    Map m;
+    m["attempts"] = Value::String(AttemptsJson(c.attempts));
+    m["decoding"] = Value::String(DecodingJson(c.decoding));
+    m["generation_point"] = Value::String(job.context.generation_point_key);
+    m["model_digest"] = Value::String(model.digest);
+    m["prompt_template_version"] = Value::String(std::string(TemplateVersion(c.point.kind)));
+    m["request_digest"] = Value::String(c.request_digest);
+    m["spec_digest"] = Value::String(c.point.digest);
+    absl::StatusOr<std::string> json = sandbox::CanonicalJson(Value::FromMap(std::move(m)));
+    if (!json.ok()) return json.status();
+    if (absl::Status s = store_->KvPut(kFailedNamespace, c.request_digest, *json); !s.ok()) return s;
+    return absl::FailedPreconditionError(
+        FailureMessage(c.point.name, static_cast<int32_t>(c.attempts.size()), c.last_failure, c.request_digest));
+  }
+  const Verdict& v = *c.accepted;
+  absl::StatusOr<std::string> digest = engine::ArtifactDigest(v.code);
+  if (!digest.ok()) return digest.status();
+
+  absl::StatusOr<store::ArtifactRecord> existing = store_->GetArtifact(*digest);
+  if (!existing.ok() && !absl::IsNotFound(existing.status())) return existing.status();
+  if (existing.ok()) {
+    // The same code was stored before (another request, or another point whose tests it also
+    // passes): it keeps its provenance and review state.
+    if (existing->state == store::ReviewState::kRejected) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the model wrote artifact ", *digest, " for '", c.point.name,
+          "' again, which a reviewer rejected; change the task, the examples or the decoding (e.g. the seed)"));
+    }
+  } else {
+    store::ArtifactRecord a;
+    a.digest = *digest;
+    a.kind = engine::KindName(v.code.kind);
+    a.generation_point = job.context.generation_point_key;
+    a.source = v.code.source;
+    a.options_json = v.code.options_json;
+    a.provenance.spec_digest = c.point.digest;
+    a.provenance.model_digest = model.digest;
+    a.provenance.numerics_profile = model.numerics_profile;
+    a.provenance.prompt_template_version = std::string(TemplateVersion(c.point.kind));
+    a.provenance.decoding_json = DecodingJson(c.decoding);
+    a.provenance.request_digest = c.request_digest;
+    a.provenance.attempts = c.attempts;
+    a.provenance.device = model.device;
+    a.provenance.author = std::string(kAuthorModel);
+    a.validation_report_json = v.report_json;
+    absl::StatusOr<store::ArtifactRecord> put = store_->PutArtifact(a);
+    if (!put.ok()) return put.status();
+    const ReviewMode mode = review_policy_.ModeForKey(a.generation_point);
+    if (mode == ReviewMode::kAuto && put->state == store::ReviewState::kPending) {
+      store::ReviewRequest review;
+      review.artifact_digest = put->digest;
+      review.principal = std::string(kPolicyReviewer);
+      review.decision = store::ReviewState::kApproved;
+      review.comment = absl::StrCat("review policy 'auto': all ", c.point.examples.size(),
+                                    c.point.kind == engine::ArtifactKind::kLuaFunction ? " tests" : " examples",
+                                    " passed");
+      review.expected_etag = put->etag;
+      absl::StatusOr<store::ArtifactRecord> reviewed = store_->ReviewArtifact(review);
+      // ABORTED: someone reviewed it in between; their decision stands.
+      if (!reviewed.ok() && !absl::IsAborted(reviewed.status())) return reviewed.status();
+    }
+  }
+  absl::StatusOr<std::string> cached = store_->PutCachedGeneration(c.request_digest, *digest);
+  if (!cached.ok()) return cached.status();
+  if (*cached != *digest) {
+    // Two derivations of one request disagreed: the generation step is not reproducible here.
+    spdlog::error("request {} gave artifact {} now but {} before; keeping the earlier one", c.request_digest, *digest,
+                  *cached);
+  }
+  if (absl::Status s = RecordRequester(store_, *cached, job.context.principal); !s.ok()) return s;
+  return engine::GeneratedArtifact{*cached, false};
+}
+
+std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::GenerateAll(
+    const std::vector<GenerationJob>& jobs) {
+  std::vector<absl::StatusOr<engine::GeneratedArtifact>> results(jobs.size(),
+                                                                 absl::InternalError("generation did not run"));
+  std::vector<Chain> chains(jobs.size());
+  std::vector<size_t> to_run;
+  std::vector<size_t> to_wait;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const GenerationJob& job = jobs[i];
+    Chain& c = chains[i];
+    c.job = &job;
+    absl::StatusOr<engine::GenerationPoint> point = engine::PointFromRecord(job.spec);
+    if (!point.ok()) {
+      results[i] = point.status();
+      continue;
+    }
+    c.point = *std::move(point);
+    c.decoding = job.decoding.value_or(options_.decoding);
+    absl::StatusOr<std::string> digest = RequestDigest(c.point, c.decoding);
+    if (!digest.ok()) {
+      results[i] = digest.status();
+      continue;
+    }
+    c.request_digest = *digest;
+    // Regeneration reads the spec back by digest.
+    if (absl::Status s = store_->PutGenerationSpec(job.spec); !s.ok()) {
+      results[i] = s;
+      continue;
+    }
+    absl::StatusOr<std::optional<absl::StatusOr<engine::GeneratedArtifact>>> answered = Answered(job, c);
+    if (!answered.ok()) {
+      results[i] = answered.status();
+      continue;
+    }
+    if (answered->has_value()) {
+      results[i] = **answered;
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    if (in_flight_.insert(c.request_digest).second) {
+      to_run.push_back(i);
+    } else {
+      to_wait.push_back(i);
+    }
+  }
+
+  if (!to_run.empty()) {
+    std::vector<Chain*> running;
+    for (size_t i : to_run) running.push_back(&chains[i]);
+    // One run's points share its cancellation; the batch stops only when all of them are cancelled.
+    auto cancelled = [&jobs, &to_run] {
+      for (size_t i : to_run) {
+        if (!jobs[i].context.cancelled || !jobs[i].context.cancelled()) return false;
+      }
+      return true;
+    };
+    RunChains(running, cancelled);
+    for (size_t i : to_run) results[i] = StoreOutcome(jobs[i], chains[i]);
+    {
+      std::lock_guard lock(mu_);
+      for (size_t i : to_run) in_flight_.erase(chains[i].request_digest);
+    }
+    in_flight_cv_.notify_all();
+  }
+
+  for (size_t i : to_wait) {
+    const GenerationJob& job = jobs[i];
+    {
+      std::unique_lock lock(mu_);
+      while (in_flight_.count(chains[i].request_digest)) {
+        if (job.context.cancelled && job.context.cancelled()) break;
+        in_flight_cv_.wait_for(lock, std::chrono::milliseconds(200));
+      }
+    }
+    if (job.context.cancelled && job.context.cancelled()) {
+      results[i] = absl::CancelledError(absl::StrCat("the generation of '", chains[i].point.name, "' was cancelled"));
+      continue;
+    }
+    absl::StatusOr<std::optional<absl::StatusOr<engine::GeneratedArtifact>>> answered = Answered(job, chains[i]);
+    if (!answered.ok()) {
+      results[i] = answered.status();
+    } else if (answered->has_value()) {
+      results[i] = **answered;
+    } else {
+      // The other generation ended without an answer (cancelled, or an infrastructure error).
+      results[i] = std::move(GenerateAll({job})[0]);
+    }
+  }
+  return results;
+}
+
+absl::StatusOr<std::optional<engine::GeneratedArtifact>> GenerationPipeline::Lookup(
+    const store::GenerationSpecRecord& spec, const engine::GenerateContext&) {
+  absl::StatusOr<engine::GenerationPoint> point = engine::PointFromRecord(spec);
+  if (!point.ok()) return point.status();
+  absl::StatusOr<std::string> digest = RequestDigest(*point, options_.decoding);
+  if (!digest.ok()) return digest.status();
+  absl::StatusOr<std::string> cached = store_->GetCachedGeneration(*digest);
+  if (absl::IsNotFound(cached.status())) return std::optional<engine::GeneratedArtifact>();
+  if (!cached.ok()) return cached.status();
+  return std::optional(engine::GeneratedArtifact{*cached, true});
+}
+
+absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::Generate(const store::GenerationSpecRecord& spec,
+                                                                       const engine::GenerateContext& context) {
+  GenerationJob job;
+  job.spec = spec;
+  job.context = context;
+  return std::move(GenerateAll({job})[0]);
+}
+
+absl::StatusOr<FailedGeneration> GenerationPipeline::GetFailedGeneration(std::string_view request_digest) {
+  absl::StatusOr<std::string> json = store_->KvGet(kFailedNamespace, request_digest);
+  if (!json.ok()) {
+    if (absl::IsNotFound(json.status())) {
+      return absl::NotFoundError(absl::StrCat("no failed generation is recorded for request ", std::string(request_digest)));
+    }
+    return json.status();
+  }
+  auto bad = [&](std::string_view why) {
+    return absl::DataLossError(absl::StrCat("the failed-generation record of ", std::string(request_digest),
+                                            " is unreadable: ", std::string(why)));
+  };
+  absl::StatusOr<Value> v = sandbox::ParseJson(*json);
+  if (!v.ok() || !v->is_map()) return bad("not a JSON object");
+  const Map& m = v->as_map();
+  auto str = [&](const char* key) -> std::string {
+    auto it = m.find(key);
+    return it != m.end() && it->second.is_string() ? it->second.as_string() : std::string();
+  };
+  FailedGeneration f;
+  f.request_digest = str("request_digest");
+  f.generation_point = str("generation_point");
+  f.spec_digest = str("spec_digest");
+  f.model_digest = str("model_digest");
+  f.prompt_template_version = str("prompt_template_version");
+  f.decoding_json = str("decoding");
+  absl::StatusOr<Value> attempts = sandbox::ParseJson(str("attempts"));
+  if (!attempts.ok() || !attempts->is_array()) return bad("attempts are not a JSON array");
+  for (const Value& a : attempts->as_array()) {
+    if (!a.is_map()) return bad("an attempt is not an object");
+    const Map& am = a.as_map();
+    store::GenerationAttempt at;
+    auto it = am.find("index");
+    if (it == am.end() || !it->second.is_int()) return bad("an attempt has no index");
+    at.index = static_cast<int32_t>(it->second.as_int());
+    auto s = [&](const char* key) {
+      auto f2 = am.find(key);
+      return f2 != am.end() && f2->second.is_string() ? f2->second.as_string() : std::string();
+    };
+    at.prompt_digest = s("prompt_digest");
+    at.output_digest = s("output_digest");
+    at.failure = s("failure");
+    f.attempts.push_back(std::move(at));
+  }
+  return f;
+}
+
+absl::StatusOr<Regeneration> GenerationPipeline::Regenerate(const store::ArtifactRecord& artifact,
+                                                            const std::function<bool()>& cancelled) {
+  const store::Provenance& p = artifact.provenance;
+  if (p.author != kAuthorModel || p.attempts.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("artifact ", artifact.digest, " was not generated by a model (author '",
+                                                      p.author, "'): there is no recorded request to re-derive it from"));
+  }
+  const ModelIdentity model = model_->identity();
+  if (p.model_digest != model.digest) {
+    return absl::FailedPreconditionError(absl::StrCat("artifact ", artifact.digest, " was generated by model ",
+                                                      p.model_digest, " but this server has model ", model.digest,
+                                                      " loaded: start it with that model's directory"));
+  }
+  if (p.numerics_profile != model.numerics_profile) {
+    return absl::FailedPreconditionError(absl::StrCat("artifact ", artifact.digest, " was generated under the '",
+                                                      p.numerics_profile, "' numerics profile, this server runs '",
+                                                      model.numerics_profile, "'"));
+  }
+  absl::StatusOr<store::GenerationSpecRecord> spec = store_->GetGenerationSpec(p.spec_digest);
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<engine::GenerationPoint> point = engine::PointFromRecord(*spec);
+  if (!point.ok()) return point.status();
+  if (p.prompt_template_version != TemplateVersion(point->kind)) {
+    return absl::FailedPreconditionError(absl::StrCat("artifact ", artifact.digest, " was generated with prompt template ",
+                                                      p.prompt_template_version, "; this server has ",
+                                                      std::string(TemplateVersion(point->kind))));
+  }
+  absl::StatusOr<Decoding> decoding = ParseDecodingJson(p.decoding_json);
+  if (!decoding.ok()) return decoding.status();
+  absl::StatusOr<std::string> digest = RequestDigest(*point, *decoding);
+  if (!digest.ok()) return digest.status();
+  if (*digest != p.request_digest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "artifact ", artifact.digest, " was generated for request ", p.request_digest, "; the same spec, model and "
+        "decoding give request ", *digest, " on this server, so its sandbox profile, RE2 options or validation limits "
+        "differ from those the artifact was made under"));
+  }
+  Chain c;
+  c.point = *std::move(point);
+  c.decoding = *decoding;
+  c.request_digest = *digest;
+  std::vector<Chain*> chains{&c};
+  RunChains(chains, cancelled ? cancelled : [] { return false; });
+  if (!c.error.ok()) return c.error;
+  Regeneration r;
+  r.original_digest = artifact.digest;
+  r.attempts = c.attempts;
+  if (c.accepted.has_value()) {
+    absl::StatusOr<std::string> regenerated = engine::ArtifactDigest(c.accepted->code);
+    if (!regenerated.ok()) return regenerated.status();
+    r.regenerated_digest = *regenerated;
+  }
+  std::string detail;
+  const bool same_attempts = SameAttempts(p.attempts, c.attempts, &detail);
+  r.matched = same_attempts && r.regenerated_digest == r.original_digest;
+  if (r.matched) {
+    r.detail = absl::StrCat("re-derived in ", c.attempts.size(), c.attempts.size() == 1 ? " attempt" : " attempts",
+                            ": every prompt and output is byte-identical");
+  } else if (!same_attempts) {
+    r.detail = detail;
+  } else {
+    r.detail = absl::StrCat("the attempts match but the artifact digest is ", r.regenerated_digest);
+  }
+  return r;
+}
+
+}  // namespace rote::orchestrator::generate

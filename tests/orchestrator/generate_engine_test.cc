@@ -1,0 +1,155 @@
+// The pipeline behind the blueprint engine: a run whose generation points are unbound asks the
+// pipeline for them, under the server's review policy, and reports progress as run events.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "orchestrator/engine/engine.h"
+#include "orchestrator/generate/pipeline.h"
+#include "store/store.h"
+#include "tests/orchestrator/generate_scripted_model.h"
+
+namespace rote::orchestrator::generate {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ScriptedCodeModel;
+
+constexpr const char* kBlueprint = R"lua(
+local bp = rote.blueprint { name = "amounts", version = "1.0.0" }
+local parse = bp:lua {
+  name = "parse_amount",
+  task = "Parse a decimal number written with a comma.",
+  signature = "function(text) -> number",
+  tests = { { "1,5", 1.5 }, { "10,25", 10.25 } },
+}
+local word = bp:regex {
+  name = "word",
+  task = "Words of lowercase letters.",
+  examples = { { "ab cd", { "ab", "cd" } } },
+}
+function bp.run(input)
+  local total = 0
+  for _, a in ipairs(input.amounts) do total = total + parse(a) end
+  return { total = total, words = word:find_all(input.text) }
+end
+return bp
+)lua";
+
+class EngineGenerationTest : public ::testing::Test {
+ protected:
+  void Start(ReviewMode mode, ScriptedCodeModel::Script script) {
+    auto dir = std::filesystem::temp_directory_path() /
+               ("rote-generate-engine-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter_));
+    std::filesystem::remove_all(dir);
+    store::StoreOptions o;
+    o.path = dir.string();
+    o.synchronous = store::SyncMode::kNormal;
+    auto s = store::Store::Open(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = *std::move(s);
+    runner_ = engine::MakeInProcessLuaRunner();
+    model_ = std::make_unique<ScriptedCodeModel>(std::move(script));
+    pipeline_ = std::make_unique<GenerationPipeline>(store_.get(), model_.get(), runner_.get(), ReviewPolicy(mode),
+                                                     PipelineOptions{});
+    engine::EngineOptions eo;
+    eo.run_workers = 2;
+    auto e = engine::Engine::Create(store_.get(), runner_.get(), pipeline_.get(), eo);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = *std::move(e);
+    auto bp = engine_->RegisterBlueprint(kBlueprint, "", "amounts.lua", "alice");
+    ASSERT_TRUE(bp.ok()) << bp.status();
+  }
+
+  void TearDown() override {
+    if (engine_) engine_->Shutdown();
+  }
+
+  // Submits and waits for the end; returns the run and its generation progress lines.
+  std::pair<store::RunRecord, std::vector<std::string>> Run(bool allow_pending) {
+    engine::SubmitRequest req;
+    req.blueprint = "blueprints/amounts";
+    req.input_json = R"({"amounts":["1,5","2,25"],"text":"hello world"})";
+    req.policy.allow_generation = true;
+    req.policy.allow_pending = allow_pending;
+    req.principal = "alice";
+    auto run = engine_->SubmitRun(req);
+    EXPECT_TRUE(run.ok()) << run.status();
+    if (!run.ok()) return {};
+    std::vector<std::string> progress;
+    const std::string name = "runs/" + std::to_string(run->id);
+    absl::Status watched = engine_->WatchRun(
+        name,
+        [&](const rote::v1::RunEvent& e) {
+          if (e.has_generation_progress()) progress.push_back(e.generation_progress());
+          return true;
+        },
+        [] { return false; });
+    EXPECT_TRUE(watched.ok()) << watched;
+    auto done = engine_->GetRun(name);
+    EXPECT_TRUE(done.ok()) << done.status();
+    return {*done, progress};
+  }
+
+  static std::string Answer(const std::vector<generate::ChatTurn>& m) {
+    const std::string point = testing::PointAndAttempt(m).first;
+    if (point == "word") return "```re2\n[a-z]+\n```";
+    return "```lua\nreturn function(text)\n  return tonumber((text:gsub(',', '.')))\nend\n```";
+  }
+
+  static int counter_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<engine::LuaArtifactRunner> runner_;
+  std::unique_ptr<ScriptedCodeModel> model_;
+  std::unique_ptr<GenerationPipeline> pipeline_;
+  std::unique_ptr<engine::Engine> engine_;
+};
+int EngineGenerationTest::counter_ = 0;
+
+TEST_F(EngineGenerationTest, AutoPolicyRunsGeneratedCodeAtOnce) {
+  Start(ReviewMode::kAuto, Answer);
+  auto [run, progress] = Run(/*allow_pending=*/false);
+  ASSERT_EQ(run.state, store::RunState::kSucceeded) << run.error;
+  auto output = engine_->OutputJson(run);
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_EQ(*output, R"({"total":3.75,"words":["hello","world"]})");
+  EXPECT_THAT(progress, ::testing::Contains(HasSubstr("parse_amount: attempt 1/3 started")));
+  EXPECT_THAT(progress, ::testing::Contains(HasSubstr("word: attempt 1/3 passed")));
+  EXPECT_EQ(model_->calls(), 2);
+
+  // A second run binds the approved artifacts without asking the model.
+  auto [again, again_progress] = Run(false);
+  ASSERT_EQ(again.state, store::RunState::kSucceeded) << again.error;
+  EXPECT_EQ(model_->calls(), 2);
+}
+
+TEST_F(EngineGenerationTest, ApprovalPolicyLeavesArtifactsPending) {
+  Start(ReviewMode::kApproval, Answer);
+  auto [run, progress] = Run(/*allow_pending=*/false);
+  ASSERT_EQ(run.state, store::RunState::kFailed);
+  EXPECT_THAT(run.error, HasSubstr("pending review"));
+  auto pending = store_->ListArtifacts(store::ArtifactFilter{"", store::ReviewState::kPending}, store::PageRequest{});
+  ASSERT_TRUE(pending.ok());
+  ASSERT_FALSE(pending->items.empty());
+  // alice submitted the run: she may not approve what it generated.
+  const store::ArtifactRecord& a = pending->items[0];
+  absl::Status denied = CheckMayReview(store_.get(), pipeline_->review_policy(), a, store::ReviewState::kApproved,
+                                       "alice", false);
+  EXPECT_TRUE(absl::IsPermissionDenied(denied)) << denied;
+  EXPECT_TRUE(CheckMayReview(store_.get(), pipeline_->review_policy(), a, store::ReviewState::kApproved, "bob", false).ok());
+}
+
+TEST_F(EngineGenerationTest, FailedGenerationFailsTheRunNamingTheRequest) {
+  Start(ReviewMode::kAuto, [](const std::vector<ChatTurn>&) { return std::string("no idea"); });
+  auto [run, progress] = Run(false);
+  ASSERT_EQ(run.state, store::RunState::kFailed);
+  EXPECT_THAT(run.error, HasSubstr("passed validation in 3 attempts"));
+  EXPECT_THAT(run.error, HasSubstr("generation request sha256:"));
+  EXPECT_THAT(progress, ::testing::Contains(HasSubstr("attempt 3/3 failed")));
+}
+
+}  // namespace
+}  // namespace rote::orchestrator::generate

@@ -1,0 +1,155 @@
+// The pipeline end to end on the real inference engine, with the committed tiny Qwen2 fixture
+// (tests/fixtures/qwen2: 2 layers, dim 64, random weights). Its candidates are noise, so every
+// generation fails validation: what is checked is that the failure is clean, every attempt is
+// stored, and the attempts are the same bytes however the request is run.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "orchestrator/generate/inference_code_model.h"
+#include "orchestrator/generate/pipeline.h"
+#include "store/store.h"
+
+namespace rote::orchestrator::generate {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string FixtureDir() {
+  // tests/orchestrator/<this file> -> tests/fixtures/qwen2
+  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures" / "qwen2").string();
+}
+
+store::GenerationSpecRecord Spec(const std::string& name) {
+  auto p = PointFromParts(name, engine::ArtifactKind::kLuaFunction, "Parse a decimal number written with a comma.",
+                          "function(text) -> number", {R"({"input":"1,5","output":1.5})"});
+  EXPECT_TRUE(p.ok()) << p.status();
+  return p->ToRecord();
+}
+
+class GenerateRealModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    inference::EngineOptions o;
+    o.threads = 1;
+    o.kv_cache_bytes = 64ll << 20;
+    auto m = InferenceCodeModel::Load(FixtureDir(), "cpu", o);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = m->release();
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    model_ = nullptr;
+  }
+
+  // A fresh store and pipeline: `attempts` attempts of at most 12 tokens.
+  std::unique_ptr<GenerationPipeline> Fresh(int attempts = 2) {
+    auto dir = std::filesystem::temp_directory_path() /
+               ("rote-generate-real-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter_));
+    std::filesystem::remove_all(dir);
+    store::StoreOptions o;
+    o.path = dir.string();
+    o.synchronous = store::SyncMode::kNormal;
+    auto s = store::Store::Open(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    stores_.push_back(*std::move(s));
+    PipelineOptions po;
+    po.decoding.max_attempts = attempts;
+    po.decoding.max_tokens = 12;
+    return std::make_unique<GenerationPipeline>(stores_.back().get(), model_, runner_.get(),
+                                                ReviewPolicy(ReviewMode::kAuto), po);
+  }
+
+  std::vector<store::GenerationAttempt> AttemptsOf(GenerationPipeline& p, const std::string& name) {
+    auto digest = p.RequestDigest(*engine::PointFromRecord(Spec(name)), p.options().decoding);
+    EXPECT_TRUE(digest.ok());
+    auto failed = p.GetFailedGeneration(*digest);
+    EXPECT_TRUE(failed.ok()) << failed.status();
+    return failed.ok() ? failed->attempts : std::vector<store::GenerationAttempt>{};
+  }
+
+  static InferenceCodeModel* model_;
+  static int counter_;
+  std::unique_ptr<engine::LuaArtifactRunner> runner_ = engine::MakeInProcessLuaRunner();
+  std::vector<std::unique_ptr<store::Store>> stores_;
+};
+InferenceCodeModel* GenerateRealModelTest::model_ = nullptr;
+int GenerateRealModelTest::counter_ = 0;
+
+engine::GenerateContext Context(const std::string& name) {
+  engine::GenerateContext c;
+  c.generation_point_key = "real/" + name;
+  c.principal = "alice";
+  return c;
+}
+
+TEST_F(GenerateRealModelTest, CleanFailureAfterNAttemptsWithEveryAttemptStored) {
+  auto pipeline = Fresh();
+  auto g = pipeline->Generate(Spec("parse_amount"), Context("parse_amount"));
+  ASSERT_TRUE(absl::IsFailedPrecondition(g.status())) << g.status();
+  EXPECT_THAT(std::string(g.status().message()), HasSubstr("passed validation in 2 attempts"));
+  const std::vector<store::GenerationAttempt> attempts = AttemptsOf(*pipeline, "parse_amount");
+  ASSERT_EQ(attempts.size(), 2u);
+  store::Store& store = *stores_.back();
+  for (const store::GenerationAttempt& at : attempts) {
+    EXPECT_FALSE(at.failure.empty());
+    auto prompt = store.GetBlob(at.prompt_digest);
+    ASSERT_TRUE(prompt.ok()) << prompt.status();
+    EXPECT_THAT(*prompt, HasSubstr("<|im_start|>system"));  // the chat template the model read
+    EXPECT_THAT(*prompt, HasSubstr("Task: Parse a decimal number written with a comma."));
+    EXPECT_TRUE(store.GetBlob(at.output_digest).ok());
+  }
+  // Attempt 2 quotes attempt 1 and its failure.
+  EXPECT_THAT(*store.GetBlob(attempts[1].prompt_digest), HasSubstr("was refused: " + attempts[0].failure.substr(0, 20)));
+  EXPECT_EQ(model_->identity().device.substr(0, 3), "cpu");
+}
+
+TEST_F(GenerateRealModelTest, IdenticalRequestsGiveIdenticalAttemptDigests) {
+  auto first = Fresh();
+  ASSERT_FALSE(first->Generate(Spec("parse_amount"), Context("parse_amount")).ok());
+  auto second = Fresh();
+  ASSERT_FALSE(second->Generate(Spec("parse_amount"), Context("parse_amount")).ok());
+  const auto a = AttemptsOf(*first, "parse_amount");
+  const auto b = AttemptsOf(*second, "parse_amount");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].prompt_digest, b[i].prompt_digest);
+    EXPECT_EQ(a[i].output_digest, b[i].output_digest);
+    EXPECT_EQ(a[i].failure, b[i].failure);
+  }
+}
+
+// One attempt each keeps this under 10 s on two loaded cores; the retry chain is covered above.
+TEST_F(GenerateRealModelTest, BatchDoesNotChangeAttempts) {
+  auto alone = Fresh(1);
+  ASSERT_FALSE(alone->Generate(Spec("target"), Context("target")).ok());
+  auto together = Fresh(1);
+  std::vector<GenerationJob> jobs;
+  for (int i = 0; i < 11; ++i) {
+    const std::string name = i == 4 ? "target" : "other_" + std::to_string(i);
+    GenerationJob j;
+    j.spec = Spec(name);
+    j.context = Context(name);
+    jobs.push_back(j);
+  }
+  auto results = together->GenerateAll(jobs);
+  ASSERT_EQ(results.size(), 11u);
+  for (const auto& r : results) EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  const auto a = AttemptsOf(*alone, "target");
+  const auto b = AttemptsOf(*together, "target");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].prompt_digest, b[i].prompt_digest);
+    EXPECT_EQ(a[i].output_digest, b[i].output_digest) << "attempt " << i + 1;
+  }
+  // The other points really were different requests (their outputs are their own).
+  EXPECT_NE(AttemptsOf(*together, "other_0")[0].prompt_digest, b[0].prompt_digest);
+}
+
+}  // namespace
+}  // namespace rote::orchestrator::generate
