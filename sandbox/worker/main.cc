@@ -4,7 +4,6 @@
 //
 //   rote-sandbox-worker [--address-space BYTES] [--cpu-seconds N]
 #include <fcntl.h>
-#include <seccomp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -18,6 +17,7 @@
 #include <string>
 
 #include "sandbox/lua_runtime.h"
+#include "sandbox/worker_confinement.h"
 #include "sandbox/worker_protocol.h"
 
 namespace {
@@ -58,38 +58,6 @@ bool WriteFrame(const std::string& payload) {
   return WriteFull(1, header, sizeof header) && WriteFull(1, payload.data(), payload.size());
 }
 
-void SetLimit(int resource, rlim_t value) {
-  struct rlimit rl{value, value};
-  if (setrlimit(resource, &rl) != 0) Die("setrlimit failed\n");
-}
-
-void InstallSeccomp() {
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_KILL_PROCESS);
-  if (ctx == nullptr) Die("seccomp_init failed\n");
-  auto allow = [&](int nr) {
-    if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0) != 0) Die("seccomp_rule_add failed\n");
-  };
-  // I/O only on the request socket (0 in, 1 out) and stderr.
-  if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(read), 1, SCMP_A0(SCMP_CMP_EQ, 0)) != 0 ||
-      seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(write), 1, SCMP_A0(SCMP_CMP_EQ, 1)) != 0 ||
-      seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(write), 1, SCMP_A0(SCMP_CMP_EQ, 2)) != 0) {
-    Die("seccomp_rule_add failed\n");
-  }
-  // Memory management for malloc; never executable mappings.
-  allow(SCMP_SYS(brk));
-  allow(SCMP_SYS(munmap));
-  allow(SCMP_SYS(mremap));
-  if (seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mmap), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)) != 0) {
-    Die("seccomp_rule_add failed\n");
-  }
-  allow(SCMP_SYS(exit_group));
-  allow(SCMP_SYS(rt_sigreturn));
-  allow(SCMP_SYS(futex));
-  allow(SCMP_SYS(clock_gettime));
-  if (seccomp_load(ctx) != 0) Die("seccomp_load failed\n");
-  seccomp_release(ctx);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,12 +76,7 @@ int main(int argc, char** argv) {
   // Whatever the parent leaked without O_CLOEXEC: only 0, 1, 2 stay open.
   syscall(SYS_close_range, 3u, ~0u, 0u);
 
-  SetLimit(RLIMIT_AS, address_space);
-  SetLimit(RLIMIT_CPU, cpu_seconds);
-  SetLimit(RLIMIT_CORE, 0);
-  SetLimit(RLIMIT_FSIZE, 0);
-  SetLimit(RLIMIT_NOFILE, 3);
-  SetLimit(RLIMIT_NPROC, 0);
+  if (!rote::sandbox::ApplyWorkerRlimits(address_space, cpu_seconds).ok()) Die("setrlimit failed\n");
 
   // Warm up before the filter: the C locale object, the allocator, the Lua library pages.
   {
@@ -121,7 +84,7 @@ int main(int argc, char** argv) {
                                                    {rote::sandbox::Value::Int(1)}, {});
     if (!warm.ok() || !(*warm)[0].status.ok()) Die("warm-up failed\n");
   }
-  InstallSeccomp();
+  if (!rote::sandbox::InstallWorkerSeccompFilter().ok()) Die("seccomp failed\n");
 
   rote::sandbox::ArtifactCache cache;  // the last artifact stays compiled between requests
 
