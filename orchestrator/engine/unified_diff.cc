@@ -46,10 +46,11 @@ std::vector<Edit> Diff(const std::vector<std::string_view>& a, const std::vector
   while (i < n || j < m) {
     if (i < n && j < m && a[i] == b[j]) {
       edits.push_back({Op::kKeep, i++, j++});
-    } else if (j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j])) {
-      edits.push_back({Op::kInsert, i, j++});
-    } else {
+    } else if (i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1])) {
+      // Deletions before insertions, as diff -u writes a replaced line.
       edits.push_back({Op::kDelete, i++, j});
+    } else {
+      edits.push_back({Op::kInsert, i, j++});
     }
   }
   return edits;
