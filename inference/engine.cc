@@ -59,6 +59,13 @@ struct Engine::Impl {
   int32_t max_context = 0;
   std::vector<int32_t> stop_tokens;  // sorted
   std::unique_ptr<KvBlockManager> blocks;  // scheduler thread only
+  // Prefix sharing (scheduler thread only): a full block is known by its parent block id and
+  // its 16 tokens. Blocks keep their key after their last user leaves (a cache) until they are
+  // allocated again; then their key and every descendant's key are forgotten, so a key never
+  // names a block whose content or parent changed.
+  std::map<std::vector<int32_t>, int32_t> prefix_blocks;
+  std::map<int32_t, std::vector<int32_t>> block_keys;
+  std::multimap<int32_t, int32_t> block_children;  // parent block -> child blocks with keys
 
   std::mutex mu;
   std::condition_variable work_cv;
@@ -78,6 +85,11 @@ struct Engine::Impl {
   void Fail(const std::shared_ptr<Sequence>& s, const Status& status);
   void Preempt(const std::shared_ptr<Sequence>& s);
   void ReleaseBlocks(Sequence& s);
+  std::optional<int32_t> AllocateBlock();
+  void ForgetBlock(int32_t block);
+  std::vector<int32_t> BlockKey(const Sequence& s, size_t block_index) const;
+  void ShareCachedPrefix(Sequence& s);
+  void RegisterFullBlocks(const Sequence& s, int32_t computed_before);
   // Appends a chosen token, fills the event to stream; returns why the sequence ends, if it does.
   std::optional<FinishReason> Accept(Sequence& s, int32_t token, std::vector<float>* logits, TokenEvent* ev);
 };
@@ -281,6 +293,63 @@ void Engine::Impl::ReleaseBlocks(Sequence& s) {
   s.computed = 0;
 }
 
+void Engine::Impl::ForgetBlock(int32_t block) {
+  auto it = block_keys.find(block);
+  if (it == block_keys.end()) return;
+  const int32_t parent = it->second[0];
+  prefix_blocks.erase(it->second);
+  block_keys.erase(it);
+  for (auto [c, end] = block_children.equal_range(parent); c != end; ++c) {
+    if (c->second == block) {
+      block_children.erase(c);
+      break;
+    }
+  }
+  std::vector<int32_t> children;
+  for (auto [c, end] = block_children.equal_range(block); c != end; ++c) children.push_back(c->second);
+  for (int32_t child : children) ForgetBlock(child);
+}
+
+std::optional<int32_t> Engine::Impl::AllocateBlock() {
+  std::optional<int32_t> b = blocks->Allocate();
+  if (b.has_value()) ForgetBlock(*b);  // its cached content is about to be overwritten
+  return b;
+}
+
+std::vector<int32_t> Engine::Impl::BlockKey(const Sequence& s, size_t block_index) const {
+  std::vector<int32_t> key;
+  key.reserve(kKvBlockSize + 1);
+  key.push_back(block_index == 0 ? -1 : s.blocks[block_index - 1]);
+  key.insert(key.end(), s.all.begin() + block_index * kKvBlockSize, s.all.begin() + (block_index + 1) * kKvBlockSize);
+  return key;
+}
+
+void Engine::Impl::ShareCachedPrefix(Sequence& s) {
+  if (!options.prefix_sharing || s.computed != 0 || !s.blocks.empty()) return;
+  // At least the last token is always computed: its logits choose the next token.
+  const size_t shareable = (s.all.size() - 1) / kKvBlockSize;
+  for (size_t b = 0; b < shareable; ++b) {
+    auto it = prefix_blocks.find(BlockKey(s, b));
+    if (it == prefix_blocks.end()) break;
+    blocks->Revive(it->second);
+    s.blocks.push_back(it->second);
+  }
+  s.computed = static_cast<int32_t>(s.blocks.size()) * kKvBlockSize;
+  s.result.prompt_tokens_reused = std::max(s.result.prompt_tokens_reused, s.computed);
+}
+
+void Engine::Impl::RegisterFullBlocks(const Sequence& s, int32_t computed_before) {
+  if (!options.prefix_sharing) return;
+  for (int32_t b = computed_before / kKvBlockSize; b < s.computed / kKvBlockSize; ++b) {
+    if (block_keys.count(s.blocks[b])) continue;  // already known (a shared block)
+    std::vector<int32_t> key = BlockKey(s, static_cast<size_t>(b));
+    if (prefix_blocks.count(key)) continue;  // another sequence computed the same prefix first
+    prefix_blocks.emplace(key, s.blocks[b]);
+    block_children.emplace(key[0], s.blocks[b]);
+    block_keys.emplace(s.blocks[b], std::move(key));
+  }
+}
+
 void Engine::Impl::Preempt(const std::shared_ptr<Sequence>& s) {
   // Recomputation gives the same K/V bits (batch invariance), so a preempted sequence resumes
   // exactly where it was.
@@ -383,6 +452,7 @@ void Engine::Impl::Step() {
       // Admit only when its current tokens fit in the free blocks, so a new arrival does not
       // immediately force a preemption.
       if (BlocksFor(static_cast<int64_t>(s->all.size()) + 1) > blocks->num_free() && !running.empty()) break;
+      ShareCachedPrefix(*s);
       running.push_back(s);
       waiting.pop_front();
     }
@@ -422,7 +492,7 @@ void Engine::Impl::Step() {
     Sequence& s = *parts[i].seq;
     bool dropped_self = false;
     while (BlocksFor(s.computed + parts[i].n) > static_cast<int32_t>(s.blocks.size())) {
-      std::optional<int32_t> b = blocks->Allocate();
+      std::optional<int32_t> b = AllocateBlock();
       if (b.has_value()) {
         s.blocks.push_back(*b);
         continue;
@@ -460,7 +530,9 @@ void Engine::Impl::Step() {
   const int32_t vocab = model->config().vocab_size;
   size_t row = 0;
   for (const Part& p : parts) {
+    const int32_t before = p.seq->computed;
     p.seq->computed += p.n;
+    RegisterFullBlocks(*p.seq, before);
     if (!p.wants_logits) continue;
     const std::span<const float> l(logits.data() + row * vocab, vocab);
     ++row;

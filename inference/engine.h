@@ -30,6 +30,10 @@ struct EngineOptions {
   int32_t prefill_chunk = 256;             // prompt tokens one sequence feeds per step
   int32_t max_step_tokens = 512;           // tokens in one step (decodes first, then prefill)
   int32_t max_context = 0;                 // positions per sequence; 0 = min(max_position_embeddings, 32768)
+  // Reuse the KV blocks of a prompt prefix another request already computed (full 16-token
+  // blocks only). The cached K/V are the same bits a recomputation gives (batch invariance),
+  // so this changes speed, never output.
+  bool prefix_sharing = true;
   // Debug/test hook: keep, for every generated token, the logits it was chosen from
   // (GenerationResult::step_logits). Costs vocab_size floats per token.
   bool capture_logits = false;
@@ -81,6 +85,7 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kLength;
   Provenance provenance;
   std::vector<std::vector<float>> step_logits;  // EngineOptions::capture_logits only
+  int32_t prompt_tokens_reused = 0;  // positions taken from shared prefix blocks, not computed
 };
 
 using RequestId = uint64_t;

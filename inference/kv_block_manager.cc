@@ -23,6 +23,17 @@ void KvBlockManager::AddRef(int32_t block) {
   ++refs_[block];
 }
 
+void KvBlockManager::Revive(int32_t block) {
+  if (refs_[block] > 0) {
+    ++refs_[block];
+    return;
+  }
+  auto it = std::lower_bound(free_.begin(), free_.end(), block, std::greater<int32_t>());
+  if (it == free_.end() || *it != block) std::abort();  // neither used nor free: a bug
+  free_.erase(it);
+  refs_[block] = 1;
+}
+
 void KvBlockManager::Release(int32_t block) {
   if (refs_[block] <= 0) std::abort();  // double free is a scheduler bug
   if (--refs_[block] == 0) {

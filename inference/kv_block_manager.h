@@ -18,6 +18,9 @@ class KvBlockManager {
   // A free block with reference count 1, lowest id first; nullopt when none is free.
   std::optional<int32_t> Allocate();
   void AddRef(int32_t block);
+  // Takes a reference on a block that may be free (a cached prefix block whose last user left):
+  // a free block leaves the free list with count 1.
+  void Revive(int32_t block);
   // Drops one reference; the block is free again at zero.
   void Release(int32_t block);
   int32_t RefCount(int32_t block) const { return refs_[block]; }

@@ -174,6 +174,44 @@ TEST(EngineTest, PreemptionUnderASmallKvCacheKeepsBits) {
   CheckAloneVersusBatched(l, 0.0f, 8, 6 * KvBytesPerBlock(l.model->config()), 8);
 }
 
+// A second request with the same 40-token prefix reuses two full blocks computed by the first
+// (alive or already finished), and its tokens and logits equal a run without sharing.
+TEST(EngineTest, PrefixSharingReusesBlocksWithoutChangingBits) {
+  Loaded l = LoadTiny(ModelFamily::kQwen3);
+  std::mt19937 rng(21);
+  const std::vector<int32_t> prefix = RandomTokens(rng, 40);
+  auto with_suffix = [&](int n) {
+    std::vector<int32_t> p = prefix;
+    const auto s = RandomTokens(rng, n);
+    p.insert(p.end(), s.begin(), s.end());
+    return p;
+  };
+  const std::vector<int32_t> a = with_suffix(5), b = with_suffix(7), c = with_suffix(3);
+  EngineOptions o;
+  o.capture_logits = true;
+  o.prefix_sharing = false;
+  auto plain = MakeEngine(l, o);
+  const GenerationResult b_plain = RunToEnd(*plain, TokensRequest(b, 12, 0.7f, 5));
+  const GenerationResult c_plain = RunToEnd(*plain, TokensRequest(c, 12));
+  EXPECT_EQ(b_plain.prompt_tokens_reused, 0);
+  o.prefix_sharing = true;
+  o.kv_cache_bytes = 12 * KvBytesPerBlock(l.model->config());
+  auto shared = MakeEngine(l, o);
+  EXPECT_EQ(RunToEnd(*shared, TokensRequest(a, 12)).prompt_tokens_reused, 0);  // computes and caches
+  const GenerationResult b_shared = RunToEnd(*shared, TokensRequest(b, 12, 0.7f, 5));  // after a finished
+  EXPECT_EQ(b_shared.prompt_tokens_reused, 32);
+  EXPECT_EQ(b_shared.tokens, b_plain.tokens);
+  EXPECT_TRUE(SameLogits(b_shared, b_plain));
+  // Concurrent requests sharing the prefix while others churn the small cache.
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(shared->Submit(TokensRequest(RandomTokens(rng, 30), 10)).value());
+  const RequestId cid = shared->Submit(TokensRequest(c, 12)).value();
+  for (RequestId id : ids) ASSERT_TRUE(shared->Wait(id).ok());
+  const GenerationResult c_shared = shared->Wait(cid).value();
+  EXPECT_EQ(c_shared.tokens, c_plain.tokens);
+  EXPECT_TRUE(SameLogits(c_shared, c_plain));
+}
+
 TEST(EngineTest, SeedChangesSampledTokens) {
   Loaded l = LoadTiny(ModelFamily::kLlama);
   auto engine = MakeEngine(l, {});
