@@ -725,6 +725,10 @@ int StringFormat(lua_State* L) {
       return luaL_error(L, "string.format: '%%%c' is not available in the deterministic profile "
                         "(hexadecimal float output differs between C libraries)", conv);
     }
+    if (conv == 'q' && arg <= top && lua_type(L, arg) == LUA_TNUMBER && !lua_isinteger(L, arg)) {
+      return luaL_error(L, "string.format: '%%q' of a float is not available in the deterministic profile "
+                        "(it writes hexadecimal floats, whose text differs between C libraries)");
+    }
     if (conv == 's' && arg <= top && lua_type(L, arg) != LUA_TSTRING && lua_type(L, arg) != LUA_TNUMBER) {
       LuaState::PushToString(L, arg);
       lua_replace(L, arg);

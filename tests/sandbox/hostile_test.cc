@@ -74,6 +74,7 @@ const LuaCase kLuaCases[] = {
     {"WeakTable", "setmetatable({}, {__mode = 'k'})", Code::kFailedPrecondition, "__mode is not available"},
     {"FormatPointer", "return string.format('%p', {})", Code::kFailedPrecondition, "'%p' is not available"},
     {"FormatHexFloat", "return string.format('%a', 1.5)", Code::kFailedPrecondition, "'%a' is not available"},
+    {"FormatQuotedFloat", "return string.format('%q', 0.1)", Code::kFailedPrecondition, "'%q' of a float is not available"},
     {"PairsOverTableKeys", "local t = {[{}] = 1} for k in pairs(t) do end", Code::kFailedPrecondition, "key of type table"},
     {"RandomseedNoArgs", "math.randomseed()", Code::kFailedPrecondition, "bad argument #1 to 'randomseed'"},
     {"IndexLoop", "local t = setmetatable({}, {}) getmetatable(t).__index = t return t.x", Code::kFailedPrecondition, "'__index' chain too long"},
