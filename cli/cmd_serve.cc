@@ -2,6 +2,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
@@ -30,12 +31,23 @@ const char kUsage[] =
     "  --tls-cert FILE --tls-key FILE  serve TLS with this PEM certificate and key\n"
     "  --drain-ms N                after a signal, keep serving N ms while NOT_SERVING (default 0)\n"
     "  --grace-ms N                then give calls in flight up to N ms (default 10000)\n"
-    "  --log-level LEVEL           trace, debug, info, warn, error (default info)\n";
+    "  --log-level LEVEL           trace, debug, info, warn, error (default info)\n\n"
+    "Generation (docs/generation.md):\n"
+    "  --model DIR                 load this Hugging Face model directory and generate code for\n"
+    "                              unbound generation points (runs with --allow-generation)\n"
+    "  --device cpu|cuda           where the model runs (default cpu)\n"
+    "  --attempts N                attempts per generation point, 1..10 (default 3)\n"
+    "  --max-tokens N              tokens per attempt (default 512)\n"
+    "  --review-policy MODE        auto: generated code whose tests pass runs at once;\n"
+    "                              approval (default): a reviewer other than the principal who\n"
+    "                              asked for it must approve it first\n"
+    "  --review-policy-for LIST    per blueprint: NAME=MODE[,NAME=MODE...]\n";
 }  // namespace
 
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "max-message-bytes", "tls-cert",
-                 "tls-key", "drain-ms", "grace-ms", "log-level"},
+                 "tls-key", "drain-ms", "grace-ms", "log-level", "model", "device", "attempts", "max-tokens",
+                 "review-policy", "review-policy-for"},
                 {"help"}};
   auto flags = ParseFlags(args, spec);
   if (!flags.ok()) {
@@ -62,6 +74,18 @@ int CmdServe(const Args& args) {
   opt.tls_key_file = flags->GetOr("tls-key", "");
   opt.drain = std::chrono::milliseconds(std::stoll(flags->GetOr("drain-ms", "0")));
   opt.grace = std::chrono::milliseconds(std::stoll(flags->GetOr("grace-ms", "10000")));
+  opt.model_dir = flags->GetOr("model", "");
+  opt.device = flags->GetOr("device", opt.device);
+  opt.generation_attempts = std::stoi(flags->GetOr("attempts", std::to_string(opt.generation_attempts)));
+  opt.generation_max_tokens = std::stoi(flags->GetOr("max-tokens", std::to_string(opt.generation_max_tokens)));
+  opt.review_policy = flags->GetOr("review-policy", opt.review_policy);
+  if (auto per_blueprint = flags->Get("review-policy-for")) {
+    opt.review_policy_per_blueprint = absl::StrSplit(*per_blueprint, ',', absl::SkipEmpty());
+  }
+  if (opt.model_dir.empty() && (flags->Has("device") || flags->Has("attempts") || flags->Has("max-tokens"))) {
+    std::cerr << "rote serve: --device, --attempts and --max-tokens need --model DIR\n\n" << kUsage;
+    return kExitUsage;
+  }
 
   // Block the signals in every thread (gRPC's included, which start below) and take them
   // synchronously here, so shutdown runs in ordinary code rather than a signal handler.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.pb.h"                   // health descriptors, for reflection
 #include "grpcpp/ext/proto_server_reflection_plugin.h"  // server reflection
 #include "grpcpp/grpcpp.h"
@@ -18,6 +19,9 @@
 #include "orchestrator/api/services.h"
 #include "orchestrator/engine/engine.h"
 #include "orchestrator/engine/lua_runner.h"
+#include "orchestrator/generate/inference_code_model.h"
+#include "orchestrator/generate/pipeline.h"
+#include "orchestrator/generate/review_policy.h"
 #include "sandbox/worker_pool.h"
 #include "spdlog/spdlog.h"
 #include "store/store.h"
@@ -59,6 +63,10 @@ struct Server::State {
   std::unique_ptr<store::Store> store;
   std::unique_ptr<sandbox::WorkerPool> workers;
   std::unique_ptr<engine::LuaArtifactRunner> lua_runner;
+  // Without --model both stay null. The engine holds the pipeline, which holds the model.
+  std::unique_ptr<generate::InferenceCodeModel> model;
+  std::unique_ptr<generate::GenerationPipeline> pipeline;
+  generate::ReviewPolicy review_policy;
   std::unique_ptr<engine::Engine> engine;
   Services services;
   std::unique_ptr<grpc::Server> server;
@@ -142,10 +150,37 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   }
   state->workers = *std::move(workers);
   state->lua_runner = engine::MakeWorkerPoolLuaRunner(state->workers.get());
+  auto review_policy = generate::ReviewPolicy::Parse(opt.review_policy, opt.review_policy_per_blueprint);
+  if (!review_policy.ok()) return review_policy.status();
+  state->review_policy = *std::move(review_policy);
+  if (!opt.model_dir.empty()) {
+    generate::PipelineOptions pipeline_options;
+    pipeline_options.decoding.max_attempts = opt.generation_attempts;
+    pipeline_options.decoding.max_tokens = opt.generation_max_tokens;
+    if (absl::Status s = generate::CheckDecoding(pipeline_options.decoding); !s.ok()) return s;
+    spdlog::info("loading model from {} on {} (reading and hashing every tensor)", opt.model_dir, opt.device);
+    const auto load_start = std::chrono::steady_clock::now();
+    auto model = generate::InferenceCodeModel::Load(opt.model_dir, opt.device);
+    if (!model.ok()) {
+      return absl::Status(model.status().code(), absl::StrCat("loading the model in ", opt.model_dir, ": ",
+                                                              std::string(model.status().message())));
+    }
+    state->model = *std::move(model);
+    const generate::ModelDescription m = state->model->Describe();
+    spdlog::info("model loaded in {:.1f}s: {}, {} layers, hidden {}, vocab {}, {} parameters, {} on {}, digest {}",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(), m.family,
+                 m.num_layers, m.hidden_size, m.vocab_size, m.parameter_count, m.numerics_profile, m.device, m.digest);
+    state->pipeline = std::make_unique<generate::GenerationPipeline>(
+        state->store.get(), state->model.get(), state->lua_runner.get(), state->review_policy, pipeline_options);
+  }
+  spdlog::info("review policy: {}{}", generate::ReviewModeName(state->review_policy.server_default()),
+               opt.review_policy_per_blueprint.empty()
+                   ? std::string()
+                   : absl::StrCat(" (per blueprint: ", absl::StrJoin(opt.review_policy_per_blueprint, ", "), ")"));
   engine::EngineOptions engine_options;
   engine_options.run_workers = opt.run_workers;
   engine_options.rote_version = ROTE_VERSION;
-  auto eng = engine::Engine::Create(state->store.get(), state->lua_runner.get(), /*generator=*/nullptr,
+  auto eng = engine::Engine::Create(state->store.get(), state->lua_runner.get(), state->pipeline.get(),
                                     engine_options);
   if (!eng.ok()) return eng.status();
   state->engine = *std::move(eng);
@@ -153,6 +188,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   ServiceDeps deps;
   deps.auth = &state->auth;
   deps.engine = state->engine.get();
+  deps.generation = state->pipeline.get();
+  if (state->model) deps.model = state->model->Describe();
+  deps.review_policy = &state->review_policy;
   state->services = MakeServices(deps);
 
   // grpc++'s health service does not use the protobuf descriptor pool; touch ours so that

@@ -35,6 +35,18 @@ struct ServerOptions {
   std::chrono::milliseconds grace{10000};
   // Runs executing at once (more wait in a queue).
   int run_workers = 4;
+  // Generation (docs/generation.md): a Hugging Face model directory loaded at start and the
+  // device it runs on ("cpu" or "cuda"). Empty: no model; generation points must then be bound
+  // by lockfiles or approved artifacts.
+  std::string model_dir;
+  std::string device = "cpu";
+  // Attempts per generation point (1..10) and tokens per attempt.
+  int generation_attempts = 3;
+  int generation_max_tokens = 512;
+  // Review policy of generated artifacts: "auto" (tests pass: approved at once) or "approval"
+  // (a second person approves); per blueprint "NAME=MODE" entries override it.
+  std::string review_policy = "approval";
+  std::vector<std::string> review_policy_per_blueprint;
   // Extra services registered alongside rote's (tests use this for a slow method).
   std::vector<grpc::Service*> extra_services;
 };

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "orchestrator/generate/prompt.h"
+#include "spdlog/spdlog.h"
 
 namespace rote::orchestrator {
 
@@ -14,18 +16,13 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 namespace {
 
-// Authorizes the call, then answers UNIMPLEMENTED naming the module the method still needs.
-// Replaced method by method as the modules land; nothing pretends to work.
-grpc::Status NotBuilt(const ServiceDeps& deps, grpc::ServerContext* ctx, std::string_view method,
-                      std::string_view missing) {
-  auto principal = deps.auth->Authorize(*ctx, method);
-  if (!principal.ok()) return ToGrpc(principal.status());
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      absl::StrCat(std::string(method), " needs ", std::string(missing), ", which this server does not have yet"));
-}
-
 constexpr std::string_view kEngine = "the blueprint runtime (orchestrator/engine)";
-constexpr std::string_view kGenerate = "the generation pipeline (orchestrator/generate) and a model";
+
+// Generation needs the model the server was started with.
+absl::Status NoModel(std::string_view method) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      std::string(method), " needs a model, and this server runs without one: start it with rote serve --model DIR"));
+}
 
 // Every handler starts here: the caller must be allowed to call `method`, and the engine must
 // be built into this server.
@@ -360,6 +357,14 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     if (!decision->has_value()) {
       return ToGrpc(absl::InvalidArgumentError("decision must be REVIEW_STATE_APPROVED or REVIEW_STATE_REJECTED"));
     }
+    if (deps_.review_policy != nullptr) {
+      // The four-eyes rule (orchestrator/generate/review_policy.h).
+      auto current = deps_.engine->GetArtifact(req->name());
+      if (!current.ok()) return ToGrpc(current.status());
+      absl::Status allowed = generate::CheckMayReview(deps_.engine->store(), *deps_.review_policy, current->record,
+                                                      **decision, principal->name, deps_.auth->local_mode());
+      if (!allowed.ok()) return ToGrpc(allowed);
+    }
     auto view = deps_.engine->ReviewArtifact(req->name(), **decision, req->comment(), req->etag(), principal->name);
     if (!view.ok()) return ToGrpc(view.status());
     ToProto(*view, resp);
@@ -374,9 +379,20 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     resp->set_unified_diff(*std::move(diff));
     return grpc::Status::OK;
   }
-  grpc::Status RegenerateArtifact(grpc::ServerContext* ctx, const rote::v1::RegenerateArtifactRequest*,
-                                  rote::v1::RegenerateArtifactResponse*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.ArtifactService/RegenerateArtifact", kGenerate);
+  grpc::Status RegenerateArtifact(grpc::ServerContext* ctx, const rote::v1::RegenerateArtifactRequest* req,
+                                  rote::v1::RegenerateArtifactResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/RegenerateArtifact");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    if (deps_.generation == nullptr) return ToGrpc(NoModel("RegenerateArtifact"));
+    auto view = deps_.engine->GetArtifact(req->name());
+    if (!view.ok()) return ToGrpc(view.status());
+    auto r = deps_.generation->Regenerate(view->record, [ctx] { return ctx->IsCancelled(); });
+    if (!r.ok()) return ToGrpc(r.status());
+    spdlog::info("regenerated {}: {} ({})", r->original_digest, r->matched ? "matched" : "DIFFERS", r->detail);
+    resp->set_matched(r->matched);
+    resp->set_original_digest(r->original_digest);
+    resp->set_regenerated_digest(r->regenerated_digest);
+    return grpc::Status::OK;
   }
 
  private:
@@ -386,13 +402,84 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
 class GenerationServiceImpl final : public rote::v1::GenerationService::Service {
  public:
   explicit GenerationServiceImpl(ServiceDeps deps) : deps_(deps) {}
-  grpc::Status Generate(grpc::ServerContext* ctx, const rote::v1::GenerateRequest*,
-                        grpc::ServerWriter<rote::v1::GenerateEvent>*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.GenerationService/Generate", kGenerate);
+  grpc::Status Generate(grpc::ServerContext* ctx, const rote::v1::GenerateRequest* req,
+                        grpc::ServerWriter<rote::v1::GenerateEvent>* writer) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.GenerationService/Generate");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    if (deps_.generation == nullptr) return ToGrpc(NoModel("Generate"));
+    const rote::v1::GenerationSpec& spec = req->spec();
+    engine::ArtifactKind kind;
+    if (spec.kind() == rote::v1::ARTIFACT_KIND_LUA_FUNCTION) {
+      kind = engine::ArtifactKind::kLuaFunction;
+    } else if (spec.kind() == rote::v1::ARTIFACT_KIND_RE2_PATTERN) {
+      kind = engine::ArtifactKind::kRe2Pattern;
+    } else {
+      return ToGrpc(absl::InvalidArgumentError("spec.kind must be ARTIFACT_KIND_LUA_FUNCTION or ARTIFACT_KIND_RE2_PATTERN"));
+    }
+    auto point = generate::PointFromParts(spec.name(), kind, spec.task(), spec.signature(),
+                                          {spec.examples_json().begin(), spec.examples_json().end()});
+    if (!point.ok()) return ToGrpc(point.status());
+    generate::Decoding decoding = deps_.generation->options().decoding;
+    if (req->has_decoding()) {
+      const rote::v1::Decoding& d = req->decoding();
+      decoding.temperature = d.temperature();
+      decoding.top_k = d.top_k();
+      decoding.top_p = d.top_p() == 0.0f ? 1.0f : d.top_p();  // unset: keep every token
+      decoding.seed = d.seed();
+      if (d.max_tokens() != 0) decoding.max_tokens = d.max_tokens();
+    }
+    if (req->max_attempts() != 0) decoding.max_attempts = req->max_attempts();
+    if (absl::Status s = generate::CheckDecoding(decoding); !s.ok()) return ToGrpc(s);
+
+    generate::GenerationJob job;
+    job.spec = point->ToRecord();
+    job.decoding = decoding;
+    job.context.generation_point_key = generate::AdhocGenerationPointKey(point->name);
+    job.context.principal = principal->name;
+    job.context.cancelled = [ctx] { return ctx->IsCancelled(); };
+    // A client that went away stops the stream; the generation still finishes and is cached.
+    job.events.attempt_started = [writer](int32_t attempt) {
+      rote::v1::GenerateEvent e;
+      e.set_attempt_started(attempt);
+      writer->Write(e);
+    };
+    job.events.token_text = [writer](std::string_view text) {
+      rote::v1::GenerateEvent e;
+      e.set_token_text(generate::ValidUtf8(text));  // proto strings must be UTF-8
+      writer->Write(e);
+    };
+    job.events.attempt_failed = [writer](int32_t, const std::string& failure) {
+      rote::v1::GenerateEvent e;
+      e.set_attempt_failed(failure);
+      writer->Write(e);
+    };
+    auto result = std::move(deps_.generation->GenerateAll({job})[0]);
+    if (!result.ok()) return ToGrpc(result.status());
+    auto view = deps_.engine->GetArtifact(absl::StrCat("artifacts/", Hex(result->artifact_digest)));
+    if (!view.ok()) return ToGrpc(view.status());
+    rote::v1::GenerateEvent done;
+    ToProto(*view, done.mutable_artifact());
+    writer->Write(done);
+    return grpc::Status::OK;
   }
-  grpc::Status GetModel(grpc::ServerContext* ctx, const rote::v1::GetModelRequest*,
-                        rote::v1::Model*) override {
-    return NotBuilt(deps_, ctx, "/rote.v1.GenerationService/GetModel", kGenerate);
+  grpc::Status GetModel(grpc::ServerContext* ctx, const rote::v1::GetModelRequest*, rote::v1::Model* resp) override {
+    auto principal = deps_.auth->Authorize(*ctx, "/rote.v1.GenerationService/GetModel");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    if (!deps_.model.has_value()) {
+      return ToGrpc(absl::NotFoundError("this server runs without a model; start it with rote serve --model DIR"));
+    }
+    const generate::ModelDescription& m = *deps_.model;
+    resp->set_name("models/current");
+    resp->set_family(m.family);
+    resp->set_directory(m.directory);
+    resp->set_digest(m.digest);
+    resp->set_parameter_count(m.parameter_count);
+    resp->set_num_layers(m.num_layers);
+    resp->set_hidden_size(m.hidden_size);
+    resp->set_vocab_size(m.vocab_size);
+    resp->set_device(m.device);
+    resp->set_numerics_profile(m.numerics_profile);
+    return grpc::Status::OK;
   }
 
  private:

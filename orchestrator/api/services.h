@@ -3,11 +3,15 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
 #include "orchestrator/api/auth.h"
 #include "orchestrator/engine/engine.h"
+#include "orchestrator/generate/inference_code_model.h"
+#include "orchestrator/generate/pipeline.h"
+#include "orchestrator/generate/review_policy.h"
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/blueprints.grpc.pb.h"
 #include "rote/v1/generation.grpc.pb.h"
@@ -23,6 +27,13 @@ struct ServiceDeps {
   const Authenticator* auth = nullptr;
   // Blueprints, runs and artifacts; when null those methods answer UNIMPLEMENTED.
   engine::Engine* engine = nullptr;
+  // The generation pipeline and its model (orchestrator/generate); null / unset when the server
+  // runs without a model (Generate and RegenerateArtifact: FAILED_PRECONDITION, GetModel:
+  // NOT_FOUND).
+  generate::GenerationPipeline* generation = nullptr;
+  std::optional<generate::ModelDescription> model;
+  // The four-eyes rule in ReviewArtifact; null: no rule.
+  const generate::ReviewPolicy* review_policy = nullptr;
 };
 
 // Builds the four rote.v1 services.

@@ -13,6 +13,19 @@ namespace rote::orchestrator::generate {
 // absl::Status from the inference module's Status (the codes share their numbering).
 absl::Status FromInference(const inference::Status& status);
 
+// What GetModel and the server's start-up line say about a loaded model.
+struct ModelDescription {
+  std::string family;  // "qwen2", "llama", "qwen3"
+  std::string directory;
+  std::string digest;
+  int64_t parameter_count = 0;
+  int32_t num_layers = 0;
+  int32_t hidden_size = 0;
+  int32_t vocab_size = 0;
+  std::string device;
+  std::string numerics_profile;
+};
+
 class InferenceCodeModel final : public CodeModel {
  public:
   explicit InferenceCodeModel(std::unique_ptr<inference::Engine> engine);
@@ -29,6 +42,7 @@ class InferenceCodeModel final : public CodeModel {
   std::vector<absl::StatusOr<Completion>> CompleteAll(std::vector<CompletionRequest> requests,
                                                       const std::function<bool()>& cancelled) override;
 
+  ModelDescription Describe() const;
   inference::Engine& engine() const { return *engine_; }
 
  private:
