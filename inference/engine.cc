@@ -432,7 +432,6 @@ std::optional<FinishReason> Engine::Impl::Accept(Sequence& s, int32_t token, std
 }
 
 void Engine::Impl::Step() {
-  std::vector<std::pair<std::shared_ptr<Sequence>, TokenEvent>> to_stream;
   // Admission and cancellation, under the lock.
   {
     std::lock_guard<std::mutex> lock(mu);
