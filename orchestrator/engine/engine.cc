@@ -914,8 +914,9 @@ void Engine::ExecuteRun(const Job& job) {
   if (!bp.ok()) return fail(store::RunState::kFailed, std::string(bp.status().message()));
 
   std::vector<store::Binding> bindings = run->bindings;
+  // All unbound points go to the generator at once: their attempts share the model's batches.
+  std::vector<Generator::Request> requests;
   for (const GenerationPoint& p : control.deferred) {
-    if (control.interrupt.interrupted()) break;
     GenerateContext ctx;
     ctx.generation_point_key = ArtifactKey(bp->name, p.name);
     ctx.blueprint_digest = bp->digest;
@@ -927,7 +928,13 @@ void Engine::ExecuteRun(const Job& job) {
       AppendEvents(id, {e}).IgnoreError();
     };
     ctx.cancelled = [&control] { return control.interrupt.interrupted(); };
-    absl::StatusOr<GeneratedArtifact> g = generator_->Generate(p.ToRecord(), ctx);
+    requests.push_back(Generator::Request{p.ToRecord(), std::move(ctx)});
+  }
+  std::vector<absl::StatusOr<GeneratedArtifact>> generated;
+  if (!requests.empty() && !control.interrupt.interrupted()) generated = generator_->GenerateTogether(requests);
+  for (size_t i = 0; i < generated.size(); ++i) {
+    const GenerationPoint& p = control.deferred[i];
+    absl::StatusOr<GeneratedArtifact>& g = generated[i];
     if (!g.ok()) return fail(store::RunState::kFailed, absl::StrCat("generating '", p.name, "': ", g.status().message()));
     absl::StatusOr<store::ArtifactRecord> a = store_->GetArtifact(g->artifact_digest);
     if (!a.ok()) return fail(store::RunState::kFailed, std::string(a.status().message()));

@@ -14,6 +14,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "store/records.h"
@@ -56,6 +57,19 @@ class Generator {
   // FAILED_PRECONDITION when every attempt failed validation (the message says why).
   virtual absl::StatusOr<GeneratedArtifact> Generate(const store::GenerationSpecRecord& spec,
                                                      const GenerateContext& context) = 0;
+
+  // The unbound points of one run, generated together so that their attempts share the
+  // model's batches (orchestrator/generate does; this default asks one at a time). One result
+  // per request, in order.
+  struct Request {
+    store::GenerationSpecRecord spec;
+    GenerateContext context;
+  };
+  virtual std::vector<absl::StatusOr<GeneratedArtifact>> GenerateTogether(const std::vector<Request>& requests) {
+    std::vector<absl::StatusOr<GeneratedArtifact>> out;
+    for (const Request& r : requests) out.push_back(Generate(r.spec, r.context));
+    return out;
+  }
 };
 
 }  // namespace rote::orchestrator::engine

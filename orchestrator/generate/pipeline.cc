@@ -534,6 +534,16 @@ absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::Generate(const sto
   return std::move(GenerateAll({job})[0]);
 }
 
+std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::GenerateTogether(
+    const std::vector<engine::Generator::Request>& requests) {
+  std::vector<GenerationJob> jobs(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    jobs[i].spec = requests[i].spec;
+    jobs[i].context = requests[i].context;
+  }
+  return GenerateAll(jobs);
+}
+
 absl::StatusOr<FailedGeneration> GenerationPipeline::GetFailedGeneration(std::string_view request_digest) {
   absl::StatusOr<std::string> json = store_->KvGet(kFailedNamespace, request_digest);
   if (!json.ok()) {

@@ -103,6 +103,9 @@ class GenerationPipeline final : public engine::Generator {
                                                                   const engine::GenerateContext& context) override;
   absl::StatusOr<engine::GeneratedArtifact> Generate(const store::GenerationSpecRecord& spec,
                                                      const engine::GenerateContext& context) override;
+  // GenerateAll with the pipeline's decoding.
+  std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerateTogether(
+      const std::vector<engine::Generator::Request>& requests) override;
 
   // Generates several points together: attempt k of every point still without a passing
   // candidate goes to the model in one CompleteAll. Results in the order of `jobs`.

@@ -119,6 +119,8 @@ TEST_F(EngineGenerationTest, AutoPolicyRunsGeneratedCodeAtOnce) {
   EXPECT_THAT(progress, ::testing::Contains(HasSubstr("parse_amount: attempt 1/3 started")));
   EXPECT_THAT(progress, ::testing::Contains(HasSubstr("word: attempt 1/3 passed")));
   EXPECT_EQ(model_->calls(), 2);
+  // The run's two points went to the model together, in one batch.
+  EXPECT_THAT(model_->batch_sizes(), ::testing::ElementsAre(2u));
 
   // A second run binds the approved artifacts without asking the model.
   auto [again, again_progress] = Run(false);
