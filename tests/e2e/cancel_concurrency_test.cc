@@ -191,3 +191,29 @@ TEST(IdempotencyE2e, RepeatedRequestIdReturnsTheOriginalRun) {
 
 }  // namespace
 }  // namespace rote::e2e
+
+namespace rote::e2e {
+namespace {
+
+TEST(RestartE2e, StoppingFailsRunningRunsAndRequeuesPendingOnes) {
+  TestServer server;
+  server.Start(/*run_workers=*/1);
+  server.Register(kSpin, "", "spin.lua");
+  server.Register(kWordStats, kWordStatsLock, "word_stats.lua");
+  rote::v1::Run spinning = server.Submit("blueprints/spin", "{}");
+  WaitForState(server, spinning.name(), rote::v1::RUN_STATE_RUNNING);
+  rote::v1::Run queued = server.Submit("blueprints/word_stats", R"({"text": "later"})");
+  EXPECT_EQ(server.Get(queued.name()).state(), rote::v1::RUN_STATE_PENDING);
+
+  server.Stop();
+  server.Start(/*run_workers=*/1);
+  rote::v1::Run stopped = server.Get(spinning.name());
+  EXPECT_EQ(stopped.state(), rote::v1::RUN_STATE_FAILED);
+  EXPECT_NE(stopped.error().find("server shut down"), std::string::npos) << stopped.error();
+  rote::v1::Run done = server.WaitDone(queued.name());
+  EXPECT_EQ(done.state(), rote::v1::RUN_STATE_SUCCEEDED) << done.error();
+  EXPECT_EQ(done.output_json(), R"({"count":1,"first":"LATER","loud":["LATER"]})");
+}
+
+}  // namespace
+}  // namespace rote::e2e
