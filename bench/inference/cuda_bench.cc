@@ -149,51 +149,6 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> needle = RandomTokens(prompt, c.vocab_size, 7);
   std::vector<int32_t> needle_alone;
   const int64_t kv_bytes_per_position = int64_t{2} * c.num_layers * c.kv_dim() * 4;
-  // One decode measurement: prefill of `batch` prompts, warm-up, `steps` timed steps.
-  auto decode = [&](CudaBackend* be, int32_t batch, int tile, const char* variant) -> bool {
-    std::vector<Seq> seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
-    bool ok = Step(be, seqs);  // prefill of every prompt in one step
-    for (int32_t i = 0; ok && i < warm; ++i) ok = Step(be, seqs);
-    auto s0 = Clock::now();
-    for (int32_t i = 0; ok && i < steps; ++i) ok = Step(be, seqs);
-    auto s1 = Clock::now();
-    if (!ok) return false;
-    if (batch == 1) needle_alone = seqs[0].tokens;
-    const bool invariant = seqs[0].tokens == needle_alone;
-    const double secs = Seconds(s0, s1);
-    const double tps = batch * steps / secs;
-    const double mean_context = prompt + warm + 1 + steps / 2.0;
-    const double bytes_per_step = static_cast<double>(be->WeightBytes()) + batch * mean_context * kv_bytes_per_position;
-    const double bytes_per_token = bytes_per_step / batch;
-    const double flops_per_token =
-        2.0 * matrix_params + 4.0 * mean_context * c.q_dim() * c.num_layers;  // scores + weighted sum
-    std::printf("{\"what\":\"decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
-                "\"ms_per_step\":%.3f,\"bytes_per_token\":%.0f,\"achieved_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
-                "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d,\"variant\":\"%s\"}\n",
-                shape.c_str(), batch, steps, tps, 1e3 * secs / steps, bytes_per_token,
-                bytes_per_token * tps / 1e12, bytes_per_token * tps / bw, flops_per_token * tps / 1e12,
-                flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile, variant);
-    std::fflush(stdout);
-    return true;
-  };
-  // --variants 1: batch-1 decode with each launch variant (same bits; speed only), then the rest.
-  if (Arg(argc, argv, "--variants", "0") == "1") {
-    CudaBackendOptions no_graph_opt = opt;
-    no_graph_opt.use_graphs = false;
-    auto no_graph = CreateCudaBackend(*model, no_graph_opt);
-    if (!no_graph.ok() || !(*no_graph)->AllocateKvCache(64 * stride).ok()) return 1;
-    struct Variant { const char* name; bool gemv, chained, fold, graphs; };
-    for (const Variant& v : {Variant{"default", true, true, true, true}, Variant{"no_gemv", false, true, true, true},
-                             Variant{"no_fold", true, true, false, true}, Variant{"previous", false, true, false, true},
-                             Variant{"no_pdl", true, false, true, true}, Variant{"no_graphs", true, true, true, false},
-                             Variant{"default", true, true, true, true}}) {
-      SetCudaLaunchVariantsForTesting(v.gemv, v.chained, v.fold);
-      if (!b->AllocateKvCache(blocks).ok()) return 1;  // drops the captured graphs
-      if (!decode(v.graphs ? b : no_graph->get(), 1, -1, v.name)) return 1;
-    }
-    SetCudaLaunchVariantsForTesting(true, true, true);
-    if (!b->AllocateKvCache(blocks).ok()) return 1;
-  }
   const int tiles = std::stoi(Arg(argc, argv, "--tiles", "1"));
   for (int tile = -1; tile < tiles - 1; ++tile) {
   SetCudaLargeBatchTileForTesting(tile);
@@ -201,7 +156,29 @@ int main(int argc, char** argv) {
   for (int32_t batch : {1, 8, 32, 64}) {
     if (tile >= 0 && batch == 1) continue;  // forced tiles apply above one token
     if (batches.find("," + std::to_string(batch) + ",") == std::string::npos) continue;
-    if (!decode(b, batch, tile, "default")) return 1;
+    std::vector<Seq> seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
+    bool ok = Step(b, seqs);  // prefill of every prompt in one step
+    for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
+    auto s0 = Clock::now();
+    for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
+    auto s1 = Clock::now();
+    if (!ok) return 1;
+    if (batch == 1) needle_alone = seqs[0].tokens;
+    const bool invariant = seqs[0].tokens == needle_alone;
+    const double secs = Seconds(s0, s1);
+    const double tps = batch * steps / secs;
+    const double mean_context = prompt + warm + 1 + steps / 2.0;
+    const double bytes_per_step = static_cast<double>(b->WeightBytes()) + batch * mean_context * kv_bytes_per_position;
+    const double bytes_per_token = bytes_per_step / batch;
+    const double flops_per_token =
+        2.0 * matrix_params + 4.0 * mean_context * c.q_dim() * c.num_layers;  // scores + weighted sum
+    std::printf("{\"what\":\"decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
+                "\"ms_per_step\":%.3f,\"bytes_per_token\":%.0f,\"achieved_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
+                "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d}\n",
+                shape.c_str(), batch, steps, tps, 1e3 * secs / steps, bytes_per_token,
+                bytes_per_token * tps / 1e12, bytes_per_token * tps / bw, flops_per_token * tps / 1e12,
+                flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile);
+    std::fflush(stdout);
   }
 
   const bool prefill = Arg(argc, argv, "--prefill", "1") == "1";

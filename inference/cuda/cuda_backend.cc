@@ -89,8 +89,6 @@ struct DeviceLayer {
   const float* k_norm = nullptr;
 };
 
-bool g_fold_rope = true;  // SetCudaLaunchVariantsForTesting
-
 struct GraphKey {
   int32_t tokens;
   int32_t context_bucket;
@@ -370,7 +368,6 @@ class CudaBackendImpl final : public CudaBackend {
   // Device pointers of one step's metadata inside meta_.
   struct StepLayout {
     int32_t tokens = 0, logit_rows = 0, max_blocks = 0, context = 0;
-    bool decode_only = false;  // one token per sequence: rotary folds into attention
     int64_t tokens_off = 0, pos_off = 0, table_off = 0, logit_rows_off = 0, total = 0;
   };
 
@@ -406,7 +403,6 @@ class CudaBackendImpl final : public CudaBackend {
     // Decode steps bucket the context so that one graph serves many steps: the attention
     // kernel's shared memory and the block-table width are fixed per bucket.
     const bool use_graph = options_.use_graphs && decode_only;
-    lay.decode_only = decode_only;
     lay.context = max_len;
     if (use_graph) {
       int32_t bucket = 256;
@@ -519,23 +515,11 @@ class CudaBackendImpl final : public CudaBackend {
       a.out = qkv_.as<float>();
       a.out_stride = qkv_dim;
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
-      // Decode steps fold rotary and the KV store into attention (one launch fewer per layer);
-      // prefill chunks need every new position stored before any of them attends.
-      cuda::RopeFusion rope;
-      if (lay.decode_only && g_fold_rope) {
-        rope.qkv = qkv_.as<float>();
-        rope.q_norm = dl.q_norm;
-        rope.k_norm = dl.k_norm;
-        rope.norm_eps = c.rms_norm_eps;
-        rope.cos = rope_cos_;
-        rope.sin = rope_sin_;
-      } else {
-        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
-                                                        c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), kv,
-                                                        stream_));
-      }
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
+                                                      c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), kv,
+                                                      stream_));
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context,
-                                                      att_.as<float>(), AttStride(), stream_, rope));
+                                                      att_.as<float>(), AttStride(), stream_));
       a = LinearArgs{};
       a.w = dl.wo;
       a.x = att_.as<float>();
@@ -626,10 +610,6 @@ class CudaBackendImpl final : public CudaBackend {
 }  // namespace
 
 void SetCudaLargeBatchTileForTesting(int variant) { cuda::SetLargeBatchTile(variant); }
-void SetCudaLaunchVariantsForTesting(bool use_gemv, bool chained, bool fold_rope) {
-  cuda::SetLaunchVariants(use_gemv, chained);
-  g_fold_rope = fold_rope;
-}
 
 int CudaDeviceCount() {
   int n = 0;

@@ -48,9 +48,5 @@ int CudaDeviceCount();
 // one token (0: 8 rows x 8 tokens per warp, 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by
 // size). Every choice gives the same bits; only speed differs. No-op without CUDA.
 void SetCudaLargeBatchTileForTesting(int variant);
-// Tests and benchmarks only: one-token products without the GEMV kernel, launches without
-// programmatic dependent launch, decode without rotary folded into attention. Same bits; only
-// speed differs. Takes effect for graphs captured afterwards.
-void SetCudaLaunchVariantsForTesting(bool use_gemv, bool chained, bool fold_rope);
 
 }  // namespace rote::inference

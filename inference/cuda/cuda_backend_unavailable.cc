@@ -11,6 +11,5 @@ StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const M
 int CudaDeviceCount() { return 0; }
 
 void SetCudaLargeBatchTileForTesting(int) {}
-void SetCudaLaunchVariantsForTesting(bool, bool, bool) {}
 
 }  // namespace rote::inference

@@ -45,9 +45,6 @@ __device__ __forceinline__ float WarpMax(float v) {
 __device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
-bool g_chained = true;  // SetLaunchVariants
-bool g_use_gemv = true;
-
 template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchChained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           Args... args) {
@@ -60,7 +57,7 @@ cudaError_t LaunchChained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, 
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = g_chained ? 1 : 0;
+  cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<KernelArgs>(args)...);
 }
 
@@ -113,126 +110,6 @@ constexpr int kUnroll = ROWS * TOKS == 1 ? 8 : TOKS == 1 ? 4 : ROWS * TOKS <= 8 
 
 __device__ __forceinline__ float4 NormScale(float4 v, float r, float4 w) {
   return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
-}
-
-// The epilogue of rows row_base .. row_base + ROWS - 1 of token m (one lane calls it).
-template <int ROWS>
-__device__ __forceinline__ void StoreRows(const LinearArgs& a, const float* acc, int row_base, int m) {
-  float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
-  if (a.epilogue == LinearEpilogue::kSiluMul) {
-#pragma unroll
-    for (int r = 0; r + 1 < ROWS; r += 2) {
-      const int row = row_base + r;
-      if (row + 1 < a.w.rows) {
-        const int n = row / 2;
-        out[a.out_lane_rows ? PermutedIndex(n) : n] = canonical_silu(acc[r]) * acc[r + 1];
-      }
-    }
-  } else {
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      const int row = row_base + r;
-      if (row >= a.w.rows) break;
-      const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(row)) : row;
-      if (a.epilogue == LinearEpilogue::kAddBias) {
-        out[o] = acc[r] + a.bias[row];
-      } else if (a.epilogue == LinearEpilogue::kAddResidual) {
-        out[o] = out[o] + acc[r];
-      } else {
-        out[o] = acc[r];
-      }
-    }
-  }
-}
-
-// One token (batch-1 decode, the lm_head of one sequence): a pure stream of the weights, so
-// what matters is bytes in flight and no round trip inside the loop. The block stages the
-// token's activation row (normalised when norm_weight is set) in shared memory once; each lane
-// keeps a ring of kGemvDepth groups of weight loads in flight (the first ones issued before the
-// wait for the previous kernel) and refills a slot as soon as it has used it. Lane t still takes
-// columns k ≡ t (mod 32) of each row in increasing k and the butterfly is the tree: the same
-// canonical dot products as LinearKernel, bit for bit.
-template <WeightType WT, int ROWS>
-constexpr int kGemvDepth = (WT == WeightType::kF32 ? 16 : 32) / ROWS;  // 64 registers of weights per lane
-// Largest activation row (floats) GemvKernel stages without raising the shared-memory limit.
-constexpr int kGemvMaxCols = 48 * 1024 / 4;
-
-template <WeightType WT, int ROWS>
-__global__ void __launch_bounds__(kThreads) GemvKernel(LinearArgs a) {
-  using W4 = Weights4<WT>;
-  using Raw = typename W4::Raw;
-  constexpr int D = kGemvDepth<WT, ROWS>;
-  extern __shared__ float4 gemv_x[];  // (cols_padded / 4): the activation lane row
-  LetNextStart();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int m = blockIdx.x;
-  const int K = a.w.cols, KP = a.w.cols_padded;
-  const int groups = KP / kGroupCols;
-  const int row_base = (blockIdx.y * kWarps + warp) * ROWS;
-  const Raw* wrow[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const int row = min(row_base + r, a.w.rows - 1);
-    wrow[r] = reinterpret_cast<const Raw*>(static_cast<const char*>(a.w.data) +
-                                           static_cast<int64_t>(row) * KP * kWeightBytes<WT>) + lane;
-  }
-  Raw ring[D][ROWS];
-#pragma unroll
-  for (int u = 0; u < D; ++u)
-    if (u < groups)
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) ring[u][r] = __ldg(wrow[r] + u * 32);
-  WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
-
-  const int src = a.x_rows != nullptr ? a.x_rows[m] : m;
-  const float4* xr = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
-  if (a.norm_weight != nullptr) {
-    // Every warp computes the canonical sum of squares (same bits in each), then normalises
-    // its share of the row: (x * r) * w, elementwise.
-    float ss = 0.0f;
-#pragma unroll 8
-    for (int g = 0; g < groups; ++g) {
-      const float4 v = __ldg(xr + g * 32 + lane);
-      ss = fmaf(v.x, v.x, ss);
-      ss = fmaf(v.y, v.y, ss);
-      ss = fmaf(v.z, v.z, ss);
-      ss = fmaf(v.w, v.w, ss);
-    }
-    const float rs = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
-    const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
-    for (int i = warp * 32 + lane; i < KP / 4; i += kThreads) gemv_x[i] = NormScale(__ldg(xr + i), rs, __ldg(nw + i));
-  } else {
-    for (int i = threadIdx.x; i < KP / 4; i += kThreads) gemv_x[i] = __ldg(xr + i);
-  }
-  __syncthreads();
-
-  float acc[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
-  for (int g0 = 0; g0 < groups; g0 += D) {
-#pragma unroll
-    for (int u = 0; u < D; ++u) {
-      const int g = g0 + u;
-      if (g >= groups) break;
-      float wf[ROWS][4];
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) W4::ToF32(ring[u][r], wf[r]);
-      if (g + D < groups)
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) ring[u][r] = __ldg(wrow[r] + (g + D) * 32);
-      const float4 xv = gemv_x[g * 32 + lane];
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
-        acc[r] = fmaf(wf[r][1], xv.y, acc[r]);
-        acc[r] = fmaf(wf[r][2], xv.z, acc[r]);
-        acc[r] = fmaf(wf[r][3], xv.w, acc[r]);
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
-  if (lane == 0) StoreRows<ROWS>(a, acc, row_base, m);
 }
 
 // out = epilogue(W · norm(x)). Each warp owns ROWS output rows for TOKS tokens; lane t owns
@@ -393,19 +270,32 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
   for (int m = 0; m < TOKS; ++m) {
     if (m >= mt) break;
     if (lane != m % 32) continue;
-    float out_m[ROWS];
+    float* out = a.out + static_cast<int64_t>(m0 + m) * a.out_stride;
+    if (a.epilogue == LinearEpilogue::kSiluMul) {
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) out_m[r] = acc[r][m];
-    StoreRows<ROWS>(a, out_m, row_base, m0 + m);
+      for (int r = 0; r + 1 < ROWS; r += 2) {
+        const int row = row_base + r;
+        if (row + 1 < a.w.rows) {
+          const int n = row / 2;
+          out[a.out_lane_rows ? PermutedIndex(n) : n] = canonical_silu(acc[r][m]) * acc[r + 1][m];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int row = row_base + r;
+        if (row >= a.w.rows) break;
+        const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(row)) : row;
+        if (a.epilogue == LinearEpilogue::kAddBias) {
+          out[o] = acc[r][m] + a.bias[row];
+        } else if (a.epilogue == LinearEpilogue::kAddResidual) {
+          out[o] = out[o] + acc[r][m];
+        } else {
+          out[o] = acc[r][m];
+        }
+      }
+    }
   }
-}
-
-template <WeightType WT, int ROWS>
-cudaError_t LaunchGemv(const LinearArgs& a, cudaStream_t stream) {
-  const dim3 grid(a.tokens, (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS));
-  if (grid.y > 65535) return cudaErrorInvalidConfiguration;
-  return LaunchChained(GemvKernel<WT, ROWS>, grid, dim3(kThreads), static_cast<size_t>(a.w.cols_padded) * sizeof(float),
-                       stream, a);
 }
 
 template <WeightType WT, int ROWS, int TOKS>
@@ -434,11 +324,6 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   const bool silu = a.epilogue == LinearEpilogue::kSiluMul;
   if (a.tokens == 1) {
     // Pure weight streams: more rows per warp keeps more loads in flight where rows abound.
-    if (g_use_gemv && a.w.cols_padded <= kGemvMaxCols) {
-      if (a.w.rows >= 8192) return LaunchGemv<WT, 4>(a, stream);
-      if (silu) return LaunchGemv<WT, 2>(a, stream);
-      return LaunchGemv<WT, 1>(a, stream);
-    }
     if (a.w.rows >= 8192) return LaunchLinearTile<WT, 4, 1>(a, stream);
     if (silu) return LaunchLinearTile<WT, 2, 1>(a, stream);
     return LaunchLinearTile<WT, 1, 1>(a, stream);
@@ -505,30 +390,6 @@ __global__ void EmbedKernel(const void* embed, int32_t cols_padded, const int32_
 
 constexpr int kMaxHeadDim = 256;
 
-// One warp, one head of q or k: Qwen3's per-head RMSNorm when nw is set (canonical sum of
-// squares, lane d mod 32), then rotary with the position's cos/sin rows, into dst (global or
-// shared). buf: head_dim floats of shared scratch. RopeStoreKernel and the decode attention
-// (which folds rotary in) both call this, so they produce the same bits.
-__device__ __forceinline__ void NormRotateHead(const float* src, float* buf, const float* nw, float eps, int hd,
-                                               const float* cos_row, const float* sin_row, float* dst, int lane) {
-  const int half = hd / 2;
-  for (int d = lane; d < hd; d += 32) buf[d] = src[d];
-  if (nw != nullptr) {
-    float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) acc = fmaf(buf[d], buf[d], acc);
-    const float r = canonical_rms_scale(WarpTree(acc), hd, eps);
-    for (int d = lane; d < hd; d += 32) buf[d] = (buf[d] * r) * nw[d];
-  }
-  __syncwarp();
-  for (int i = lane; i < half; i += 32) {
-    float x0 = buf[i], x1 = buf[i + half];
-    canonical_rotate(x0, x1, cos_row[i], sin_row[i]);
-    dst[i] = x0;
-    dst[i + half] = x1;
-  }
-  __syncwarp();
-}
-
 // One warp per head of q and k (grid.x: groups of kWarps heads, grid.y: tokens); the block with
 // blockIdx.x == 0 also copies v.
 __global__ void __launch_bounds__(kThreads)
@@ -554,9 +415,24 @@ __global__ void __launch_bounds__(kThreads)
        h += kWarps) {
     const bool is_q = h < shape.num_heads;
     const float* src = is_q ? row + h * hd : row + q_dim + (h - shape.num_heads) * hd;
+    for (int d = lane; d < hd; d += 32) buf[d] = src[d];
+    const float* nw = is_q ? q_norm : k_norm;
+    if (nw != nullptr) {
+      float acc = 0.0f;
+      for (int d = lane; d < hd; d += 32) acc = fmaf(buf[d], buf[d], acc);
+      const float r = canonical_rms_scale(WarpTree(acc), hd, norm_eps);
+      for (int d = lane; d < hd; d += 32) buf[d] = (buf[d] * r) * nw[d];
+    }
+    __syncwarp();
     float* dst = is_q ? q_out + static_cast<int64_t>(m) * q_dim + h * hd
                       : kv.k + slot_row * kv_dim + (h - shape.num_heads) * hd;
-    NormRotateHead(src, buf, is_q ? q_norm : k_norm, norm_eps, hd, cos_row, sin_row, dst, lane);
+    for (int i = lane; i < half; i += 32) {
+      float x0 = buf[i], x1 = buf[i + half];
+      canonical_rotate(x0, x1, cos_row[i], sin_row[i]);
+      dst[i] = x0;
+      dst[i + half] = x1;
+    }
+    __syncwarp();
   }
   if (blockIdx.x == 0)
     for (int i = threadIdx.x; i < kv_dim; i += kThreads) kv.v[slot_row * kv_dim + i] = row[q_dim + kv_dim + i];
@@ -572,14 +448,11 @@ constexpr int kAttnThreads = kAttnWarps * 32;
 
 __global__ void __launch_bounds__(kAttnThreads)
     AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
-                    int32_t out_stride, int32_t max_context, RopeFusion rope) {
+                    int32_t out_stride, int32_t max_context) {
   extern __shared__ float4 att_smem_f4[];
   float* scores = reinterpret_cast<float*>(att_smem_f4);  // (context)
   int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
-  __shared__ __align__(16) float q_s[kMaxHeadDim];
-  __shared__ __align__(16) float k_new[kMaxHeadDim];  // rotary folded in: the new position's k and v
-  __shared__ __align__(16) float v_new[kMaxHeadDim];
-  __shared__ float head_buf[2][kMaxHeadDim];
+  __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
   LetNextStart();
   WaitForPrevious();
@@ -590,40 +463,14 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
   const int L = step.pos[m] + 1;
   const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
-  const bool fused = rope.qkv != nullptr;
-  if (fused) {
-    // Decode: this block rotates its own query head and the new position's key (and takes its
-    // value) straight from the q|k|v row, exactly as RopeStoreKernel would; it reads position
-    // L - 1 from shared memory, never from the cache, so no block waits for another's store.
-    const float* row = rope.qkv + static_cast<int64_t>(m) * (q_dim + 2 * kv_dim);
-    const float* cos_row = rope.cos + static_cast<int64_t>(L - 1) * (hd / 2);
-    const float* sin_row = rope.sin + static_cast<int64_t>(L - 1) * (hd / 2);
-    if (warp == 0) {
-      NormRotateHead(row + h * hd, head_buf[0], rope.q_norm, rope.norm_eps, hd, cos_row, sin_row, q_s, lane);
-    } else if (warp == 1) {
-      NormRotateHead(row + q_dim + g * hd, head_buf[1], rope.k_norm, rope.norm_eps, hd, cos_row, sin_row, k_new, lane);
-    } else if (warp == 2) {
-      for (int d = lane; d < hd; d += 32) v_new[d] = row[q_dim + kv_dim + g * hd + d];
-    }
-  } else {
-    for (int d = threadIdx.x; d < hd; d += kAttnThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
-  }
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
   // The block table once into shared memory: one round trip instead of one per position.
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
   __syncthreads();
-  if (fused && h % (shape.num_heads / shape.num_kv_heads) == 0) {
-    // The group's first query head stores the new k and v in the cache for later steps.
-    const int64_t slot = (static_cast<int64_t>(bt_s[(L - 1) / bs]) * bs + (L - 1) % bs) * kv_dim + g * hd;
-    for (int d = threadIdx.x; d < hd; d += kAttnThreads) {
-      kv.k[slot + d] = k_new[d];
-      kv.v[slot + d] = v_new[d];
-    }
-  }
 
   // Pass 1: scores.
   for (int j = threadIdx.x; j < L; j += kAttnThreads) {
-    const float* kp = fused && j == L - 1 ? k_new
-                                          : kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+    const float* kp = kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
     float lanes[32];
 #pragma unroll
     for (int l = 0; l < 32; ++l) lanes[l] = 0.0f;
@@ -671,9 +518,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll 4
     for (int j = lane; j < L; j += 32) {
       const float p = scores[j];
-      const float* vp = fused && j == L - 1
-                            ? v_new + d0
-                            : kv.v + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + d0;
+      const float* vp = kv.v + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + d0;
       const float4 v0 = *reinterpret_cast<const float4*>(vp);
       const float4 v1 = *reinterpret_cast<const float4*>(vp + 4);
       acc[0] = fmaf(p, v0.x, acc[0]);
@@ -746,10 +591,6 @@ __global__ void ArgmaxKernel(const float* logits, int32_t cols, int32_t* out) {
 }  // namespace
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
-void SetLaunchVariants(bool use_gemv, bool chained) {
-  g_use_gemv = use_gemv;
-  g_chained = chained;
-}
 
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream) {
   if (args.tokens <= 0) return cudaSuccess;
@@ -804,12 +645,12 @@ cudaError_t PrepareAttention(int32_t max_context) {
 
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
                             float scale, int32_t max_context, float* out, int32_t out_stride,
-                            cudaStream_t stream, const RopeFusion& rope) {
+                            cudaStream_t stream) {
   if (step.tokens <= 0) return cudaSuccess;
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.block_size < 8) return cudaErrorInvalidValue;
   const dim3 grid(shape.num_heads, step.tokens);
   return LaunchChained(AttentionKernel, grid, dim3(kAttnThreads), AttentionSharedBytes(max_context), stream, q, step,
-                       shape, kv, scale, out, out_stride, max_context, rope);
+                       shape, kv, scale, out, out_stride, max_context);
 }
 
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,

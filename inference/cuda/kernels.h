@@ -77,10 +77,6 @@ cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
 // 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by size). Results are identical in every bit
 // for all of them; only speed differs.
 void SetLargeBatchTile(int variant);
-// Benchmarking only: use_gemv = false sends one-token products through LinearKernel's 1-token
-// tile instead of GemvKernel; chained = false launches without programmatic dependent launch.
-// Same bits either way.
-void SetLaunchVariants(bool use_gemv, bool chained);
 
 // y = RMSNorm(x) * weight over lane rows of `cols` (padding stays zero), one warp per token.
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
@@ -122,23 +118,9 @@ cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const Atte
 // max, canonical_expf, canonical sum, canonical weighted sum of V, one divide.
 // out: (tokens, out_stride) lane rows of q_dim. max_context bounds pos + 1 (sizes the scores
 // in shared memory).
-//
-// With rope.qkv set (decode steps: one token per sequence, so every position before the token's
-// own was written by earlier steps), rotary is folded in: each block normalises and rotates its
-// query head and the new key from the q|k|v rows itself (the same function, the same bits as
-// LaunchRopeStore), uses them for position pos from shared memory, and the first query head of
-// each kv group stores k and v in the cache. LaunchRopeStore is then not launched and q unused.
-struct RopeFusion {
-  const float* qkv = nullptr;  // (tokens, q_dim + 2 kv_dim); null: q comes rotated from LaunchRopeStore
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  float norm_eps = 0.0f;
-  const float* cos = nullptr;
-  const float* sin = nullptr;
-};
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
                             float scale, int32_t max_context, float* out, int32_t out_stride,
-                            cudaStream_t stream, const RopeFusion& rope = RopeFusion{});
+                            cudaStream_t stream);
 // Shared memory LaunchAttention needs for max_context positions (it raises the kernel's limit).
 int64_t AttentionSharedBytes(int32_t max_context);
 cudaError_t PrepareAttention(int32_t max_context);
