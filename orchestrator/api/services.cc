@@ -191,7 +191,8 @@ class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
                                  rote::v1::Blueprint* resp) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.BlueprintService/RegisterBlueprint");
     if (!principal.ok()) return ToGrpc(principal.status());
-    auto view = deps_.engine->RegisterBlueprint(req->source(), req->lockfile(), req->filename(), principal->name);
+    auto view = deps_.engine->RegisterBlueprint(req->source(), req->lockfile(), req->filename(), principal->name,
+                                                principal->Has(Role::kReview));
     if (!view.ok()) return ToGrpc(view.status());
     ToProto(*view, resp);
     return grpc::Status::OK;

@@ -511,7 +511,8 @@ absl::StatusOr<BlueprintView> Engine::ViewOf(store::BlueprintRecord record) {
 }
 
 absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source, std::string_view lockfile,
-                                                        std::string_view filename, const std::string& principal) {
+                                                        std::string_view filename, const std::string& principal,
+                                                        bool may_approve) {
   if (source.empty()) return absl::InvalidArgumentError("the blueprint source is empty");
   std::string chunkname(filename.empty() ? std::string_view("blueprint.lua") : filename);
   absl::StatusOr<BlueprintDecl> decl = LoadBlueprint(source, chunkname, options_.load_limits);
@@ -611,7 +612,9 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
           "the artifact locked for '", l.entry.point, "' (", l.digest,
           ") was rejected in review; replace it in the lockfile or approve it again with `rote artifacts review`"));
     }
-    if (artifact->state == store::ReviewState::kPending) {
+    // Registering needs only the submit role; approving code needs the review role, so a
+    // lockfile cannot smuggle approved code past reviewers.
+    if (artifact->state == store::ReviewState::kPending && may_approve) {
       store::ReviewRequest review;
       review.artifact_digest = l.digest;
       review.principal = principal;

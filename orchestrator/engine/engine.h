@@ -103,8 +103,12 @@ class Engine {
   std::string EngineProfileJson(const sandbox::Limits& limits) const;
 
   // ---- blueprints
+  // The lockfile's artifacts are stored with author "expert" and bound. They are approved in
+  // review by `principal` only when `may_approve` (the principal has the review role); otherwise
+  // they stay pending until someone who may review approves them.
   absl::StatusOr<BlueprintView> RegisterBlueprint(std::string_view source, std::string_view lockfile,
-                                                  std::string_view filename, const std::string& principal);
+                                                  std::string_view filename, const std::string& principal,
+                                                  bool may_approve = true);
   absl::StatusOr<BlueprintView> GetBlueprint(std::string_view name);
   absl::StatusOr<store::Page<BlueprintView>> ListBlueprints(std::string_view display_name,
                                                             const store::PageRequest& page);

@@ -1,5 +1,6 @@
 // The artifact service over the engine: revisions per generation point, review with etags,
 // diffs between revisions, and what a lockfile registration leaves behind.
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -132,6 +133,44 @@ TEST(ArtifactsE2e, RevisionsReviewAndDiff) {
     rote::v1::Artifact out;
     EXPECT_EQ(server.artifacts().GetArtifact(&ctx, gr, &out).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
+}
+
+}  // namespace
+}  // namespace rote::e2e
+
+namespace rote::e2e {
+namespace {
+
+TEST(ArtifactsE2e, OnlyReviewersApproveLockfileArtifacts) {
+  TestServer server;
+  const std::string keys = server.data_dir() + "/keys";
+  {
+    std::ofstream f(keys);
+    f << "# token principal roles\n"
+         "alice-token-0123456789 alice submit\n"
+         "bob-token-0123456789   bob   submit,review\n";
+  }
+  server.Start(4, keys);
+  server.set_token("alice-token-0123456789");
+  rote::v1::Blueprint bp = server.Register(kWordStats, kWordStatsLock, "word_stats.lua");
+  ASSERT_EQ(bp.bindings_size(), 2) << "bound, but not approved";
+  rote::v1::SubmitRunRequest req;
+  req.set_blueprint(bp.name());
+  req.set_input_json(R"({"text": "x"})");
+  rote::v1::Run run;
+  {
+    auto ctx = server.Context();
+    grpc::Status st = server.runs().SubmitRun(ctx.get(), req, &run);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(st.error_message().find("pending review"), std::string::npos) << st.error_message();
+  }
+  // A reviewer registering the same lockfile approves the artifacts; now anyone may run it.
+  server.set_token("bob-token-0123456789");
+  server.Register(kWordStats, kWordStatsLock, "word_stats.lua");
+  server.set_token("alice-token-0123456789");
+  run = server.WaitDone(server.Submit(bp.name(), R"({"text": "x"})").name());
+  EXPECT_EQ(run.state(), rote::v1::RUN_STATE_SUCCEEDED) << run.error();
+  EXPECT_EQ(run.submitter(), "alice");
 }
 
 }  // namespace

@@ -31,13 +31,14 @@ TestServer::~TestServer() {
   std::filesystem::remove_all(dir_, ec);
 }
 
-void TestServer::Start(int run_workers) {
+void TestServer::Start(int run_workers, const std::string& keys_file) {
   Stop();
   orchestrator::ServerOptions opt;
   opt.listen = "127.0.0.1:0";
   opt.metrics_listen = "off";
   opt.data_dir = dir_;
   opt.run_workers = run_workers;
+  opt.keys_file = keys_file;
   opt.grace = std::chrono::milliseconds(2000);
   auto server = orchestrator::Server::Start(opt);
   ASSERT_TRUE(server.ok()) << server.status().message();
@@ -59,13 +60,12 @@ void TestServer::Stop() {
   }
 }
 
-namespace {
-std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
+std::unique_ptr<grpc::ClientContext> TestServer::Context(int seconds) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+  if (!token_.empty()) ctx->AddMetadata("authorization", "Bearer " + token_);
   return ctx;
 }
-}  // namespace
 
 grpc::Status TestServer::TryRegister(const std::string& source, const std::string& lockfile,
                                      const std::string& filename, rote::v1::Blueprint* out) {
@@ -73,7 +73,7 @@ grpc::Status TestServer::TryRegister(const std::string& source, const std::strin
   req.set_source(source);
   req.set_lockfile(lockfile);
   req.set_filename(filename);
-  auto ctx = Ctx();
+  auto ctx = Context();
   return blueprints_->RegisterBlueprint(ctx.get(), req, out);
 }
 
@@ -92,7 +92,7 @@ rote::v1::Run TestServer::Submit(const std::string& blueprint, const std::string
   req.set_input_json(input_json);
   req.set_request_id(request_id);
   rote::v1::Run run;
-  auto ctx = Ctx();
+  auto ctx = Context();
   grpc::Status st = runs_->SubmitRun(ctx.get(), req, &run);
   EXPECT_TRUE(st.ok()) << "SubmitRun: " << st.error_message();
   return run;
@@ -101,7 +101,7 @@ rote::v1::Run TestServer::Submit(const std::string& blueprint, const std::string
 std::vector<rote::v1::RunEvent> TestServer::Watch(const std::string& run) {
   rote::v1::WatchRunRequest req;
   req.set_name(run);
-  auto ctx = Ctx(120);
+  auto ctx = Context(120);
   auto reader = runs_->WatchRun(ctx.get(), req);
   std::vector<rote::v1::RunEvent> events;
   rote::v1::RunEvent e;
@@ -115,7 +115,7 @@ rote::v1::Run TestServer::Get(const std::string& name) {
   rote::v1::GetRunRequest req;
   req.set_name(name);
   rote::v1::Run run;
-  auto ctx = Ctx();
+  auto ctx = Context();
   grpc::Status st = runs_->GetRun(ctx.get(), req, &run);
   EXPECT_TRUE(st.ok()) << "GetRun: " << st.error_message();
   return run;
@@ -129,7 +129,7 @@ rote::v1::Run TestServer::WaitDone(const std::string& run) {
 grpc::Status TestServer::Replay(const std::string& run, rote::v1::ReplayRunResponse* out) {
   rote::v1::ReplayRunRequest req;
   req.set_name(run);
-  auto ctx = Ctx(120);
+  auto ctx = Context(120);
   return runs_->ReplayRun(ctx.get(), req, out);
 }
 

@@ -19,8 +19,12 @@ class TestServer {
   TestServer();
   ~TestServer();
 
-  // Starts (or restarts) the server on the same data directory.
-  void Start(int run_workers = 4);
+  // Starts (or restarts) the server on the same data directory; with a key file, calls carry
+  // the token set with set_token.
+  void Start(int run_workers = 4, const std::string& keys_file = "");
+  void set_token(const std::string& token) { token_ = token; }
+  // A context with a deadline and the bearer token.
+  std::unique_ptr<grpc::ClientContext> Context(int seconds = 60) const;
   void Stop();
   const std::string& data_dir() const { return dir_; }
 
@@ -44,6 +48,7 @@ class TestServer {
 
  private:
   std::string dir_;
+  std::string token_;
   std::unique_ptr<orchestrator::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<rote::v1::BlueprintService::Stub> blueprints_;
