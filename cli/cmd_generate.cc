@@ -1,16 +1,157 @@
 // `rote generate --model DIR ...`: runs a local model in-process and streams the tokens to the
 // terminal (flags in inference/commands.h).
+// `rote generate --spec FILE.json [client flags]`: asks a server's generation pipeline
+// (GenerationService.Generate) to write code for a spec, streaming attempts and tokens.
+#include <algorithm>
 #include <iostream>
 
+#include "absl/strings/str_cat.h"
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "inference/commands.h"
+#include "rote/v1/generation.grpc.pb.h"
+#include "sandbox/value.h"
 
 namespace rote::cli {
 
 int InferenceToolExitCode(const rote::inference::Status& s, const char* command);  // cmd_model.cc
 
+namespace {
+
+const char kServerUsage[] =
+    "Usage: rote generate --spec FILE.json [--attempts N] [--seed N] [--temperature T]\n"
+    "                     [--max-tokens N] [client flags]\n"
+    "Asks the server's model to write code for a spec: prompt, inference, validation in the\n"
+    "sandbox, retries (docs/generation.md). Streams each attempt's tokens and failure, then\n"
+    "prints the stored artifact (pending review). A request made before is answered from the\n"
+    "cache without the model. The spec file:\n"
+    "  {\"name\": \"parse_amount\", \"kind\": \"lua_function\" | \"re2_pattern\",\n"
+    "   \"task\": \"...\", \"signature\": \"function(text) -> number\",\n"
+    "   \"examples\": [{\"input\": \"1,5\", \"output\": 1.5}]}      (patterns: \"matches\": [...])\n\n";
+
+// Reads the spec file into the request; false with a message on stderr.
+bool ReadSpec(const std::string& path, rote::v1::GenerateRequest* req) {
+  std::string text;
+  std::string error;
+  if (!ReadWholeFile(path, &text, &error)) {
+    std::cerr << "rote generate: " << error << "\n";
+    return false;
+  }
+  absl::StatusOr<sandbox::Value> v = sandbox::ParseJson(text);
+  if (!v.ok() || !v->is_map()) {
+    std::cerr << "rote generate: " << path << " is not a JSON object"
+              << (v.ok() ? "" : absl::StrCat(": ", v.status().message())) << "\n";
+    return false;
+  }
+  const sandbox::Map& m = v->as_map();
+  auto str = [&](const char* key) {
+    auto it = m.find(key);
+    return it != m.end() && it->second.is_string() ? it->second.as_string() : std::string();
+  };
+  rote::v1::GenerationSpec* spec = req->mutable_spec();
+  spec->set_name(str("name"));
+  spec->set_task(str("task"));
+  spec->set_signature(str("signature"));
+  const std::string kind = str("kind");
+  if (kind == "lua_function") {
+    spec->set_kind(rote::v1::ARTIFACT_KIND_LUA_FUNCTION);
+  } else if (kind == "re2_pattern") {
+    spec->set_kind(rote::v1::ARTIFACT_KIND_RE2_PATTERN);
+  } else {
+    std::cerr << "rote generate: " << path << ": \"kind\" must be \"lua_function\" or \"re2_pattern\"\n";
+    return false;
+  }
+  auto examples = m.find("examples");
+  if (examples == m.end() || !examples->second.is_array()) {
+    std::cerr << "rote generate: " << path << ": \"examples\" must be an array of {\"input\", ...} objects\n";
+    return false;
+  }
+  for (const sandbox::Value& e : examples->second.as_array()) {
+    absl::StatusOr<std::string> json = sandbox::CanonicalJson(e);
+    if (!json.ok()) {
+      std::cerr << "rote generate: " << path << ": an example has no canonical JSON form\n";
+      return false;
+    }
+    spec->add_examples_json(*json);
+  }
+  return true;
+}
+
+int GenerateOnServer(const Args& args) {
+  FlagSpec spec{{"spec", "attempts", "seed", "temperature", "max-tokens"}, {"help"}};
+  AddClientFlags(&spec);
+  absl::StatusOr<ParsedFlags> flags = ParseFlags(args, spec);
+  if (!flags.ok() || flags->Has("help") || !flags->positionals.empty()) {
+    if (!flags.ok()) std::cerr << "rote generate: " << flags.status().message() << "\n\n";
+    (flags.ok() && flags->Has("help") ? std::cout : std::cerr) << kServerUsage << ClientFlagsHelp();
+    return flags.ok() && flags->Has("help") ? kExitOk : kExitUsage;
+  }
+  rote::v1::GenerateRequest req;
+  if (!ReadSpec(*flags->Get("spec"), &req)) return kExitUsage;
+  try {
+    if (auto v = flags->Get("attempts")) req.set_max_attempts(std::stoi(*v));
+    if (auto v = flags->Get("seed")) req.mutable_decoding()->set_seed(std::stoull(*v));
+    if (auto v = flags->Get("temperature")) req.mutable_decoding()->set_temperature(std::stof(*v));
+    if (auto v = flags->Get("max-tokens")) req.mutable_decoding()->set_max_tokens(std::stoi(*v));
+  } catch (const std::exception&) {
+    std::cerr << "rote generate: --attempts, --seed, --temperature and --max-tokens take numbers\n";
+    return kExitUsage;
+  }
+  Client client(ClientOptionsFrom(*flags));
+  rote::v1::GenerationService::Stub stub(client.channel());
+  auto ctx = client.Context(/*streaming=*/true);  // generation can take minutes
+  auto reader = stub.Generate(ctx.get(), req);
+  rote::v1::GenerateEvent e;
+  rote::v1::Artifact artifact;
+  bool in_text = false;
+  auto end_text = [&] {
+    if (in_text && !client.options().json) std::cout << "\n";
+    in_text = false;
+  };
+  while (reader->Read(&e)) {
+    if (client.options().json) {
+      Client::PrintJson(e, std::cout);
+      continue;
+    }
+    switch (e.event_case()) {
+      case rote::v1::GenerateEvent::kAttemptStarted:
+        end_text();
+        std::cout << "--- attempt " << e.attempt_started() << "\n";
+        break;
+      case rote::v1::GenerateEvent::kTokenText:
+        std::cout << e.token_text() << std::flush;
+        in_text = true;
+        break;
+      case rote::v1::GenerateEvent::kAttemptFailed:
+        end_text();
+        std::cout << "--- refused: " << e.attempt_failed() << "\n";
+        break;
+      case rote::v1::GenerateEvent::kArtifact:
+        end_text();
+        artifact = e.artifact();
+        std::cout << "--- artifact " << artifact.name() << " (" << artifact.generation_point() << " revision "
+                  << artifact.revision() << ", " << rote::v1::ReviewState_Name(artifact.state()) << ", "
+                  << artifact.provenance().attempts_size() << " attempt(s))\n"
+                  << artifact.source() << (artifact.source().empty() || artifact.source().back() == '\n' ? "" : "\n");
+        break;
+      default:
+        break;
+    }
+  }
+  end_text();
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return client.Fail(st, "generating " + req.spec().name());
+  return kExitOk;
+}
+
+}  // namespace
+
 int CmdGenerate(const Args& args) {
+  // With --spec the pipeline on a server does the work; otherwise the local model tool.
+  if (std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "--spec" || a.rfind("--spec=", 0) == 0; })) {
+    return GenerateOnServer(args);
+  }
   return InferenceToolExitCode(rote::inference::tool::GenerateCommand(args, std::cout, std::cerr), "generate");
 }
 

@@ -8,6 +8,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
+#include "cli/commands.h"
 #include "grpcpp/grpcpp.h"
 #include "orchestrator/api/auth.h"
 #include "orchestrator/api/services.h"
@@ -247,6 +250,21 @@ TEST_F(GenerationApiTest, GenerateStreamsAttemptsThenTheArtifactAndRegenerationM
   EXPECT_TRUE(resp.matched());
   EXPECT_EQ(resp.original_digest(), a.digest());
   EXPECT_EQ(resp.regenerated_digest(), a.digest());
+}
+
+TEST_F(GenerationApiTest, CliStreamsAttemptsAndPrintsTheArtifact) {
+  const std::string spec = FreshDir("cli") + "/spec.json";
+  std::ofstream(spec) << R"({"name": "parse_amount", "kind": "lua_function",
+    "task": "Parse a decimal number written with a comma.",
+    "examples": [{"input": "1,5", "output": 1.5}]})";
+  ::testing::internal::CaptureStdout();
+  const int rc = cli::CmdGenerate({"--spec", spec, "--server", "127.0.0.1:" + std::to_string(port_), "--token",
+                                   "root-token-0123456789a"});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("--- attempt 1\n```lua\nreturn function(text) return 0 end\n```\n--- refused: it failed test 1"));
+  EXPECT_THAT(out, HasSubstr("--- attempt 2\n"));
+  EXPECT_THAT(out, HasSubstr("(_adhoc/parse_amount revision 1, REVIEW_STATE_PENDING, 2 attempt(s))\nreturn function(text)\n"));
 }
 
 TEST_F(GenerationApiTest, GenerateChecksItsRequest) {
