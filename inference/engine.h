@@ -37,6 +37,9 @@ struct EngineOptions {
   // Debug/test hook: keep, for every generated token, the logits it was chosen from
   // (GenerationResult::step_logits). Costs vocab_size floats per token.
   bool capture_logits = false;
+  // Load(): a digest computed earlier for the same model files (see Model::FileIdentity);
+  // skips re-hashing the weights.
+  std::string known_model_digest;
 };
 
 enum class FinishReason {

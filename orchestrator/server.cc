@@ -24,6 +24,7 @@
 #include "orchestrator/generate/review_policy.h"
 #include "sandbox/worker_pool.h"
 #include "spdlog/spdlog.h"
+#include "store/digest.h"
 #include "store/store.h"
 
 namespace rote::orchestrator {
@@ -49,6 +50,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 const char* const kServiceNames[] = {"rote.v1.BlueprintService", "rote.v1.RunService",
                                      "rote.v1.ArtifactService", "rote.v1.GenerationService"};
 }  // namespace
+
+// Store key-value namespace: sha256 of Model::FileIdentity -> model digest (hex).
+constexpr char kModelDigestNamespace[] = "model-digest/by-file-identity";
 
 bool IsLoopbackAddress(const std::string& host_port) {
   const std::string host = HostOf(host_port);
@@ -158,14 +162,35 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     pipeline_options.decoding.max_attempts = opt.generation_attempts;
     pipeline_options.decoding.max_tokens = opt.generation_max_tokens;
     if (absl::Status s = generate::CheckDecoding(pipeline_options.decoding); !s.ok()) return s;
-    spdlog::info("loading model from {} on {} (reading and hashing every tensor)", opt.model_dir, opt.device);
+    // The model digest covers every weight byte; hashing a 1.5B model takes seconds, so it is
+    // cached in the store under the files' identity (names, sizes, mtimes) and reused while
+    // the files are unchanged.
+    inference::EngineOptions load_options;
+    std::string identity_key;
+    if (auto identity = inference::Model::FileIdentity(opt.model_dir); identity.ok()) {
+      identity_key = store::Sha256Digest(*identity);
+      if (auto cached = state->store->KvGet(kModelDigestNamespace, identity_key); cached.ok()) {
+        load_options.known_model_digest = *cached;
+      }
+    }
+    spdlog::info("loading model from {} on {} ({})", opt.model_dir, opt.device,
+                 load_options.known_model_digest.empty()
+                     ? "reading and hashing every tensor"
+                     : "files unchanged since their digest was cached: not re-hashing");
     const auto load_start = std::chrono::steady_clock::now();
-    auto model = generate::InferenceCodeModel::Load(opt.model_dir, opt.device);
+    auto model = generate::InferenceCodeModel::Load(opt.model_dir, opt.device, load_options);
     if (!model.ok()) {
       return absl::Status(model.status().code(), absl::StrCat("loading the model in ", opt.model_dir, ": ",
                                                               std::string(model.status().message())));
     }
     state->model = *std::move(model);
+    if (!identity_key.empty() && load_options.known_model_digest.empty()) {
+      if (absl::Status put = state->store->KvPut(kModelDigestNamespace, identity_key,
+                                                 state->model->engine().model().digest());
+          !put.ok()) {
+        spdlog::warn("could not cache the model digest: {}", std::string(put.message()));
+      }
+    }
     const generate::ModelDescription m = state->model->Describe();
     spdlog::info("model loaded in {:.1f}s: {}, {} layers, hidden {}, vocab {}, {} parameters, {} on {}, digest {}",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(), m.family,

@@ -1,5 +1,9 @@
 #include "inference/model/weights.h"
 
+#include <sys/stat.h>
+
+#include <filesystem>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -115,7 +119,7 @@ class WeightBinder {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir) {
+StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const std::string& known_digest) {
   std::shared_ptr<Model> m(new Model());
   m->dir_ = dir;
   ROTE_ASSIGN_OR_RETURN(std::string config_json, ReadFile(dir + "/config.json", true));
@@ -209,6 +213,11 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir) {
   }
 
   // The digest: independent of sharding, covers everything that decides the output.
+  if (!known_digest.empty()) {
+    m->digest_ = known_digest;
+    for (auto& st : opened) m->files_.push_back(st->ReleaseMapping());
+    return std::shared_ptr<const Model>(std::move(m));
+  }
   Sha256 h;
   PutBytes(h, "rote-model-digest-v1");
   PutBytes(h, config_json);
@@ -227,6 +236,26 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir) {
   m->digest_ = h.FinishHex();
   for (auto& st : opened) m->files_.push_back(st->ReleaseMapping());
   return std::shared_ptr<const Model>(std::move(m));
+}
+
+StatusOr<std::string> Model::FileIdentity(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> lines;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool relevant = (name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0) ||
+                          (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0);
+    if (!relevant || !entry.is_regular_file()) continue;
+    struct stat st {};
+    if (::stat(entry.path().c_str(), &st) != 0) return NotFound(entry.path().string() + ": cannot stat");
+    lines.push_back(name + " " + std::to_string(st.st_size) + " " + std::to_string(st.st_mtim.tv_sec) + "." +
+                    std::to_string(st.st_mtim.tv_nsec));
+  }
+  if (ec) return NotFound(dir + ": cannot list the model directory: " + ec.message());
+  std::sort(lines.begin(), lines.end());
+  std::string identity = "rote-model-files-v1\n";
+  for (const std::string& l : lines) identity += l + "\n";
+  return identity;
 }
 
 int64_t Model::weight_bytes_per_token() const {

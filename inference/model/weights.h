@@ -61,8 +61,16 @@ class Model {
  public:
   // Reads config.json, generation_config.json (optional), model.safetensors or the shards
   // named by model.safetensors.index.json; checks every tensor's presence, dtype and shape.
-  // Errors name the file and tensor.
-  static StatusOr<std::shared_ptr<const Model>> Load(const std::string& dir);
+  // Errors name the file and tensor. `known_digest`, when not empty, is a digest computed
+  // earlier for the same files (the caller vouches for that, e.g. through FileIdentity):
+  // hashing every tensor is skipped and digest() returns it.
+  static StatusOr<std::shared_ptr<const Model>> Load(const std::string& dir,
+                                                     const std::string& known_digest = "");
+  // What identifies the files the digest covers without reading them: name, size and
+  // modification time (ns) of every *.json and *.safetensors file in `dir`, in name order.
+  // Two equal identities mean the files were not rewritten (short of someone restoring an
+  // mtime), so a digest cached under the identity can stand in for re-hashing.
+  static StatusOr<std::string> FileIdentity(const std::string& dir);
 
   ~Model();
   const std::string& dir() const { return dir_; }
