@@ -4,7 +4,8 @@
 // the relevant ceiling reached, prefill tokens/s for 1,000-token prompts, and for every decode
 // figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held).
 //
-//   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128]
+//   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--batches 1,8,32,64]
+//              [--prefill 0|1] [--tiles N] [--ablate 1,32]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -149,6 +150,45 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> needle = RandomTokens(prompt, c.vocab_size, 7);
   std::vector<int32_t> needle_alone;
   const int64_t kv_bytes_per_position = int64_t{2} * c.num_layers * c.kv_dim() * 4;
+  // --ablate B1,B2: time decode steps at these batches with each kernel kind left out, and with
+  // only that kind kept: a kind's marginal share of a replayed step (full - without it) and its
+  // cost alone (only it - nothing). Results are meaningless in these runs; only times count.
+  const std::string ablate = Arg(argc, argv, "--ablate", "");
+  if (!ablate.empty()) {
+    const std::pair<const char*, uint32_t> kinds[] = {
+        {"embed", 1}, {"qkv", 2}, {"rope", 4}, {"attention", 8}, {"out", 16},
+        {"gate_up", 32}, {"down", 64}, {"lm_head", 128}, {"argmax", 256}};
+    size_t p = 0;
+    while (p < ablate.size()) {
+      size_t q = ablate.find(',', p);
+      if (q == std::string::npos) q = ablate.size();
+      const int32_t batch = std::stoi(ablate.substr(p, q - p));
+      p = q + 1;
+      auto time_mask = [&](uint32_t mask) {
+        SetCudaSkipKernelsForBenchmark(mask);
+        std::vector<Seq> seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
+        bool ok = Step(b, seqs);
+        for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
+        auto s0 = Clock::now();
+        for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
+        auto s1 = Clock::now();
+        SetCudaSkipKernelsForBenchmark(0);
+        return ok ? 1e6 * Seconds(s0, s1) / steps : -1.0;
+      };
+      const double full = time_mask(0), nothing = time_mask(kAllCudaKernelKinds);
+      std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"us_per_step\":%.1f,"
+                  "\"us_per_step_no_kernels\":%.1f}\n",
+                  shape.c_str(), batch, full, nothing);
+      for (const auto& [name, bit] : kinds) {
+        const double without = time_mask(bit), only = time_mask(kAllCudaKernelKinds & ~bit);
+        std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"kind\":\"%s\",\"marginal_us\":%.1f,"
+                    "\"alone_us\":%.1f}\n",
+                    shape.c_str(), batch, name, full - without, only - nothing);
+        std::fflush(stdout);
+      }
+    }
+    return 0;
+  }
   const int tiles = std::stoi(Arg(argc, argv, "--tiles", "1"));
   for (int tile = -1; tile < tiles - 1; ++tile) {
   SetCudaLargeBatchTileForTesting(tile);

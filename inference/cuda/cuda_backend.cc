@@ -93,10 +93,16 @@ struct GraphKey {
   int32_t tokens;
   int32_t context_bucket;
   bool greedy;
+  uint32_t skip;  // SetCudaSkipKernelsForBenchmark's mask when captured
   bool operator<(const GraphKey& o) const {
-    return std::tie(tokens, context_bucket, greedy) < std::tie(o.tokens, o.context_bucket, o.greedy);
+    return std::tie(tokens, context_bucket, greedy, skip) < std::tie(o.tokens, o.context_bucket, o.greedy, o.skip);
   }
 };
+
+// Benchmarks only (SetCudaSkipKernelsForBenchmark): kernels left out of every step, to time
+// each kind's share of a replayed step by ablation. Results are meaningless while set.
+uint32_t g_skip_kernels = 0;
+bool Skip(CudaKernelKind k) { return (g_skip_kernels & static_cast<uint32_t>(k)) != 0; }
 
 class CudaBackendImpl final : public CudaBackend {
  public:
@@ -440,7 +446,7 @@ class CudaBackendImpl final : public CudaBackend {
                                               cudaMemcpyHostToDevice, stream_));
 
     if (use_graph) {
-      const GraphKey key{lay.tokens, lay.context, greedy};
+      const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -489,7 +495,8 @@ class CudaBackendImpl final : public CudaBackend {
     float* x = x_.as<float>();
     float* h = h_.as<float>();
     const int32_t xs = HiddenStride();
-    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + lay.tokens_off, lay.tokens, x, xs, stream_));
+    if (!Skip(CudaKernelKind::kEmbed))
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + lay.tokens_off, lay.tokens, x, xs, stream_));
     // Small batches normalise inside the matrix product (no extra launch, the product is a
     // memory stream anyway); larger ones normalise once into h and spare every warp the work.
     const bool fused_norm = lay.tokens <= 8;
@@ -514,11 +521,11 @@ class CudaBackendImpl final : public CudaBackend {
       a.bias = dl.bqkv;
       a.out = qkv_.as<float>();
       a.out_stride = qkv_dim;
-      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
-      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
+      if (!Skip(CudaKernelKind::kQkv)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      if (!Skip(CudaKernelKind::kRope)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
                                                       c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), kv,
                                                       stream_));
-      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context,
+      if (!Skip(CudaKernelKind::kAttention)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context,
                                                       att_.as<float>(), AttStride(), stream_));
       a = LinearArgs{};
       a.w = dl.wo;
@@ -529,7 +536,7 @@ class CudaBackendImpl final : public CudaBackend {
       a.out = x;
       a.out_stride = xs;
       a.out_lane_rows = true;
-      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      if (!Skip(CudaKernelKind::kOut)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
       a = LinearArgs{};
       a.w = dl.wgu;
       a.tokens = lay.tokens;
@@ -547,7 +554,7 @@ class CudaBackendImpl final : public CudaBackend {
       a.out = act_.as<float>();
       a.out_stride = ActStride();
       a.out_lane_rows = true;
-      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      if (!Skip(CudaKernelKind::kGateUp)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
       a = LinearArgs{};
       a.w = dl.wdown;
       a.x = act_.as<float>();
@@ -557,7 +564,7 @@ class CudaBackendImpl final : public CudaBackend {
       a.out = x;
       a.out_stride = xs;
       a.out_lane_rows = true;
-      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      if (!Skip(CudaKernelKind::kDown)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
     }
     if (lay.logit_rows > 0) {
       LinearArgs a;
@@ -571,8 +578,8 @@ class CudaBackendImpl final : public CudaBackend {
       a.epilogue = LinearEpilogue::kStore;
       a.out = logits_.as<float>();
       a.out_stride = c.vocab_size;
-      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
-      if (greedy)
+      if (!Skip(CudaKernelKind::kLmHead)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+      if (greedy && !Skip(CudaKernelKind::kArgmax))
         ROTE_CUDA_RETURN_IF_ERROR(
             cuda::LaunchArgmax(logits_.as<float>(), lay.logit_rows, c.vocab_size, greedy_.as<int32_t>(), stream_));
     }
@@ -610,6 +617,7 @@ class CudaBackendImpl final : public CudaBackend {
 }  // namespace
 
 void SetCudaLargeBatchTileForTesting(int variant) { cuda::SetLargeBatchTile(variant); }
+void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
 
 int CudaDeviceCount() {
   int n = 0;

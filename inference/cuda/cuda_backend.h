@@ -49,4 +49,23 @@ int CudaDeviceCount();
 // size). Every choice gives the same bits; only speed differs. No-op without CUDA.
 void SetCudaLargeBatchTileForTesting(int variant);
 
+// The kinds of kernel a step launches (per layer, except embed, lm_head and argmax).
+enum class CudaKernelKind : uint32_t {
+  kEmbed = 1,
+  kQkv = 2,
+  kRope = 4,
+  kAttention = 8,
+  kOut = 16,
+  kGateUp = 32,
+  kDown = 64,
+  kLmHead = 128,
+  kArgmax = 256,
+};
+inline constexpr uint32_t kAllCudaKernelKinds = 511;
+
+// Benchmarks only: leave the kernels of these kinds (a mask of CudaKernelKind) out of every
+// step, so that a kind's share of a replayed step can be timed by ablation. The results are
+// meaningless while the mask is not 0. No-op without CUDA.
+void SetCudaSkipKernelsForBenchmark(uint32_t mask);
+
 }  // namespace rote::inference

@@ -11,5 +11,6 @@ StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const M
 int CudaDeviceCount() { return 0; }
 
 void SetCudaLargeBatchTileForTesting(int) {}
+void SetCudaSkipKernelsForBenchmark(uint32_t) {}
 
 }  // namespace rote::inference
