@@ -5,7 +5,7 @@
 // figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held).
 //
 //   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--batches 1,8,32,64]
-//              [--prefill 0|1] [--tiles N] [--ablate 1,32]
+//              [--prefill 0|1] [--tiles N] [--ablate 1,32] [--one-token-kernels 0,1,2]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -150,6 +150,37 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> needle = RandomTokens(prompt, c.vocab_size, 7);
   std::vector<int32_t> needle_alone;
   const int64_t kv_bytes_per_position = int64_t{2} * c.num_layers * c.kv_dim() * 4;
+  // --one-token-kernels 0,1,2: batch-1 decode with each one-token product kernel, side by side
+  // (SetCudaOneTokenKernelForTesting); every variant's tokens must equal the first one's.
+  const std::string otk = Arg(argc, argv, "--one-token-kernels", "");
+  if (!otk.empty()) {
+    std::vector<int32_t> first_tokens;
+    size_t p = 0;
+    while (p < otk.size()) {
+      size_t q = otk.find(',', p);
+      if (q == std::string::npos) q = otk.size();
+      const int variant = std::stoi(otk.substr(p, q - p));
+      p = q + 1;
+      SetCudaOneTokenKernelForTesting(variant);
+      std::vector<Seq> seqs = MakeSeqs(1, prompt, c.vocab_size, stride, needle);
+      bool ok = Step(b, seqs);
+      for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
+      auto s0 = Clock::now();
+      for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
+      auto s1 = Clock::now();
+      if (!ok) return 1;
+      if (first_tokens.empty()) first_tokens = seqs[0].tokens;
+      const double tps = steps / Seconds(s0, s1);
+      const double bytes = static_cast<double>(b->WeightBytes());
+      std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"tokens_per_s\":%.1f,"
+                  "\"us_per_step\":%.1f,\"weights_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
+                  "\"tokens_equal_first_variant\":%s}\n",
+                  shape.c_str(), variant, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw,
+                  seqs[0].tokens == first_tokens ? "true" : "false");
+      std::fflush(stdout);
+    }
+    SetCudaOneTokenKernelForTesting(0);
+  }
   // --ablate B1,B2: time decode steps at these batches with each kernel kind left out, and with
   // only that kind kept: a kind's marginal share of a replayed step (full - without it) and its
   // cost alone (only it - nothing). Results are meaningless in these runs; only times count.

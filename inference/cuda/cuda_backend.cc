@@ -93,15 +93,18 @@ struct GraphKey {
   int32_t tokens;
   int32_t context_bucket;
   bool greedy;
-  uint32_t skip;  // SetCudaSkipKernelsForBenchmark's mask when captured
+  uint32_t skip;          // SetCudaSkipKernelsForBenchmark's mask when captured
+  int one_token_kernel;   // SetCudaOneTokenKernelForTesting's choice when captured
   bool operator<(const GraphKey& o) const {
-    return std::tie(tokens, context_bucket, greedy, skip) < std::tie(o.tokens, o.context_bucket, o.greedy, o.skip);
+    return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel) <
+           std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel);
   }
 };
 
 // Benchmarks only (SetCudaSkipKernelsForBenchmark): kernels left out of every step, to time
 // each kind's share of a replayed step by ablation. Results are meaningless while set.
 uint32_t g_skip_kernels = 0;
+int g_one_token_kernel = 0;
 bool Skip(CudaKernelKind k) { return (g_skip_kernels & static_cast<uint32_t>(k)) != 0; }
 
 class CudaBackendImpl final : public CudaBackend {
@@ -338,6 +341,7 @@ class CudaBackendImpl final : public CudaBackend {
       ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
       ROTE_RETURN_IF_ERROR(logits_.Allocate(static_cast<size_t>(cap) * c.vocab_size * 4));
       ROTE_RETURN_IF_ERROR(greedy_.Allocate(static_cast<size_t>(cap) * 4));
+      ROTE_RETURN_IF_ERROR(AllocateZeroed(&argmax_scratch_, static_cast<size_t>(cuda::ArgmaxScratchBytes(cap))));
       if (host_out_ != nullptr) cudaFreeHost(host_out_);
       host_out_ = nullptr;
       ROTE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_out_, static_cast<size_t>(cap) * c.vocab_size * 4));
@@ -446,7 +450,7 @@ class CudaBackendImpl final : public CudaBackend {
                                               cudaMemcpyHostToDevice, stream_));
 
     if (use_graph) {
-      const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels};
+      const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -581,7 +585,8 @@ class CudaBackendImpl final : public CudaBackend {
       if (!Skip(CudaKernelKind::kLmHead)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
       if (greedy && !Skip(CudaKernelKind::kArgmax))
         ROTE_CUDA_RETURN_IF_ERROR(
-            cuda::LaunchArgmax(logits_.as<float>(), lay.logit_rows, c.vocab_size, greedy_.as<int32_t>(), stream_));
+            cuda::LaunchArgmax(logits_.as<float>(), lay.logit_rows, c.vocab_size, greedy_.as<int32_t>(),
+                               argmax_scratch_.as<void>(), logit_capacity_, stream_));
     }
     return OkStatus();
   }
@@ -606,7 +611,7 @@ class CudaBackendImpl final : public CudaBackend {
   int32_t num_blocks_ = 0;
 
   // x_, h_, att_, act_ hold lane rows (kernels.h); qkv_, q_ and logits_ plain rows.
-  DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, meta_;
+  DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, argmax_scratch_, meta_;
   int32_t token_capacity_ = 0, logit_capacity_ = 0, meta_capacity_ = 0;
   int32_t* host_meta_ = nullptr;  // pinned
   void* host_out_ = nullptr;      // pinned: logits or greedy tokens of the last step
@@ -618,6 +623,10 @@ class CudaBackendImpl final : public CudaBackend {
 
 void SetCudaLargeBatchTileForTesting(int variant) { cuda::SetLargeBatchTile(variant); }
 void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
+void SetCudaOneTokenKernelForTesting(int variant) {
+  g_one_token_kernel = variant;
+  cuda::SetOneTokenKernel(variant);
+}
 
 int CudaDeviceCount() {
   int n = 0;

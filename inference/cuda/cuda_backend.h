@@ -49,6 +49,11 @@ int CudaDeviceCount();
 // size). Every choice gives the same bits; only speed differs. No-op without CUDA.
 void SetCudaLargeBatchTileForTesting(int variant);
 
+// Tests and benchmarks only: the kernel of one-token matrix products (0, the default: weights
+// brought into shared memory by bulk copies where they fit; 1: the plain register tile; 2: a
+// register ring issued before the previous kernel ends). Same bits; only speed differs.
+void SetCudaOneTokenKernelForTesting(int variant);
+
 // The kinds of kernel a step launches (per layer, except embed, lm_head and argmax).
 enum class CudaKernelKind : uint32_t {
   kEmbed = 1,

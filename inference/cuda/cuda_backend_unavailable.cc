@@ -12,5 +12,6 @@ int CudaDeviceCount() { return 0; }
 
 void SetCudaLargeBatchTileForTesting(int) {}
 void SetCudaSkipKernelsForBenchmark(uint32_t) {}
+void SetCudaOneTokenKernelForTesting(int) {}
 
 }  // namespace rote::inference

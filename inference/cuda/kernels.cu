@@ -298,6 +298,271 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
   }
 }
 
+
+// The epilogue of a one-token product: every lane holds every row's result; lane r stores row r.
+template <int ROWS>
+__device__ __forceinline__ void StoreOneToken(const LinearArgs& a, const float* acc, int row_base, int lane) {
+  float* out = a.out;
+  if (a.epilogue == LinearEpilogue::kSiluMul) {
+#pragma unroll
+    for (int r = 0; r + 1 < ROWS; r += 2) {
+      const int row = row_base + r;
+      if (lane == r && row + 1 < a.w.rows) {
+        const int n = row / 2;
+        out[a.out_lane_rows ? PermutedIndex(n) : n] = canonical_silu(acc[r]) * acc[r + 1];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const int row = row_base + r;
+      if (lane != r || row >= a.w.rows) continue;
+      const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(row)) : row;
+      if (a.epilogue == LinearEpilogue::kAddBias) {
+        out[o] = acc[r] + a.bias[row];
+      } else if (a.epilogue == LinearEpilogue::kAddResidual) {
+        out[o] = out[o] + acc[r];
+      } else {
+        out[o] = acc[r];
+      }
+    }
+  }
+}
+
+// One-token products (decode at batch 1): a pure stream of the weights, so what matters is how
+// many bytes each warp has in flight. A warp owns ROWS rows; lane t keeps a ring of D groups of
+// its terms in registers per row and issues the first D groups before waiting for the previous
+// kernel (weights never depend on it), so with programmatic dependent launch a layer's weight
+// reads overlap the kernels before it. For K <= D x 128 the warp's whole share of the matrix is
+// requested up front. The activation row is staged once per block in shared memory. Lane t owns
+// the terms k ≡ t (mod 32) in increasing k, exactly as in LinearKernel: same bits.
+template <WeightType WT, int ROWS, int D>
+__global__ void __launch_bounds__(kThreads, 5) GemvKernel(LinearArgs a) {
+  using W4 = Weights4<WT>;
+  using Raw = typename W4::Raw;
+  extern __shared__ float4 gemv_x[];  // the activation lane row: groups x 32 float4
+  LetNextStart();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int K = a.w.cols, KP = a.w.cols_padded;
+  const int groups = KP / kGroupCols;
+  const int row_base = (blockIdx.x * kWarps + warp) * ROWS;
+  const Raw* wrow[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int row = min(row_base + r, a.w.rows - 1);
+    wrow[r] = reinterpret_cast<const Raw*>(static_cast<const char*>(a.w.data) +
+                                           static_cast<int64_t>(row) * KP * kWeightBytes<WT>) + lane;
+  }
+  Raw ring[D][ROWS];
+#pragma unroll
+  for (int u = 0; u < D; ++u)
+    if (u < groups)
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) ring[u][r] = __ldg(wrow[r] + u * 32);
+  WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
+
+  const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
+  const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
+  for (int i = threadIdx.x; i < groups * 32; i += kThreads) gemv_x[i] = xg[i];
+  __syncthreads();
+  const bool has_norm = a.norm_weight != nullptr;
+  float rscale = 0.0f;
+  if (has_norm) {
+    float ss = 0.0f;
+    for (int g = 0; g < groups; ++g) {
+      const float4 v = gemv_x[g * 32 + lane];
+      ss = fmaf(v.x, v.x, ss);
+      ss = fmaf(v.y, v.y, ss);
+      ss = fmaf(v.z, v.z, ss);
+      ss = fmaf(v.w, v.w, ss);
+    }
+    rscale = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
+  }
+  const float4* nw = reinterpret_cast<const float4*>(a.norm_weight) + lane;
+
+  float acc[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
+  for (int g0 = 0; g0 < groups; g0 += D) {
+#pragma unroll
+    for (int u = 0; u < D; ++u) {
+      const int g = g0 + u;
+      if (g < groups) {
+        float wf[ROWS][4];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) W4::ToF32(ring[u][r], wf[r]);
+        if (g + D < groups)
+#pragma unroll
+          for (int r = 0; r < ROWS; ++r) ring[u][r] = __ldg(wrow[r] + (g + D) * 32);
+        float4 xv = gemv_x[g * 32 + lane];
+        if (has_norm) xv = NormScale(xv, rscale, __ldg(nw + g * 32));
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
+          acc[r] = fmaf(wf[r][1], xv.y, acc[r]);
+          acc[r] = fmaf(wf[r][2], xv.z, acc[r]);
+          acc[r] = fmaf(wf[r][3], xv.w, acc[r]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
+  StoreOneToken<ROWS>(a, acc, row_base, lane);
+}
+
+// Registers a lane spends on its ring of weight groups, whatever ROWS and the weight type.
+constexpr int kGemvRingRegs = 56;
+template <WeightType WT, int ROWS>
+constexpr int kGemvDepth = kGemvRingRegs / (ROWS * (WT == WeightType::kF32 ? 4 : 2));
+constexpr int kGemvMaxSmem = 160 * 1024;
+
+template <WeightType WT, int ROWS>
+cudaError_t LaunchGemv(const LinearArgs& a, cudaStream_t stream) {
+  constexpr int D = kGemvDepth<WT, ROWS>;
+  static const cudaError_t prepared =
+      cudaFuncSetAttribute(GemvKernel<WT, ROWS, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem);
+  if (prepared != cudaSuccess) return prepared;
+  const int blocks = (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS);
+  return LaunchChained(GemvKernel<WT, ROWS, D>, dim3(blocks), dim3(kThreads),
+                       static_cast<size_t>(a.w.cols_padded) * sizeof(float), stream, a);
+}
+
+
+// Hopper's bulk copy engine (TMA, 1-D form) with an mbarrier: one thread asks for a warp's whole
+// slice of the matrix in one instruction, the engine streams it into shared memory, and the warp
+// waits on the barrier. No registers hold bytes in flight, so a block's slice is requested at
+// once whatever its size, and it is requested before the kernel waits for the previous one.
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void FenceMbarInit() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void MbarExpectTx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(SmemAddr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void BulkCopyToShared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   SmemAddr(dst)),
+               "l"(src), "r"(bytes), "r"(SmemAddr(bar))
+               : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(SmemAddr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// One-token products through shared memory: warp w of a block owns ROWS consecutive rows, which
+// are contiguous in the permuted layout, so thread 0 requests each warp's rows with one bulk copy
+// before the kernel waits for the previous one. Then the activation row is staged, and each warp
+// waits for its own rows only. Lane t reads its four terms of group g at the same offsets as in
+// global memory: the canonical order of LinearKernel, the same bits.
+template <WeightType WT, int ROWS>
+__global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
+  using W4 = Weights4<WT>;
+  using Raw = typename W4::Raw;
+  extern __shared__ __align__(128) unsigned char tma_smem[];
+  __shared__ __align__(8) uint64_t bars[kWarps];
+  LetNextStart();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int K = a.w.cols, KP = a.w.cols_padded;
+  const int groups = KP / kGroupCols;
+  const int64_t row_bytes = static_cast<int64_t>(KP) * kWeightBytes<WT>;
+  const int block_row0 = blockIdx.x * kWarps * ROWS;
+  unsigned char* wsm = tma_smem;  // (kWarps * ROWS, KP) weights
+  float4* xs = reinterpret_cast<float4*>(tma_smem + kWarps * ROWS * row_bytes);  // the activation lane row
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) MbarInit(&bars[w], 1);
+    FenceMbarInit();
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const int r0 = block_row0 + w * ROWS;
+      const int valid = max(0, min(ROWS, a.w.rows - r0));
+      const uint32_t bytes = static_cast<uint32_t>(valid * row_bytes);
+      MbarExpectTx(&bars[w], bytes);
+      if (bytes > 0)
+        BulkCopyToShared(wsm + w * ROWS * row_bytes, static_cast<const char*>(a.w.data) + r0 * row_bytes, bytes,
+                         &bars[w]);
+    }
+  }
+  WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
+
+  const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
+  const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
+  for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = xg[i];
+  __syncthreads();  // also publishes the barrier initialisation to every warp
+  const bool has_norm = a.norm_weight != nullptr;
+  float rscale = 0.0f;
+  if (has_norm) {
+    float ss = 0.0f;
+    for (int g = 0; g < groups; ++g) {
+      const float4 v = xs[g * 32 + lane];
+      ss = fmaf(v.x, v.x, ss);
+      ss = fmaf(v.y, v.y, ss);
+      ss = fmaf(v.z, v.z, ss);
+      ss = fmaf(v.w, v.w, ss);
+    }
+    rscale = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
+  }
+  const float4* nw = reinterpret_cast<const float4*>(a.norm_weight) + lane;
+  const int row_base = block_row0 + warp * ROWS;
+  const Raw* wrow[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+    wrow[r] = reinterpret_cast<const Raw*>(wsm + (warp * ROWS + r) * row_bytes) + lane;
+  MbarWait(&bars[warp], 0);
+
+  float acc[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
+#pragma unroll 4
+  for (int g = 0; g < groups; ++g) {
+    float wf[ROWS][4];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) W4::ToF32(wrow[r][g * 32], wf[r]);
+    float4 xv = xs[g * 32 + lane];
+    if (has_norm) xv = NormScale(xv, rscale, __ldg(nw + g * 32));
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
+      acc[r] = fmaf(wf[r][1], xv.y, acc[r]);
+      acc[r] = fmaf(wf[r][2], xv.z, acc[r]);
+      acc[r] = fmaf(wf[r][3], xv.w, acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
+  StoreOneToken<ROWS>(a, acc, row_base, lane);
+}
+
+constexpr int kTmaGemvMaxSmem = 200 * 1024;
+
+template <WeightType WT, int ROWS>
+int64_t TmaGemvSmem(const LinearArgs& a) {
+  return static_cast<int64_t>(kWarps) * ROWS * a.w.cols_padded * kWeightBytes<WT> +
+         static_cast<int64_t>(a.w.cols_padded) * sizeof(float);
+}
+
+template <WeightType WT, int ROWS>
+cudaError_t LaunchTmaGemv(const LinearArgs& a, cudaStream_t stream) {
+  static const cudaError_t prepared =
+      cudaFuncSetAttribute(TmaGemvKernel<WT, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaGemvMaxSmem);
+  if (prepared != cudaSuccess) return prepared;
+  const int blocks = (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS);
+  return LaunchChained(TmaGemvKernel<WT, ROWS>, dim3(blocks), dim3(kThreads),
+                       static_cast<size_t>(TmaGemvSmem<WT, ROWS>(a)), stream, a);
+}
+
 template <WeightType WT, int ROWS, int TOKS>
 cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
   const dim3 grid((a.tokens + TOKS - 1) / TOKS, (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS));
@@ -306,6 +571,7 @@ cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
 }
 
 int g_large_batch_tile = -1;  // SetLargeBatchTile; -1: chosen by size
+int g_one_token_kernel = 0;   // SetOneTokenKernel; 0: chosen by size
 
 int MultiprocessorCount() {
   static const int count = [] {
@@ -323,10 +589,25 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   // The SiLU epilogue needs gate and up rows (2n, 2n + 1) in one warp: ROWS >= 2.
   const bool silu = a.epilogue == LinearEpilogue::kSiluMul;
   if (a.tokens == 1) {
-    // Pure weight streams: more rows per warp keeps more loads in flight where rows abound.
-    if (a.w.rows >= 8192) return LaunchLinearTile<WT, 4, 1>(a, stream);
-    if (silu) return LaunchLinearTile<WT, 2, 1>(a, stream);
-    return LaunchLinearTile<WT, 1, 1>(a, stream);
+    // Pure weight streams. Matrices of many waves (the lm_head) already stream at the copy
+    // bandwidth with the plain tile; the per-layer products are one or two waves and need
+    // their loads issued early (GemvKernel).
+    const bool many_waves = a.w.rows >= 65536;
+    if (g_one_token_kernel == 1 || many_waves) {
+      if (a.w.rows >= 8192) return LaunchLinearTile<WT, 4, 1>(a, stream);
+      if (silu) return LaunchLinearTile<WT, 2, 1>(a, stream);
+      return LaunchLinearTile<WT, 1, 1>(a, stream);
+    }
+    const bool gemv = static_cast<int64_t>(a.w.cols_padded) * 4 <= kGemvMaxSmem;
+    if (g_one_token_kernel == 2 || !gemv) {
+      if (a.w.rows >= 8192) return gemv ? LaunchGemv<WT, 4>(a, stream) : LaunchLinearTile<WT, 4, 1>(a, stream);
+      if (silu) return gemv ? LaunchGemv<WT, 2>(a, stream) : LaunchLinearTile<WT, 2, 1>(a, stream);
+      return gemv ? LaunchGemv<WT, 1>(a, stream) : LaunchLinearTile<WT, 1, 1>(a, stream);
+    }
+    if (a.w.rows >= 8192 && TmaGemvSmem<WT, 4>(a) <= kTmaGemvMaxSmem) return LaunchTmaGemv<WT, 4>(a, stream);
+    if (silu && TmaGemvSmem<WT, 2>(a) <= kTmaGemvMaxSmem) return LaunchTmaGemv<WT, 2>(a, stream);
+    if (!silu && TmaGemvSmem<WT, 1>(a) <= kTmaGemvMaxSmem) return LaunchTmaGemv<WT, 1>(a, stream);
+    return silu ? LaunchGemv<WT, 2>(a, stream) : LaunchGemv<WT, 1>(a, stream);
   }
   if (g_large_batch_tile == 1) return LaunchLinearTile<WT, 4, 8>(a, stream);
   if (g_large_batch_tile == 2) return LaunchLinearTile<WT, 4, 16>(a, stream);
@@ -455,17 +736,34 @@ __global__ void __launch_bounds__(kAttnThreads)
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
   LetNextStart();
-  WaitForPrevious();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int h = blockIdx.x, m = blockIdx.y;
   const int hd = shape.head_dim, bs = shape.block_size;
   const int g = h / (shape.num_heads / shape.num_kv_heads);
   const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+  // Before waiting for the previous kernel: positions and block tables are the step's metadata,
+  // copied in before the step's first kernel, so they can be read now; the block table goes to
+  // shared memory once (one round trip instead of one per position). The K and V rows of the
+  // head's group are pulled into L2 meanwhile. L2 is where every SM's writes meet, so a row the
+  // previous kernel is still writing (this step's own positions) is read correctly after the
+  // wait: the prefetch only warms the cache, it never feeds a register.
   const int L = step.pos[m] + 1;
   const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
-  for (int d = threadIdx.x; d < hd; d += kAttnThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
-  // The block table once into shared memory: one round trip instead of one per position.
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
+  __syncthreads();
+  for (int j = threadIdx.x; j < L; j += kAttnThreads) {
+    const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+    const char* kp = reinterpret_cast<const char*>(kv.k + row);
+    const char* vp = reinterpret_cast<const char*>(kv.v + row);
+    for (int off = 0; off < hd * 4; off += 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
+    }
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + hd * 4 - 4));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + hd * 4 - 4));
+  }
+  WaitForPrevious();
+  for (int d = threadIdx.x; d < hd; d += kAttnThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
   __syncthreads();
 
   // Pass 1: scores.
@@ -542,31 +840,29 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 }
 
-__global__ void ArgmaxKernel(const float* logits, int32_t cols, int32_t* out) {
-  __shared__ float best_v[32];
-  __shared__ int32_t best_i[32];
-  LetNextStart();
-  WaitForPrevious();
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * cols;
-  float bv = -INFINITY;
-  int32_t bi = -1;
-  for (int k = threadIdx.x; k < cols; k += blockDim.x) {
-    const float v = row[k];
-    if (v > bv || (bi < 0 && v == v)) {  // strictly greater: the first (lowest) index wins ties
-      bv = v;
-      bi = k;
-    }
-  }
-  // Combine: larger value wins; equal values take the lower index; -1 (all NaN) never wins.
-  auto better = [](float v1, int32_t i1, float v2, int32_t i2) {
-    if (i2 < 0) return false;
-    if (i1 < 0) return true;
-    return v2 > v1 || (v2 == v1 && i2 < i1);
-  };
+// Greedy argmax over a logits row in two levels inside one launch: kArgmaxChunks blocks per row
+// each reduce a contiguous chunk, and the last block of the row to finish (a ticket counter)
+// reduces their results. Max with lowest-index tie-breaking is exact in any order, so the
+// result does not depend on which block finishes last.
+constexpr int kArgmaxChunks = 64;
+constexpr int kArgmaxThreads = 256;
+
+__device__ __forceinline__ bool ArgBetter(float v1, int32_t i1, float v2, int32_t i2) {
+  // Is (v2, i2) better than (v1, i1)? Larger value wins; equal values take the lower index;
+  // -1 (nothing seen, or only NaN) never wins.
+  if (i2 < 0) return false;
+  if (i1 < 0) return true;
+  return v2 > v1 || (v2 == v1 && i2 < i1);
+}
+
+// Block-wide best of (bv, bi); the result is valid in thread 0.
+__device__ __forceinline__ void BlockArgBest(float& bv, int32_t& bi) {
+  __shared__ float best_v[kArgmaxThreads / 32];
+  __shared__ int32_t best_i[kArgmaxThreads / 32];
   for (int off = 16; off >= 1; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
     const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
-    if (better(bv, bi, ov, oi)) {
+    if (ArgBetter(bv, bi, ov, oi)) {
       bv = ov;
       bi = oi;
     }
@@ -578,19 +874,62 @@ __global__ void ArgmaxKernel(const float* logits, int32_t cols, int32_t* out) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
-      if (better(bv, bi, best_v[w], best_i[w])) {
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) {
+      if (ArgBetter(bv, bi, best_v[w], best_i[w])) {
         bv = best_v[w];
         bi = best_i[w];
       }
     }
-    out[blockIdx.x] = bi < 0 ? 0 : bi;
+  }
+}
+
+__global__ void __launch_bounds__(kArgmaxThreads)
+    ArgmaxKernel(const float* logits, int32_t cols, int32_t* out, float* part_v, int32_t* part_i,
+                 uint32_t* tickets) {
+  __shared__ bool last;
+  LetNextStart();
+  WaitForPrevious();
+  const int row = blockIdx.y, chunk = blockIdx.x;
+  const float* r = logits + static_cast<int64_t>(row) * cols;
+  const int per = (cols + kArgmaxChunks - 1) / kArgmaxChunks;
+  const int c0 = chunk * per, c1 = min(cols, c0 + per);
+  float bv = -INFINITY;
+  int32_t bi = -1;
+  for (int k = c0 + threadIdx.x; k < c1; k += kArgmaxThreads) {
+    const float v = r[k];
+    if (v > bv || (bi < 0 && v == v)) {  // strictly greater: the first (lowest) index wins ties
+      bv = v;
+      bi = k;
+    }
+  }
+  BlockArgBest(bv, bi);
+  if (threadIdx.x == 0) {
+    part_v[row * kArgmaxChunks + chunk] = bv;
+    part_i[row * kArgmaxChunks + chunk] = bi;
+    __threadfence();
+    last = atomicAdd(&tickets[row], 1u) == kArgmaxChunks - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  bv = -INFINITY;
+  bi = -1;
+  if (threadIdx.x < kArgmaxChunks) {
+    bv = __ldcg(&part_v[row * kArgmaxChunks + threadIdx.x]);
+    bi = __ldcg(&part_i[row * kArgmaxChunks + threadIdx.x]);
+  }
+  __syncthreads();  // BlockArgBest's shared arrays are reused
+  BlockArgBest(bv, bi);
+  if (threadIdx.x == 0) {
+    out[row] = bi < 0 ? 0 : bi;
+    tickets[row] = 0;  // ready for the next step (graphs replay this launch)
   }
 }
 
 }  // namespace
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
+void SetOneTokenKernel(int variant) { g_one_token_kernel = variant; }
 
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream) {
   if (args.tokens <= 0) return cudaSuccess;
@@ -660,9 +999,21 @@ cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_
                        cols, weight, eps, y);
 }
 
-cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, cudaStream_t stream) {
+int64_t ArgmaxScratchBytes(int32_t rows) {
+  return static_cast<int64_t>(rows) * (kArgmaxChunks * (sizeof(float) + sizeof(int32_t)) + sizeof(uint32_t));
+}
+
+cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, void* scratch,
+                         int32_t scratch_rows, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  return LaunchChained(ArgmaxKernel, dim3(rows), dim3(1024), 0, stream, logits, cols, out);
+  if (rows > 65535 || rows > scratch_rows) return cudaErrorInvalidConfiguration;
+  // The layout depends on the capacity only, so every launch finds its tickets at zero.
+  char* p = static_cast<char*>(scratch);
+  uint32_t* tickets = reinterpret_cast<uint32_t*>(p);
+  float* part_v = reinterpret_cast<float*>(p + static_cast<int64_t>(scratch_rows) * sizeof(uint32_t));
+  int32_t* part_i = reinterpret_cast<int32_t*>(part_v + static_cast<int64_t>(scratch_rows) * kArgmaxChunks);
+  return LaunchChained(ArgmaxKernel, dim3(kArgmaxChunks, rows), dim3(kArgmaxThreads), 0, stream, logits, cols, out,
+                       part_v, part_i, tickets);
 }
 
 }  // namespace rote::inference::cuda

@@ -77,6 +77,9 @@ cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
 // 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by size). Results are identical in every bit
 // for all of them; only speed differs.
 void SetLargeBatchTile(int variant);
+// Benchmarking only: the kernel of one-token products (0, the default: shared-memory bulk copies
+// where they fit; 1: the plain tile LinearKernel; 2: the register-ring GemvKernel). Same bits.
+void SetOneTokenKernel(int variant);
 
 // y = RMSNorm(x) * weight over lane rows of `cols` (padding stays zero), one warp per token.
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
@@ -125,7 +128,11 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
 int64_t AttentionSharedBytes(int32_t max_context);
 cudaError_t PrepareAttention(int32_t max_context);
 
-// Greedy: out[m] = argmax of logits row m (lowest index on ties, NaN never wins).
-cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, cudaStream_t stream);
+// Greedy: out[m] = argmax of logits row m (lowest index on ties, NaN never wins). `scratch`:
+// ArgmaxScratchBytes(scratch_rows) bytes of device memory for up to scratch_rows rows, zeroed
+// once before first use (its ticket counters return to zero at the end of every launch).
+int64_t ArgmaxScratchBytes(int32_t scratch_rows);
+cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, void* scratch,
+                         int32_t scratch_rows, cudaStream_t stream);
 
 }  // namespace rote::inference::cuda

@@ -367,6 +367,32 @@ TEST(CudaInvariance, TileShapesGiveIdenticalLogits) {
   SetCudaLargeBatchTileForTesting(-1);
 }
 
+// One-token products have three kernels (weights brought into shared memory by bulk copies, the
+// plain register tile, a register ring); which one runs changes only speed. A model whose MLP is
+// wide enough for the four-rows-per-warp tiles (gate|up 8,200 rows) and whose widths need padding
+// (320, 4,100), in bf16 and in fp16: each kernel equals the CPU at every prefill and decode step.
+TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    SynthSpec spec;
+    spec.dtype = dtype;
+    spec.vocab = 640;
+    spec.hidden = 320;
+    spec.intermediate = 4100;
+    spec.heads = 5;
+    spec.kv_heads = 1;
+    spec.head_dim = 64;
+    auto model = SynthModel(dtype == DType::kBF16 ? "wide_bf16" : "wide_f16", spec);
+    ASSERT_TRUE(model);
+    for (int variant : {0, 1, 2}) {
+      SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)) + " one_token_kernel=" + std::to_string(variant));
+      SetCudaOneTokenKernelForTesting(variant);
+      ExpectCpuEqualsCuda(model, 9, 6);
+    }
+  }
+  SetCudaOneTokenKernelForTesting(0);
+}
+
 // The engine (continuous batching, chunked prefill, paged KV, the same scheduler) on CUDA and on
 // the CPU: concurrent greedy and seeded-sampling requests give the same tokens and the same
 // logits at every step; provenance names the device.
