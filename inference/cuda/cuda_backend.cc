@@ -144,8 +144,14 @@ class CudaBackendImpl final : public CudaBackend {
     for (int32_t i = 0; i < c.num_layers; ++i) {
       const LayerWeights& lw = w.layers[i];
       DeviceLayer& dl = layers_[i];
+      // q|k|v in rotary pair order (kernels.h, RopePairRow), biases likewise.
+      std::vector<int64_t> qkv_rows(static_cast<size_t>(q_dim + 2 * kv_dim));
+      for (int64_t row = 0; row < q_dim + 2 * kv_dim; ++row)
+        qkv_rows[row] = row < q_dim + kv_dim ? row / c.head_dim * c.head_dim +
+                                                   cuda::RopePairRow(static_cast<int32_t>(row % c.head_dim), c.head_dim)
+                                             : row;
       auto r = UploadMatrix({{&lw.wq, 0, 1}, {&lw.wk, q_dim, 1}, {&lw.wv, q_dim + kv_dim, 1}}, q_dim + 2 * kv_dim,
-                            dim);
+                            dim, &qkv_rows);
       if (!r.ok()) return r.status();
       dl.wqkv = *r;
       r = UploadMatrix({{&lw.wo, 0, 1}}, dim, q_dim);
@@ -159,7 +165,7 @@ class CudaBackendImpl final : public CudaBackend {
       if (!r.ok()) return r.status();
       dl.wdown = *r;
       if (lw.bq.present()) {
-        auto b = UploadVector({&lw.bq, &lw.bk, &lw.bv});
+        auto b = UploadVector({&lw.bq, &lw.bk, &lw.bv}, &qkv_rows);
         if (!b.ok()) return b.status();
         dl.bqkv = *b;
       }
@@ -253,7 +259,9 @@ class CudaBackendImpl final : public CudaBackend {
  private:
   // Copies `parts` (same cols) into one device matrix, permuting each row into lane order and
   // zero-padding it. Parts of different dtypes are widened to fp32 (exact).
-  StatusOr<DeviceMatrix> UploadMatrix(std::vector<MatrixPart> parts, int64_t rows, int64_t cols) {
+  // `row_order`, when given, moves logical row r to device row (*row_order)[r].
+  StatusOr<DeviceMatrix> UploadMatrix(std::vector<MatrixPart> parts, int64_t rows, int64_t cols,
+                                      const std::vector<int64_t>* row_order = nullptr) {
     DType dtype = parts[0].view->dtype;
     for (const MatrixPart& p : parts) {
       if (!p.view->present()) return InvalidArgument("CUDA backend: missing tensor for a fused matrix");
@@ -270,7 +278,9 @@ class CudaBackendImpl final : public CudaBackend {
       const int64_t src_rows = p.view->shape[0];
       const int src_size = DTypeSize(p.view->dtype);
       for (int64_t r = 0; r < src_rows; ++r) {
-        uint8_t* dst = host.data() + (p.first_row + r * p.row_step) * padded * esize;
+        const int64_t logical = p.first_row + r * p.row_step;
+        const int64_t row = row_order != nullptr ? (*row_order)[logical] : logical;
+        uint8_t* dst = host.data() + row * padded * esize;
         if (p.view->dtype == dtype) {
           const uint8_t* src = static_cast<const uint8_t*>(p.view->data) + r * cols * src_size;
           for (int64_t k = 0; k < cols; ++k) std::memcpy(dst + cuda::PermutedIndex(k) * esize, src + k * esize, esize);
@@ -294,11 +304,18 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // Concatenates 1-D tensors, converted exactly to fp32.
-  StatusOr<const float*> UploadVector(std::vector<const TensorView*> views) {
+  StatusOr<const float*> UploadVector(std::vector<const TensorView*> views,
+                                      const std::vector<int64_t>* order = nullptr) {
     std::vector<float> host;
     for (const TensorView* v : views) {
       if (!v->present()) return InvalidArgument("CUDA backend: missing vector tensor");
       for (int64_t i = 0; i < v->numel(); ++i) host.push_back(v->At(i));
+    }
+    if (order != nullptr) {
+      if (order->size() != host.size()) return InvalidArgument("CUDA backend: bias length does not match its matrix");
+      std::vector<float> moved(host.size());
+      for (size_t i = 0; i < host.size(); ++i) moved[(*order)[i]] = host[i];
+      host.swap(moved);
     }
     return UploadFloats(host);
   }
@@ -525,8 +542,29 @@ class CudaBackendImpl final : public CudaBackend {
       a.bias = dl.bqkv;
       a.out = qkv_.as<float>();
       a.out_stride = qkv_dim;
+      // One token without q/k norms: rotary and the KV store run in the product's epilogue.
+      bool rope_fused = false;
+      if (lay.tokens == 1 && dl.q_norm == nullptr) {
+        LinearArgs f = a;
+        f.epilogue = LinearEpilogue::kRopeStore;
+        f.rope.pos = step.pos;
+        f.rope.block_table = step.block_table;
+        f.rope.block_size = kKvBlockSize;
+        f.rope.num_heads = c.num_heads;
+        f.rope.num_kv_heads = c.num_kv_heads;
+        f.rope.head_dim = c.head_dim;
+        f.rope.cos = rope_cos_;
+        f.rope.sin = rope_sin_;
+        f.rope.q_out = q_.as<float>();
+        f.rope.k_cache = kv.k;
+        f.rope.v_cache = kv.v;
+        if (cuda::CanFuseRope(f)) {
+          a = f;
+          rope_fused = true;
+        }
+      }
       if (!Skip(CudaKernelKind::kQkv)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
-      if (!Skip(CudaKernelKind::kRope)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
+      if (!rope_fused && !Skip(CudaKernelKind::kRope)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
                                                       c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), kv,
                                                       stream_));
       if (!Skip(CudaKernelKind::kAttention)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context,

@@ -303,6 +303,37 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
 template <int ROWS>
 __device__ __forceinline__ void StoreOneToken(const LinearArgs& a, const float* acc, int row_base, int lane) {
   float* out = a.out;
+  if (a.epilogue == LinearEpilogue::kRopeStore) {
+    // Rows (2p, 2p + 1): a rotary pair of a q or k head, or two consecutive v dims.
+    const RopeArgs& ra = a.rope;
+    const int hd = ra.head_dim, half = hd / 2;
+    const int q_rows = ra.num_heads * hd, qk_rows = q_rows + ra.num_kv_heads * hd, kv_dim = ra.num_kv_heads * hd;
+#pragma unroll
+    for (int r = 0; r + 1 < ROWS; r += 2) {
+      const int row = row_base + r;
+      if (lane != r || row + 1 >= a.w.rows) continue;
+      float x0 = acc[r], x1 = acc[r + 1];
+      if (a.bias != nullptr) {
+        x0 = x0 + a.bias[row];
+        x1 = x1 + a.bias[row + 1];
+      }
+      const int pos = ra.pos[0];
+      const int block = ra.block_table[pos / ra.block_size];
+      const int64_t slot_row = static_cast<int64_t>(block) * ra.block_size + pos % ra.block_size;
+      if (row < qk_rows) {
+        const int head = row / hd, i = (row % hd) / 2;
+        canonical_rotate(x0, x1, ra.cos[static_cast<int64_t>(pos) * half + i], ra.sin[static_cast<int64_t>(pos) * half + i]);
+        float* dst = head < ra.num_heads ? ra.q_out + head * hd : ra.k_cache + slot_row * kv_dim + (head - ra.num_heads) * hd;
+        dst[i] = x0;
+        dst[i + half] = x1;
+      } else {
+        float* dst = ra.v_cache + slot_row * kv_dim + (row - qk_rows);
+        dst[0] = x0;
+        dst[1] = x1;
+      }
+    }
+    return;
+  }
   if (a.epilogue == LinearEpilogue::kSiluMul) {
 #pragma unroll
     for (int r = 0; r + 1 < ROWS; r += 2) {
@@ -588,6 +619,7 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   // Tile shapes only change which thread computes an output, never its order of operations.
   // The SiLU epilogue needs gate and up rows (2n, 2n + 1) in one warp: ROWS >= 2.
   const bool silu = a.epilogue == LinearEpilogue::kSiluMul;
+  if (a.epilogue == LinearEpilogue::kRopeStore && !CanFuseRope(a)) return cudaErrorInvalidValue;
   if (a.tokens == 1) {
     // Pure weight streams. Matrices of many waves (the lm_head) already stream at the copy
     // bandwidth with the plain tile; the per-layer products are one or two waves and need
@@ -603,6 +635,10 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
       if (a.w.rows >= 8192) return gemv ? LaunchGemv<WT, 4>(a, stream) : LaunchLinearTile<WT, 4, 1>(a, stream);
       if (silu) return gemv ? LaunchGemv<WT, 2>(a, stream) : LaunchLinearTile<WT, 2, 1>(a, stream);
       return gemv ? LaunchGemv<WT, 1>(a, stream) : LaunchLinearTile<WT, 1, 1>(a, stream);
+    }
+    if (a.epilogue == LinearEpilogue::kRopeStore) {
+      if (TmaGemvSmem<WT, 2>(a) > kTmaGemvMaxSmem) return cudaErrorInvalidValue;
+      return LaunchTmaGemv<WT, 2>(a, stream);
     }
     if (a.w.rows >= 8192 && TmaGemvSmem<WT, 4>(a) <= kTmaGemvMaxSmem) return LaunchTmaGemv<WT, 4>(a, stream);
     if (silu && TmaGemvSmem<WT, 2>(a) <= kTmaGemvMaxSmem) return LaunchTmaGemv<WT, 2>(a, stream);
@@ -696,7 +732,7 @@ __global__ void __launch_bounds__(kThreads)
        h += kWarps) {
     const bool is_q = h < shape.num_heads;
     const float* src = is_q ? row + h * hd : row + q_dim + (h - shape.num_heads) * hd;
-    for (int d = lane; d < hd; d += 32) buf[d] = src[d];
+    for (int d = lane; d < hd; d += 32) buf[d] = src[RopePairRow(d, hd)];  // rotary pair order (kernels.h)
     const float* nw = is_q ? q_norm : k_norm;
     if (nw != nullptr) {
       float acc = 0.0f;
@@ -930,6 +966,13 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
 void SetOneTokenKernel(int variant) { g_one_token_kernel = variant; }
+
+bool CanFuseRope(const LinearArgs& a) {
+  if (a.tokens != 1 || g_one_token_kernel != 0 || a.w.rows >= 65536 || a.w.rows % 2 != 0) return false;
+  const int64_t esize = a.w.type == WeightType::kF32 ? 4 : 2;
+  const int64_t smem = static_cast<int64_t>(kWarps) * 2 * a.w.cols_padded * esize + int64_t{a.w.cols_padded} * 4;
+  return smem <= kTmaGemvMaxSmem && static_cast<int64_t>(a.w.cols_padded) * 4 <= kGemvMaxSmem;
+}
 
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream) {
   if (args.tokens <= 0) return cudaSuccess;

@@ -45,6 +45,33 @@ enum class LinearEpilogue : int {
   kAddBias = 1,      // out[m][n] = dot + bias[n]
   kAddResidual = 2,  // out[m][n] = out[m][n] + dot     (the residual stream, in place)
   kSiluMul = 3,      // rows interleaved gate/up: out[m][n] = silu(dot(2n)) * dot(2n + 1)
+  kRopeStore = 4,    // the q|k|v product of one token (+ bias), rotary on q and k, k and v into
+                     // the KV cache: LinearArgs::rope (one-token products only, see below)
+};
+
+// The q|k|v matrix's rows are uploaded in "rotary pair order": inside each q and k head, the
+// rows of dims i and i + head_dim / 2 are adjacent (rows 2i and 2i + 1 of the head), so the warp
+// that computes one also computes its rotary partner. v rows keep their order. The product of
+// a batch (plain rows) is in this order too; the rotary kernel reads it accordingly.
+ROTE_HD inline int32_t RopePairRow(int32_t dim_in_head, int32_t head_dim) {
+  const int32_t half = head_dim / 2;
+  return dim_in_head < half ? 2 * dim_in_head : 2 * (dim_in_head - half) + 1;
+}
+
+// What the kRopeStore epilogue needs: the token's position and KV slot, the rotary tables, and
+// where q, k and v go (exactly what LaunchRopeStore does for a batch, without Qwen3's q/k norms).
+struct RopeArgs {
+  const int32_t* pos = nullptr;          // (1) the token's position
+  const int32_t* block_table = nullptr;  // the token's sequence's block table
+  int32_t block_size = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  const float* cos = nullptr;  // (positions, head_dim / 2)
+  const float* sin = nullptr;
+  float* q_out = nullptr;    // (q_dim)
+  float* k_cache = nullptr;  // this layer's (blocks, block_size, kv_dim)
+  float* v_cache = nullptr;
 };
 
 // Activations that feed a matrix product (the residual stream, the normalised stream, the
@@ -71,8 +98,12 @@ struct LinearArgs {
   float* out = nullptr;
   int32_t out_stride = 0;
   bool out_lane_rows = false;
+  RopeArgs rope;  // kRopeStore only
 };
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
+// Whether LaunchLinear can run `args` (one token) with the kRopeStore epilogue; when it cannot,
+// the caller runs kAddBias / kStore and LaunchRopeStore.
+bool CanFuseRope(const LinearArgs& args);
 // Benchmarking only: force the tile of batches over one token (0: 8 rows x 8 tokens per warp,
 // 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by size). Results are identical in every bit
 // for all of them; only speed differs.
