@@ -37,6 +37,19 @@ std::string Arg(int argc, char** argv, const char* name, const std::string& def)
   return def;
 }
 
+// "1,8,32" -> {1, 8, 32}.
+std::vector<int32_t> IntList(const std::string& s) {
+  std::vector<int32_t> out;
+  size_t p = 0;
+  while (p < s.size()) {
+    size_t q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    out.push_back(std::stoi(s.substr(p, q - p)));
+    p = q + 1;
+  }
+  return out;
+}
+
 std::vector<int32_t> RandomTokens(int32_t n, int32_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> t(n);
@@ -150,27 +163,29 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> needle = RandomTokens(prompt, c.vocab_size, 7);
   std::vector<int32_t> needle_alone;
   const int64_t kv_bytes_per_position = int64_t{2} * c.num_layers * c.kv_dim() * 4;
+  // Prefill, `warm` steps, then `steps` timed decode steps of `batch` sequences; returns the
+  // seconds of the timed steps (negative on failure) and leaves the sequences in `seqs`.
+  auto time_decode = [&](int32_t batch, std::vector<Seq>& seqs) {
+    seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
+    bool ok = Step(b, seqs);
+    for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
+    auto s0 = Clock::now();
+    for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
+    auto s1 = Clock::now();
+    return ok ? Seconds(s0, s1) : -1.0;
+  };
   // --one-token-kernels 0,1,2: batch-1 decode with each one-token product kernel, side by side
   // (SetCudaOneTokenKernelForTesting); every variant's tokens must equal the first one's.
   const std::string otk = Arg(argc, argv, "--one-token-kernels", "");
   if (!otk.empty()) {
     std::vector<int32_t> first_tokens;
-    size_t p = 0;
-    while (p < otk.size()) {
-      size_t q = otk.find(',', p);
-      if (q == std::string::npos) q = otk.size();
-      const int variant = std::stoi(otk.substr(p, q - p));
-      p = q + 1;
+    for (int32_t variant : IntList(otk)) {
       SetCudaOneTokenKernelForTesting(variant);
-      std::vector<Seq> seqs = MakeSeqs(1, prompt, c.vocab_size, stride, needle);
-      bool ok = Step(b, seqs);
-      for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
-      auto s0 = Clock::now();
-      for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
-      auto s1 = Clock::now();
-      if (!ok) return 1;
+      std::vector<Seq> seqs;
+      const double secs = time_decode(1, seqs);
+      if (secs < 0) return 1;
       if (first_tokens.empty()) first_tokens = seqs[0].tokens;
-      const double tps = steps / Seconds(s0, s1);
+      const double tps = steps / secs;
       const double bytes = static_cast<double>(b->WeightBytes());
       std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"tokens_per_s\":%.1f,"
                   "\"us_per_step\":%.1f,\"weights_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
@@ -189,22 +204,13 @@ int main(int argc, char** argv) {
     const std::pair<const char*, uint32_t> kinds[] = {
         {"embed", 1}, {"qkv", 2}, {"rope", 4}, {"attention", 8}, {"out", 16},
         {"gate_up", 32}, {"down", 64}, {"lm_head", 128}, {"argmax", 256}};
-    size_t p = 0;
-    while (p < ablate.size()) {
-      size_t q = ablate.find(',', p);
-      if (q == std::string::npos) q = ablate.size();
-      const int32_t batch = std::stoi(ablate.substr(p, q - p));
-      p = q + 1;
+    for (int32_t batch : IntList(ablate)) {
       auto time_mask = [&](uint32_t mask) {
         SetCudaSkipKernelsForBenchmark(mask);
-        std::vector<Seq> seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
-        bool ok = Step(b, seqs);
-        for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
-        auto s0 = Clock::now();
-        for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
-        auto s1 = Clock::now();
+        std::vector<Seq> seqs;
+        const double secs = time_decode(batch, seqs);
         SetCudaSkipKernelsForBenchmark(0);
-        return ok ? 1e6 * Seconds(s0, s1) / steps : -1.0;
+        return secs < 0 ? -1.0 : 1e6 * secs / steps;
       };
       const double full = time_mask(0), nothing = time_mask(kAllCudaKernelKinds);
       std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"us_per_step\":%.1f,"
