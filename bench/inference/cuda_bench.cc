@@ -213,9 +213,10 @@ int main(int argc, char** argv) {
         return secs < 0 ? -1.0 : 1e6 * secs / steps;
       };
       const double full = time_mask(0), nothing = time_mask(kAllCudaKernelKinds);
+      const double no_weights = time_mask(static_cast<uint32_t>(CudaKernelKind::kLayerWeightReads));
       std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"us_per_step\":%.1f,"
-                  "\"us_per_step_no_kernels\":%.1f}\n",
-                  shape.c_str(), batch, full, nothing);
+                  "\"us_per_step_no_kernels\":%.1f,\"us_per_step_no_layer_weight_reads\":%.1f}\n",
+                  shape.c_str(), batch, full, nothing, no_weights);
       for (const auto& [name, bit] : kinds) {
         const double without = time_mask(bit), only = time_mask(kAllCudaKernelKinds & ~bit);
         std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"kind\":\"%s\",\"marginal_us\":%.1f,"

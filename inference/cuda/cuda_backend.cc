@@ -563,6 +563,7 @@ class CudaBackendImpl final : public CudaBackend {
           rope_fused = true;
         }
       }
+      a.bench_skip_weight_reads = Skip(CudaKernelKind::kLayerWeightReads);
       if (!Skip(CudaKernelKind::kQkv)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
       if (!rope_fused && !Skip(CudaKernelKind::kRope)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
                                                       c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), kv,
@@ -578,6 +579,7 @@ class CudaBackendImpl final : public CudaBackend {
       a.out = x;
       a.out_stride = xs;
       a.out_lane_rows = true;
+      a.bench_skip_weight_reads = Skip(CudaKernelKind::kLayerWeightReads);
       if (!Skip(CudaKernelKind::kOut)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
       a = LinearArgs{};
       a.w = dl.wgu;
@@ -596,6 +598,7 @@ class CudaBackendImpl final : public CudaBackend {
       a.out = act_.as<float>();
       a.out_stride = ActStride();
       a.out_lane_rows = true;
+      a.bench_skip_weight_reads = Skip(CudaKernelKind::kLayerWeightReads);
       if (!Skip(CudaKernelKind::kGateUp)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
       a = LinearArgs{};
       a.w = dl.wdown;
@@ -606,6 +609,7 @@ class CudaBackendImpl final : public CudaBackend {
       a.out = x;
       a.out_stride = xs;
       a.out_lane_rows = true;
+      a.bench_skip_weight_reads = Skip(CudaKernelKind::kLayerWeightReads);
       if (!Skip(CudaKernelKind::kDown)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
     }
     if (lay.logit_rows > 0) {

@@ -65,6 +65,9 @@ enum class CudaKernelKind : uint32_t {
   kDown = 64,
   kLmHead = 128,
   kArgmax = 256,
+  // Not a kernel: the layers' one-token products launch as usual but read no weights (their
+  // bulk copies are not issued), so a replayed step shows what is left without the weight stream.
+  kLayerWeightReads = 512,
 };
 inline constexpr uint32_t kAllCudaKernelKinds = 511;
 

@@ -112,6 +112,20 @@ __device__ __forceinline__ float4 NormScale(float4 v, float r, float4 w) {
   return make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
 }
 
+// The canonical sum of squares of a lane row (its lane's share; WarpTree finishes it): lane t
+// takes its four terms of each 128-column group in increasing k.
+__device__ __forceinline__ float LaneRowSumSquares(const float4* row, int groups, int lane) {
+  float ss = 0.0f;
+  for (int g = 0; g < groups; ++g) {
+    const float4 v = row[g * 32 + lane];
+    ss = fmaf(v.x, v.x, ss);
+    ss = fmaf(v.y, v.y, ss);
+    ss = fmaf(v.z, v.z, ss);
+    ss = fmaf(v.w, v.w, ss);
+  }
+  return ss;
+}
+
 // out = epilogue(W · norm(x)). Each warp owns ROWS output rows for TOKS tokens; lane t owns
 // columns k ≡ t (mod 32) of all of them, in increasing k (four per 128-column group, one
 // 8- or 16-byte weight load and one 16-byte activation load each), so every output is the
@@ -299,39 +313,74 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
 }
 
 
-// The epilogue of a one-token product: every lane holds every row's result; lane r stores row r.
+// Where the kRopeStore epilogue puts lane r's pair of rows (r even, r < ROWS), and the constants it
+// needs: everything but the two results, so a kernel can look it up before waiting for the previous
+// one (positions, block tables, rotary tables and biases are fixed for the whole step).
+struct RopeTarget {
+  float* dst0 = nullptr;  // null: this lane stores nothing
+  float* dst1 = nullptr;
+  float cos = 0.0f, sin = 0.0f, bias0 = 0.0f, bias1 = 0.0f;
+  bool rotate = false;
+};
+
 template <int ROWS>
-__device__ __forceinline__ void StoreOneToken(const LinearArgs& a, const float* acc, int row_base, int lane) {
+__device__ __forceinline__ RopeTarget PlanRopeStore(const LinearArgs& a, int row_base, int lane) {
+  RopeTarget t;
+  const int row = row_base + lane;
+  if (lane >= ROWS || lane % 2 != 0 || row + 1 >= a.w.rows) return t;
+  const RopeArgs& ra = a.rope;
+  const int hd = ra.head_dim, half = hd / 2;
+  const int q_rows = ra.num_heads * hd, qk_rows = q_rows + ra.num_kv_heads * hd, kv_dim = ra.num_kv_heads * hd;
+  const int pos = ra.pos[0];
+  const int block = ra.block_table[pos / ra.block_size];
+  const int64_t slot_row = static_cast<int64_t>(block) * ra.block_size + pos % ra.block_size;
+  if (a.bias != nullptr) {
+    t.bias0 = a.bias[row];
+    t.bias1 = a.bias[row + 1];
+  }
+  if (row < qk_rows) {
+    const int head = row / hd, i = (row % hd) / 2;
+    t.rotate = true;
+    t.cos = ra.cos[static_cast<int64_t>(pos) * half + i];
+    t.sin = ra.sin[static_cast<int64_t>(pos) * half + i];
+    float* dst = head < ra.num_heads ? ra.q_out + head * hd : ra.k_cache + slot_row * kv_dim + (head - ra.num_heads) * hd;
+    t.dst0 = dst + i;
+    t.dst1 = dst + i + half;
+  } else {
+    t.dst0 = ra.v_cache + slot_row * kv_dim + (row - qk_rows);
+    t.dst1 = t.dst0 + 1;
+  }
+  return t;
+}
+
+// Rows (2p, 2p + 1) of the q|k|v product: a rotary pair of a q or k head, or two consecutive v
+// dims; bias, rotary, then q out or k and v into the cache.
+template <int ROWS>
+__device__ __forceinline__ void StoreRope(const LinearArgs& a, const RopeTarget& t, const float* acc, int lane) {
+  if (t.dst0 == nullptr) return;
+#pragma unroll
+  for (int r = 0; r + 1 < ROWS; r += 2) {
+    if (lane != r) continue;
+    float x0 = acc[r], x1 = acc[r + 1];
+    if (a.bias != nullptr) {
+      x0 = x0 + t.bias0;
+      x1 = x1 + t.bias1;
+    }
+    if (t.rotate) canonical_rotate(x0, x1, t.cos, t.sin);
+    *t.dst0 = x0;
+    *t.dst1 = x1;
+  }
+}
+
+// The epilogue of a one-token product: every lane holds every row's result; lane r stores row r.
+// resid: when set, this lane's value of out at its row (kAddResidual; lane r stores row r), read
+// earlier by the caller.
+template <int ROWS>
+__device__ __forceinline__ void StoreOneToken(const LinearArgs& a, const float* acc, int row_base, int lane,
+                                              const float* resid = nullptr) {
   float* out = a.out;
   if (a.epilogue == LinearEpilogue::kRopeStore) {
-    // Rows (2p, 2p + 1): a rotary pair of a q or k head, or two consecutive v dims.
-    const RopeArgs& ra = a.rope;
-    const int hd = ra.head_dim, half = hd / 2;
-    const int q_rows = ra.num_heads * hd, qk_rows = q_rows + ra.num_kv_heads * hd, kv_dim = ra.num_kv_heads * hd;
-#pragma unroll
-    for (int r = 0; r + 1 < ROWS; r += 2) {
-      const int row = row_base + r;
-      if (lane != r || row + 1 >= a.w.rows) continue;
-      float x0 = acc[r], x1 = acc[r + 1];
-      if (a.bias != nullptr) {
-        x0 = x0 + a.bias[row];
-        x1 = x1 + a.bias[row + 1];
-      }
-      const int pos = ra.pos[0];
-      const int block = ra.block_table[pos / ra.block_size];
-      const int64_t slot_row = static_cast<int64_t>(block) * ra.block_size + pos % ra.block_size;
-      if (row < qk_rows) {
-        const int head = row / hd, i = (row % hd) / 2;
-        canonical_rotate(x0, x1, ra.cos[static_cast<int64_t>(pos) * half + i], ra.sin[static_cast<int64_t>(pos) * half + i]);
-        float* dst = head < ra.num_heads ? ra.q_out + head * hd : ra.k_cache + slot_row * kv_dim + (head - ra.num_heads) * hd;
-        dst[i] = x0;
-        dst[i + half] = x1;
-      } else {
-        float* dst = ra.v_cache + slot_row * kv_dim + (row - qk_rows);
-        dst[0] = x0;
-        dst[1] = x1;
-      }
-    }
+    StoreRope<ROWS>(a, PlanRopeStore<ROWS>(a, row_base, lane), acc, lane);
     return;
   }
   if (a.epilogue == LinearEpilogue::kSiluMul) {
@@ -352,7 +401,7 @@ __device__ __forceinline__ void StoreOneToken(const LinearArgs& a, const float* 
       if (a.epilogue == LinearEpilogue::kAddBias) {
         out[o] = acc[r] + a.bias[row];
       } else if (a.epilogue == LinearEpilogue::kAddResidual) {
-        out[o] = out[o] + acc[r];
+        out[o] = (resid != nullptr ? *resid : out[o]) + acc[r];
       } else {
         out[o] = acc[r];
       }
@@ -399,14 +448,7 @@ __global__ void __launch_bounds__(kThreads, 5) GemvKernel(LinearArgs a) {
   const bool has_norm = a.norm_weight != nullptr;
   float rscale = 0.0f;
   if (has_norm) {
-    float ss = 0.0f;
-    for (int g = 0; g < groups; ++g) {
-      const float4 v = gemv_x[g * 32 + lane];
-      ss = fmaf(v.x, v.x, ss);
-      ss = fmaf(v.y, v.y, ss);
-      ss = fmaf(v.z, v.z, ss);
-      ss = fmaf(v.w, v.w, ss);
-    }
+    const float ss = LaneRowSumSquares(gemv_x, groups, lane);
     rscale = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
   }
   const float4* nw = reinterpret_cast<const float4*>(a.norm_weight) + lane;
@@ -460,6 +502,16 @@ cudaError_t LaunchGemv(const LinearArgs& a, cudaStream_t stream) {
 }
 
 
+int MultiprocessorCount() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 132;
+    return n;
+  }();
+  return count;
+}
+
 // Hopper's bulk copy engine (TMA, 1-D form) with an mbarrier: one thread asks for a warp's whole
 // slice of the matrix in one instruction, the engine streams it into shared memory, and the warp
 // waits on the barrier. No registers hold bytes in flight, so a block's slice is requested at
@@ -492,6 +544,37 @@ __device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
+// acc[r] = canonical dot of row r of a band of ROWS weight rows in shared memory (permuted
+// layout, row_bytes apart) with the activation lane row xs, normalised on the fly when nw is set
+// ((x * rscale) * w, as NormScale). Lane t reads its four terms of group g at the same offsets as
+// in global memory: the order of LinearKernel, the same bits.
+template <WeightType WT, int ROWS>
+__device__ __forceinline__ void SharedBandDot(const unsigned char* band, int64_t row_bytes, const float4* xs,
+                                              int groups, int lane, const float4* nw, float rscale, float* acc) {
+  using W4 = Weights4<WT>;
+  using Raw = typename W4::Raw;
+  const Raw* wrow[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) wrow[r] = reinterpret_cast<const Raw*>(band + r * row_bytes) + lane;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
+#pragma unroll 4
+  for (int g = 0; g < groups; ++g) {
+    float wf[ROWS][4];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) W4::ToF32(wrow[r][g * 32], wf[r]);
+    float4 xv = xs[g * 32 + lane];
+    if (nw != nullptr) xv = NormScale(xv, rscale, __ldg(nw + g * 32 + lane));
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
+      acc[r] = fmaf(wf[r][1], xv.y, acc[r]);
+      acc[r] = fmaf(wf[r][2], xv.z, acc[r]);
+      acc[r] = fmaf(wf[r][3], xv.w, acc[r]);
+    }
+  }
+}
+
 // One-token products through shared memory: warp w of a block owns ROWS consecutive rows, which
 // are contiguous in the permuted layout, so thread 0 requests each warp's rows with one bulk copy
 // before the kernel waits for the previous one. Then the activation row is staged, and each warp
@@ -519,15 +602,25 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
     for (int w = 0; w < kWarps; ++w) {
       const int r0 = block_row0 + w * ROWS;
       const int valid = max(0, min(ROWS, a.w.rows - r0));
-      const uint32_t bytes = static_cast<uint32_t>(valid * row_bytes);
+      const uint32_t bytes = a.bench_skip_weight_reads ? 0u : static_cast<uint32_t>(valid * row_bytes);
       MbarExpectTx(&bars[w], bytes);
       if (bytes > 0)
         BulkCopyToShared(wsm + w * ROWS * row_bytes, static_cast<const char*>(a.w.data) + r0 * row_bytes, bytes,
                          &bars[w]);
     }
   }
+  const int row_base = block_row0 + warp * ROWS;
+  const bool rope = a.epilogue == LinearEpilogue::kRopeStore;
+  RopeTarget rope_target;
+  if (rope) rope_target = PlanRopeStore<ROWS>(a, row_base, lane);
   WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
 
+  // The residual this lane will add (row row_base + lane), read now so that its round trip
+  // overlaps the activation's instead of ending the kernel.
+  const bool residual = a.epilogue == LinearEpilogue::kAddResidual;
+  float resid = 0.0f;
+  if (residual && lane < ROWS && row_base + lane < a.w.rows)
+    resid = a.out[a.out_lane_rows ? PermutedIndex(row_base + lane) : row_base + lane];
   const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
   const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
   for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = xg[i];
@@ -535,48 +628,120 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
   const bool has_norm = a.norm_weight != nullptr;
   float rscale = 0.0f;
   if (has_norm) {
-    float ss = 0.0f;
-    for (int g = 0; g < groups; ++g) {
-      const float4 v = xs[g * 32 + lane];
-      ss = fmaf(v.x, v.x, ss);
-      ss = fmaf(v.y, v.y, ss);
-      ss = fmaf(v.z, v.z, ss);
-      ss = fmaf(v.w, v.w, ss);
-    }
+    const float ss = LaneRowSumSquares(xs, groups, lane);
     rscale = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
   }
-  const float4* nw = reinterpret_cast<const float4*>(a.norm_weight) + lane;
-  const int row_base = block_row0 + warp * ROWS;
-  const Raw* wrow[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r)
-    wrow[r] = reinterpret_cast<const Raw*>(wsm + (warp * ROWS + r) * row_bytes) + lane;
   MbarWait(&bars[warp], 0);
-
   float acc[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
-#pragma unroll 4
-  for (int g = 0; g < groups; ++g) {
-    float wf[ROWS][4];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) W4::ToF32(wrow[r][g * 32], wf[r]);
-    float4 xv = xs[g * 32 + lane];
-    if (has_norm) xv = NormScale(xv, rscale, __ldg(nw + g * 32));
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
-      acc[r] = fmaf(wf[r][1], xv.y, acc[r]);
-      acc[r] = fmaf(wf[r][2], xv.z, acc[r]);
-      acc[r] = fmaf(wf[r][3], xv.w, acc[r]);
-    }
-  }
+  SharedBandDot<WT, ROWS>(wsm + warp * ROWS * row_bytes, row_bytes, xs, groups, lane,
+                          has_norm ? reinterpret_cast<const float4*>(a.norm_weight) : nullptr, rscale, acc);
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
-  StoreOneToken<ROWS>(a, acc, row_base, lane);
+  if (rope) {
+    StoreRope<ROWS>(a, rope_target, acc, lane);
+  } else {
+    StoreOneToken<ROWS>(a, acc, row_base, lane, residual ? &resid : nullptr);
+  }
 }
 
 constexpr int kTmaGemvMaxSmem = 200 * 1024;
+
+// One-token products of large matrices as a stream: a persistent grid (one block per
+// multiprocessor) in which every warp owns the row tiles w, w + W, w + 2W, ... (W warps in all)
+// and keeps a ring of `stages` tiles in flight through bulk copies, each completing on its own
+// mbarrier. Lane 0 refills a stage as soon as the warp has read it, so a multiprocessor always
+// has about stages x 4 tiles of the matrix requested, whatever the matrix's size, and the
+// first `stages` tiles are requested before the kernel waits for the previous one. Each tile
+// is a whole row band, so every output is still one warp's canonical dot product: the same
+// bits as every other kernel here.
+constexpr int kStreamMaxStages = 8;
+
+template <WeightType WT, int ROWS>
+__global__ void __launch_bounds__(kThreads) StreamGemvKernel(LinearArgs a, int32_t stages) {
+  using W4 = Weights4<WT>;
+  using Raw = typename W4::Raw;
+  extern __shared__ __align__(128) unsigned char stream_smem[];
+  __shared__ __align__(8) uint64_t bars[kWarps][kStreamMaxStages];
+  LetNextStart();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int K = a.w.cols, KP = a.w.cols_padded;
+  const int groups = KP / kGroupCols;
+  const int64_t row_bytes = static_cast<int64_t>(KP) * kWeightBytes<WT>;
+  const int64_t tile_bytes = ROWS * row_bytes;
+  const int tiles = (a.w.rows + ROWS - 1) / ROWS;
+  const int stride = gridDim.x * kWarps;
+  const int first = blockIdx.x * kWarps + warp;
+  unsigned char* ring = stream_smem + static_cast<int64_t>(warp) * stages * tile_bytes;
+  float4* xs = reinterpret_cast<float4*>(stream_smem + static_cast<int64_t>(kWarps) * stages * tile_bytes);
+  const char* wbase = static_cast<const char*>(a.w.data);
+  auto request = [&](int tile, int stage) {
+    const int r0 = tile * ROWS;
+    const uint32_t bytes = static_cast<uint32_t>(min(ROWS, a.w.rows - r0) * row_bytes);
+    MbarExpectTx(&bars[warp][stage], bytes);
+    BulkCopyToShared(ring + stage * tile_bytes, wbase + r0 * row_bytes, bytes, &bars[warp][stage]);
+  };
+  if (lane == 0) {
+    for (int s = 0; s < stages; ++s) MbarInit(&bars[warp][s], 1);
+    FenceMbarInit();
+    for (int s = 0; s < stages; ++s)
+      if (first + s * stride < tiles) request(first + s * stride, s);
+  }
+  WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
+
+  const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
+  const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
+  for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = xg[i];
+  __syncthreads();  // also publishes the barrier initialisation to every lane
+  if (a.norm_weight != nullptr) {
+    const float ss = LaneRowSumSquares(xs, groups, lane);
+    const float r = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
+    const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
+    __syncthreads();  // every warp has its sum of squares before x is overwritten
+    for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = NormScale(xs[i], r, nw[i]);
+    __syncthreads();
+  }
+
+  int it = 0;
+  for (int tile = first; tile < tiles; tile += stride, ++it) {
+    const int stage = it % stages;
+    MbarWait(&bars[warp][stage], static_cast<uint32_t>((it / stages) & 1));
+    float acc[ROWS];
+    SharedBandDot<WT, ROWS>(ring + stage * tile_bytes, row_bytes, xs, groups, lane, nullptr, 0.0f, acc);
+    // Every lane has consumed the stage (its FMAs used every value it read), so it can be refilled.
+    __syncwarp();
+    if (lane == 0 && tile + stages * stride < tiles) request(tile + stages * stride, stage);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
+    StoreOneToken<ROWS>(a, acc, tile * ROWS, lane);
+  }
+}
+
+// Shared memory of the streaming kernel's weight ring, per block (one block per multiprocessor,
+// room left for the neighbouring kernels' blocks to become resident early).
+constexpr int64_t kStreamRingBytes = 128 * 1024;
+
+template <WeightType WT, int ROWS>
+int StreamStages(const LinearArgs& a) {
+  const int64_t tile_bytes = int64_t{ROWS} * a.w.cols_padded * kWeightBytes<WT>;
+  return static_cast<int>(std::min<int64_t>(kStreamMaxStages, kStreamRingBytes / (kWarps * tile_bytes)));
+}
+
+template <WeightType WT, int ROWS>
+cudaError_t LaunchStreamGemv(const LinearArgs& a, cudaStream_t stream) {
+  const int stages = StreamStages<WT, ROWS>(a);
+  if (stages < 1) return cudaErrorInvalidValue;
+  const int64_t smem = int64_t{kWarps} * stages * ROWS * a.w.cols_padded * kWeightBytes<WT> +
+                       int64_t{a.w.cols_padded} * sizeof(float);
+  static const cudaError_t prepared = cudaFuncSetAttribute(
+      StreamGemvKernel<WT, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStreamRingBytes + 64 * 1024));
+  if (prepared != cudaSuccess) return prepared;
+  if (smem > kStreamRingBytes + 64 * 1024) return cudaErrorInvalidValue;
+  const int tiles = (a.w.rows + ROWS - 1) / ROWS;
+  const int blocks = std::min((tiles + kWarps - 1) / kWarps, MultiprocessorCount());
+  return LaunchChained(StreamGemvKernel<WT, ROWS>, dim3(blocks), dim3(kThreads), static_cast<size_t>(smem), stream, a,
+                       stages);
+}
+
 
 template <WeightType WT, int ROWS>
 int64_t TmaGemvSmem(const LinearArgs& a) {
@@ -604,15 +769,6 @@ cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
 int g_large_batch_tile = -1;  // SetLargeBatchTile; -1: chosen by size
 int g_one_token_kernel = 0;   // SetOneTokenKernel; 0: chosen by size
 
-int MultiprocessorCount() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      return 132;
-    return n;
-  }();
-  return count;
-}
 
 template <WeightType WT>
 cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
@@ -624,7 +780,7 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     // Pure weight streams. Matrices of many waves (the lm_head) already stream at the copy
     // bandwidth with the plain tile; the per-layer products are one or two waves and need
     // their loads issued early (GemvKernel).
-    const bool many_waves = a.w.rows >= 65536;
+    const bool many_waves = a.w.rows >= 65536 && g_one_token_kernel < 3;
     if (g_one_token_kernel == 1 || many_waves) {
       if (a.w.rows >= 8192) return LaunchLinearTile<WT, 4, 1>(a, stream);
       if (silu) return LaunchLinearTile<WT, 2, 1>(a, stream);
@@ -635,6 +791,15 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
       if (a.w.rows >= 8192) return gemv ? LaunchGemv<WT, 4>(a, stream) : LaunchLinearTile<WT, 4, 1>(a, stream);
       if (silu) return gemv ? LaunchGemv<WT, 2>(a, stream) : LaunchLinearTile<WT, 2, 1>(a, stream);
       return gemv ? LaunchGemv<WT, 1>(a, stream) : LaunchLinearTile<WT, 1, 1>(a, stream);
+    }
+    // Streaming (persistent grid, a ring of bulk copies per warp): every product with variant 3,
+    // the matrices of many tiles (gate|up, the lm_head) with variant 4.
+    const int stream_rows = a.epilogue == LinearEpilogue::kRopeStore ? 2 : a.w.rows >= 8192 ? 4 : silu ? 2 : 1;
+    const bool use_stream = g_one_token_kernel == 3 || (g_one_token_kernel == 4 && a.w.rows >= 8192);
+    if (use_stream) {
+      if (stream_rows == 4 && StreamStages<WT, 4>(a) >= 2) return LaunchStreamGemv<WT, 4>(a, stream);
+      if (stream_rows >= 2 && StreamStages<WT, 2>(a) >= 2) return LaunchStreamGemv<WT, 2>(a, stream);
+      if (stream_rows == 1 && StreamStages<WT, 1>(a) >= 1) return LaunchStreamGemv<WT, 1>(a, stream);
     }
     if (a.epilogue == LinearEpilogue::kRopeStore) {
       if (TmaGemvSmem<WT, 2>(a) > kTmaGemvMaxSmem) return cudaErrorInvalidValue;
@@ -673,14 +838,7 @@ __global__ void __launch_bounds__(kThreads)
   const float4* xr = reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * stride) + lane;
   float4* yr = reinterpret_cast<float4*>(y + static_cast<int64_t>(m) * stride) + lane;
   const float4* wr = reinterpret_cast<const float4*>(weight) + lane;
-  float ss = 0.0f;
-  for (int g = 0; g < groups; ++g) {
-    const float4 v = xr[g * 32];
-    ss = fmaf(v.x, v.x, ss);
-    ss = fmaf(v.y, v.y, ss);
-    ss = fmaf(v.z, v.z, ss);
-    ss = fmaf(v.w, v.w, ss);
-  }
+  const float ss = LaneRowSumSquares(reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * stride), groups, lane);
   const float r = canonical_rms_scale(WarpTree(ss), cols, eps);
   for (int g = 0; g < groups; ++g) yr[g * 32] = NormScale(xr[g * 32], r, wr[g * 32]);
 }
@@ -787,16 +945,25 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
   __syncthreads();
+  // Rows of positions below L - tokens were written by earlier steps (a step writes at most
+  // `tokens` positions of a sequence, ending at pos), so they can also be pulled into this
+  // SM's L1: nothing changes them during the step. This step's own rows only go to L2.
+  const int old_end = L - step.tokens;
   for (int j = threadIdx.x; j < L; j += kAttnThreads) {
     const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
     const char* kp = reinterpret_cast<const char*>(kv.k + row);
     const char* vp = reinterpret_cast<const char*>(kv.v + row);
-    for (int off = 0; off < hd * 4; off += 128) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
+    if (j < old_end) {
+      for (int off = 0; off < hd * 4; off += 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(kp + off));
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(vp + off));
+      }
+    } else {
+      for (int off = 0; off < hd * 4; off += 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
+      }
     }
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + hd * 4 - 4));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + hd * 4 - 4));
   }
   WaitForPrevious();
   for (int d = threadIdx.x; d < hd; d += kAttnThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
@@ -968,7 +1135,8 @@ void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
 void SetOneTokenKernel(int variant) { g_one_token_kernel = variant; }
 
 bool CanFuseRope(const LinearArgs& a) {
-  if (a.tokens != 1 || g_one_token_kernel != 0 || a.w.rows >= 65536 || a.w.rows % 2 != 0) return false;
+  if (a.tokens != 1 || g_one_token_kernel == 1 || g_one_token_kernel == 2 || a.w.rows >= 65536 || a.w.rows % 2 != 0)
+    return false;
   const int64_t esize = a.w.type == WeightType::kF32 ? 4 : 2;
   const int64_t smem = static_cast<int64_t>(kWarps) * 2 * a.w.cols_padded * esize + int64_t{a.w.cols_padded} * 4;
   return smem <= kTmaGemvMaxSmem && static_cast<int64_t>(a.w.cols_padded) * 4 <= kGemvMaxSmem;

@@ -99,6 +99,7 @@ struct LinearArgs {
   int32_t out_stride = 0;
   bool out_lane_rows = false;
   RopeArgs rope;  // kRopeStore only
+  bool bench_skip_weight_reads = false;  // benchmarks only: one-token bulk-copy kernels read no weights
 };
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
 // Whether LaunchLinear can run `args` (one token) with the kRopeStore epilogue; when it cannot,
