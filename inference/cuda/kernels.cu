@@ -759,6 +759,162 @@ cudaError_t LaunchTmaGemv(const LinearArgs& a, cudaStream_t stream) {
                        static_cast<size_t>(TmaGemvSmem<WT, ROWS>(a)), stream, a);
 }
 
+// A barrier across the whole grid (every block resident: see LaunchMlpBlock). Sense by
+// generation: thread 0 reads the generation, arrives, and the last block to arrive resets the
+// count and bumps the generation, so the counters never need resetting between launches.
+// Writes before the barrier are visible to reads after it that bypass L1 (__ldcg): L1 is not
+// coherent across multiprocessors, so a block reads other blocks' results only through L2.
+__device__ __forceinline__ void GridBarrier(uint32_t* counters) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile uint32_t* generation = counters + 1;
+    const uint32_t g = *generation;
+    __threadfence();
+    if (atomicAdd(counters, 1u) == gridDim.x - 1) {
+      atomicExch(counters, 0u);
+      __threadfence();
+      atomicAdd(counters + 1, 1u);
+    } else {
+      while (*generation == g) {
+      }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// The tiles of the three products of MlpBlockKernel, in the order every warp visits them:
+// phase 0 the o product (one row per tile), phase 1 gate|up (four rows: two gate/up pairs),
+// phase 2 the down product (one row). Warp w of W takes tiles w, w + W, ... of each phase.
+struct MlpCursor {
+  int phase;
+  int tile;
+};
+
+__device__ __forceinline__ const LinearArgs& MlpPhase(const MlpBlockArgs& f, int phase) {
+  return phase == 0 ? f.out : phase == 1 ? f.gate_up : f.down;
+}
+__device__ __forceinline__ int MlpRows(int phase) { return phase == 1 ? 4 : 1; }
+__device__ __forceinline__ int MlpTiles(const MlpBlockArgs& f, int phase) {
+  return (MlpPhase(f, phase).w.rows + MlpRows(phase) - 1) / MlpRows(phase);
+}
+__device__ __forceinline__ void MlpSkipEmpty(const MlpBlockArgs& f, MlpCursor& c, int first) {
+  while (c.phase < 3 && c.tile >= MlpTiles(f, c.phase)) {
+    ++c.phase;
+    c.tile = first;
+  }
+}
+
+// One tile: the dot products, then `refill` (the band is free again), then the epilogue.
+template <WeightType WT, int ROWS, typename Refill>
+__device__ __forceinline__ void MlpTile(const LinearArgs& a, const unsigned char* band, const float4* xs, int tile,
+                                        int lane, Refill refill) {
+  const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
+  float acc[ROWS];
+  SharedBandDot<WT, ROWS>(band, row_bytes, xs, a.w.cols_padded / kGroupCols, lane, nullptr, 0.0f, acc);
+  __syncwarp();  // every lane has consumed the band (its FMAs used every value it read)
+  refill();
+  const int row = tile * ROWS + lane;
+  float resid = 0.0f;  // through L2: other blocks wrote the residual stream since this SM last read it
+  if (a.epilogue == LinearEpilogue::kAddResidual && lane < ROWS && row < a.w.rows)
+    resid = __ldcg(a.out + (a.out_lane_rows ? PermutedIndex(row) : row));
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
+  StoreOneToken<ROWS>(a, acc, tile * ROWS, lane, a.epilogue == LinearEpilogue::kAddResidual ? &resid : nullptr);
+}
+
+// o product + residual, RMSNorm + gate|up + SiLU, down product + residual of one token in one
+// persistent launch: the two dependencies between them are grid barriers instead of kernel
+// boundaries, and every warp's ring of bulk copies runs ahead through all three matrices (the
+// next phase's tiles arrive while the grid waits at a barrier). Each tile is a band of whole rows:
+// every output is one warp's canonical dot product, the same bits as the separate kernels.
+template <WeightType WT>
+__global__ void __launch_bounds__(kThreads) MlpBlockKernel(MlpBlockArgs f, int32_t slots, int32_t slot_bytes) {
+  extern __shared__ __align__(128) unsigned char mlp_smem[];
+  __shared__ __align__(8) uint64_t bars[kWarps][kStreamMaxStages];
+  LetNextStart();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int stride = gridDim.x * kWarps;
+  const int first = blockIdx.x * kWarps + warp;
+  unsigned char* ring = mlp_smem + static_cast<int64_t>(warp) * slots * slot_bytes;
+  float4* xs = reinterpret_cast<float4*>(mlp_smem + static_cast<int64_t>(kWarps) * slots * slot_bytes);
+  MlpCursor next{0, first};  // the next tile lane 0 requests
+  auto request = [&](int slot) {
+    const LinearArgs& a = MlpPhase(f, next.phase);
+    const int rows = MlpRows(next.phase);
+    const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
+    const int r0 = next.tile * rows;
+    const uint32_t bytes = static_cast<uint32_t>(min(rows, a.w.rows - r0) * row_bytes);
+    MbarExpectTx(&bars[warp][slot], bytes);
+    BulkCopyToShared(ring + static_cast<int64_t>(slot) * slot_bytes, static_cast<const char*>(a.w.data) + r0 * row_bytes,
+                     bytes, &bars[warp][slot]);
+    next.tile += stride;
+    MlpSkipEmpty(f, next, first);
+  };
+  if (lane == 0) {
+    for (int s = 0; s < slots; ++s) MbarInit(&bars[warp][s], 1);
+    FenceMbarInit();
+    MlpSkipEmpty(f, next, first);
+    for (int s = 0; s < slots && next.phase < 3; ++s) request(s);
+  }
+  WaitForPrevious();
+
+  int it = 0;
+  for (int phase = 0; phase < 3; ++phase) {
+    const LinearArgs& a = MlpPhase(f, phase);
+    if (phase > 0) GridBarrier(f.barrier);  // the previous phase's outputs are complete
+    const int groups = a.w.cols_padded / kGroupCols;
+    const float4* xg = reinterpret_cast<const float4*>(a.x);
+    for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = __ldcg(xg + i);
+    __syncthreads();
+    if (a.norm_weight != nullptr) {
+      const float r = canonical_rms_scale(WarpTree(LaneRowSumSquares(xs, groups, lane)), a.w.cols, a.norm_eps);
+      const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
+      __syncthreads();  // every warp has its sum of squares before x is overwritten
+      for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = NormScale(xs[i], r, nw[i]);
+      __syncthreads();
+    }
+    const int tiles = MlpTiles(f, phase);
+    for (int tile = first; tile < tiles; tile += stride, ++it) {
+      const int slot = it % slots;
+      MbarWait(&bars[warp][slot], static_cast<uint32_t>((it / slots) & 1));
+      const unsigned char* band = ring + static_cast<int64_t>(slot) * slot_bytes;
+      auto refill = [&] {
+        if (lane == 0 && next.phase < 3) request(slot);
+      };
+      if (phase == 1) {
+        MlpTile<WT, 4>(a, band, xs, tile, lane, refill);
+      } else {
+        MlpTile<WT, 1>(a, band, xs, tile, lane, refill);
+      }
+    }
+    __syncthreads();  // xs is restaged next phase
+  }
+}
+
+// Per-block shared memory of MlpBlockKernel's rings (one block per multiprocessor).
+constexpr int64_t kMlpRingBytes = 160 * 1024;
+
+template <WeightType WT>
+cudaError_t LaunchMlpBlockTyped(const MlpBlockArgs& f, cudaStream_t stream) {
+  const int64_t eb = kWeightBytes<WT>;
+  const int64_t slot = std::max({int64_t{f.out.w.cols_padded} * eb, int64_t{4} * f.gate_up.w.cols_padded * eb,
+                                 int64_t{f.down.w.cols_padded} * eb});
+  const int slots = static_cast<int>(std::min<int64_t>(kStreamMaxStages, kMlpRingBytes / (kWarps * slot)));
+  const int64_t xs = int64_t{4} * std::max({f.out.w.cols_padded, f.gate_up.w.cols_padded, f.down.w.cols_padded});
+  if (slots < 2) return cudaErrorInvalidValue;
+  const int64_t smem = int64_t{kWarps} * slots * slot + xs;
+  static const cudaError_t prepared = cudaFuncSetAttribute(MlpBlockKernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                           static_cast<int>(kMlpRingBytes + 48 * 1024));
+  if (prepared != cudaSuccess) return prepared;
+  if (smem > kMlpRingBytes + 48 * 1024) return cudaErrorInvalidValue;
+  // One block per multiprocessor, and no more blocks than one per SM can hold: the grid barrier
+  // needs every block resident at once. The kernel lets the next one launch only after all its
+  // blocks have started, so a waiting successor never takes a block's place.
+  return LaunchChained(MlpBlockKernel<WT>, dim3(MultiprocessorCount()), dim3(kThreads), static_cast<size_t>(smem),
+                       stream, f, slots, static_cast<int32_t>(slot));
+}
+
 template <WeightType WT, int ROWS, int TOKS>
 cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
   const dim3 grid((a.tokens + TOKS - 1) / TOKS, (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS));
@@ -780,7 +936,7 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     // Pure weight streams. Matrices of many waves (the lm_head) already stream at the copy
     // bandwidth with the plain tile; the per-layer products are one or two waves and need
     // their loads issued early (GemvKernel).
-    const bool many_waves = a.w.rows >= 65536 && g_one_token_kernel < 3;
+    const bool many_waves = a.w.rows >= 65536 && g_one_token_kernel != 3 && g_one_token_kernel != 4;
     if (g_one_token_kernel == 1 || many_waves) {
       if (a.w.rows >= 8192) return LaunchLinearTile<WT, 4, 1>(a, stream);
       if (silu) return LaunchLinearTile<WT, 2, 1>(a, stream);
@@ -1151,6 +1307,38 @@ cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream) {
       return LaunchLinearTyped<WeightType::kF16>(args, stream);
     case WeightType::kF32:
       return LaunchLinearTyped<WeightType::kF32>(args, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool CanRunMlpBlock(const MlpBlockArgs& f) {
+  if (g_one_token_kernel != 5 && g_one_token_kernel != 0) return false;
+  const int64_t eb = f.out.w.type == WeightType::kF32 ? 4 : 2;
+  // By default only where gate|up does not fit in one wave of shared memory (about 160 KB per
+  // multiprocessor): there the persistent ring streams it faster than waves of blocks do; a
+  // matrix that fits is already requested whole, before the previous kernel ends (TmaGemvKernel).
+  // Measured on an H100 (docs/performance.md): 1.5B +8%, 0.5B -15%.
+  const int64_t gate_up_bytes = int64_t{f.gate_up.w.rows} * f.gate_up.w.cols_padded * eb;
+  if (g_one_token_kernel == 0 && gate_up_bytes <= int64_t{MultiprocessorCount()} * kMlpRingBytes) return false;
+  if (f.out.tokens != 1 || f.gate_up.tokens != 1 || f.down.tokens != 1 || f.barrier == nullptr) return false;
+  if (f.gate_up.norm_weight == nullptr || f.gate_up.epilogue != LinearEpilogue::kSiluMul) return false;  // norm fused
+  if (f.out.w.type != f.gate_up.w.type || f.out.w.type != f.down.w.type || f.gate_up.w.rows % 4 != 0) return false;
+  const int64_t slot = std::max({int64_t{f.out.w.cols_padded} * eb, int64_t{4} * f.gate_up.w.cols_padded * eb,
+                                 int64_t{f.down.w.cols_padded} * eb});
+  const int64_t xs = int64_t{4} * std::max({f.out.w.cols_padded, f.gate_up.w.cols_padded, f.down.w.cols_padded});
+  const int64_t slots = std::min<int64_t>(kStreamMaxStages, kMlpRingBytes / (kWarps * slot));
+  return slots >= 2 && kWarps * slots * slot + xs <= kMlpRingBytes + 48 * 1024;
+}
+
+cudaError_t LaunchMlpBlock(const MlpBlockArgs& f, cudaStream_t stream) {
+  if (!CanRunMlpBlock(f)) return cudaErrorInvalidValue;
+  switch (f.out.w.type) {
+    case WeightType::kBF16:
+      return LaunchMlpBlockTyped<WeightType::kBF16>(f, stream);
+    case WeightType::kF16:
+      return LaunchMlpBlockTyped<WeightType::kF16>(f, stream);
+    case WeightType::kF32:
+      return LaunchMlpBlockTyped<WeightType::kF32>(f, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -105,12 +105,27 @@ cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
 // Whether LaunchLinear can run `args` (one token) with the kRopeStore epilogue; when it cannot,
 // the caller runs kAddBias / kStore and LaunchRopeStore.
 bool CanFuseRope(const LinearArgs& args);
+// The o product + residual, RMSNorm + gate|up + SiLU, and down product + residual of one token
+// as one persistent launch with grid barriers between them (MlpBlockKernel): `out`, `gate_up`
+// and `down` are exactly the LinearArgs the three separate launches would get (tokens 1, no
+// x_rows, gate_up with kSiluMul). barrier: two zeroed uint32 in device memory, reused by every
+// launch on the stream. Same bits as the separate launches.
+struct MlpBlockArgs {
+  LinearArgs out, gate_up, down;
+  uint32_t* barrier = nullptr;
+};
+bool CanRunMlpBlock(const MlpBlockArgs& args);
+cudaError_t LaunchMlpBlock(const MlpBlockArgs& args, cudaStream_t stream);
+
 // Benchmarking only: force the tile of batches over one token (0: 8 rows x 8 tokens per warp,
 // 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by size). Results are identical in every bit
 // for all of them; only speed differs.
 void SetLargeBatchTile(int variant);
 // Benchmarking only: the kernel of one-token products (0, the default: shared-memory bulk copies
-// where they fit; 1: the plain tile LinearKernel; 2: the register-ring GemvKernel). Same bits.
+// where they fit; 1: the plain tile LinearKernel; 2: the register-ring GemvKernel; 3: the
+// persistent streaming kernel for every product; 4: streaming for matrices of 8,192 rows or more;
+// 5: bulk copies, with the o, gate|up and down products always in one MlpBlockKernel; 6: bulk
+// copies, never MlpBlockKernel). Same bits.
 void SetOneTokenKernel(int variant);
 
 // y = RMSNorm(x) * weight over lane rows of `cols` (padding stays zero), one warp per token.

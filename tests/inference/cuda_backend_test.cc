@@ -384,7 +384,7 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
     spec.head_dim = 64;
     auto model = SynthModel(dtype == DType::kBF16 ? "wide_bf16" : "wide_f16", spec);
     ASSERT_TRUE(model);
-    for (int variant : {0, 1, 2, 3, 4}) {
+    for (int variant : {0, 1, 2, 3, 4, 5, 6}) {
       SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)) + " one_token_kernel=" + std::to_string(variant));
       SetCudaOneTokenKernelForTesting(variant);
       ExpectCpuEqualsCuda(model, 9, 6);
