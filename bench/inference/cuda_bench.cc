@@ -5,7 +5,7 @@
 // figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held).
 //
 //   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--batches 1,8,32,64]
-//              [--prefill 0|1] [--tiles N] [--ablate 1,32] [--one-token-kernels 0,1,2]
+//              [--prefill 0|1] [--tiles N] [--ablate 1,32] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -179,6 +179,9 @@ int main(int argc, char** argv) {
   const std::string otk = Arg(argc, argv, "--one-token-kernels", "");
   if (!otk.empty()) {
     std::vector<int32_t> first_tokens;
+    // --mlp-warps 16,4: repeat the variants with each most-warps-per-block of the MLP-block kernel.
+    for (int32_t mlp_warps : IntList(Arg(argc, argv, "--mlp-warps", "16"))) {
+    SetCudaMlpBlockMaxWarpsForTesting(mlp_warps);
     for (int32_t variant : IntList(otk)) {
       SetCudaOneTokenKernelForTesting(variant);
       std::vector<Seq> seqs;
@@ -187,13 +190,15 @@ int main(int argc, char** argv) {
       if (first_tokens.empty()) first_tokens = seqs[0].tokens;
       const double tps = steps / secs;
       const double bytes = static_cast<double>(b->WeightBytes());
-      std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"tokens_per_s\":%.1f,"
-                  "\"us_per_step\":%.1f,\"weights_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
-                  "\"tokens_equal_first_variant\":%s}\n",
-                  shape.c_str(), variant, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw,
+      std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"mlp_warps\":%d,"
+                  "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"weights_TBps\":%.4f,"
+                  "\"fraction_of_copy_bandwidth\":%.3f,\"tokens_equal_first_variant\":%s}\n",
+                  shape.c_str(), variant, mlp_warps, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw,
                   seqs[0].tokens == first_tokens ? "true" : "false");
       std::fflush(stdout);
     }
+    }
+    SetCudaMlpBlockMaxWarpsForTesting(16);
     SetCudaOneTokenKernelForTesting(0);
   }
   // --ablate B1,B2: time decode steps at these batches with each kernel kind left out, and with

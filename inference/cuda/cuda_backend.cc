@@ -95,9 +95,10 @@ struct GraphKey {
   bool greedy;
   uint32_t skip;          // SetCudaSkipKernelsForBenchmark's mask when captured
   int one_token_kernel;   // SetCudaOneTokenKernelForTesting's choice when captured
+  int mlp_block_warps;    // SetCudaMlpBlockMaxWarpsForTesting's choice when captured
   bool operator<(const GraphKey& o) const {
-    return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel) <
-           std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel);
+    return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps) <
+           std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps);
   }
 };
 
@@ -105,6 +106,7 @@ struct GraphKey {
 // each kind's share of a replayed step by ablation. Results are meaningless while set.
 uint32_t g_skip_kernels = 0;
 int g_one_token_kernel = 0;
+int g_mlp_block_warps = 16;
 bool Skip(CudaKernelKind k) { return (g_skip_kernels & static_cast<uint32_t>(k)) != 0; }
 
 class CudaBackendImpl final : public CudaBackend {
@@ -468,7 +470,7 @@ class CudaBackendImpl final : public CudaBackend {
                                               cudaMemcpyHostToDevice, stream_));
 
     if (use_graph) {
-      const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel};
+      const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -688,6 +690,11 @@ class CudaBackendImpl final : public CudaBackend {
 
 void SetCudaLargeBatchTileForTesting(int variant) { cuda::SetLargeBatchTile(variant); }
 void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
+void SetCudaMlpBlockMaxWarpsForTesting(int warps) {
+  g_mlp_block_warps = warps;
+  cuda::SetMlpBlockMaxWarps(warps);
+}
+
 void SetCudaOneTokenKernelForTesting(int variant) {
   g_one_token_kernel = variant;
   cuda::SetOneTokenKernel(variant);

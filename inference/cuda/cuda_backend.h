@@ -54,6 +54,10 @@ void SetCudaLargeBatchTileForTesting(int variant);
 // register ring issued before the previous kernel ends). Same bits; only speed differs.
 void SetCudaOneTokenKernelForTesting(int variant);
 
+// Tests and benchmarks only: the most warps per block of the one-token MLP-block kernel (16, 8 or
+// 4; default 16). Same bits; only speed differs. No-op without CUDA.
+void SetCudaMlpBlockMaxWarpsForTesting(int warps);
+
 // The kinds of kernel a step launches (per layer, except embed, lm_head and argmax).
 enum class CudaKernelKind : uint32_t {
   kEmbed = 1,

@@ -13,5 +13,6 @@ int CudaDeviceCount() { return 0; }
 void SetCudaLargeBatchTileForTesting(int) {}
 void SetCudaSkipKernelsForBenchmark(uint32_t) {}
 void SetCudaOneTokenKernelForTesting(int) {}
+void SetCudaMlpBlockMaxWarpsForTesting(int) {}
 
 }  // namespace rote::inference

@@ -828,16 +828,19 @@ __device__ __forceinline__ void MlpTile(const LinearArgs& a, const unsigned char
 // boundaries, and every warp's ring of bulk copies runs ahead through all three matrices (the
 // next phase's tiles arrive while the grid waits at a barrier). Each tile is a band of whole rows:
 // every output is one warp's canonical dot product, the same bits as the separate kernels.
+constexpr int kMlpMaxWarps = 16;
+
 template <WeightType WT>
-__global__ void __launch_bounds__(kThreads) MlpBlockKernel(MlpBlockArgs f, int32_t slots, int32_t slot_bytes) {
+__global__ void __launch_bounds__(kMlpMaxWarps * 32) MlpBlockKernel(MlpBlockArgs f, int32_t slots, int32_t slot_bytes) {
   extern __shared__ __align__(128) unsigned char mlp_smem[];
-  __shared__ __align__(8) uint64_t bars[kWarps][kStreamMaxStages];
+  __shared__ __align__(8) uint64_t bars[kMlpMaxWarps][kStreamMaxStages];
   LetNextStart();
+  const int warps = blockDim.x / 32, threads = blockDim.x;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int stride = gridDim.x * kWarps;
-  const int first = blockIdx.x * kWarps + warp;
+  const int stride = gridDim.x * warps;
+  const int first = blockIdx.x * warps + warp;
   unsigned char* ring = mlp_smem + static_cast<int64_t>(warp) * slots * slot_bytes;
-  float4* xs = reinterpret_cast<float4*>(mlp_smem + static_cast<int64_t>(kWarps) * slots * slot_bytes);
+  float4* xs = reinterpret_cast<float4*>(mlp_smem + static_cast<int64_t>(warps) * slots * slot_bytes);
   MlpCursor next{0, first};  // the next tile lane 0 requests
   auto request = [&](int slot) {
     const LinearArgs& a = MlpPhase(f, next.phase);
@@ -865,13 +868,13 @@ __global__ void __launch_bounds__(kThreads) MlpBlockKernel(MlpBlockArgs f, int32
     if (phase > 0) GridBarrier(f.barrier);  // the previous phase's outputs are complete
     const int groups = a.w.cols_padded / kGroupCols;
     const float4* xg = reinterpret_cast<const float4*>(a.x);
-    for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = __ldcg(xg + i);
+    for (int i = threadIdx.x; i < groups * 32; i += threads) xs[i] = __ldcg(xg + i);
     __syncthreads();
     if (a.norm_weight != nullptr) {
       const float r = canonical_rms_scale(WarpTree(LaneRowSumSquares(xs, groups, lane)), a.w.cols, a.norm_eps);
       const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
       __syncthreads();  // every warp has its sum of squares before x is overwritten
-      for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = NormScale(xs[i], r, nw[i]);
+      for (int i = threadIdx.x; i < groups * 32; i += threads) xs[i] = NormScale(xs[i], r, nw[i]);
       __syncthreads();
     }
     const int tiles = MlpTiles(f, phase);
@@ -895,24 +898,45 @@ __global__ void __launch_bounds__(kThreads) MlpBlockKernel(MlpBlockArgs f, int32
 // Per-block shared memory of MlpBlockKernel's rings (one block per multiprocessor).
 constexpr int64_t kMlpRingBytes = 160 * 1024;
 
+// The ring slot (the largest tile of the three matrices), the activation staging, and the most
+// warps per block (16, 8 or 4) that still leave each warp two slots.
+struct MlpBlockPlan {
+  int64_t slot = 0, xs = 0;
+  int warps = 0, slots = 0;
+};
+
+MlpBlockPlan PlanMlpBlock(const MlpBlockArgs& f, int max_warps) {
+  const int64_t eb = f.out.w.type == WeightType::kF32 ? 4 : 2;
+  MlpBlockPlan p;
+  p.slot = std::max({int64_t{f.out.w.cols_padded} * eb, int64_t{4} * f.gate_up.w.cols_padded * eb,
+                     int64_t{f.down.w.cols_padded} * eb});
+  p.xs = int64_t{4} * std::max({f.out.w.cols_padded, f.gate_up.w.cols_padded, f.down.w.cols_padded});
+  for (int w = max_warps; w >= 4; w /= 2) {
+    const int64_t slots = std::min<int64_t>(kStreamMaxStages, kMlpRingBytes / (w * p.slot));
+    if (slots >= 2 && w * slots * p.slot + p.xs <= kMlpRingBytes + 48 * 1024) {
+      p.warps = w;
+      p.slots = static_cast<int>(slots);
+      return p;
+    }
+  }
+  return p;  // warps 0: does not fit
+}
+
+int g_mlp_block_max_warps = kMlpMaxWarps;  // SetMlpBlockMaxWarps
+
 template <WeightType WT>
 cudaError_t LaunchMlpBlockTyped(const MlpBlockArgs& f, cudaStream_t stream) {
-  const int64_t eb = kWeightBytes<WT>;
-  const int64_t slot = std::max({int64_t{f.out.w.cols_padded} * eb, int64_t{4} * f.gate_up.w.cols_padded * eb,
-                                 int64_t{f.down.w.cols_padded} * eb});
-  const int slots = static_cast<int>(std::min<int64_t>(kStreamMaxStages, kMlpRingBytes / (kWarps * slot)));
-  const int64_t xs = int64_t{4} * std::max({f.out.w.cols_padded, f.gate_up.w.cols_padded, f.down.w.cols_padded});
-  if (slots < 2) return cudaErrorInvalidValue;
-  const int64_t smem = int64_t{kWarps} * slots * slot + xs;
+  const MlpBlockPlan p = PlanMlpBlock(f, g_mlp_block_max_warps);
+  if (p.warps == 0) return cudaErrorInvalidValue;
+  const int64_t smem = int64_t{p.warps} * p.slots * p.slot + p.xs;
   static const cudaError_t prepared = cudaFuncSetAttribute(MlpBlockKernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                            static_cast<int>(kMlpRingBytes + 48 * 1024));
   if (prepared != cudaSuccess) return prepared;
-  if (smem > kMlpRingBytes + 48 * 1024) return cudaErrorInvalidValue;
   // One block per multiprocessor, and no more blocks than one per SM can hold: the grid barrier
   // needs every block resident at once. The kernel lets the next one launch only after all its
   // blocks have started, so a waiting successor never takes a block's place.
-  return LaunchChained(MlpBlockKernel<WT>, dim3(MultiprocessorCount()), dim3(kThreads), static_cast<size_t>(smem),
-                       stream, f, slots, static_cast<int32_t>(slot));
+  return LaunchChained(MlpBlockKernel<WT>, dim3(MultiprocessorCount()), dim3(p.warps * 32), static_cast<size_t>(smem),
+                       stream, f, p.slots, static_cast<int32_t>(p.slot));
 }
 
 template <WeightType WT, int ROWS, int TOKS>
@@ -1289,6 +1313,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
 void SetOneTokenKernel(int variant) { g_one_token_kernel = variant; }
+void SetMlpBlockMaxWarps(int warps) { g_mlp_block_max_warps = warps; }
 
 bool CanFuseRope(const LinearArgs& a) {
   if (a.tokens != 1 || g_one_token_kernel == 1 || g_one_token_kernel == 2 || a.w.rows >= 65536 || a.w.rows % 2 != 0)
@@ -1323,11 +1348,7 @@ bool CanRunMlpBlock(const MlpBlockArgs& f) {
   if (f.out.tokens != 1 || f.gate_up.tokens != 1 || f.down.tokens != 1 || f.barrier == nullptr) return false;
   if (f.gate_up.norm_weight == nullptr || f.gate_up.epilogue != LinearEpilogue::kSiluMul) return false;  // norm fused
   if (f.out.w.type != f.gate_up.w.type || f.out.w.type != f.down.w.type || f.gate_up.w.rows % 4 != 0) return false;
-  const int64_t slot = std::max({int64_t{f.out.w.cols_padded} * eb, int64_t{4} * f.gate_up.w.cols_padded * eb,
-                                 int64_t{f.down.w.cols_padded} * eb});
-  const int64_t xs = int64_t{4} * std::max({f.out.w.cols_padded, f.gate_up.w.cols_padded, f.down.w.cols_padded});
-  const int64_t slots = std::min<int64_t>(kStreamMaxStages, kMlpRingBytes / (kWarps * slot));
-  return slots >= 2 && kWarps * slots * slot + xs <= kMlpRingBytes + 48 * 1024;
+  return PlanMlpBlock(f, 4).warps > 0;
 }
 
 cudaError_t LaunchMlpBlock(const MlpBlockArgs& f, cudaStream_t stream) {

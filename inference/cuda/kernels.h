@@ -115,6 +115,9 @@ struct MlpBlockArgs {
   uint32_t* barrier = nullptr;
 };
 bool CanRunMlpBlock(const MlpBlockArgs& args);
+// Benchmarking only: the most warps per MlpBlockKernel block (16, 8 or 4; default 16; fewer are
+// used where each warp would not get two ring slots). Same bits.
+void SetMlpBlockMaxWarps(int warps);
 cudaError_t LaunchMlpBlock(const MlpBlockArgs& args, cudaStream_t stream);
 
 // Benchmarking only: force the tile of batches over one token (0: 8 rows x 8 tokens per warp,

@@ -367,8 +367,9 @@ TEST(CudaInvariance, TileShapesGiveIdenticalLogits) {
   SetCudaLargeBatchTileForTesting(-1);
 }
 
-// One-token products have three kernels (weights brought into shared memory by bulk copies, the
-// plain register tile, a register ring); which one runs changes only speed. A model whose MLP is
+// One-token products have several kernels (weights brought into shared memory by bulk copies, the
+// plain register tile, a register ring, a persistent stream, the o/gate|up/down products as one
+// persistent launch); which one runs changes only speed. A model whose MLP is
 // wide enough for the four-rows-per-warp tiles (gate|up 8,200 rows) and whose widths need padding
 // (320, 4,100), in bf16 and in fp16: each kernel equals the CPU at every prefill and decode step.
 TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
@@ -389,6 +390,12 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
       SetCudaOneTokenKernelForTesting(variant);
       ExpectCpuEqualsCuda(model, 9, 6);
     }
+    // The MLP block with 4 warps per block as well (the default plan gives this model 8).
+    SCOPED_TRACE("mlp block, 4 warps");
+    SetCudaOneTokenKernelForTesting(5);
+    SetCudaMlpBlockMaxWarpsForTesting(4);
+    ExpectCpuEqualsCuda(model, 9, 6);
+    SetCudaMlpBlockMaxWarpsForTesting(16);
   }
   SetCudaOneTokenKernelForTesting(0);
 }
