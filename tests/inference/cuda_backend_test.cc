@@ -196,6 +196,9 @@ struct SynthCase {
   DType dtype;
 };
 
+// Printed by name in test listings (the default prints the struct's bytes: a pointer, which varies).
+void PrintTo(const SynthCase& c, std::ostream* os) { *os << c.name; }
+
 class CudaSynthTest : public ::testing::TestWithParam<SynthCase> {};
 
 TEST_P(CudaSynthTest, LogitsEqualCpuEveryStep) {

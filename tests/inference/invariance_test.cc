@@ -21,6 +21,11 @@ struct Case {
   DType dtype = DType::kBF16;
 };
 
+// Printed by value in test listings (the default prints the struct's bytes: a pointer, which varies).
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.shape << " family " << static_cast<int>(c.family) << " dtype " << static_cast<int>(c.dtype);
+}
+
 std::shared_ptr<const Model> LoadModel(const Case& c) {
   auto m = Model::Load(testing::SynthModelDir(c.family, c.shape, c.dtype));
   EXPECT_TRUE(m.ok()) << m.status().ToString();

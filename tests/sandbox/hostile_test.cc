@@ -21,6 +21,9 @@ struct LuaCase {
   const char* needle;  // must appear in the error message
 };
 
+// Printed by name in test listings (the default prints the struct's bytes: pointers, which vary).
+void PrintTo(const LuaCase& c, std::ostream* os) { *os << c.name; }
+
 // Tight limits keep the suite fast; they are the same deterministic limits as in production.
 Limits HostileLimits() {
   Limits l;
