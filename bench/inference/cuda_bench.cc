@@ -180,26 +180,80 @@ int main(int argc, char** argv) {
   if (!otk.empty()) {
     std::vector<int32_t> first_tokens;
     // --mlp-warps 16,4: repeat the variants with each most-warps-per-block of the MLP-block kernel.
+    // --step-prefetch 0,32: and with each L2 prefetch distance of the one-launch step (tiles).
+    for (int32_t prefetch : IntList(Arg(argc, argv, "--step-prefetch", "-1"))) {
+    SetCudaStepPrefetchTilesForTesting(prefetch);
     for (int32_t mlp_warps : IntList(Arg(argc, argv, "--mlp-warps", "16"))) {
     SetCudaMlpBlockMaxWarpsForTesting(mlp_warps);
     for (int32_t variant : IntList(otk)) {
       SetCudaOneTokenKernelForTesting(variant);
       std::vector<Seq> seqs;
+      const int64_t step_launches = CudaDecodeStepsForTesting();
       const double secs = time_decode(1, seqs);
+      const bool one_launch = CudaDecodeStepsForTesting() > step_launches;
       if (secs < 0) return 1;
       if (first_tokens.empty()) first_tokens = seqs[0].tokens;
       const double tps = steps / secs;
       const double bytes = static_cast<double>(b->WeightBytes());
       std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"mlp_warps\":%d,"
                   "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"weights_TBps\":%.4f,"
-                  "\"fraction_of_copy_bandwidth\":%.3f,\"tokens_equal_first_variant\":%s}\n",
+                  "\"fraction_of_copy_bandwidth\":%.3f,\"tokens_equal_first_variant\":%s,"
+                  "\"step_as_one_launch\":%s,\"step_prefetch_tiles\":%d}\n",
                   shape.c_str(), variant, mlp_warps, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw,
-                  seqs[0].tokens == first_tokens ? "true" : "false");
+                  seqs[0].tokens == first_tokens ? "true" : "false", one_launch ? "true" : "false", prefetch);
       std::fflush(stdout);
     }
     }
+    }
+    SetCudaStepPrefetchTilesForTesting(-1);
     SetCudaMlpBlockMaxWarpsForTesting(16);
     SetCudaOneTokenKernelForTesting(0);
+  }
+  // --trace-step 1: one batch-1 decode step as one DecodeStepKernel with timer readings at every
+  // grid barrier: per phase kind, the mean time from the first block leaving the previous barrier
+  // to the last block arriving (work), and from that arrival to the last block leaving (barrier).
+  if (Arg(argc, argv, "--trace-step", "0") == "1") {
+    SetCudaOneTokenKernelForTesting(7);
+    SetCudaStepTraceForBenchmark(true);
+    std::vector<Seq> seqs;
+    const int64_t before = CudaDecodeStepsForTesting();
+    if (time_decode(1, seqs) < 0) return 1;
+    const bool ran = CudaDecodeStepsForTesting() > before;
+    int32_t grid = 0, slots = 0;
+    const std::vector<int64_t> t = CudaStepTraceForBenchmark(&grid, &slots);
+    SetCudaStepTraceForBenchmark(false);
+    SetCudaOneTokenKernelForTesting(0);
+    if (!ran || t.empty()) {
+      std::printf("{\"what\":\"error\",\"message\":\"the step did not run as one launch\"}\n");
+      return 1;
+    }
+    auto at = [&](int32_t blk, int32_t k, int32_t which) { return t[(static_cast<size_t>(blk) * slots + k) * 2 + which]; };
+    const char* kinds[] = {"qkv", "attention", "out", "gate_up", "down", "lm_head"};
+    double work[6] = {}, barrier[6] = {};
+    int32_t count[6] = {};
+    for (int32_t k = 1; k < slots; ++k) {
+      int64_t first_leave_prev = INT64_MAX, last_arrive = 0, last_leave = 0;
+      for (int32_t g = 0; g < grid; ++g) {
+        first_leave_prev = std::min(first_leave_prev, at(g, k - 1, 1));
+        last_arrive = std::max(last_arrive, at(g, k, 0));
+        last_leave = std::max(last_leave, at(g, k, 1));
+      }
+      const int kind = k == slots - 1 ? 5 : (k - 1) % 5;
+      work[kind] += static_cast<double>(last_arrive - first_leave_prev) / 1e3;
+      barrier[kind] += static_cast<double>(last_leave - last_arrive) / 1e3;
+      ++count[kind];
+    }
+    int64_t start = INT64_MAX, end = 0;
+    for (int32_t g = 0; g < grid; ++g) {
+      start = std::min(start, at(g, 0, 0));
+      end = std::max(end, at(g, slots - 1, 0));
+    }
+    std::printf("{\"what\":\"step_trace\",\"shape\":\"%s\",\"blocks\":%d,\"kernel_us\":%.1f", shape.c_str(), grid,
+                static_cast<double>(end - start) / 1e3);
+    for (int i = 0; i < 6; ++i)
+      std::printf(",\"%s_us\":[%.2f,%.2f]", kinds[i], work[i] / std::max(1, count[i]), barrier[i] / std::max(1, count[i]));
+    std::printf(",\"per_layer_work_and_barrier\":true}\n");
+    std::fflush(stdout);
   }
   // --ablate B1,B2: time decode steps at these batches with each kernel kind left out, and with
   // only that kind kept: a kind's marginal share of a replayed step (full - without it) and its

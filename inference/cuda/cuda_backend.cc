@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>  // device memory, streams, graphs
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -96,9 +97,12 @@ struct GraphKey {
   uint32_t skip;          // SetCudaSkipKernelsForBenchmark's mask when captured
   int one_token_kernel;   // SetCudaOneTokenKernelForTesting's choice when captured
   int mlp_block_warps;    // SetCudaMlpBlockMaxWarpsForTesting's choice when captured
+  bool step_trace;        // SetCudaStepTraceForBenchmark's choice when captured
+  int step_prefetch;      // SetCudaStepPrefetchTilesForTesting's choice when captured
   bool operator<(const GraphKey& o) const {
-    return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps) <
-           std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps);
+    return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
+                    step_prefetch) < std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel,
+                                              o.mlp_block_warps, o.step_trace, o.step_prefetch);
   }
 };
 
@@ -107,6 +111,17 @@ struct GraphKey {
 uint32_t g_skip_kernels = 0;
 int g_one_token_kernel = 0;
 int g_mlp_block_warps = 16;
+// Tiles DecodeStepKernel's producer asks L2 for ahead of its ring (kernels.h, SetStepPrefetchTiles).
+constexpr int kDefaultStepPrefetchTiles = 0;
+// Steps run as one DecodeStepKernel (CudaDecodeStepsForTesting).
+std::atomic<int64_t> g_decode_steps{0};
+// SetCudaStepTraceForBenchmark, and where the last traced step's readings are.
+bool g_step_trace = false;
+int g_step_prefetch_tiles = kDefaultStepPrefetchTiles;
+struct {
+  const void* device = nullptr;
+  int32_t blocks = 0, slots = 0;
+} g_step_trace_last;
 bool Skip(CudaKernelKind k) { return (g_skip_kernels & static_cast<uint32_t>(k)) != 0; }
 
 class CudaBackendImpl final : public CudaBackend {
@@ -209,6 +224,7 @@ class CudaBackendImpl final : public CudaBackend {
     rope_sin_ = *rs;
     scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     ROTE_RETURN_IF_ERROR(AllocateZeroed(&mlp_barrier_, 2 * sizeof(uint32_t)));
+    ROTE_RETURN_IF_ERROR(AllocateZeroed(&step_barrier_, sizeof(unsigned long long)));
     return OkStatus();
   }
 
@@ -469,13 +485,18 @@ class CudaBackendImpl final : public CudaBackend {
     ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), host_meta_, lay.total * sizeof(int32_t),
                                               cudaMemcpyHostToDevice, stream_));
 
+    cuda::DecodeStepArgs decode_step_args;
+    ROTE_ASSIGN_OR_RETURN(const bool one_launch, PrepareDecodeStep(lay, &decode_step_args));
+    const cuda::DecodeStepArgs* decode_step = one_launch ? &decode_step_args : nullptr;
+    if (one_launch) g_decode_steps.fetch_add(1, std::memory_order_relaxed);
     if (use_graph) {
-      const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps};
+      const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
+                         g_step_trace, g_step_prefetch_tiles};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
         ROTE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        Status s = Launch(lay, greedy);
+        Status s = Launch(lay, greedy, decode_step);
         cudaError_t end = cudaStreamEndCapture(stream_, &graph);
         if (!s.ok()) {
           if (graph != nullptr) cudaGraphDestroy(graph);
@@ -490,7 +511,7 @@ class CudaBackendImpl final : public CudaBackend {
       }
       ROTE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_));
     } else {
-      ROTE_RETURN_IF_ERROR(Launch(lay, greedy));
+      ROTE_RETURN_IF_ERROR(Launch(lay, greedy, decode_step));
     }
     if (greedy) {
       ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, greedy_.as<int32_t>(), lay.logit_rows * sizeof(int32_t),
@@ -505,155 +526,233 @@ class CudaBackendImpl final : public CudaBackend {
     return OkStatus();
   }
 
-  // The forward pass of docs/numerics.md section 5, six kernels per layer.
-  Status Launch(const StepLayout& lay, bool greedy) {
-    const ModelConfig& c = config_;
+  StepTokens StepOf(const StepLayout& lay) const {
     const int32_t* meta = meta_.as<int32_t>();
     StepTokens step;
     step.pos = meta + lay.pos_off;
     step.block_table = meta + lay.table_off;
     step.max_blocks = lay.max_blocks;
     step.tokens = lay.tokens;
+    return step;
+  }
+
+  // The arguments of layer l's four products. Small batches normalise inside the matrix product
+  // (no extra launch, the product is a memory stream anyway); larger ones normalise once into h
+  // (the caller launches that norm) and spare every warp the work. One token without q/k norms:
+  // rotary and the KV store run in the q|k|v product's epilogue (rope_fused).
+  struct LayerLaunch {
+    cuda::StepLayerArgs args;
+    bool rope_fused = false;
+  };
+  LayerLaunch LayerArgs(const StepLayout& lay, const StepTokens& step, int32_t l) const {
+    const ModelConfig& c = config_;
+    const DeviceLayer& dl = layers_[l];
+    const bool fused_norm = lay.tokens <= 8;
+    const bool skip_weights = Skip(CudaKernelKind::kLayerWeightReads);
+    float* x = x_.as<float>();
+    const int32_t xs = HiddenStride();
+    const int64_t layer_floats = static_cast<int64_t>(num_blocks_) * kKvBlockSize * c.kv_dim();
+    float* kv_base = kv_.as<float>();
+    LayerLaunch r;
+    r.args.kv = LayerKv{kv_base + (2 * l) * layer_floats, kv_base + (2 * l + 1) * layer_floats};
+
+    LinearArgs a;
+    a.w = dl.wqkv;
+    a.tokens = lay.tokens;
+    a.x_stride = xs;
+    a.x = fused_norm ? x : h_.as<float>();
+    if (fused_norm) {
+      a.norm_weight = dl.attn_norm;
+      a.norm_eps = c.rms_norm_eps;
+    }
+    a.epilogue = dl.bqkv != nullptr ? LinearEpilogue::kAddBias : LinearEpilogue::kStore;
+    a.bias = dl.bqkv;
+    a.out = qkv_.as<float>();
+    a.out_stride = c.q_dim() + 2 * c.kv_dim();
+    a.bench_skip_weight_reads = skip_weights;
+    if (lay.tokens == 1 && dl.q_norm == nullptr) {
+      LinearArgs f = a;
+      f.epilogue = LinearEpilogue::kRopeStore;
+      f.rope.pos = step.pos;
+      f.rope.block_table = step.block_table;
+      f.rope.block_size = kKvBlockSize;
+      f.rope.num_heads = c.num_heads;
+      f.rope.num_kv_heads = c.num_kv_heads;
+      f.rope.head_dim = c.head_dim;
+      f.rope.cos = rope_cos_;
+      f.rope.sin = rope_sin_;
+      f.rope.q_out = q_.as<float>();
+      f.rope.k_cache = r.args.kv.k;
+      f.rope.v_cache = r.args.kv.v;
+      if (cuda::CanFuseRope(f)) {
+        a = f;
+        r.rope_fused = true;
+      }
+    }
+    r.args.qkv = a;
+
+    // The o and down products add into the residual stream x.
+    auto residual_product = [&](const DeviceMatrix& w, const float* in, int32_t in_stride) {
+      LinearArgs p;
+      p.w = w;
+      p.x = in;
+      p.x_stride = in_stride;
+      p.tokens = lay.tokens;
+      p.epilogue = LinearEpilogue::kAddResidual;
+      p.out = x;
+      p.out_stride = xs;
+      p.out_lane_rows = true;
+      p.bench_skip_weight_reads = skip_weights;
+      return p;
+    };
+    r.args.out = residual_product(dl.wo, att_.as<float>(), AttStride());
+
+    a = LinearArgs{};
+    a.w = dl.wgu;
+    a.tokens = lay.tokens;
+    a.x_stride = xs;
+    a.x = fused_norm ? x : h_.as<float>();
+    if (fused_norm) {
+      a.norm_weight = dl.mlp_norm;
+      a.norm_eps = c.rms_norm_eps;
+    }
+    a.epilogue = LinearEpilogue::kSiluMul;
+    a.out = act_.as<float>();
+    a.out_stride = ActStride();
+    a.out_lane_rows = true;
+    a.bench_skip_weight_reads = skip_weights;
+    r.args.gate_up = a;
+
+    r.args.down = residual_product(dl.wdown, act_.as<float>(), ActStride());
+    return r;
+  }
+
+  LinearArgs LmHeadArgs(const StepLayout& lay) const {
+    LinearArgs a;
+    a.w = lm_head_;
+    a.x = x_.as<float>();
+    a.x_stride = HiddenStride();
+    a.x_rows = meta_.as<int32_t>() + lay.logit_rows_off;
+    a.tokens = lay.logit_rows;
+    a.norm_weight = final_norm_;
+    a.norm_eps = config_.rms_norm_eps;
+    a.epilogue = LinearEpilogue::kStore;
+    a.out = logits_.as<float>();
+    a.out_stride = config_.vocab_size;
+    return a;
+  }
+
+  // The whole step as one DecodeStepKernel (kernels.h): one token, one logits row, nothing left
+  // out by a benchmark, and every layer's products fused as DecodeStepKernel needs them. Its
+  // per-layer arguments live in device memory; they depend only on buffer addresses, so they
+  // are uploaded here (before any capture) when those change.
+  StatusOr<bool> PrepareDecodeStep(const StepLayout& lay, cuda::DecodeStepArgs* f) {
+    if (lay.tokens != 1 || lay.logit_rows != 1 || g_skip_kernels != 0) return false;
+    const ModelConfig& c = config_;
+    const StepTokens step = StepOf(lay);
+    std::vector<cuda::StepLayerArgs> host;
+    host.reserve(c.num_layers);
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      LayerLaunch ll = LayerArgs(lay, step, l);
+      if (!ll.rope_fused) return false;
+      host.push_back(ll.args);
+    }
+    f->num_layers = c.num_layers;
+    f->lm_head = LmHeadArgs(lay);
+    f->step = step;
+    f->shape = AttentionShape{c.num_heads, c.num_kv_heads, c.head_dim, kKvBlockSize};
+    f->scale = scale_;
+    f->max_context = lay.context;
+    f->q = q_.as<float>();
+    f->att = att_.as<float>();
+    f->barrier = step_barrier_.as<unsigned long long>();
+    if (step_layers_.as<void>() == nullptr)
+      ROTE_RETURN_IF_ERROR(step_layers_.Allocate(host.size() * sizeof(cuda::StepLayerArgs)));
+    f->layers = reinterpret_cast<const cuda::StepLayerArgs*>(step_layers_.as<void>());
+    if (!cuda::CanRunDecodeStep(*f, host[0])) return false;
+    if (g_step_trace) {
+      int device = 0, sms = 0;
+      ROTE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+      ROTE_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      const int32_t slots = cuda::DecodeStepTraceSlots(c.num_layers);
+      const size_t trace_bytes = static_cast<size_t>(sms) * slots * 2 * sizeof(unsigned long long);
+      if (step_trace_.bytes() < trace_bytes) ROTE_RETURN_IF_ERROR(AllocateZeroed(&step_trace_, trace_bytes));
+      f->trace = step_trace_.as<unsigned long long>();
+      g_step_trace_last = {step_trace_.as<void>(), sms, slots};
+    }
+    // The arguments depend on these addresses only (compared as addresses: the structs' padding
+    // bytes are indeterminate).
+    const std::vector<const void*> key = {x_.as<void>(),   h_.as<void>(),     qkv_.as<void>(), q_.as<void>(),
+                                          att_.as<void>(), act_.as<void>(),   logits_.as<void>(),
+                                          meta_.as<void>(), kv_.as<void>(),
+                                          reinterpret_cast<const void*>(static_cast<uintptr_t>(num_blocks_))};
+    const size_t bytes = host.size() * sizeof(cuda::StepLayerArgs);
+    if (step_layers_key_ != key) {
+      ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(step_layers_.as<void>(), host.data(), bytes, cudaMemcpyHostToDevice));
+      step_layers_key_ = key;
+    }
+    step_layer0_ = host[0];
+    return true;
+  }
+
+  // The forward pass of docs/numerics.md section 5: per layer the q|k|v product (with rotary
+  // and the KV store, or followed by them), attention, and the o, gate|up and down products;
+  // or, for one token, all of it as one DecodeStepKernel (decode_step set).
+  Status Launch(const StepLayout& lay, bool greedy, const cuda::DecodeStepArgs* decode_step) {
+    const ModelConfig& c = config_;
+    const int32_t* meta = meta_.as<int32_t>();
+    const StepTokens step = StepOf(lay);
     AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, kKvBlockSize};
-    const int32_t qkv_dim = c.q_dim() + 2 * c.kv_dim();
     float* x = x_.as<float>();
     float* h = h_.as<float>();
     const int32_t xs = HiddenStride();
     if (!Skip(CudaKernelKind::kEmbed))
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + lay.tokens_off, lay.tokens, x, xs, stream_));
-    // Small batches normalise inside the matrix product (no extra launch, the product is a
-    // memory stream anyway); larger ones normalise once into h and spare every warp the work.
-    const bool fused_norm = lay.tokens <= 8;
-    const int64_t layer_floats = static_cast<int64_t>(num_blocks_) * kKvBlockSize * c.kv_dim();
-    for (int32_t l = 0; l < c.num_layers; ++l) {
-      const DeviceLayer& dl = layers_[l];
-      LayerKv kv{kv_.as<float>() + (2 * l) * layer_floats, kv_.as<float>() + (2 * l + 1) * layer_floats};
-      LinearArgs a;
-      a.w = dl.wqkv;
-      a.tokens = lay.tokens;
-      a.x_stride = xs;
-      if (fused_norm) {
-        a.x = x;
-        a.norm_weight = dl.attn_norm;
-        a.norm_eps = c.rms_norm_eps;
-      } else {
-        ROTE_CUDA_RETURN_IF_ERROR(
-            cuda::LaunchRmsNorm(x, xs, lay.tokens, c.hidden_size, dl.attn_norm, c.rms_norm_eps, h, stream_));
-        a.x = h;
-      }
-      a.epilogue = dl.bqkv != nullptr ? LinearEpilogue::kAddBias : LinearEpilogue::kStore;
-      a.bias = dl.bqkv;
-      a.out = qkv_.as<float>();
-      a.out_stride = qkv_dim;
-      // One token without q/k norms: rotary and the KV store run in the product's epilogue.
-      bool rope_fused = false;
-      if (lay.tokens == 1 && dl.q_norm == nullptr) {
-        LinearArgs f = a;
-        f.epilogue = LinearEpilogue::kRopeStore;
-        f.rope.pos = step.pos;
-        f.rope.block_table = step.block_table;
-        f.rope.block_size = kKvBlockSize;
-        f.rope.num_heads = c.num_heads;
-        f.rope.num_kv_heads = c.num_kv_heads;
-        f.rope.head_dim = c.head_dim;
-        f.rope.cos = rope_cos_;
-        f.rope.sin = rope_sin_;
-        f.rope.q_out = q_.as<float>();
-        f.rope.k_cache = kv.k;
-        f.rope.v_cache = kv.v;
-        if (cuda::CanFuseRope(f)) {
-          a = f;
-          rope_fused = true;
+    if (decode_step != nullptr) {
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchDecodeStep(*decode_step, step_layer0_, stream_));
+    } else {
+      const bool fused_norm = lay.tokens <= 8;
+      for (int32_t l = 0; l < c.num_layers; ++l) {
+        const DeviceLayer& dl = layers_[l];
+        const LayerLaunch ll = LayerArgs(lay, step, l);
+        const cuda::StepLayerArgs& la = ll.args;
+        if (!fused_norm)
+          ROTE_CUDA_RETURN_IF_ERROR(
+              cuda::LaunchRmsNorm(x, xs, lay.tokens, c.hidden_size, dl.attn_norm, c.rms_norm_eps, h, stream_));
+        if (!Skip(CudaKernelKind::kQkv)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.qkv, stream_));
+        if (!ll.rope_fused && !Skip(CudaKernelKind::kRope))
+          ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
+                                                          c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), la.kv,
+                                                          stream_));
+        if (!Skip(CudaKernelKind::kAttention))
+          ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, la.kv, scale_, lay.context,
+                                                          att_.as<float>(), AttStride(), stream_));
+        // One token: the o, gate|up and down products may run as one persistent launch with grid
+        // barriers between them (kernels.h, MlpBlockArgs), unless the benchmark leaves one out.
+        const uint32_t mlp_kinds = static_cast<uint32_t>(CudaKernelKind::kOut) |
+                                   static_cast<uint32_t>(CudaKernelKind::kGateUp) |
+                                   static_cast<uint32_t>(CudaKernelKind::kDown) |
+                                   static_cast<uint32_t>(CudaKernelKind::kLayerWeightReads);
+        const cuda::MlpBlockArgs mlp{la.out, la.gate_up, la.down, mlp_barrier_.as<uint32_t>()};
+        if (lay.tokens == 1 && fused_norm && (g_skip_kernels & mlp_kinds) == 0 && cuda::CanRunMlpBlock(mlp)) {
+          ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchMlpBlock(mlp, stream_));
+          continue;
         }
+        if (!Skip(CudaKernelKind::kOut)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.out, stream_));
+        if (!fused_norm)
+          ROTE_CUDA_RETURN_IF_ERROR(
+              cuda::LaunchRmsNorm(x, xs, lay.tokens, c.hidden_size, dl.mlp_norm, c.rms_norm_eps, h, stream_));
+        if (!Skip(CudaKernelKind::kGateUp)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.gate_up, stream_));
+        if (!Skip(CudaKernelKind::kDown)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.down, stream_));
       }
-      a.bench_skip_weight_reads = Skip(CudaKernelKind::kLayerWeightReads);
-      if (!Skip(CudaKernelKind::kQkv)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
-      if (!rope_fused && !Skip(CudaKernelKind::kRope)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
-                                                      c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), kv,
-                                                      stream_));
-      if (!Skip(CudaKernelKind::kAttention)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context,
-                                                      att_.as<float>(), AttStride(), stream_));
-      // One token: the o, gate|up and down products may run as one persistent launch with grid
-      // barriers between them (kernels.h, MlpBlockArgs), unless the benchmark leaves one out; the
-      // three launches are then issued together below (the norm is fused: nothing runs between).
-      const uint32_t mlp_kinds = static_cast<uint32_t>(CudaKernelKind::kOut) |
-                                 static_cast<uint32_t>(CudaKernelKind::kGateUp) |
-                                 static_cast<uint32_t>(CudaKernelKind::kDown) |
-                                 static_cast<uint32_t>(CudaKernelKind::kLayerWeightReads);
-      const bool try_mlp_block = lay.tokens == 1 && fused_norm && (g_skip_kernels & mlp_kinds) == 0;
-      LinearArgs out_args, gate_up_args, down_args;
-      a = LinearArgs{};
-      a.w = dl.wo;
-      a.x = att_.as<float>();
-      a.x_stride = AttStride();
-      a.tokens = lay.tokens;
-      a.epilogue = LinearEpilogue::kAddResidual;
-      a.out = x;
-      a.out_stride = xs;
-      a.out_lane_rows = true;
-      a.bench_skip_weight_reads = Skip(CudaKernelKind::kLayerWeightReads);
-      out_args = a;
-      if (!try_mlp_block && !Skip(CudaKernelKind::kOut)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
-      a = LinearArgs{};
-      a.w = dl.wgu;
-      a.tokens = lay.tokens;
-      a.x_stride = xs;
-      if (fused_norm) {
-        a.x = x;
-        a.norm_weight = dl.mlp_norm;
-        a.norm_eps = c.rms_norm_eps;
-      } else {
-        ROTE_CUDA_RETURN_IF_ERROR(
-            cuda::LaunchRmsNorm(x, xs, lay.tokens, c.hidden_size, dl.mlp_norm, c.rms_norm_eps, h, stream_));
-        a.x = h;
-      }
-      a.epilogue = LinearEpilogue::kSiluMul;
-      a.out = act_.as<float>();
-      a.out_stride = ActStride();
-      a.out_lane_rows = true;
-      a.bench_skip_weight_reads = Skip(CudaKernelKind::kLayerWeightReads);
-      gate_up_args = a;
-      if (!try_mlp_block && !Skip(CudaKernelKind::kGateUp)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
-      a = LinearArgs{};
-      a.w = dl.wdown;
-      a.x = act_.as<float>();
-      a.x_stride = ActStride();
-      a.tokens = lay.tokens;
-      a.epilogue = LinearEpilogue::kAddResidual;
-      a.out = x;
-      a.out_stride = xs;
-      a.out_lane_rows = true;
-      a.bench_skip_weight_reads = Skip(CudaKernelKind::kLayerWeightReads);
-      down_args = a;
-      const cuda::MlpBlockArgs mlp{out_args, gate_up_args, down_args, mlp_barrier_.as<uint32_t>()};
-      if (!try_mlp_block) {
-        if (!Skip(CudaKernelKind::kDown)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(down_args, stream_));
-      } else if (cuda::CanRunMlpBlock(mlp)) {
-        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchMlpBlock(mlp, stream_));
-      } else {
-        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(out_args, stream_));
-        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(gate_up_args, stream_));
-        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(down_args, stream_));
-      }
+      if (lay.logit_rows > 0 && !Skip(CudaKernelKind::kLmHead))
+        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(LmHeadArgs(lay), stream_));
     }
-    if (lay.logit_rows > 0) {
-      LinearArgs a;
-      a.w = lm_head_;
-      a.x = x;
-      a.x_stride = xs;
-      a.x_rows = meta + lay.logit_rows_off;
-      a.tokens = lay.logit_rows;
-      a.norm_weight = final_norm_;
-      a.norm_eps = c.rms_norm_eps;
-      a.epilogue = LinearEpilogue::kStore;
-      a.out = logits_.as<float>();
-      a.out_stride = c.vocab_size;
-      if (!Skip(CudaKernelKind::kLmHead)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
-      if (greedy && !Skip(CudaKernelKind::kArgmax))
-        ROTE_CUDA_RETURN_IF_ERROR(
-            cuda::LaunchArgmax(logits_.as<float>(), lay.logit_rows, c.vocab_size, greedy_.as<int32_t>(),
-                               argmax_scratch_.as<void>(), logit_capacity_, stream_));
-    }
+    if (lay.logit_rows > 0 && greedy && !Skip(CudaKernelKind::kArgmax))
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchArgmax(logits_.as<float>(), lay.logit_rows, c.vocab_size,
+                                                   greedy_.as<int32_t>(), argmax_scratch_.as<void>(),
+                                                   logit_capacity_, stream_));
     return OkStatus();
   }
 
@@ -679,6 +778,11 @@ class CudaBackendImpl final : public CudaBackend {
   // x_, h_, att_, act_ hold lane rows (kernels.h); qkv_, q_ and logits_ plain rows.
   DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, argmax_scratch_, meta_;
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
+  DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter
+  DeviceBuffer step_layers_;   // DecodeStepKernel's per-layer arguments (PrepareDecodeStep)
+  DeviceBuffer step_trace_;    // benchmarks: DecodeStepArgs::trace
+  std::vector<const void*> step_layers_key_;  // the addresses step_layers_ was built from
+  cuda::StepLayerArgs step_layer0_;
   int32_t token_capacity_ = 0, logit_capacity_ = 0, meta_capacity_ = 0;
   int32_t* host_meta_ = nullptr;  // pinned
   void* host_out_ = nullptr;      // pinned: logits or greedy tokens of the last step
@@ -690,6 +794,21 @@ class CudaBackendImpl final : public CudaBackend {
 
 void SetCudaLargeBatchTileForTesting(int variant) { cuda::SetLargeBatchTile(variant); }
 void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
+int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_order_relaxed); }
+void SetCudaStepTraceForBenchmark(bool on) { g_step_trace = on; }
+void SetCudaStepPrefetchTilesForTesting(int tiles) {
+  g_step_prefetch_tiles = tiles < 0 ? kDefaultStepPrefetchTiles : tiles;
+  cuda::SetStepPrefetchTiles(g_step_prefetch_tiles);
+}
+std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {
+  *blocks = g_step_trace_last.blocks;
+  *slots = g_step_trace_last.slots;
+  std::vector<int64_t> host(static_cast<size_t>(*blocks) * *slots * 2);
+  if (host.empty() || cudaMemcpy(host.data(), g_step_trace_last.device, host.size() * sizeof(int64_t),
+                                 cudaMemcpyDeviceToHost) != cudaSuccess)
+    return {};
+  return host;
+}
 void SetCudaMlpBlockMaxWarpsForTesting(int warps) {
   g_mlp_block_warps = warps;
   cuda::SetMlpBlockMaxWarps(warps);

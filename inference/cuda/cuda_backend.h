@@ -57,6 +57,17 @@ void SetCudaOneTokenKernelForTesting(int variant);
 // Tests and benchmarks only: the most warps per block of the one-token MLP-block kernel (16, 8 or
 // 4; default 16). Same bits; only speed differs. No-op without CUDA.
 void SetCudaMlpBlockMaxWarpsForTesting(int warps);
+// How many steps ran as one DecodeStepKernel (the whole decode step of one token in one launch):
+// tests and benchmarks check that the variant they time ran.
+int64_t CudaDecodeStepsForTesting();
+// Benchmarks only: steps run as one DecodeStepKernel record, per block, timer readings (ns) at the
+// start, at every grid barrier's arrival and departure, and at the end; the last such step's
+// readings: (blocks, slots, 2) values. No-op and empty without CUDA.
+void SetCudaStepTraceForBenchmark(bool on);
+// Tests and benchmarks only: how many tiles ahead of its shared-memory ring the one-launch decode
+// step asks L2 for weights (-1: the default). Same bits. No-op without CUDA.
+void SetCudaStepPrefetchTilesForTesting(int tiles);
+std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots);
 
 // The kinds of kernel a step launches (per layer, except embed, lm_head and argmax).
 enum class CudaKernelKind : uint32_t {

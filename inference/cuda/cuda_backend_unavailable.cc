@@ -14,5 +14,13 @@ void SetCudaLargeBatchTileForTesting(int) {}
 void SetCudaSkipKernelsForBenchmark(uint32_t) {}
 void SetCudaOneTokenKernelForTesting(int) {}
 void SetCudaMlpBlockMaxWarpsForTesting(int) {}
+int64_t CudaDecodeStepsForTesting() { return 0; }
+void SetCudaStepTraceForBenchmark(bool) {}
+void SetCudaStepPrefetchTilesForTesting(int) {}
+std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {
+  *blocks = 0;
+  *slots = 0;
+  return {};
+}
 
 }  // namespace rote::inference

@@ -949,6 +949,12 @@ cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
 int g_large_batch_tile = -1;  // SetLargeBatchTile; -1: chosen by size
 int g_one_token_kernel = 0;   // SetOneTokenKernel; 0: chosen by size
 
+// The variant of the separate one-token launches: 7, 8 and 9 only choose whether the whole step runs
+// as one DecodeStepKernel; where it does not, launches are chosen as by default.
+int g_step_prefetch_tiles = 0;  // SetStepPrefetchTiles
+
+int SeparateKernelVariant() { return g_one_token_kernel >= 7 ? 0 : g_one_token_kernel; }
+
 
 template <WeightType WT>
 cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
@@ -960,14 +966,15 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     // Pure weight streams. Matrices of many waves (the lm_head) already stream at the copy
     // bandwidth with the plain tile; the per-layer products are one or two waves and need
     // their loads issued early (GemvKernel).
-    const bool many_waves = a.w.rows >= 65536 && g_one_token_kernel != 3 && g_one_token_kernel != 4;
-    if (g_one_token_kernel == 1 || many_waves) {
+    const int variant = SeparateKernelVariant();
+    const bool many_waves = a.w.rows >= 65536 && variant != 3 && variant != 4;
+    if (variant == 1 || many_waves) {
       if (a.w.rows >= 8192) return LaunchLinearTile<WT, 4, 1>(a, stream);
       if (silu) return LaunchLinearTile<WT, 2, 1>(a, stream);
       return LaunchLinearTile<WT, 1, 1>(a, stream);
     }
     const bool gemv = static_cast<int64_t>(a.w.cols_padded) * 4 <= kGemvMaxSmem;
-    if (g_one_token_kernel == 2 || !gemv) {
+    if (variant == 2 || !gemv) {
       if (a.w.rows >= 8192) return gemv ? LaunchGemv<WT, 4>(a, stream) : LaunchLinearTile<WT, 4, 1>(a, stream);
       if (silu) return gemv ? LaunchGemv<WT, 2>(a, stream) : LaunchLinearTile<WT, 2, 1>(a, stream);
       return gemv ? LaunchGemv<WT, 1>(a, stream) : LaunchLinearTile<WT, 1, 1>(a, stream);
@@ -975,7 +982,7 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     // Streaming (persistent grid, a ring of bulk copies per warp): every product with variant 3,
     // the matrices of many tiles (gate|up, the lm_head) with variant 4.
     const int stream_rows = a.epilogue == LinearEpilogue::kRopeStore ? 2 : a.w.rows >= 8192 ? 4 : silu ? 2 : 1;
-    const bool use_stream = g_one_token_kernel == 3 || (g_one_token_kernel == 4 && a.w.rows >= 8192);
+    const bool use_stream = variant == 3 || (variant == 4 && a.w.rows >= 8192);
     if (use_stream) {
       if (stream_rows == 4 && StreamStages<WT, 4>(a) >= 2) return LaunchStreamGemv<WT, 4>(a, stream);
       if (stream_rows >= 2 && StreamStages<WT, 2>(a) >= 2) return LaunchStreamGemv<WT, 2>(a, stream);
@@ -1101,57 +1108,82 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kAttnWarps = 8;
 constexpr int kAttnThreads = kAttnWarps * 32;
 
-__global__ void __launch_bounds__(kAttnThreads)
-    AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
-                    int32_t out_stride, int32_t max_context) {
-  extern __shared__ float4 att_smem_f4[];
-  float* scores = reinterpret_cast<float*>(att_smem_f4);  // (context)
-  int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
-  __shared__ float q_s[kMaxHeadDim];
-  __shared__ float red[kAttnWarps];
-  LetNextStart();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int h = blockIdx.x, m = blockIdx.y;
-  const int hd = shape.head_dim, bs = shape.block_size;
-  const int g = h / (shape.num_heads / shape.num_kv_heads);
-  const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
-  // Before waiting for the previous kernel: positions and block tables are the step's metadata,
-  // copied in before the step's first kernel, so they can be read now; the block table goes to
-  // shared memory once (one round trip instead of one per position). The K and V rows of the
-  // head's group are pulled into L2 meanwhile. L2 is where every SM's writes meet, so a row the
-  // previous kernel is still writing (this step's own positions) is read correctly after the
-  // wait: the prefetch only warms the cache, it never feeds a register.
-  const int L = step.pos[m] + 1;
-  const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
-  for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
-  __syncthreads();
-  // Rows of positions below L - tokens were written by earlier steps (a step writes at most
-  // `tokens` positions of a sequence, ending at pos), so they can also be pulled into this
-  // SM's L1: nothing changes them during the step. This step's own rows only go to L2.
-  const int old_end = L - step.tokens;
-  for (int j = threadIdx.x; j < L; j += kAttnThreads) {
-    const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
-    const char* kp = reinterpret_cast<const char*>(kv.k + row);
-    const char* vp = reinterpret_cast<const char*>(kv.v + row);
-    if (j < old_end) {
-      for (int off = 0; off < hd * 4; off += 128) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(kp + off));
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(vp + off));
-      }
-    } else {
-      for (int off = 0; off < hd * 4; off += 128) {
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
+// A K or V row's four values: rows this step wrote (fresh) come from L2, where every SM's writes
+// meet; rows of earlier steps may come from L1 (nothing changes them during the step).
+__device__ __forceinline__ float4 LoadKv4(const float* p, bool fresh) {
+  return fresh ? __ldcg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
+}
+
+// Attention's weighted sum of V: warp w owns the 8-dim groups starting at 8w, 8w + 64, ... (at
+// most NG of them) and walks the positions once for all, so their loads share round trips; lane t
+// takes positions j ≡ t (mod 32) in increasing j, the butterfly is the canonical tree over
+// positions; one divide by the denominator. vbase: the head group's V at position row 0.
+template <int NG>
+__device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int hd, int bs, const int32_t* bt_s,
+                                             const float* weights, int L, int old_end, float denom, float* o, int h,
+                                             int warp, int lane) {
+  const int groups = (hd - warp * 8 + kAttnWarps * 8 - 1) / (kAttnWarps * 8);  // warp-uniform, <= NG
+  float acc[NG][8];
+#pragma unroll
+  for (int gi = 0; gi < NG; ++gi)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[gi][i] = 0.0f;
+#pragma unroll 4
+  for (int j = lane; j < L; j += 32) {
+    const float p = weights[j];
+    const float* vrow = vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + warp * 8;
+    const bool fresh = j >= old_end;
+#pragma unroll
+    for (int gi = 0; gi < NG; ++gi) {
+      if (gi < groups) {
+        const float4 v0 = LoadKv4(vrow + gi * kAttnWarps * 8, fresh);
+        const float4 v1 = LoadKv4(vrow + gi * kAttnWarps * 8 + 4, fresh);
+        acc[gi][0] = fmaf(p, v0.x, acc[gi][0]);
+        acc[gi][1] = fmaf(p, v0.y, acc[gi][1]);
+        acc[gi][2] = fmaf(p, v0.z, acc[gi][2]);
+        acc[gi][3] = fmaf(p, v0.w, acc[gi][3]);
+        acc[gi][4] = fmaf(p, v1.x, acc[gi][4]);
+        acc[gi][5] = fmaf(p, v1.y, acc[gi][5]);
+        acc[gi][6] = fmaf(p, v1.z, acc[gi][6]);
+        acc[gi][7] = fmaf(p, v1.w, acc[gi][7]);
       }
     }
   }
-  WaitForPrevious();
-  for (int d = threadIdx.x; d < hd; d += kAttnThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
-  __syncthreads();
+#pragma unroll
+  for (int gi = 0; gi < NG; ++gi) {
+    if (gi >= groups) break;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[gi][i] = WarpTree(acc[gi][i]);
+    if (lane < 8) {
+      float r = acc[gi][0];
+#pragma unroll
+      for (int i = 1; i < 8; ++i)
+        if (lane == i) r = acc[gi][i];
+      o[PermutedIndex(h * hd + warp * 8 + gi * kAttnWarps * 8 + lane)] = r / denom;
+    }
+  }
+}
+
+// Attention of query head h of token m by kAttnThreads threads (tid, sync: their barrier), the
+// block table of the token already in bt_s. q is read through L2 (another kernel or block wrote it).
+template <typename Sync>
+__device__ __forceinline__ void AttendHead(const float* q, const StepTokens& step, const AttentionShape& shape,
+                                           const LayerKv& kv, float scale, float* out, int32_t out_stride, int h,
+                                           int m, float* scores, const int32_t* bt_s, float* q_s, float* red,
+                                           int tid, Sync sync) {
+  const int warp = tid / 32, lane = tid % 32;
+  const int hd = shape.head_dim, bs = shape.block_size;
+  const int g = h / (shape.num_heads / shape.num_kv_heads);
+  const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+  const int L = step.pos[m] + 1;
+  const int old_end = L - step.tokens;  // rows from here on were written during this step
+  for (int d = tid; d < hd; d += kAttnThreads) q_s[d] = __ldcg(q + static_cast<int64_t>(m) * q_dim + h * hd + d);
+  sync();
 
   // Pass 1: scores.
-  for (int j = threadIdx.x; j < L; j += kAttnThreads) {
+  for (int j = tid; j < L; j += kAttnThreads) {
     const float* kp = kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+    const bool fresh = j >= old_end;
     float lanes[32];
 #pragma unroll
     for (int l = 0; l < 32; ++l) lanes[l] = 0.0f;
@@ -1159,7 +1191,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 #pragma unroll
       for (int l = 0; l < 32; l += 4) {
         if (d0 + l < hd) {  // hd is a multiple of 8; a partial last block of 32 ends on a 4-boundary
-          const float4 kv4 = *reinterpret_cast<const float4*>(kp + d0 + l);
+          const float4 kv4 = LoadKv4(kp + d0 + l, fresh);
           lanes[l + 0] = fmaf(q_s[d0 + l + 0], kv4.x, lanes[l + 0]);
           lanes[l + 1] = fmaf(q_s[d0 + l + 1], kv4.y, lanes[l + 1]);
           lanes[l + 2] = fmaf(q_s[d0 + l + 2], kv4.z, lanes[l + 2]);
@@ -1173,54 +1205,420 @@ __global__ void __launch_bounds__(kAttnThreads)
       for (int l = 0; l < off; ++l) lanes[l] = lanes[l] + lanes[l + off];
     scores[j] = lanes[0] * scale;
   }
-  __syncthreads();
+  sync();
 
   // Pass 2: max (exact in any order), weights, canonical sum.
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j < L; j += kAttnThreads) mx = fmaxf(mx, scores[j]);
+  for (int j = tid; j < L; j += kAttnThreads) mx = fmaxf(mx, scores[j]);
   mx = WarpMax(mx);
   if (lane == 0) red[warp] = mx;
-  __syncthreads();
+  sync();
   mx = red[0];
 #pragma unroll
   for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, red[w]);
-  for (int j = threadIdx.x; j < L; j += kAttnThreads) scores[j] = canonical_expf(scores[j] - mx);
-  __syncthreads();
+  for (int j = tid; j < L; j += kAttnThreads) scores[j] = canonical_expf(scores[j] - mx);
+  sync();
   float denom = 0.0f;
   for (int j = lane; j < L; j += 32) denom = denom + scores[j];
   denom = WarpTree(denom);
 
-  // Pass 3: weighted sum of V.
+  // Pass 3: weighted sum of V (AttendValues), one walk over the positions for all of a warp's dims.
   float* o = out + static_cast<int64_t>(m) * out_stride;
-  for (int d0 = warp * 8; d0 < hd; d0 += kAttnWarps * 8) {
-    float acc[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = 0.0f;
-#pragma unroll 4
-    for (int j = lane; j < L; j += 32) {
-      const float p = scores[j];
-      const float* vp = kv.v + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + d0;
-      const float4 v0 = *reinterpret_cast<const float4*>(vp);
-      const float4 v1 = *reinterpret_cast<const float4*>(vp + 4);
-      acc[0] = fmaf(p, v0.x, acc[0]);
-      acc[1] = fmaf(p, v0.y, acc[1]);
-      acc[2] = fmaf(p, v0.z, acc[2]);
-      acc[3] = fmaf(p, v0.w, acc[3]);
-      acc[4] = fmaf(p, v1.x, acc[4]);
-      acc[5] = fmaf(p, v1.y, acc[5]);
-      acc[6] = fmaf(p, v1.z, acc[6]);
-      acc[7] = fmaf(p, v1.w, acc[7]);
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = WarpTree(acc[i]);
-    if (lane < 8) {
-      float r = acc[0];
-#pragma unroll
-      for (int i = 1; i < 8; ++i)
-        if (lane == i) r = acc[i];
-      o[PermutedIndex(h * hd + d0 + lane)] = r / denom;
+  const float* vbase = kv.v + g * hd;
+  if (hd <= kAttnWarps * 8) {
+    AttendValues<1>(vbase, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, warp, lane);
+  } else if (hd <= 2 * kAttnWarps * 8) {
+    AttendValues<2>(vbase, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, warp, lane);
+  } else {
+    AttendValues<kMaxHeadDim / (kAttnWarps * 8)>(vbase, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, warp,
+                                                 lane);
+  }
+}
+
+// Pulls the K and V rows of positions [0, end) of a head's group toward this SM (L1 or L2).
+template <bool kL1>
+__device__ __forceinline__ void PrefetchKvRows(const LayerKv& kv, const int32_t* bt_s, int bs, int kv_dim, int hd,
+                                               int g, int end, int tid, int threads) {
+  for (int j = tid; j < end; j += threads) {
+    const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+    const char* kp = reinterpret_cast<const char*>(kv.k + row);
+    const char* vp = reinterpret_cast<const char*>(kv.v + row);
+    for (int off = 0; off < hd * 4; off += 128) {
+      if constexpr (kL1) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(kp + off));
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(vp + off));
+      } else {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
+      }
     }
   }
+}
+
+__global__ void __launch_bounds__(kAttnThreads)
+    AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
+                    int32_t out_stride, int32_t max_context) {
+  extern __shared__ float4 att_smem_f4[];
+  float* scores = reinterpret_cast<float*>(att_smem_f4);  // (context)
+  int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float red[kAttnWarps];
+  LetNextStart();
+  const int h = blockIdx.x, m = blockIdx.y;
+  const int hd = shape.head_dim, bs = shape.block_size;
+  const int g = h / (shape.num_heads / shape.num_kv_heads);
+  const int kv_dim = shape.num_kv_heads * hd;
+  // Before waiting for the previous kernel: positions and block tables are the step's metadata,
+  // copied in before the step's first kernel, so they can be read now; the block table goes to
+  // shared memory once (one round trip instead of one per position). Rows of positions below
+  // L - tokens were written by earlier steps (a step writes at most `tokens` positions of a
+  // sequence, ending at pos), so they can be pulled into this SM's L1: nothing changes them
+  // during the step. This step's own rows only go to L2, where every SM's writes meet, so a row
+  // the previous kernel is still writing is read correctly after the wait.
+  const int L = step.pos[m] + 1;
+  const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
+  for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
+  __syncthreads();
+  const int old_end = L - step.tokens;
+  PrefetchKvRows<true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
+  for (int j = old_end + threadIdx.x; j < L; j += kAttnThreads) {
+    const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+    for (int off = 0; off < hd * 4; off += 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kv.k + row) + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kv.v + row) + off));
+    }
+  }
+  WaitForPrevious();
+  AttendHead(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, threadIdx.x,
+             [] { __syncthreads(); });
+}
+
+// ---- The decode step of one token as one launch (kernels.h, DecodeStepArgs) ----
+//
+// Every block (one per multiprocessor, all resident) has kStepWarps consumer warps and one
+// producer warp. The producer's lane 0 walks the block's tiles of every matrix of the step in
+// the order the consumers use them (layer by layer: q|k|v, o, gate|up, down; then the lm_head;
+// block b takes tiles b, b + G, b + 2G, ... of each matrix) and copies each into the next slot of
+// a ring in shared memory as soon as the slot is free; it never waits for an activation, so it
+// runs up to a ring's worth of weights ahead, across grid barriers and attention. The block's
+// n-th tile is consumed by warp n % kStepWarps from slot n % slots; slots is a multiple of
+// kStepWarps, so every slot belongs to one warp, which waits on it in order (an mbarrier's
+// parity only tells its last two phases apart). Phases are separated by grid
+// barriers; activations written by other blocks are read through L2 (__ldcg), because L1 is not
+// coherent across multiprocessors.
+constexpr int kStepWarps = kAttnWarps;  // consumer warps: attention uses all of them
+constexpr int kStepThreads = (kStepWarps + 1) * 32;
+constexpr int kStepMaxSlots = 32;
+constexpr int kStepRows = 4;      // rows per tile of every matrix but down (even: rotary and SiLU pairs)
+constexpr int kStepDownRows = 1;  // rows per tile of the down product (its rows are long)
+
+__device__ __forceinline__ void ConsumerSync() { asm volatile("bar.sync 1, %0;" ::"n"(kStepWarps * 32) : "memory"); }
+
+__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(SmemAddr(bar)) : "memory");
+}
+
+__device__ __forceinline__ unsigned long long GlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Benchmarks: thread 0 records a pair of timer readings in its block's next trace slot.
+struct StepTrace {
+  unsigned long long* slots = nullptr;  // this block's, or null
+  int next = 0;
+  __device__ __forceinline__ void Record(unsigned long long arrive, unsigned long long leave) {
+    if (slots != nullptr && threadIdx.x == 0) {
+      slots[2 * next] = arrive;
+      slots[2 * next + 1] = leave;
+    }
+    ++next;
+  }
+};
+
+__device__ __forceinline__ unsigned long long LoadAcquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The grid barrier of the step kernel: a 64-bit arrival counter that only grows (it cannot wrap),
+// so nothing is ever reset. Every launch passes the same number of barriers with the same grid,
+// so a launch starts with the counter at a multiple of barriers x grid; `base` is that multiple,
+// read by each block before its first arrival (at most grid - 1 arrivals can precede it). Barrier
+// k then ends when the counter reaches base + k x grid: a block adds its arrival without waiting
+// for the add to return (red) and polls. `returning`: the classic form instead, an atomicAdd
+// whose returned value tells the block its target. It costs a round trip more per arrival but
+// measured faster on an H100 (docs/performance.md: 132 pollers on the line slow the reds down),
+// so it is the default; the red form is one-token variant 9.
+// Consumer warps only: the producer never waits.
+struct StepBarrier {
+  unsigned long long* counter;
+  unsigned long long base = 0;
+  int k = 0;
+  bool returning = false;
+  __device__ __forceinline__ void Start(int barriers) {
+    if (threadIdx.x == 0) {
+      const unsigned long long v = LoadAcquire(counter), launch = static_cast<unsigned long long>(barriers) * gridDim.x;
+      base = v - v % launch;
+    }
+  }
+};
+
+__device__ __forceinline__ void StepGridBarrier(StepBarrier& bar, StepTrace& trace) {
+  ConsumerSync();
+  if (threadIdx.x == 0) {
+    const unsigned long long arrive = trace.slots != nullptr ? GlobalTimer() : 0;
+    ++bar.k;
+    __threadfence();
+    unsigned long long target;
+    if (bar.returning) {
+      const unsigned long long old = atomicAdd(bar.counter, 1ull);
+      target = old - old % gridDim.x + gridDim.x;
+    } else {
+      asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(bar.counter) : "memory");
+      target = bar.base + static_cast<unsigned long long>(bar.k) * gridDim.x;
+    }
+    while (LoadAcquire(bar.counter) < target) {
+    }
+    if (trace.slots != nullptr) trace.Record(arrive, GlobalTimer());
+  }
+  ConsumerSync();
+}
+
+// Matrix idx of the step, in the order of use: 4 per layer (q|k|v, o, gate|up, down), then the lm_head.
+__device__ __forceinline__ const LinearArgs& StepMatrix(const DecodeStepArgs& f, int idx) {
+  if (idx == 4 * f.num_layers) return f.lm_head;
+  const StepLayerArgs& l = f.layers[idx / 4];
+  switch (idx % 4) {
+    case 0:
+      return l.qkv;
+    case 1:
+      return l.out;
+    case 2:
+      return l.gate_up;
+    default:
+      return l.down;
+  }
+}
+__device__ __forceinline__ int StepTileRows(const DecodeStepArgs& f, int idx) {
+  return idx < 4 * f.num_layers && idx % 4 == 3 ? kStepDownRows : kStepRows;
+}
+
+// A block's walk over its tiles of every matrix of the step, in the order of use. The current
+// matrix's address and sizes are kept in registers: the producer issues a tile every few
+// hundred cycles and must not chase the argument table for each one.
+template <WeightType WT>
+struct StepCursor {
+  int idx = -1;  // matrix (StepMatrix); -1 before the first
+  int tile = 0;  // tile of that matrix
+  int tiles = 0, rows = 0, tile_rows = 0;
+  int64_t row_bytes = 0;
+  const char* data = nullptr;
+  __device__ __forceinline__ bool Next(const DecodeStepArgs& f) {
+    tile += gridDim.x;
+    while (tile >= tiles) {
+      if (++idx > 4 * f.num_layers) return false;
+      const LinearArgs& a = StepMatrix(f, idx);
+      tile_rows = StepTileRows(f, idx);
+      rows = a.w.rows;
+      tiles = (rows + tile_rows - 1) / tile_rows;
+      row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
+      data = static_cast<const char*>(a.w.data);
+      tile = blockIdx.x;
+    }
+    return true;
+  }
+  __device__ __forceinline__ const char* Src() const { return data + static_cast<int64_t>(tile) * tile_rows * row_bytes; }
+  __device__ __forceinline__ uint32_t Bytes() const {
+    return static_cast<uint32_t>(min(tile_rows, rows - tile * tile_rows) * row_bytes);
+  }
+  __device__ __forceinline__ void PrefetchL2() const {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(Src()), "r"(Bytes()) : "memory");
+  }
+};
+
+// The consumers' part of one matrix: stage (and normalise) the activation row, then every tile
+// of this block that falls to this warp: wait for its slot, the dot products, free the slot, the
+// epilogue. `seq` counts the block's tiles (the producer's order).
+template <WeightType WT, int ROWS>
+__device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsigned char* ring, int slots,
+                                                int slot_bytes, uint64_t* full, uint64_t* empty, float4* xs,
+                                                int& seq) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int groups = a.w.cols_padded / kGroupCols;
+  const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
+  const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
+  for (int i = threadIdx.x; i < groups * 32; i += kStepWarps * 32) xs[i] = __ldcg(xg + i);
+  ConsumerSync();
+  if (a.norm_weight != nullptr) {
+    const float r = canonical_rms_scale(WarpTree(LaneRowSumSquares(xs, groups, lane)), a.w.cols, a.norm_eps);
+    const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
+    ConsumerSync();  // every warp has its sum of squares before x is overwritten
+    for (int i = threadIdx.x; i < groups * 32; i += kStepWarps * 32) xs[i] = NormScale(xs[i], r, nw[i]);
+    ConsumerSync();
+  }
+  const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
+  const int tiles = (a.w.rows + ROWS - 1) / ROWS;
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++seq) {
+    if (seq % kStepWarps != warp) continue;
+    const int slot = seq % slots;
+    MbarWait(&full[slot], static_cast<uint32_t>((seq / slots) & 1));
+    float acc[ROWS];
+    SharedBandDot<WT, ROWS>(ring + static_cast<int64_t>(slot) * slot_bytes, row_bytes, xs, groups, lane, nullptr, 0.0f,
+                            acc);
+    __syncwarp();  // every lane has consumed the slot (its FMAs used every value it read)
+    if (lane == 0) MbarArrive(&empty[slot]);
+    const int row = tile * ROWS + lane;
+    float resid = 0.0f;  // through L2: other blocks wrote the residual stream
+    if (a.epilogue == LinearEpilogue::kAddResidual && lane < ROWS && row < a.w.rows)
+      resid = __ldcg(a.out + (a.out_lane_rows ? PermutedIndex(row) : row));
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
+    StoreOneToken<ROWS>(a, acc, tile * ROWS, lane, a.epilogue == LinearEpilogue::kAddResidual ? &resid : nullptr);
+  }
+}
+
+template <WeightType WT>
+__global__ void __launch_bounds__(kStepThreads, 1)
+    DecodeStepKernel(const __grid_constant__ DecodeStepArgs f, int32_t slots, int32_t slot_bytes, int32_t union_bytes,
+                     int32_t returning_barrier, int32_t prefetch_tiles) {
+  extern __shared__ __align__(128) unsigned char step_smem[];
+  __shared__ __align__(8) uint64_t full[kStepMaxSlots];
+  __shared__ __align__(8) uint64_t empty[kStepMaxSlots];
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float red[kAttnWarps];
+  LetNextStart();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  unsigned char* ring = step_smem;
+  // The activation row of a matrix phase and attention's scores share one region.
+  float4* xs = reinterpret_cast<float4*>(step_smem + static_cast<int64_t>(slots) * slot_bytes);
+  float* scores = reinterpret_cast<float*>(xs);
+  int32_t* bt_s = reinterpret_cast<int32_t*>(step_smem + static_cast<int64_t>(slots) * slot_bytes + union_bytes);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < slots; ++s) {
+      MbarInit(&full[s], 1);
+      MbarInit(&empty[s], 1);
+    }
+    FenceMbarInit();
+  }
+  __syncthreads();
+
+  if (warp == kStepWarps) {  // the producer: weights only, so it never waits for the previous kernel
+    if (lane != 0) return;
+    // A second cursor runs prefetch_tiles tiles ahead and asks L2 for them (no shared memory
+    // needed), so DRAM keeps streaming while the ring is full: at a barrier, or in attention.
+    StepCursor<WT> cur, ahead;
+    for (int i = 0; i < prefetch_tiles && ahead.Next(f); ++i) ahead.PrefetchL2();
+    for (int seq = 0; cur.Next(f); ++seq) {
+      if (prefetch_tiles > 0 && ahead.Next(f)) ahead.PrefetchL2();
+      const int slot = seq % slots;
+      if (seq >= slots) MbarWait(&empty[slot], static_cast<uint32_t>((seq / slots - 1) & 1));
+      const uint32_t bytes = cur.Bytes();
+      MbarExpectTx(&full[slot], bytes);
+      BulkCopyToShared(ring + static_cast<int64_t>(slot) * slot_bytes, cur.Src(), bytes, &full[slot]);
+    }
+    return;
+  }
+
+  // Consumers. The step's metadata was copied in before its first kernel: the block table can be
+  // read now, once for every layer.
+  const AttentionShape& shape = f.shape;
+  const int bs = shape.block_size, hd = shape.head_dim;
+  const int kv_dim = shape.num_kv_heads * hd;
+  const int L = f.step.pos[0] + 1;
+  for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kStepWarps * 32) bt_s[b] = f.step.block_table[b];
+  StepBarrier bar{f.barrier};
+  bar.returning = returning_barrier != 0;
+  bar.Start(5 * f.num_layers);
+  WaitForPrevious();
+  StepTrace trace;
+  if (f.trace != nullptr) {
+    trace.slots = f.trace + static_cast<int64_t>(blockIdx.x) * 2 * DecodeStepTraceSlots(f.num_layers);
+    const unsigned long long t = GlobalTimer();
+    trace.Record(t, t);
+  }
+  ConsumerSync();
+  int seq = 0;
+  for (int layer = 0; layer < f.num_layers; ++layer) {
+    const StepLayerArgs& ly = f.layers[layer];
+    if (layer > 0) StepGridBarrier(bar, trace);  // the previous layer's residual stream is complete
+    // Blocks that will attend pull this layer's K/V rows of earlier steps into L2 meanwhile.
+    for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
+      PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd, h / (shape.num_heads / shape.num_kv_heads), L - 1,
+                            threadIdx.x, kStepWarps * 32);
+    StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
+    StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
+    for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
+      AttendHead(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, threadIdx.x,
+                 [] { ConsumerSync(); });
+    StepGridBarrier(bar, trace);
+    StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
+    StepGridBarrier(bar, trace);
+    StepMatrixPhase<WT, kStepRows>(ly.gate_up, ring, slots, slot_bytes, full, empty, xs, seq);
+    StepGridBarrier(bar, trace);
+    StepMatrixPhase<WT, kStepDownRows>(ly.down, ring, slots, slot_bytes, full, empty, xs, seq);
+  }
+  StepGridBarrier(bar, trace);
+  StepMatrixPhase<WT, kStepRows>(f.lm_head, ring, slots, slot_bytes, full, empty, xs, seq);
+  if (f.trace != nullptr) {
+    ConsumerSync();
+    const unsigned long long t = GlobalTimer();
+    trace.Record(t, t);
+  }
+}
+
+// The ring's slot (the largest tile), the shared activation/scores region, the block table,
+// and how many slots fit (a multiple of kStepWarps; 0: the step does not fit).
+struct DecodeStepPlan {
+  int64_t slot = 0, union_bytes = 0, table_bytes = 0;
+  int slots = 0;
+  int64_t smem() const { return slots * slot + union_bytes + table_bytes; }
+};
+
+int StepKernelSmemLimit() {
+  static const int limit = [] {
+    int device = 0, optin = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+      return 0;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, DecodeStepKernel<WeightType::kBF16>) != cudaSuccess) return 0;
+    return optin - static_cast<int>(attr.sharedSizeBytes);
+  }();
+  return limit;
+}
+
+DecodeStepPlan PlanDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) {
+  const int64_t eb = l0.qkv.w.type == WeightType::kF32 ? 4 : 2;
+  DecodeStepPlan p;
+  p.slot = std::max({int64_t{kStepRows} * l0.qkv.w.cols_padded, int64_t{kStepRows} * l0.out.w.cols_padded,
+                     int64_t{kStepRows} * l0.gate_up.w.cols_padded, int64_t{kStepDownRows} * l0.down.w.cols_padded,
+                     int64_t{kStepRows} * f.lm_head.w.cols_padded}) *
+           eb;
+  p.slot = (p.slot + 127) / 128 * 128;
+  const int64_t xs = int64_t{4} * std::max({l0.qkv.w.cols_padded, l0.out.w.cols_padded, l0.gate_up.w.cols_padded,
+                                            l0.down.w.cols_padded, f.lm_head.w.cols_padded});
+  p.union_bytes = (std::max<int64_t>(xs, int64_t{4} * f.max_context) + 127) / 128 * 128;
+  p.table_bytes = (int64_t{f.max_context} / std::max(1, f.shape.block_size) + 2) * 4;
+  const int64_t room = StepKernelSmemLimit() - p.union_bytes - p.table_bytes;
+  const int64_t fit = room > 0 ? room / p.slot : 0;
+  p.slots = static_cast<int>(std::min<int64_t>(kStepMaxSlots, fit) / kStepWarps * kStepWarps);
+  return p;
+}
+
+template <WeightType WT>
+cudaError_t LaunchDecodeStepTyped(const DecodeStepArgs& f, const DecodeStepPlan& p, cudaStream_t stream) {
+  static const cudaError_t prepared = cudaFuncSetAttribute(
+      DecodeStepKernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize, StepKernelSmemLimit());
+  if (prepared != cudaSuccess) return prepared;
+  // One block per multiprocessor (its shared memory allows no second), all resident at once, as
+  // the grid barrier needs; the kernel lets the next one launch only after every block started.
+  return LaunchChained(DecodeStepKernel<WT>, dim3(MultiprocessorCount()), dim3(kStepThreads),
+                       static_cast<size_t>(p.smem()), stream, f, p.slots, static_cast<int32_t>(p.slot),
+                       static_cast<int32_t>(p.union_bytes), static_cast<int32_t>(g_one_token_kernel != 9),
+                       g_step_prefetch_tiles);
 }
 
 // Greedy argmax over a logits row in two levels inside one launch: kArgmaxChunks blocks per row
@@ -1313,10 +1711,11 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
 void SetOneTokenKernel(int variant) { g_one_token_kernel = variant; }
+void SetStepPrefetchTiles(int tiles) { g_step_prefetch_tiles = tiles; }
 void SetMlpBlockMaxWarps(int warps) { g_mlp_block_max_warps = warps; }
 
 bool CanFuseRope(const LinearArgs& a) {
-  if (a.tokens != 1 || g_one_token_kernel == 1 || g_one_token_kernel == 2 || a.w.rows >= 65536 || a.w.rows % 2 != 0)
+  if (a.tokens != 1 || SeparateKernelVariant() == 1 || SeparateKernelVariant() == 2 || a.w.rows >= 65536 || a.w.rows % 2 != 0)
     return false;
   const int64_t esize = a.w.type == WeightType::kF32 ? 4 : 2;
   const int64_t smem = static_cast<int64_t>(kWarps) * 2 * a.w.cols_padded * esize + int64_t{a.w.cols_padded} * 4;
@@ -1337,14 +1736,14 @@ cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream) {
 }
 
 bool CanRunMlpBlock(const MlpBlockArgs& f) {
-  if (g_one_token_kernel != 5 && g_one_token_kernel != 0) return false;
+  if (SeparateKernelVariant() != 5 && SeparateKernelVariant() != 0) return false;
   const int64_t eb = f.out.w.type == WeightType::kF32 ? 4 : 2;
   // By default only where gate|up does not fit in one wave of shared memory (about 160 KB per
   // multiprocessor): there the persistent ring streams it faster than waves of blocks do; a
   // matrix that fits is already requested whole, before the previous kernel ends (TmaGemvKernel).
   // Measured on an H100 (docs/performance.md): 1.5B +8%, 0.5B -15%.
   const int64_t gate_up_bytes = int64_t{f.gate_up.w.rows} * f.gate_up.w.cols_padded * eb;
-  if (g_one_token_kernel == 0 && gate_up_bytes <= int64_t{MultiprocessorCount()} * kMlpRingBytes) return false;
+  if (SeparateKernelVariant() == 0 && gate_up_bytes <= int64_t{MultiprocessorCount()} * kMlpRingBytes) return false;
   if (f.out.tokens != 1 || f.gate_up.tokens != 1 || f.down.tokens != 1 || f.barrier == nullptr) return false;
   if (f.gate_up.norm_weight == nullptr || f.gate_up.epilogue != LinearEpilogue::kSiluMul) return false;  // norm fused
   if (f.out.w.type != f.gate_up.w.type || f.out.w.type != f.down.w.type || f.gate_up.w.rows % 4 != 0) return false;
@@ -1360,6 +1759,45 @@ cudaError_t LaunchMlpBlock(const MlpBlockArgs& f, cudaStream_t stream) {
       return LaunchMlpBlockTyped<WeightType::kF16>(f, stream);
     case WeightType::kF32:
       return LaunchMlpBlockTyped<WeightType::kF32>(f, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool CanRunDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) {
+  if (g_one_token_kernel != 0 && g_one_token_kernel != 7 && g_one_token_kernel != 9) return false;
+  if (f.layers == nullptr || f.num_layers < 1 || f.barrier == nullptr || f.step.tokens != 1) return false;
+  const WeightType wt = l0.qkv.w.type;
+  for (const LinearArgs* a : {&l0.qkv, &l0.out, &l0.gate_up, &l0.down, &f.lm_head})
+    if (a->tokens != 1 || a->w.type != wt) return false;
+  if (l0.qkv.epilogue != LinearEpilogue::kRopeStore || l0.qkv.w.rows % 2 != 0) return false;
+  if (l0.gate_up.epilogue != LinearEpilogue::kSiluMul || l0.gate_up.w.rows % 2 != 0) return false;
+  if (l0.out.epilogue != LinearEpilogue::kAddResidual || l0.down.epilogue != LinearEpilogue::kAddResidual) return false;
+  if (f.lm_head.epilogue != LinearEpilogue::kStore) return false;
+  // By default only where gate|up exceeds one wave of shared memory (the rule of MlpBlockKernel):
+  // there the ring that runs across barriers streams the step's weights faster than separate
+  // launches; where a layer's matrices fit in one wave, separate launches with programmatic
+  // dependent launch request each whole matrix early and measured faster. H100, side by side
+  // (docs/performance.md): 1.5B 451 -> 516 tok/s, 0.5B 1,115 -> 1,076.
+  const int64_t gate_up_bytes = int64_t{l0.gate_up.w.rows} * l0.gate_up.w.cols_padded * kWeightBytes<WeightType::kBF16> *
+                                (wt == WeightType::kF32 ? 2 : 1);
+  if (g_one_token_kernel == 0 && gate_up_bytes <= int64_t{MultiprocessorCount()} * kMlpRingBytes) return false;
+  const AttentionShape& s = f.shape;
+  if (s.head_dim > kMaxHeadDim || s.head_dim % 8 != 0 || s.block_size < 8 || s.num_kv_heads < 1 ||
+      s.num_heads % s.num_kv_heads != 0)
+    return false;
+  return PlanDecodeStep(f, l0).slots >= kStepWarps;
+}
+
+cudaError_t LaunchDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0, cudaStream_t stream) {
+  if (!CanRunDecodeStep(f, l0)) return cudaErrorInvalidValue;
+  const DecodeStepPlan p = PlanDecodeStep(f, l0);
+  switch (l0.qkv.w.type) {
+    case WeightType::kBF16:
+      return LaunchDecodeStepTyped<WeightType::kBF16>(f, p, stream);
+    case WeightType::kF16:
+      return LaunchDecodeStepTyped<WeightType::kF16>(f, p, stream);
+    case WeightType::kF32:
+      return LaunchDecodeStepTyped<WeightType::kF32>(f, p, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -128,8 +128,12 @@ void SetLargeBatchTile(int variant);
 // where they fit; 1: the plain tile LinearKernel; 2: the register-ring GemvKernel; 3: the
 // persistent streaming kernel for every product; 4: streaming for matrices of 8,192 rows or more;
 // 5: bulk copies, with the o, gate|up and down products always in one MlpBlockKernel; 6: bulk
-// copies, never MlpBlockKernel). Same bits.
+// copies, never MlpBlockKernel; 7: the whole step as one DecodeStepKernel wherever it can run;
+// 8: as 0 but never DecodeStepKernel; 9: as 7 with the fire-and-forget grid barrier). Same bits.
 void SetOneTokenKernel(int variant);
+// Benchmarking only: how many tiles ahead of its shared-memory ring DecodeStepKernel's producer
+// asks L2 for weights (0: none). Same bits.
+void SetStepPrefetchTiles(int tiles);
 
 // y = RMSNorm(x) * weight over lane rows of `cols` (padding stays zero), one warp per token.
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
@@ -159,6 +163,42 @@ struct AttentionShape {
   int32_t head_dim = 0;
   int32_t block_size = 0;
 };
+
+// One decode step of one token as one persistent launch (DecodeStepKernel): for every layer the
+// q|k|v product (norm fused, rotary and the KV store in its epilogue), attention, the o product +
+// residual, RMSNorm + gate|up + SiLU, the down product + residual; then the final norm and the
+// lm_head. Dependencies are grid barriers instead of kernel boundaries, and a producer warp per
+// block streams the weights of every matrix, in the order they are used, into a ring of shared
+// memory slots through bulk copies: it never waits for activations, so the next layer's weights
+// arrive while the grid waits at a barrier. Every output is one warp's canonical dot product and
+// attention is AttentionKernel's code: the same bits as the separate launches.
+struct StepLayerArgs {
+  LinearArgs qkv;      // kRopeStore, norm fused
+  LinearArgs out;      // kAddResidual
+  LinearArgs gate_up;  // kSiluMul, norm fused
+  LinearArgs down;     // kAddResidual
+  LayerKv kv;
+};
+struct DecodeStepArgs {
+  const StepLayerArgs* layers = nullptr;  // device memory, num_layers entries
+  int32_t num_layers = 0;
+  LinearArgs lm_head;  // kStore into the logits, final norm fused
+  StepTokens step;     // one token
+  AttentionShape shape;
+  float scale = 0.0f;
+  int32_t max_context = 0;  // bounds pos + 1 (sizes the scores in shared memory)
+  const float* q = nullptr;  // the q|k|v epilogue's q_out
+  float* att = nullptr;      // attention output: the o product's input (lane rows)
+  unsigned long long* barrier = nullptr;  // one zeroed counter, reused by every launch
+  // Benchmarks only (null otherwise): per block, DecodeStepTraceSlots(num_layers) pairs of
+  // global-timer readings (ns): slot 0 after the previous kernel, then every grid barrier's
+  // arrival and departure, then the end of the lm_head.
+  unsigned long long* trace = nullptr;
+};
+ROTE_HD inline int32_t DecodeStepTraceSlots(int32_t num_layers) { return 5 * num_layers + 2; }
+// layer0: the host's copy of layers[0] (every layer has the same shapes).
+bool CanRunDecodeStep(const DecodeStepArgs& args, const StepLayerArgs& layer0);
+cudaError_t LaunchDecodeStep(const DecodeStepArgs& args, const StepLayerArgs& layer0, cudaStream_t stream);
 
 // From the fused q|k|v rows (tokens, q_dim + 2 kv_dim): optional per-head RMSNorm of q and k
 // (Qwen3), rotary at each token's position, q to q_out (tokens, q_dim), k and v into the cache.

@@ -388,10 +388,28 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
     spec.head_dim = 64;
     auto model = SynthModel(dtype == DType::kBF16 ? "wide_bf16" : "wide_f16", spec);
     ASSERT_TRUE(model);
-    for (int variant : {0, 1, 2, 3, 4, 5, 6}) {
+    for (int variant : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
       SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)) + " one_token_kernel=" + std::to_string(variant));
       SetCudaOneTokenKernelForTesting(variant);
+      const int64_t launches = CudaDecodeStepsForTesting();
       ExpectCpuEqualsCuda(model, 9, 6);
+      // Variants 7 and 9 run every decode step as one DecodeStepKernel; 8 never does.
+      if (variant == 7 || variant == 9) {
+        EXPECT_GT(CudaDecodeStepsForTesting(), launches);
+      }
+      if (variant == 8) {
+        EXPECT_EQ(CudaDecodeStepsForTesting(), launches);
+      }
+    }
+    // The one-launch step with its producer prefetching weights into L2 far ahead of its ring.
+    {
+      SCOPED_TRACE("one-launch step, L2 prefetch 48 tiles ahead");
+      SetCudaOneTokenKernelForTesting(7);
+      SetCudaStepPrefetchTilesForTesting(48);
+      const int64_t launches = CudaDecodeStepsForTesting();
+      ExpectCpuEqualsCuda(model, 9, 6);
+      EXPECT_GT(CudaDecodeStepsForTesting(), launches);
+      SetCudaStepPrefetchTilesForTesting(-1);
     }
     // The MLP block with 4 warps per block as well (the default plan gives this model 8).
     SCOPED_TRACE("mlp block, 4 warps");
