@@ -1108,8 +1108,11 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kAttnWarps = 8;
 constexpr int kAttnThreads = kAttnWarps * 32;
 
-// A K or V row's four values: rows this step wrote (fresh) come from L2, where every SM's writes
-// meet; rows of earlier steps may come from L1 (nothing changes them during the step).
+// A K or V row's four values. `fresh`: the row was written during this launch by another block
+// (the one-launch step), so it must come from L2, where every SM's writes meet; L1 is not
+// coherent across multiprocessors. AttentionKernel passes false for every row: what it reads was
+// written by earlier kernels, and L1 caching is what lets the blocks of a long prefill share
+// K/V rows (reading them all from L2 made a 1,000-token prefill 19x slower).
 __device__ __forceinline__ float4 LoadKv4(const float* p, bool fresh) {
   return fresh ? __ldcg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
 }
@@ -1165,18 +1168,21 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 }
 
 // Attention of query head h of token m by kAttnThreads threads (tid, sync: their barrier), the
-// block table of the token already in bt_s. q is read through L2 (another kernel or block wrote it).
+// block table of the token already in bt_s. q is read through L2 (another kernel or block wrote
+// it); same_launch: this step's K/V rows were written by other blocks of this launch.
 template <typename Sync>
 __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& step, const AttentionShape& shape,
                                            const LayerKv& kv, float scale, float* out, int32_t out_stride, int h,
                                            int m, float* scores, const int32_t* bt_s, float* q_s, float* red,
-                                           int tid, Sync sync) {
+                                           int tid, bool same_launch, Sync sync) {
   const int warp = tid / 32, lane = tid % 32;
   const int hd = shape.head_dim, bs = shape.block_size;
   const int g = h / (shape.num_heads / shape.num_kv_heads);
   const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
   const int L = step.pos[m] + 1;
-  const int old_end = L - step.tokens;  // rows from here on were written during this step
+  // Rows from old_end on were written during this step: by this launch when same_launch (read
+  // them through L2), else by an earlier kernel (any load is coherent).
+  const int old_end = same_launch ? L - step.tokens : L;
   for (int d = tid; d < hd; d += kAttnThreads) q_s[d] = __ldcg(q + static_cast<int64_t>(m) * q_dim + h * hd + d);
   sync();
 
@@ -1289,7 +1295,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
   WaitForPrevious();
-  AttendHead(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, threadIdx.x,
+  AttendHead(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, threadIdx.x, false,
              [] { __syncthreads(); });
 }
 
@@ -1551,7 +1557,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      AttendHead(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, threadIdx.x,
+      AttendHead(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, threadIdx.x, true,
                  [] { ConsumerSync(); });
     StepGridBarrier(bar, trace);
     StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
