@@ -1287,7 +1287,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   __syncthreads();
   const int old_end = L - step.tokens;
   PrefetchKvRows<true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
-  for (int j = old_end + threadIdx.x; j < L; j += kAttnThreads) {
+  // (In a prefill, old_end is negative: every row is this step's.)
+  for (int j = max(old_end, 0) + threadIdx.x; j < L; j += kAttnThreads) {
     const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
     for (int off = 0; off < hd * 4; off += 128) {
       asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kv.k + row) + off));
