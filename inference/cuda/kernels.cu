@@ -1170,7 +1170,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 // Attention of query head h of token m by kAttnThreads threads (tid, sync: their barrier), the
 // block table of the token already in bt_s. q is read through L2 (another kernel or block wrote
 // it); same_launch: this step's K/V rows were written by other blocks of this launch.
-template <typename Sync>
+template <int NG, typename Sync>
 __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& step, const AttentionShape& shape,
                                            const LayerKv& kv, float scale, float* out, int32_t out_stride, int h,
                                            int m, float* scores, const int32_t* bt_s, float* q_s, float* red,
@@ -1230,16 +1230,12 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
 
   // Pass 3: weighted sum of V (AttendValues), one walk over the positions for all of a warp's dims.
   float* o = out + static_cast<int64_t>(m) * out_stride;
-  const float* vbase = kv.v + g * hd;
-  if (hd <= kAttnWarps * 8) {
-    AttendValues<1>(vbase, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, warp, lane);
-  } else if (hd <= 2 * kAttnWarps * 8) {
-    AttendValues<2>(vbase, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, warp, lane);
-  } else {
-    AttendValues<kMaxHeadDim / (kAttnWarps * 8)>(vbase, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, warp,
-                                                 lane);
-  }
+  AttendValues<NG>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, warp, lane);
 }
+
+// AttendHead's NG for a head dimension: the 8-dim groups of V one warp owns (kernels are
+// instantiated per NG so each carries only the registers its head dimension needs).
+__host__ __device__ constexpr int AttnGroups(int hd) { return hd <= kAttnWarps * 8 ? 1 : hd <= 2 * kAttnWarps * 8 ? 2 : kMaxHeadDim / (kAttnWarps * 8); }
 
 // Pulls the K and V rows of positions [0, end) of a head's group toward this SM (L1 or L2).
 template <bool kL1>
@@ -1261,6 +1257,7 @@ __device__ __forceinline__ void PrefetchKvRows(const LayerKv& kv, const int32_t*
   }
 }
 
+template <int NG>
 __global__ void __launch_bounds__(kAttnThreads)
     AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
                     int32_t out_stride, int32_t max_context) {
@@ -1296,7 +1293,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
   WaitForPrevious();
-  AttendHead(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, threadIdx.x, false,
+  AttendHead<NG>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, threadIdx.x, false,
              [] { __syncthreads(); });
 }
 
@@ -1558,7 +1555,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      AttendHead(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, threadIdx.x, true,
+      AttendHead<AttnGroups(kMaxHeadDim)>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, threadIdx.x, true,
                  [] { ConsumerSync(); });
     StepGridBarrier(bar, trace);
     StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
@@ -1843,8 +1840,12 @@ int64_t AttentionSharedBytes(int32_t max_context) {
 }
 
 cudaError_t PrepareAttention(int32_t max_context) {
-  return cudaFuncSetAttribute(AttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(AttentionSharedBytes(max_context)));
+  const int bytes = static_cast<int>(AttentionSharedBytes(max_context));
+  for (auto* kernel : {AttentionKernel<1>, AttentionKernel<2>, AttentionKernel<AttnGroups(kMaxHeadDim)>}) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
 }
 
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
@@ -1853,8 +1854,11 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
   if (step.tokens <= 0) return cudaSuccess;
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.block_size < 8) return cudaErrorInvalidValue;
   const dim3 grid(shape.num_heads, step.tokens);
-  return LaunchChained(AttentionKernel, grid, dim3(kAttnThreads), AttentionSharedBytes(max_context), stream, q, step,
-                       shape, kv, scale, out, out_stride, max_context);
+  auto* kernel = shape.head_dim <= kAttnWarps * 8       ? AttentionKernel<1>
+                 : shape.head_dim <= 2 * kAttnWarps * 8 ? AttentionKernel<2>
+                                                        : AttentionKernel<AttnGroups(kMaxHeadDim)>;
+  return LaunchChained(kernel, grid, dim3(kAttnThreads), AttentionSharedBytes(max_context), stream, q, step, shape, kv,
+                       scale, out, out_stride, max_context);
 }
 
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
