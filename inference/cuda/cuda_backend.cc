@@ -99,10 +99,12 @@ struct GraphKey {
   int mlp_block_warps;    // SetCudaMlpBlockMaxWarpsForTesting's choice when captured
   bool step_trace;        // SetCudaStepTraceForBenchmark's choice when captured
   int step_prefetch;      // SetCudaStepPrefetchTilesForTesting's choice when captured
+  int large_batch_tile;   // SetCudaLargeBatchTileForTesting's choice when captured
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
-                    step_prefetch) < std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel,
-                                              o.mlp_block_warps, o.step_trace, o.step_prefetch);
+                    step_prefetch, large_batch_tile) < std::tie(o.tokens, o.context_bucket, o.greedy, o.skip,
+                                                                o.one_token_kernel, o.mlp_block_warps, o.step_trace,
+                                                                o.step_prefetch, o.large_batch_tile);
   }
 };
 
@@ -111,6 +113,7 @@ struct GraphKey {
 uint32_t g_skip_kernels = 0;
 int g_one_token_kernel = 0;
 int g_mlp_block_warps = 16;
+int g_large_batch_tile = -1;
 // Tiles DecodeStepKernel's producer asks L2 for ahead of its ring (kernels.h, SetStepPrefetchTiles).
 constexpr int kDefaultStepPrefetchTiles = 0;
 // Steps run as one DecodeStepKernel (CudaDecodeStepsForTesting).
@@ -491,7 +494,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (one_launch) g_decode_steps.fetch_add(1, std::memory_order_relaxed);
     if (use_graph) {
       const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
-                         g_step_trace, g_step_prefetch_tiles};
+                         g_step_trace, g_step_prefetch_tiles, g_large_batch_tile};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -627,15 +630,23 @@ class CudaBackendImpl final : public CudaBackend {
     return r;
   }
 
+  // Up to 8 logits rows the final norm is fused into the lm_head (each warp normalises its
+  // rows' activations); more are normalised once into h by LmHeadNorm (LaunchRmsNorm gathering
+  // the logits rows), which lets the lm_head run as TiledLinearKernel.
+  static bool LmHeadNormFused(const StepLayout& lay) { return lay.logit_rows <= 8; }
   LinearArgs LmHeadArgs(const StepLayout& lay) const {
     LinearArgs a;
     a.w = lm_head_;
-    a.x = x_.as<float>();
     a.x_stride = HiddenStride();
-    a.x_rows = meta_.as<int32_t>() + lay.logit_rows_off;
     a.tokens = lay.logit_rows;
-    a.norm_weight = final_norm_;
-    a.norm_eps = config_.rms_norm_eps;
+    if (LmHeadNormFused(lay)) {
+      a.x = x_.as<float>();
+      a.x_rows = meta_.as<int32_t>() + lay.logit_rows_off;
+      a.norm_weight = final_norm_;
+      a.norm_eps = config_.rms_norm_eps;
+    } else {
+      a.x = h_.as<float>();
+    }
     a.epilogue = LinearEpilogue::kStore;
     a.out = logits_.as<float>();
     a.out_stride = config_.vocab_size;
@@ -746,8 +757,13 @@ class CudaBackendImpl final : public CudaBackend {
         if (!Skip(CudaKernelKind::kGateUp)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.gate_up, stream_));
         if (!Skip(CudaKernelKind::kDown)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.down, stream_));
       }
-      if (lay.logit_rows > 0 && !Skip(CudaKernelKind::kLmHead))
+      if (lay.logit_rows > 0 && !Skip(CudaKernelKind::kLmHead)) {
+        if (!LmHeadNormFused(lay))
+          ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRmsNorm(x, xs, lay.logit_rows, c.hidden_size, final_norm_,
+                                                        c.rms_norm_eps, h, stream_,
+                                                        meta + lay.logit_rows_off));
         ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(LmHeadArgs(lay), stream_));
+      }
     }
     if (lay.logit_rows > 0 && greedy && !Skip(CudaKernelKind::kArgmax))
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchArgmax(logits_.as<float>(), lay.logit_rows, c.vocab_size,
@@ -792,9 +808,13 @@ class CudaBackendImpl final : public CudaBackend {
 
 }  // namespace
 
-void SetCudaLargeBatchTileForTesting(int variant) { cuda::SetLargeBatchTile(variant); }
+void SetCudaLargeBatchTileForTesting(int variant) {
+  g_large_batch_tile = variant;
+  cuda::SetLargeBatchTile(variant);
+}
 void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
 int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_order_relaxed); }
+int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches(); }
 void SetCudaStepTraceForBenchmark(bool on) { g_step_trace = on; }
 void SetCudaStepPrefetchTilesForTesting(int tiles) {
   g_step_prefetch_tiles = tiles < 0 ? kDefaultStepPrefetchTiles : tiles;

@@ -60,6 +60,9 @@ void SetCudaMlpBlockMaxWarpsForTesting(int warps);
 // How many steps ran as one DecodeStepKernel (the whole decode step of one token in one launch):
 // tests and benchmarks check that the variant they time ran.
 int64_t CudaDecodeStepsForTesting();
+// How many batched products ran as the shared-memory TiledLinearKernel (launches issued; a
+// captured graph counts once): tests check that the tile variant they force ran.
+int64_t CudaTiledLinearLaunchesForTesting();
 // Benchmarks only: steps run as one DecodeStepKernel record, per block, timer readings (ns) at the
 // start, at every grid barrier's arrival and departure, and at the end; the last such step's
 // readings: (blocks, slots, 2) values. No-op and empty without CUDA.

@@ -15,6 +15,7 @@ void SetCudaSkipKernelsForBenchmark(uint32_t) {}
 void SetCudaOneTokenKernelForTesting(int) {}
 void SetCudaMlpBlockMaxWarpsForTesting(int) {}
 int64_t CudaDecodeStepsForTesting() { return 0; }
+int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {

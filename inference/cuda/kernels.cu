@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -956,6 +957,213 @@ int g_step_prefetch_tiles = 0;  // SetStepPrefetchTiles
 int SeparateKernelVariant() { return g_one_token_kernel >= 7 ? 0 : g_one_token_kernel; }
 
 
+// Batched products (more tokens than one warp's register tile holds) as a shared-memory tiled
+// kernel. A block computes BR = R x WRW rows for BT = T x WTW tokens; warp (wr, wt) owns R rows x
+// T tokens of it. The K dimension advances one 128-column group per pipeline stage: cp.async
+// brings the block's weight band (BR rows, raw) and activation band (BT lane rows) of the group
+// into shared memory STAGES - 1 groups ahead of use, and every warp reads its operands from
+// there at the offsets LinearKernel reads them from global memory: lane t takes its four terms
+// of every row and token in increasing k, so each output is still the canonical dot product.
+// Each weight read from shared memory serves T tokens, each activation R rows, so a
+// multiprocessor's FMA units are not starved by load bandwidth the way LinearKernel's 4 x 8
+// register tile (operands from L1/L2) is. At the end the warp's R x T accumulators are combined
+// by a reduce-scatter butterfly (each xor level adds the same pairs as the canonical tree, each
+// lane keeping half of the remaining outputs), so every lane stores R x T / 32 finished outputs.
+// The activations must already be normalised (no norm_weight): the caller runs LaunchRmsNorm.
+template <WeightType WT, int R, int T, int WRW, int WTW>
+struct TiledShape {
+  static constexpr int kWarpsN = WRW * WTW;
+  static constexpr int kThreadsN = kWarpsN * 32;
+  static constexpr int kRows = R * WRW;   // BR
+  static constexpr int kToks = T * WTW;   // BT
+  static constexpr int kWeightGroupBytes = kGroupCols * kWeightBytes<WT>;  // one row's group
+  static constexpr int kActGroupBytes = kGroupCols * 4;
+  static constexpr int kStageBytes = kRows * kWeightGroupBytes + kToks * kActGroupBytes;
+  static constexpr int kStages = 5;
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static constexpr int kWeightChunks = kRows * kWeightGroupBytes / 16;  // 16-byte cp.async per stage
+  static constexpr int kActChunks = kToks * kActGroupBytes / 16;
+  static_assert(kWeightChunks % kThreadsN == 0 && kActChunks % kThreadsN == 0, "whole chunks per thread");
+  static_assert(R * T == 32 || R * T == 64 || R * T == 128, "the reduce-scatter leaves R x T / 32 outputs per lane");
+  // The SiLU epilogue needs a gate/up row pair in one lane: two or more outputs per lane.
+  static constexpr bool kCanSilu = R * T >= 64;
+};
+
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// One level of the reduce-scatter: lanes L and L ^ off add the same pair of partial sums the
+// canonical tree adds at that level (IEEE addition commutes), and keep one half each: the upper
+// half where L has bit `off`. Level 16 picks the top index bit by lane bit 4, level 8 the next by
+// lane bit 3, and so on, so after the levels 16..1 lane L holds the outputs L x N / 32 + j of the
+// N it started with.
+template <int N>
+__device__ __forceinline__ void ReduceScatterLevel(float* v, int off, bool upper) {
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) {
+    const float send = upper ? v[i] : v[i + N / 2];
+    const float keep = upper ? v[i + N / 2] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+  }
+}
+
+// Small tiles (R x T = 32) leave registers for three blocks per multiprocessor.
+template <WeightType WT, int R, int T, int WRW, int WTW>
+__global__ void __launch_bounds__(WRW * WTW * 32, (R * T == 32 ? 3 : 1)) TiledLinearKernel(LinearArgs a) {
+  using S = TiledShape<WT, R, T, WRW, WTW>;
+  using W4 = Weights4<WT>;
+  using Raw = typename W4::Raw;
+  constexpr int N = R * T;
+  constexpr int kPer = N / 32;
+  constexpr int kWeightPer = S::kWeightChunks / S::kThreadsN;
+  constexpr int kActPer = S::kActChunks / S::kThreadsN;
+  constexpr int kWeightRowChunks = S::kWeightGroupBytes / 16;
+  extern __shared__ __align__(16) unsigned char tiled_smem[];
+  LetNextStart();
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wr = warp % WRW, wt = warp / WRW;
+  const int m0 = blockIdx.x * S::kToks;
+  const int mt = min(S::kToks, a.tokens - m0);
+  const int row0 = blockIdx.y * S::kRows;
+  const int groups = a.w.cols_padded / kGroupCols;
+
+  // Each thread copies the same chunks of every stage: fixed rows and tokens, advancing one group.
+  // Rows past the matrix and tokens past the batch read valid memory (the last row, the first
+  // token) and are never stored.
+  const char* wsrc[kWeightPer];
+  int wdst[kWeightPer];
+#pragma unroll
+  for (int q = 0; q < kWeightPer; ++q) {
+    const int c = tid + q * S::kThreadsN;
+    const int r = c / kWeightRowChunks, ch = c % kWeightRowChunks;
+    const int row = min(row0 + r, a.w.rows - 1);
+    wsrc[q] = static_cast<const char*>(a.w.data) + static_cast<int64_t>(row) * a.w.cols_padded * kWeightBytes<WT> +
+              ch * 16;
+    wdst[q] = r * S::kWeightGroupBytes + ch * 16;
+  }
+  auto issue_weights = [&](int g, int buf) {
+    unsigned char* st = tiled_smem + buf * S::kStageBytes;
+#pragma unroll
+    for (int q = 0; q < kWeightPer; ++q) CpAsync16(st + wdst[q], wsrc[q] + static_cast<int64_t>(g) * S::kWeightGroupBytes);
+  };
+  const int stages = min(S::kStages - 1, groups);  // groups requested ahead of the first use
+  // Weights never depend on the previous kernel: request them before waiting for it.
+  for (int s = 0; s < stages; ++s) issue_weights(s, s);
+  CpAsyncCommit();
+  WaitForPrevious();
+
+  const float* xsrc[kActPer];
+  int xdst[kActPer];
+#pragma unroll
+  for (int q = 0; q < kActPer; ++q) {
+    const int c = tid + q * S::kThreadsN;
+    const int m = c / 32, ch = c % 32;
+    const int mm = m0 + (m < mt ? m : 0);
+    const int src = a.x_rows != nullptr ? a.x_rows[mm] : mm;
+    xsrc[q] = a.x + static_cast<int64_t>(src) * a.x_stride + ch * 4;
+    xdst[q] = S::kRows * S::kWeightGroupBytes + m * S::kActGroupBytes + ch * 16;
+  }
+  auto issue_acts = [&](int g, int buf) {
+    unsigned char* st = tiled_smem + buf * S::kStageBytes;
+#pragma unroll
+    for (int q = 0; q < kActPer; ++q) CpAsync16(st + xdst[q], xsrc[q] + static_cast<int64_t>(g) * kGroupCols);
+  };
+  for (int s = 0; s < S::kStages - 1; ++s) {
+    if (s < stages) issue_acts(s, s);
+    CpAsyncCommit();  // empty groups keep the count uniform: group s + 1 holds stage s's activations
+  }
+
+  float acc[N];  // acc[t * R + r]: row r, token t of this warp's tile (SiLU pairs stay in one lane)
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] = 0.0f;
+
+  for (int g = 0; g < groups; ++g) {
+    CpAsyncWait<S::kStages - 2>();  // this group's weights and activations have landed (this thread's)
+    __syncthreads();                // ... and everyone's; and group g - 1's buffer is free again
+    const int next = g + S::kStages - 1;
+    if (next < groups) {
+      issue_weights(next, next % S::kStages);
+      issue_acts(next, next % S::kStages);
+    }
+    CpAsyncCommit();
+    const unsigned char* st = tiled_smem + (g % S::kStages) * S::kStageBytes;
+    const Raw* ws = reinterpret_cast<const Raw*>(st + wr * R * S::kWeightGroupBytes) + lane;
+    const float4* xs = reinterpret_cast<const float4*>(st + S::kRows * S::kWeightGroupBytes) + wt * T * 32 + lane;
+    float wf[R][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r) W4::ToF32(ws[r * (S::kWeightGroupBytes / static_cast<int>(sizeof(Raw)))], wf[r]);
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      const float4 xv = xs[t * 32];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float& c = acc[t * R + r];
+        c = fmaf(wf[r][0], xv.x, c);
+        c = fmaf(wf[r][1], xv.y, c);
+        c = fmaf(wf[r][2], xv.z, c);
+        c = fmaf(wf[r][3], xv.w, c);
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  ReduceScatterLevel<N>(acc, 16, (lane & 16) != 0);
+  ReduceScatterLevel<N / 2>(acc, 8, (lane & 8) != 0);
+  ReduceScatterLevel<N / 4>(acc, 4, (lane & 4) != 0);
+  ReduceScatterLevel<N / 8>(acc, 2, (lane & 2) != 0);
+  ReduceScatterLevel<N / 16>(acc, 1, (lane & 1) != 0);
+  const int base = lane * kPer;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = base + j;
+    const int t = i / R, r = i % R;
+    const int m = wt * T + t;
+    const int row = row0 + wr * R + r;
+    if (m >= mt) continue;
+    float* out = a.out + static_cast<int64_t>(m0 + m) * a.out_stride;
+    if (a.epilogue == LinearEpilogue::kSiluMul) {
+      // kPer is even and i starts even: rows (2n, 2n + 1) are j and j + 1 of this lane (the
+      // launcher never runs SiLU with one output per lane).
+      if (kPer >= 2 && j % 2 == 0 && j + 1 < kPer && row + 1 < a.w.rows) {
+        const int n = row / 2;
+        out[a.out_lane_rows ? PermutedIndex(n) : n] = canonical_silu(acc[j]) * acc[j + 1];
+      }
+      continue;
+    }
+    if (row >= a.w.rows) continue;
+    const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(row)) : row;
+    if (a.epilogue == LinearEpilogue::kAddBias) {
+      out[o] = acc[j] + a.bias[row];
+    } else if (a.epilogue == LinearEpilogue::kAddResidual) {
+      out[o] = out[o] + acc[j];
+    } else {
+      out[o] = acc[j];
+    }
+  }
+}
+
+std::atomic<int64_t> g_tiled_launches{0};  // host-side count of TiledLinearKernel launches (tests)
+
+template <WeightType WT, int R, int T, int WRW, int WTW>
+cudaError_t LaunchTiledLinear(const LinearArgs& a, cudaStream_t stream) {
+  using S = TiledShape<WT, R, T, WRW, WTW>;
+  if (a.epilogue == LinearEpilogue::kSiluMul && !S::kCanSilu) return cudaErrorInvalidValue;
+  if (a.norm_weight != nullptr || a.epilogue == LinearEpilogue::kRopeStore) return cudaErrorInvalidValue;
+  static const cudaError_t prepared = cudaFuncSetAttribute(
+      TiledLinearKernel<WT, R, T, WRW, WTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
+  if (prepared != cudaSuccess) return prepared;
+  const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows);
+  if (grid.y > 65535) return cudaErrorInvalidConfiguration;
+  g_tiled_launches.fetch_add(1, std::memory_order_relaxed);
+  return LaunchChained(TiledLinearKernel<WT, R, T, WRW, WTW>, grid, dim3(S::kThreadsN), S::kSmemBytes, stream, a);
+}
+
 template <WeightType WT>
 cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   // Tile shapes only change which thread computes an output, never its order of operations.
@@ -997,12 +1205,32 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     if (!silu && TmaGemvSmem<WT, 1>(a) <= kTmaGemvMaxSmem) return LaunchTmaGemv<WT, 1>(a, stream);
     return silu ? LaunchGemv<WT, 2>(a, stream) : LaunchGemv<WT, 1>(a, stream);
   }
+  // Shared-memory tiles (TiledLinearKernel), largest first (fewest operand bytes per FMA), the
+  // first whose grid has at least one block per multiprocessor; variant 3 forces the tile
+  // anyway (the smallest that fits the epilogue), 4 forbids it. They need normalised activations.
+  const int64_t sms = MultiprocessorCount();
+  if (a.norm_weight == nullptr && a.epilogue != LinearEpilogue::kRopeStore &&
+      (g_large_batch_tile == -1 || g_large_batch_tile == 3 || g_large_batch_tile == 5 || g_large_batch_tile == 6)) {
+    const bool force = g_large_batch_tile == 3;
+    const bool silu = a.epilogue == LinearEpilogue::kSiluMul;
+    if (g_large_batch_tile == 5) return LaunchTiledLinear<WT, 8, 16, 4, 2>(a, stream);
+    if (g_large_batch_tile == 6)
+      return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 2>(a, stream);
+    auto blocks = [&](int br, int bt) {
+      return static_cast<int64_t>((a.w.rows + br - 1) / br) * ((a.tokens + bt - 1) / bt);
+    };
+    if (a.tokens > 16 && blocks(32, 32) >= sms) return LaunchTiledLinear<WT, 8, 16, 4, 2>(a, stream);
+    if (blocks(32, 16) >= sms) return LaunchTiledLinear<WT, 8, 8, 4, 2>(a, stream);
+    if (!silu && a.tokens > 8 && blocks(16, 16) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 2>(a, stream);
+    if (!silu && blocks(16, 8) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 1>(a, stream);
+    if (force) return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 1>(a, stream);
+  }
   if (g_large_batch_tile == 1) return LaunchLinearTile<WT, 4, 8>(a, stream);
   if (g_large_batch_tile == 2) return LaunchLinearTile<WT, 4, 16>(a, stream);
   if (g_large_batch_tile == 0) return LaunchLinearTile<WT, 8, 8>(a, stream);
   // Largest register tile that still gives every multiprocessor 16 warps: the canonical order
   // forbids splitting K beyond the 32 lanes, so parallelism comes from outputs alone.
-  const int64_t want = int64_t{16} * MultiprocessorCount();
+  const int64_t want = 16 * sms;
   auto warps = [&](int rows, int toks) {
     return ((a.w.rows + rows - 1) / rows) * static_cast<int64_t>((a.tokens + toks - 1) / toks);
   };
@@ -1015,17 +1243,18 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
 // One warp per token: canonical sum of squares over the lane row, then (x * r) * w.
 __global__ void __launch_bounds__(kThreads)
     RmsNormKernel(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight, float eps,
-                  float* y) {
+                  float* y, const int32_t* x_rows) {
   LetNextStart();
   WaitForPrevious();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m = blockIdx.x * kWarps + warp;
   if (m >= tokens) return;
   const int groups = (cols + kGroupCols - 1) / kGroupCols;
-  const float4* xr = reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * stride) + lane;
+  const float* xm = x + static_cast<int64_t>(x_rows != nullptr ? x_rows[m] : m) * stride;
+  const float4* xr = reinterpret_cast<const float4*>(xm) + lane;
   float4* yr = reinterpret_cast<float4*>(y + static_cast<int64_t>(m) * stride) + lane;
   const float4* wr = reinterpret_cast<const float4*>(weight) + lane;
-  const float ss = LaneRowSumSquares(reinterpret_cast<const float4*>(x + static_cast<int64_t>(m) * stride), groups, lane);
+  const float ss = LaneRowSumSquares(reinterpret_cast<const float4*>(xm), groups, lane);
   const float r = canonical_rms_scale(WarpTree(ss), cols, eps);
   for (int g = 0; g < groups; ++g) yr[g * 32] = NormScale(xr[g * 32], r, wr[g * 32]);
 }
@@ -1714,6 +1943,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 }  // namespace
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
+int64_t TiledLinearLaunches() { return g_tiled_launches.load(std::memory_order_relaxed); }
 void SetOneTokenKernel(int variant) { g_one_token_kernel = variant; }
 void SetStepPrefetchTiles(int tiles) { g_step_prefetch_tiles = tiles; }
 void SetMlpBlockMaxWarps(int warps) { g_mlp_block_max_warps = warps; }
@@ -1862,10 +2092,10 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
 }
 
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
-                          float eps, float* y, cudaStream_t stream) {
+                          float eps, float* y, cudaStream_t stream, const int32_t* x_rows) {
   if (tokens <= 0) return cudaSuccess;
   return LaunchChained(RmsNormKernel, dim3((tokens + kWarps - 1) / kWarps), dim3(kThreads), 0, stream, x, stride, tokens,
-                       cols, weight, eps, y);
+                       cols, weight, eps, y, x_rows);
 }
 
 int64_t ArgmaxScratchBytes(int32_t rows) {

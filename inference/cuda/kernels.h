@@ -121,9 +121,15 @@ void SetMlpBlockMaxWarps(int warps);
 cudaError_t LaunchMlpBlock(const MlpBlockArgs& args, cudaStream_t stream);
 
 // Benchmarking only: force the tile of batches over one token (0: 8 rows x 8 tokens per warp,
-// 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by size). Results are identical in every bit
-// for all of them; only speed differs.
+// 1: 4 x 8, 2: 4 x 16, all LinearKernel; TiledLinearKernel wherever the activations come
+// normalised with 3: its smallest block tile (16 rows x 8 tokens; SiLU 32 x 16), 5: its largest
+// (32 x 32), 6: 16 x 16 (SiLU 32 x 16); 4: never TiledLinearKernel, LinearKernel tiles by size;
+// -1, the default: the largest TiledLinearKernel tile whose grid fills the multiprocessors,
+// else LinearKernel by size). Results are identical in every bit for all of them; only speed
+// differs.
 void SetLargeBatchTile(int variant);
+// Tests: how many TiledLinearKernel launches this process has issued (graph captures count once).
+int64_t TiledLinearLaunches();
 // Benchmarking only: the kernel of one-token products (0, the default: shared-memory bulk copies
 // where they fit; 1: the plain tile LinearKernel; 2: the register-ring GemvKernel; 3: the
 // persistent streaming kernel for every product; 4: streaming for matrices of 8,192 rows or more;
@@ -136,8 +142,9 @@ void SetOneTokenKernel(int variant);
 void SetStepPrefetchTiles(int tiles);
 
 // y = RMSNorm(x) * weight over lane rows of `cols` (padding stays zero), one warp per token.
+// x_rows (may be null: identity): row m of y normalises x row x_rows[m].
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
-                          float eps, float* y, cudaStream_t stream);
+                          float eps, float* y, cudaStream_t stream, const int32_t* x_rows = nullptr);
 
 // out row m (a lane row) = embed row tokens[m], converted exactly to fp32.
 cudaError_t LaunchEmbed(const DeviceMatrix& embed, const int32_t* tokens, int32_t num_tokens, float* out,

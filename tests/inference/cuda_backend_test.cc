@@ -340,9 +340,10 @@ TEST(CudaInvariance, TileShapesGiveIdenticalLogits) {
   ASSERT_TRUE(model);
   const int32_t vocab = model->config().vocab_size;
   std::vector<float> reference;
-  for (int tile : {-1, 0, 1, 2}) {
+  for (int tile : {-1, 0, 1, 2, 3, 4, 5, 6}) {
     SCOPED_TRACE("tile=" + std::to_string(tile));
     SetCudaLargeBatchTileForTesting(tile);
+    const int64_t tiled_before = CudaTiledLinearLaunchesForTesting();
     auto gpu = Cuda(model);
     Driver d(gpu.get(), 256);
     std::vector<Seq> seqs(11);
@@ -360,6 +361,14 @@ TEST(CudaInvariance, TileShapesGiveIdenticalLogits) {
       }
       std::vector<float> l = d.Step(parts);
       all.insert(all.end(), l.begin(), l.end());
+    }
+    const int64_t tiled = CudaTiledLinearLaunchesForTesting() - tiled_before;
+    // Variants 3, 5 and 6 must really have run the shared-memory tile (a silent fallback would
+    // compare LinearKernel with itself); 0, 1, 2 and 4 must not have.
+    if (tile == 3 || tile == 5 || tile == 6) {
+      EXPECT_GT(tiled, 0);
+    } else if (tile != -1) {
+      EXPECT_EQ(tiled, 0);
     }
     if (tile == -1) {
       reference = all;
