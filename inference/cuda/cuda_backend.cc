@@ -228,7 +228,20 @@ class CudaBackendImpl final : public CudaBackend {
     scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     ROTE_RETURN_IF_ERROR(AllocateZeroed(&mlp_barrier_, 2 * sizeof(uint32_t)));
     ROTE_RETURN_IF_ERROR(AllocateZeroed(&step_barrier_, sizeof(unsigned long long)));
+    ROTE_RETURN_IF_ERROR(split_scratch_.Allocate(static_cast<size_t>(kSplitScratchFloats) * sizeof(float)));
+    ROTE_RETURN_IF_ERROR(AllocateZeroed(&split_tickets_, static_cast<size_t>(kSplitTickets) * sizeof(uint32_t)));
     return OkStatus();
+  }
+
+  // Scratch of the batched products whose K is split over blocks (kernels.h, LinearArgs::split_*):
+  // 256 output tiles of 32 x 32 x 32 class sums (32 MB). Products needing more are not split.
+  static constexpr int64_t kSplitTickets = 256;
+  static constexpr int64_t kSplitScratchFloats = kSplitTickets * 32 * 32 * 32;
+  void WithSplitScratch(LinearArgs* a) const {
+    a->split_scratch = split_scratch_.as<float>();
+    a->split_scratch_floats = kSplitScratchFloats;
+    a->split_tickets = split_tickets_.as<uint32_t>();
+    a->split_tickets_count = static_cast<int32_t>(kSplitTickets);
   }
 
   std::string device() const override { return device_name_; }
@@ -627,6 +640,7 @@ class CudaBackendImpl final : public CudaBackend {
     r.args.gate_up = a;
 
     r.args.down = residual_product(dl.wdown, act_.as<float>(), ActStride());
+    for (LinearArgs* p : {&r.args.qkv, &r.args.out, &r.args.gate_up, &r.args.down}) WithSplitScratch(p);
     return r;
   }
 
@@ -647,6 +661,7 @@ class CudaBackendImpl final : public CudaBackend {
     } else {
       a.x = h_.as<float>();
     }
+    WithSplitScratch(&a);
     a.epilogue = LinearEpilogue::kStore;
     a.out = logits_.as<float>();
     a.out_stride = config_.vocab_size;
@@ -793,6 +808,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   // x_, h_, att_, act_ hold lane rows (kernels.h); qkv_, q_ and logits_ plain rows.
   DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, argmax_scratch_, meta_;
+  DeviceBuffer split_scratch_, split_tickets_;  // LinearArgs::split_*: see WithSplitScratch
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter
   DeviceBuffer step_layers_;   // DecodeStepKernel's per-layer arguments (PrepareDecodeStep)

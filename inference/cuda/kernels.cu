@@ -958,35 +958,49 @@ int SeparateKernelVariant() { return g_one_token_kernel >= 7 ? 0 : g_one_token_k
 
 
 // Batched products (more tokens than one warp's register tile holds) as a shared-memory tiled
-// kernel. A block computes BR = R x WRW rows for BT = T x WTW tokens; warp (wr, wt) owns R rows x
-// T tokens of it. The K dimension advances one 128-column group per pipeline stage: cp.async
-// brings the block's weight band (BR rows, raw) and activation band (BT lane rows) of the group
-// into shared memory STAGES - 1 groups ahead of use, and every warp reads its operands from
-// there at the offsets LinearKernel reads them from global memory: lane t takes its four terms
-// of every row and token in increasing k, so each output is still the canonical dot product.
-// Each weight read from shared memory serves T tokens, each activation R rows, so a
+// kernel. A block computes BR = R x WRW rows for BT = T x KS x WTW tokens over the canonical
+// lanes (classes) [32 s / KS, 32 (s + 1) / KS) of K, s = blockIdx.z. Warp (wr, wt) owns R rows x
+// T x KS tokens; its lane L takes class 32 s / KS + L % CPB (CPB = 32 / KS classes per block) for
+// the T tokens of sub-tile L / CPB. The K dimension advances one 128-column group per pipeline
+// stage: cp.async brings the block's slice of the group (its classes' terms of BR weight rows,
+// raw, and of BT activation lane rows) into shared memory STAGES - 1 groups ahead of use, and a
+// lane reads its four terms of each row and token there in increasing k, so every class sum is
+// the canonical one. Each weight read serves T tokens, each activation R rows, so a
 // multiprocessor's FMA units are not starved by load bandwidth the way LinearKernel's 4 x 8
-// register tile (operands from L1/L2) is. At the end the warp's R x T accumulators are combined
-// by a reduce-scatter butterfly (each xor level adds the same pairs as the canonical tree, each
-// lane keeping half of the remaining outputs), so every lane stores R x T / 32 finished outputs.
+// register tile (operands from L1/L2) is.
+//
+// Then the canonical tree. Its first log2(KS) levels pair classes that lie in different blocks
+// (c and c + 16 are in blocks s and s + KS / 2), so with KS > 1 each block writes its class sums
+// to a scratch buffer, and the last block of the tile to finish (a ticket counter it resets)
+// combines the KS sums of each class in the tree's order (the tree over KS values: off KS/2..1),
+// which does not depend on who finishes last. The remaining levels are a reduce-scatter
+// butterfly inside the warp: at level off (CPB/2..1) lanes L and L ^ off add exactly the pairs
+// the tree adds and each keeps half of the outputs (the upper half where L has bit off), so
+// lane L ends with outputs (L % CPB) x RT/CPB + j of its sub-tile, and stores them.
 // The activations must already be normalised (no norm_weight): the caller runs LaunchRmsNorm.
-template <WeightType WT, int R, int T, int WRW, int WTW>
+template <WeightType WT, int R, int T, int WRW, int WTW, int KS>
 struct TiledShape {
   static constexpr int kWarpsN = WRW * WTW;
   static constexpr int kThreadsN = kWarpsN * 32;
-  static constexpr int kRows = R * WRW;   // BR
-  static constexpr int kToks = T * WTW;   // BT
-  static constexpr int kWeightGroupBytes = kGroupCols * kWeightBytes<WT>;  // one row's group
-  static constexpr int kActGroupBytes = kGroupCols * 4;
-  static constexpr int kStageBytes = kRows * kWeightGroupBytes + kToks * kActGroupBytes;
+  static constexpr int kCpb = 32 / KS;                // classes per block
+  static constexpr int kRows = R * WRW;               // BR
+  static constexpr int kWarpToks = T * KS;            // tokens per warp: KS sub-tiles of T
+  static constexpr int kToks = kWarpToks * WTW;       // BT
+  static constexpr int kWeightSliceBytes = kCpb * 4 * kWeightBytes<WT>;  // one row's classes of a group
+  static constexpr int kActSliceBytes = kCpb * 16;
+  static constexpr int kStageBytes = kRows * kWeightSliceBytes + kToks * kActSliceBytes;
   static constexpr int kStages = 5;
   static constexpr int kSmemBytes = kStages * kStageBytes;
-  static constexpr int kWeightChunks = kRows * kWeightGroupBytes / 16;  // 16-byte cp.async per stage
-  static constexpr int kActChunks = kToks * kActGroupBytes / 16;
-  static_assert(kWeightChunks % kThreadsN == 0 && kActChunks % kThreadsN == 0, "whole chunks per thread");
-  static_assert(R * T == 32 || R * T == 64 || R * T == 128, "the reduce-scatter leaves R x T / 32 outputs per lane");
+  static constexpr int kWeightChunks = kRows * kWeightSliceBytes / 16;  // 16-byte cp.async per stage
+  static constexpr int kActChunks = kToks * kActSliceBytes / 16;
+  static constexpr int kN = R * T;     // accumulators per lane
+  static constexpr int kPer = kN / kCpb;  // outputs a lane stores
+  static_assert(KS == 1 || KS == 2 || KS == 4 || KS == 8, "whole 16-byte class slices");
+  static_assert(kWeightSliceBytes % 16 == 0, "16-byte cp.async chunks");
+  static_assert(kN >= kCpb && (kN & (kN - 1)) == 0, "the reduce-scatter halves R x T down to RT / CPB");
   // The SiLU epilogue needs a gate/up row pair in one lane: two or more outputs per lane.
-  static constexpr bool kCanSilu = R * T >= 64;
+  static constexpr bool kCanSilu = kPer >= 2;
+  static constexpr int64_t kScratchFloatsPerTile = int64_t{kRows} * kToks * 32;
 };
 
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src) {
@@ -998,36 +1012,45 @@ __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// One level of the reduce-scatter: lanes L and L ^ off add the same pair of partial sums the
-// canonical tree adds at that level (IEEE addition commutes), and keep one half each: the upper
-// half where L has bit `off`. Level 16 picks the top index bit by lane bit 4, level 8 the next by
-// lane bit 3, and so on, so after the levels 16..1 lane L holds the outputs L x N / 32 + j of the
-// N it started with.
-template <int N>
-__device__ __forceinline__ void ReduceScatterLevel(float* v, int off, bool upper) {
+// Levels OFF, OFF/2, .., 1 of the reduce-scatter: lanes L and L ^ off add the same pair of partial
+// sums the canonical tree adds at that level (IEEE addition commutes) and keep one half each, the
+// upper half where L has bit `off`. Level OFF picks the top index bit by lane bit OFF, the next
+// level the next bit, so afterwards lane L holds the outputs (L % (2 OFF)) x N / (2 OFF) + j.
+template <int N, int OFF>
+__device__ __forceinline__ void ReduceScatter(float* v, int lane) {
+  if constexpr (OFF >= 1) {
+    const bool upper = (lane & OFF) != 0;
 #pragma unroll
-  for (int i = 0; i < N / 2; ++i) {
-    const float send = upper ? v[i] : v[i + N / 2];
-    const float keep = upper ? v[i + N / 2] : v[i];
-    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+    for (int i = 0; i < N / 2; ++i) {
+      const float send = upper ? v[i] : v[i + N / 2];
+      const float keep = upper ? v[i + N / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+    }
+    ReduceScatter<N / 2, OFF / 2>(v, lane);
   }
 }
 
-// Small tiles (R x T = 32) leave registers for three blocks per multiprocessor.
-template <WeightType WT, int R, int T, int WRW, int WTW>
-__global__ void __launch_bounds__(WRW * WTW * 32, (R * T == 32 ? 3 : 1)) TiledLinearKernel(LinearArgs a) {
-  using S = TiledShape<WT, R, T, WRW, WTW>;
+// Small tiles (R x T <= 32) leave registers for more than one block per multiprocessor.
+template <WeightType WT, int R, int T, int WRW, int WTW, int KS>
+__global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4 ? 3 : 2) : 1))
+    TiledLinearKernel(LinearArgs a) {
+  using S = TiledShape<WT, R, T, WRW, WTW, KS>;
   using W4 = Weights4<WT>;
   using Raw = typename W4::Raw;
-  constexpr int N = R * T;
-  constexpr int kPer = N / 32;
-  constexpr int kWeightPer = S::kWeightChunks / S::kThreadsN;
-  constexpr int kActPer = S::kActChunks / S::kThreadsN;
-  constexpr int kWeightRowChunks = S::kWeightGroupBytes / 16;
+  constexpr int N = S::kN;
+  constexpr int kPer = S::kPer;
+  constexpr int kCpb = S::kCpb;
+  constexpr int kWeightPer = (S::kWeightChunks + S::kThreadsN - 1) / S::kThreadsN;
+  constexpr int kActPer = (S::kActChunks + S::kThreadsN - 1) / S::kThreadsN;
+  constexpr int kWeightRowChunks = S::kWeightSliceBytes / 16;
+  constexpr int kActRowChunks = S::kActSliceBytes / 16;
   extern __shared__ __align__(16) unsigned char tiled_smem[];
+  __shared__ int tiled_last;
   LetNextStart();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wr = warp % WRW, wt = warp / WRW;
+  const int cls = lane % kCpb, sub = lane / kCpb;
+  const int split = blockIdx.z;
   const int m0 = blockIdx.x * S::kToks;
   const int mt = min(S::kToks, a.tokens - m0);
   const int row0 = blockIdx.y * S::kRows;
@@ -1040,21 +1063,23 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T == 32 ? 3 : 1)) TiledLi
   int wdst[kWeightPer];
 #pragma unroll
   for (int q = 0; q < kWeightPer; ++q) {
-    const int c = tid + q * S::kThreadsN;
+    const int c = min(tid + q * S::kThreadsN, S::kWeightChunks - 1);
     const int r = c / kWeightRowChunks, ch = c % kWeightRowChunks;
     const int row = min(row0 + r, a.w.rows - 1);
     wsrc[q] = static_cast<const char*>(a.w.data) + static_cast<int64_t>(row) * a.w.cols_padded * kWeightBytes<WT> +
-              ch * 16;
-    wdst[q] = r * S::kWeightGroupBytes + ch * 16;
+              split * S::kWeightSliceBytes + ch * 16;
+    wdst[q] = r * S::kWeightSliceBytes + ch * 16;
   }
   auto issue_weights = [&](int g, int buf) {
     unsigned char* st = tiled_smem + buf * S::kStageBytes;
 #pragma unroll
-    for (int q = 0; q < kWeightPer; ++q) CpAsync16(st + wdst[q], wsrc[q] + static_cast<int64_t>(g) * S::kWeightGroupBytes);
+    for (int q = 0; q < kWeightPer; ++q)
+      if (S::kWeightChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kWeightChunks)
+        CpAsync16(st + wdst[q], wsrc[q] + static_cast<int64_t>(g) * kGroupCols * kWeightBytes<WT>);
   };
   const int stages = min(S::kStages - 1, groups);  // groups requested ahead of the first use
   // Weights never depend on the previous kernel: request them before waiting for it.
-  for (int s = 0; s < stages; ++s) issue_weights(s, s);
+  for (int st = 0; st < stages; ++st) issue_weights(st, st);
   CpAsyncCommit();
   WaitForPrevious();
 
@@ -1062,24 +1087,26 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T == 32 ? 3 : 1)) TiledLi
   int xdst[kActPer];
 #pragma unroll
   for (int q = 0; q < kActPer; ++q) {
-    const int c = tid + q * S::kThreadsN;
-    const int m = c / 32, ch = c % 32;
+    const int c = min(tid + q * S::kThreadsN, S::kActChunks - 1);
+    const int m = c / kActRowChunks, ch = c % kActRowChunks;
     const int mm = m0 + (m < mt ? m : 0);
     const int src = a.x_rows != nullptr ? a.x_rows[mm] : mm;
-    xsrc[q] = a.x + static_cast<int64_t>(src) * a.x_stride + ch * 4;
-    xdst[q] = S::kRows * S::kWeightGroupBytes + m * S::kActGroupBytes + ch * 16;
+    xsrc[q] = a.x + static_cast<int64_t>(src) * a.x_stride + split * (S::kActSliceBytes / 4) + ch * 4;
+    xdst[q] = S::kRows * S::kWeightSliceBytes + m * S::kActSliceBytes + ch * 16;
   }
   auto issue_acts = [&](int g, int buf) {
     unsigned char* st = tiled_smem + buf * S::kStageBytes;
 #pragma unroll
-    for (int q = 0; q < kActPer; ++q) CpAsync16(st + xdst[q], xsrc[q] + static_cast<int64_t>(g) * kGroupCols);
+    for (int q = 0; q < kActPer; ++q)
+      if (S::kActChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kActChunks)
+        CpAsync16(st + xdst[q], xsrc[q] + static_cast<int64_t>(g) * kGroupCols);
   };
-  for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < stages) issue_acts(s, s);
-    CpAsyncCommit();  // empty groups keep the count uniform: group s + 1 holds stage s's activations
+  for (int st = 0; st < S::kStages - 1; ++st) {
+    if (st < stages) issue_acts(st, st);
+    CpAsyncCommit();  // empty groups keep the count uniform: group st + 1 holds stage st's activations
   }
 
-  float acc[N];  // acc[t * R + r]: row r, token t of this warp's tile (SiLU pairs stay in one lane)
+  float acc[N];  // acc[t * R + r]: row r, token t of this lane's sub-tile (SiLU pairs stay in one lane)
 #pragma unroll
   for (int i = 0; i < N; ++i) acc[i] = 0.0f;
 
@@ -1093,14 +1120,15 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T == 32 ? 3 : 1)) TiledLi
     }
     CpAsyncCommit();
     const unsigned char* st = tiled_smem + (g % S::kStages) * S::kStageBytes;
-    const Raw* ws = reinterpret_cast<const Raw*>(st + wr * R * S::kWeightGroupBytes) + lane;
-    const float4* xs = reinterpret_cast<const float4*>(st + S::kRows * S::kWeightGroupBytes) + wt * T * 32 + lane;
+    const Raw* ws = reinterpret_cast<const Raw*>(st + wr * R * S::kWeightSliceBytes) + cls;
+    const float4* xs = reinterpret_cast<const float4*>(st + S::kRows * S::kWeightSliceBytes) +
+                       (wt * S::kWarpToks + sub * T) * kCpb + cls;
     float wf[R][4];
 #pragma unroll
-    for (int r = 0; r < R; ++r) W4::ToF32(ws[r * (S::kWeightGroupBytes / static_cast<int>(sizeof(Raw)))], wf[r]);
+    for (int r = 0; r < R; ++r) W4::ToF32(ws[r * (S::kWeightSliceBytes / static_cast<int>(sizeof(Raw)))], wf[r]);
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      const float4 xv = xs[t * 32];
+      const float4 xv = xs[t * kCpb];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         float& c = acc[t * R + r];
@@ -1113,17 +1141,46 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T == 32 ? 3 : 1)) TiledLi
   }
   CpAsyncWait<0>();
 
-  ReduceScatterLevel<N>(acc, 16, (lane & 16) != 0);
-  ReduceScatterLevel<N / 2>(acc, 8, (lane & 8) != 0);
-  ReduceScatterLevel<N / 4>(acc, 4, (lane & 4) != 0);
-  ReduceScatterLevel<N / 8>(acc, 2, (lane & 2) != 0);
-  ReduceScatterLevel<N / 16>(acc, 1, (lane & 1) != 0);
-  const int base = lane * kPer;
+  if constexpr (KS > 1) {
+    // Publish this block's class sums; the tile's last block combines them.
+    const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    float* tile_scratch = a.split_scratch + tile * S::kScratchFloatsPerTile;
+    const int64_t lane_base = static_cast<int64_t>(warp) * N * 32 + lane;
+    const int64_t split_floats = static_cast<int64_t>(S::kWarpsN) * N * 32;
+#pragma unroll
+    for (int i = 0; i < N; ++i) __stcg(tile_scratch + split * split_floats + lane_base + i * 32, acc[i]);
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned ticket = atomicAdd(a.split_tickets + tile, 1u);
+      tiled_last = ticket == KS - 1;
+      if (ticket == KS - 1) a.split_tickets[tile] = 0;  // ready for the next launch (graph replays)
+    }
+    __syncthreads();
+    if (!tiled_last) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      float v[KS];
+#pragma unroll
+      for (int k = 0; k < KS; ++k)
+        v[k] = k == split ? acc[i] : __ldcg(tile_scratch + k * split_floats + lane_base + i * 32);
+      // Block k holds class k x CPB + cls: the tree's first levels pair blocks k and k + off.
+#pragma unroll
+      for (int off = KS / 2; off >= 1; off >>= 1)
+#pragma unroll
+        for (int k = 0; k < off; ++k) v[k] = v[k] + v[k + off];
+      acc[i] = v[0];
+    }
+  }
+  ReduceScatter<N, kCpb / 2>(acc, lane);
+
+  const int base = cls * kPer;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int i = base + j;
     const int t = i / R, r = i % R;
-    const int m = wt * T + t;
+    const int m = wt * S::kWarpToks + sub * T + t;
     const int row = row0 + wr * R + r;
     if (m >= mt) continue;
     float* out = a.out + static_cast<int64_t>(m0 + m) * a.out_stride;
@@ -1150,18 +1207,35 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T == 32 ? 3 : 1)) TiledLi
 
 std::atomic<int64_t> g_tiled_launches{0};  // host-side count of TiledLinearKernel launches (tests)
 
-template <WeightType WT, int R, int T, int WRW, int WTW>
+template <WeightType WT, int R, int T, int WRW, int WTW, int KS>
+int64_t TiledBlocks(const LinearArgs& a) {
+  using S = TiledShape<WT, R, T, WRW, WTW, KS>;
+  return static_cast<int64_t>((a.w.rows + S::kRows - 1) / S::kRows) * ((a.tokens + S::kToks - 1) / S::kToks) * KS;
+}
+
+// Whether the split tile's scratch and tickets (LinearArgs::split_*) cover this product.
+template <WeightType WT, int R, int T, int WRW, int WTW, int KS>
+bool TiledSplitFits(const LinearArgs& a) {
+  using S = TiledShape<WT, R, T, WRW, WTW, KS>;
+  if (KS == 1) return true;
+  const int64_t tiles = TiledBlocks<WT, R, T, WRW, WTW, KS>(a) / KS;
+  return a.split_scratch != nullptr && a.split_tickets != nullptr && tiles <= a.split_tickets_count &&
+         tiles * S::kScratchFloatsPerTile <= a.split_scratch_floats;
+}
+
+template <WeightType WT, int R, int T, int WRW, int WTW, int KS>
 cudaError_t LaunchTiledLinear(const LinearArgs& a, cudaStream_t stream) {
-  using S = TiledShape<WT, R, T, WRW, WTW>;
+  using S = TiledShape<WT, R, T, WRW, WTW, KS>;
   if (a.epilogue == LinearEpilogue::kSiluMul && !S::kCanSilu) return cudaErrorInvalidValue;
   if (a.norm_weight != nullptr || a.epilogue == LinearEpilogue::kRopeStore) return cudaErrorInvalidValue;
+  if (!TiledSplitFits<WT, R, T, WRW, WTW, KS>(a)) return cudaErrorInvalidValue;
   static const cudaError_t prepared = cudaFuncSetAttribute(
-      TiledLinearKernel<WT, R, T, WRW, WTW>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
+      TiledLinearKernel<WT, R, T, WRW, WTW, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
   if (prepared != cudaSuccess) return prepared;
-  const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows);
+  const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, KS);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
   g_tiled_launches.fetch_add(1, std::memory_order_relaxed);
-  return LaunchChained(TiledLinearKernel<WT, R, T, WRW, WTW>, grid, dim3(S::kThreadsN), S::kSmemBytes, stream, a);
+  return LaunchChained(TiledLinearKernel<WT, R, T, WRW, WTW, KS>, grid, dim3(S::kThreadsN), S::kSmemBytes, stream, a);
 }
 
 template <WeightType WT>
@@ -1205,25 +1279,28 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     if (!silu && TmaGemvSmem<WT, 1>(a) <= kTmaGemvMaxSmem) return LaunchTmaGemv<WT, 1>(a, stream);
     return silu ? LaunchGemv<WT, 2>(a, stream) : LaunchGemv<WT, 1>(a, stream);
   }
-  // Shared-memory tiles (TiledLinearKernel), largest first (fewest operand bytes per FMA), the
-  // first whose grid has at least one block per multiprocessor; variant 3 forces the tile
-  // anyway (the smallest that fits the epilogue), 4 forbids it. They need normalised activations.
+  // Shared-memory tiles (TiledLinearKernel), in order of operand bytes per FMA (L2 traffic), the
+  // first whose grid has at least one block per multiprocessor: 32 x 32, 32 x 16, 16 x 16, 16 x 8.
+  // Variant 3 forces the smallest tile that fits the epilogue, 5 the largest, 6 16 x 16, 7 the
+  // 4-way split of K and 8 the 8-way split; 4 forbids them. They need normalised activations.
+  // The splits are not chosen by default: for the few-row matrices (o, down) they measured
+  // slower than the 16-row tiles at batch 32 and 64 (0.5B, H100: 11,403 / 11,220 vs 13,479 tok/s
+  // at batch 32; docs/performance.md), their stages being too small (4 or 8 classes of a group).
   const int64_t sms = MultiprocessorCount();
-  if (a.norm_weight == nullptr && a.epilogue != LinearEpilogue::kRopeStore &&
-      (g_large_batch_tile == -1 || g_large_batch_tile == 3 || g_large_batch_tile == 5 || g_large_batch_tile == 6)) {
-    const bool force = g_large_batch_tile == 3;
+  const int v = g_large_batch_tile;
+  if (a.norm_weight == nullptr && a.epilogue != LinearEpilogue::kRopeStore && (v == -1 || v == 3 || v >= 5)) {
     const bool silu = a.epilogue == LinearEpilogue::kSiluMul;
-    if (g_large_batch_tile == 5) return LaunchTiledLinear<WT, 8, 16, 4, 2>(a, stream);
-    if (g_large_batch_tile == 6)
-      return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 2>(a, stream);
-    auto blocks = [&](int br, int bt) {
-      return static_cast<int64_t>((a.w.rows + br - 1) / br) * ((a.tokens + bt - 1) / bt);
-    };
-    if (a.tokens > 16 && blocks(32, 32) >= sms) return LaunchTiledLinear<WT, 8, 16, 4, 2>(a, stream);
-    if (blocks(32, 16) >= sms) return LaunchTiledLinear<WT, 8, 8, 4, 2>(a, stream);
-    if (!silu && a.tokens > 8 && blocks(16, 16) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 2>(a, stream);
-    if (!silu && blocks(16, 8) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 1>(a, stream);
-    if (force) return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 1>(a, stream);
+    if (v == 5) return LaunchTiledLinear<WT, 8, 16, 4, 2, 1>(a, stream);
+    if (v == 6)
+      return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 2, 1>(a, stream);
+    // (a product too large for the split scratch falls through to the default choice)
+    if (v == 7 && TiledSplitFits<WT, 8, 4, 4, 2, 4>(a)) return LaunchTiledLinear<WT, 8, 4, 4, 2, 4>(a, stream);
+    if (v == 8 && TiledSplitFits<WT, 4, 4, 8, 1, 8>(a)) return LaunchTiledLinear<WT, 4, 4, 8, 1, 8>(a, stream);
+    if (v == 3) return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 1, 1>(a, stream);
+    if (a.tokens > 16 && TiledBlocks<WT, 8, 16, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 16, 4, 2, 1>(a, stream);
+    if (TiledBlocks<WT, 8, 8, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream);
+    if (!silu && a.tokens > 8 && TiledBlocks<WT, 4, 8, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 2, 1>(a, stream);
+    if (!silu && TiledBlocks<WT, 4, 8, 4, 1, 1>(a) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 1, 1>(a, stream);
   }
   if (g_large_batch_tile == 1) return LaunchLinearTile<WT, 4, 8>(a, stream);
   if (g_large_batch_tile == 2) return LaunchLinearTile<WT, 4, 16>(a, stream);

@@ -99,6 +99,15 @@ struct LinearArgs {
   int32_t out_stride = 0;
   bool out_lane_rows = false;
   RopeArgs rope;  // kRopeStore only
+  // Batched products whose K is split over several blocks (TiledLinearKernel with KS > 1): each
+  // block's class sums (split_scratch_floats floats of device memory) and one ticket counter per
+  // output tile (split_tickets_count zeroed uint32; every launch leaves them zero again). Shared
+  // by every product on one stream (each reads them only after the previous kernel finished).
+  // Null: products are never split.
+  float* split_scratch = nullptr;
+  int64_t split_scratch_floats = 0;
+  uint32_t* split_tickets = nullptr;
+  int32_t split_tickets_count = 0;
   bool bench_skip_weight_reads = false;  // benchmarks only: one-token bulk-copy kernels read no weights
 };
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
@@ -123,10 +132,11 @@ cudaError_t LaunchMlpBlock(const MlpBlockArgs& args, cudaStream_t stream);
 // Benchmarking only: force the tile of batches over one token (0: 8 rows x 8 tokens per warp,
 // 1: 4 x 8, 2: 4 x 16, all LinearKernel; TiledLinearKernel wherever the activations come
 // normalised with 3: its smallest block tile (16 rows x 8 tokens; SiLU 32 x 16), 5: its largest
-// (32 x 32), 6: 16 x 16 (SiLU 32 x 16); 4: never TiledLinearKernel, LinearKernel tiles by size;
-// -1, the default: the largest TiledLinearKernel tile whose grid fills the multiprocessors,
-// else LinearKernel by size). Results are identical in every bit for all of them; only speed
-// differs.
+// (32 x 32), 6: 16 x 16 (SiLU 32 x 16), 7: 32 x 32 with K's classes split over 4 blocks, 8: over
+// 8 blocks (7 and 8 need LinearArgs::split_*); 4: never TiledLinearKernel, LinearKernel tiles by
+// size; -1, the default: the TiledLinearKernel tile of fewest operand bytes per FMA whose grid
+// fills the multiprocessors, else LinearKernel by size). Results are identical in every bit for
+// all of them; only speed differs.
 void SetLargeBatchTile(int variant);
 // Tests: how many TiledLinearKernel launches this process has issued (graph captures count once).
 int64_t TiledLinearLaunches();
