@@ -962,10 +962,10 @@ int SeparateKernelVariant() { return g_one_token_kernel >= 7 ? 0 : g_one_token_k
 // lanes (classes) [32 s / KS, 32 (s + 1) / KS) of K, s = blockIdx.z. Warp (wr, wt) owns R rows x
 // T x KS tokens; its lane L takes class 32 s / KS + L % CPB (CPB = 32 / KS classes per block) for
 // the T tokens of sub-tile L / CPB. The K dimension advances one 128-column group per pipeline
-// stage: cp.async brings the block's slice of the group (its classes' terms of BR weight rows,
-// raw, and of BT activation lane rows) into shared memory STAGES - 1 groups ahead of use, and a
-// lane reads its four terms of each row and token there in increasing k, so every class sum is
-// the canonical one. Each weight read serves T tokens, each activation R rows, so a
+// stage (KS groups per stage when K is split): cp.async brings the block's slice of each group
+// (its classes' terms of BR weight rows, raw, and of BT activation lane rows) into a ring of
+// shared-memory stages, STAGES - 1 stages ahead of use, and a lane reads its four terms of each
+// row and token there in increasing k, so every class sum is the canonical one. Each weight read serves T tokens, each activation R rows, so a
 // multiprocessor's FMA units are not starved by load bandwidth the way LinearKernel's 4 x 8
 // register tile (operands from L1/L2) is.
 //
@@ -988,11 +988,17 @@ struct TiledShape {
   static constexpr int kToks = kWarpToks * WTW;       // BT
   static constexpr int kWeightSliceBytes = kCpb * 4 * kWeightBytes<WT>;  // one row's classes of a group
   static constexpr int kActSliceBytes = kCpb * 16;
-  static constexpr int kStageBytes = kRows * kWeightSliceBytes + kToks * kActSliceBytes;
-  static constexpr int kStages = 5;
+  // A stage holds kCg consecutive groups: a split block's stage carries as many terms as an
+  // unsplit block's (one group's slice of 32 / KS classes would be all synchronisation).
+  static constexpr int kCg = KS;
+  static constexpr int kGroupBytes = kRows * kWeightSliceBytes + kToks * kActSliceBytes;  // one group's slices
+  static constexpr int kStageBytes = kCg * kGroupBytes;
+  static constexpr int kStages = KS == 1 ? 5 : 3;
   static constexpr int kSmemBytes = kStages * kStageBytes;
-  static constexpr int kWeightChunks = kRows * kWeightSliceBytes / 16;  // 16-byte cp.async per stage
-  static constexpr int kActChunks = kToks * kActSliceBytes / 16;
+  static constexpr int kWeightChunksG = kRows * kWeightSliceBytes / 16;  // 16-byte cp.async per group
+  static constexpr int kActChunksG = kToks * kActSliceBytes / 16;
+  static constexpr int kWeightChunks = kCg * kWeightChunksG;  // per stage
+  static constexpr int kActChunks = kCg * kActChunksG;
   static constexpr int kN = R * T;     // accumulators per lane
   static constexpr int kPer = kN / kCpb;  // outputs a lane stores
   static_assert(KS == 1 || KS == 2 || KS == 4 || KS == 8, "whole 16-byte class slices");
@@ -1056,50 +1062,58 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
   const int row0 = blockIdx.y * S::kRows;
   const int groups = a.w.cols_padded / kGroupCols;
 
-  // Each thread copies the same chunks of every stage: fixed rows and tokens, advancing one group.
-  // Rows past the matrix and tokens past the batch read valid memory (the last row, the first
-  // token) and are never stored.
+  constexpr int64_t kGroupWeightBytes = int64_t{kGroupCols} * kWeightBytes<WT>;
+  const int pstages = (groups + S::kCg - 1) / S::kCg;  // pipeline stages of kCg groups
+
+  // Each thread copies the same chunks of every stage: fixed rows, tokens and group-in-stage,
+  // advancing one stage. Rows past the matrix and tokens past the batch read valid memory (the
+  // last row, the first token) and are never stored; groups past K are not copied nor read.
   const char* wsrc[kWeightPer];
-  int wdst[kWeightPer];
+  int wdst[kWeightPer], wcg[kWeightPer];
 #pragma unroll
   for (int q = 0; q < kWeightPer; ++q) {
     const int c = min(tid + q * S::kThreadsN, S::kWeightChunks - 1);
-    const int r = c / kWeightRowChunks, ch = c % kWeightRowChunks;
+    const int cg = c / S::kWeightChunksG, cr = c % S::kWeightChunksG;
+    const int r = cr / kWeightRowChunks, ch = cr % kWeightRowChunks;
     const int row = min(row0 + r, a.w.rows - 1);
     wsrc[q] = static_cast<const char*>(a.w.data) + static_cast<int64_t>(row) * a.w.cols_padded * kWeightBytes<WT> +
-              split * S::kWeightSliceBytes + ch * 16;
-    wdst[q] = r * S::kWeightSliceBytes + ch * 16;
+              cg * kGroupWeightBytes + split * S::kWeightSliceBytes + ch * 16;
+    wdst[q] = cg * S::kGroupBytes + r * S::kWeightSliceBytes + ch * 16;
+    wcg[q] = cg;
   }
-  auto issue_weights = [&](int g, int buf) {
+  auto issue_weights = [&](int p, int buf) {
     unsigned char* st = tiled_smem + buf * S::kStageBytes;
 #pragma unroll
     for (int q = 0; q < kWeightPer; ++q)
-      if (S::kWeightChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kWeightChunks)
-        CpAsync16(st + wdst[q], wsrc[q] + static_cast<int64_t>(g) * kGroupCols * kWeightBytes<WT>);
+      if ((S::kWeightChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kWeightChunks) &&
+          p * S::kCg + wcg[q] < groups)
+        CpAsync16(st + wdst[q], wsrc[q] + static_cast<int64_t>(p) * S::kCg * kGroupWeightBytes);
   };
-  const int stages = min(S::kStages - 1, groups);  // groups requested ahead of the first use
+  const int stages = min(S::kStages - 1, pstages);  // stages requested ahead of the first use
   // Weights never depend on the previous kernel: request them before waiting for it.
   for (int st = 0; st < stages; ++st) issue_weights(st, st);
   CpAsyncCommit();
   WaitForPrevious();
 
   const float* xsrc[kActPer];
-  int xdst[kActPer];
+  int xdst[kActPer], xcg[kActPer];
 #pragma unroll
   for (int q = 0; q < kActPer; ++q) {
     const int c = min(tid + q * S::kThreadsN, S::kActChunks - 1);
-    const int m = c / kActRowChunks, ch = c % kActRowChunks;
+    const int cg = c / S::kActChunksG, cr = c % S::kActChunksG;
+    const int m = cr / kActRowChunks, ch = cr % kActRowChunks;
     const int mm = m0 + (m < mt ? m : 0);
     const int src = a.x_rows != nullptr ? a.x_rows[mm] : mm;
-    xsrc[q] = a.x + static_cast<int64_t>(src) * a.x_stride + split * (S::kActSliceBytes / 4) + ch * 4;
-    xdst[q] = S::kRows * S::kWeightSliceBytes + m * S::kActSliceBytes + ch * 16;
+    xsrc[q] = a.x + static_cast<int64_t>(src) * a.x_stride + cg * kGroupCols + split * (S::kActSliceBytes / 4) + ch * 4;
+    xdst[q] = cg * S::kGroupBytes + S::kRows * S::kWeightSliceBytes + m * S::kActSliceBytes + ch * 16;
+    xcg[q] = cg;
   }
-  auto issue_acts = [&](int g, int buf) {
+  auto issue_acts = [&](int p, int buf) {
     unsigned char* st = tiled_smem + buf * S::kStageBytes;
 #pragma unroll
     for (int q = 0; q < kActPer; ++q)
-      if (S::kActChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kActChunks)
-        CpAsync16(st + xdst[q], xsrc[q] + static_cast<int64_t>(g) * kGroupCols);
+      if ((S::kActChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kActChunks) && p * S::kCg + xcg[q] < groups)
+        CpAsync16(st + xdst[q], xsrc[q] + static_cast<int64_t>(p) * S::kCg * kGroupCols);
   };
   for (int st = 0; st < S::kStages - 1; ++st) {
     if (st < stages) issue_acts(st, st);
@@ -1110,32 +1124,36 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
 #pragma unroll
   for (int i = 0; i < N; ++i) acc[i] = 0.0f;
 
-  for (int g = 0; g < groups; ++g) {
-    CpAsyncWait<S::kStages - 2>();  // this group's weights and activations have landed (this thread's)
-    __syncthreads();                // ... and everyone's; and group g - 1's buffer is free again
-    const int next = g + S::kStages - 1;
-    if (next < groups) {
+  for (int p = 0; p < pstages; ++p) {
+    CpAsyncWait<S::kStages - 2>();  // this stage's weights and activations have landed (this thread's)
+    __syncthreads();                // ... and everyone's; and stage p - 1's buffer is free again
+    const int next = p + S::kStages - 1;
+    if (next < pstages) {
       issue_weights(next, next % S::kStages);
       issue_acts(next, next % S::kStages);
     }
     CpAsyncCommit();
-    const unsigned char* st = tiled_smem + (g % S::kStages) * S::kStageBytes;
-    const Raw* ws = reinterpret_cast<const Raw*>(st + wr * R * S::kWeightSliceBytes) + cls;
-    const float4* xs = reinterpret_cast<const float4*>(st + S::kRows * S::kWeightSliceBytes) +
-                       (wt * S::kWarpToks + sub * T) * kCpb + cls;
-    float wf[R][4];
 #pragma unroll
-    for (int r = 0; r < R; ++r) W4::ToF32(ws[r * (S::kWeightSliceBytes / static_cast<int>(sizeof(Raw)))], wf[r]);
+    for (int cg = 0; cg < S::kCg; ++cg) {
+      if (p * S::kCg + cg >= groups) break;
+      const unsigned char* st = tiled_smem + (p % S::kStages) * S::kStageBytes + cg * S::kGroupBytes;
+      const Raw* ws = reinterpret_cast<const Raw*>(st + wr * R * S::kWeightSliceBytes) + cls;
+      const float4* xs = reinterpret_cast<const float4*>(st + S::kRows * S::kWeightSliceBytes) +
+                         (wt * S::kWarpToks + sub * T) * kCpb + cls;
+      float wf[R][4];
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const float4 xv = xs[t * kCpb];
+      for (int r = 0; r < R; ++r) W4::ToF32(ws[r * (S::kWeightSliceBytes / static_cast<int>(sizeof(Raw)))], wf[r]);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float& c = acc[t * R + r];
-        c = fmaf(wf[r][0], xv.x, c);
-        c = fmaf(wf[r][1], xv.y, c);
-        c = fmaf(wf[r][2], xv.z, c);
-        c = fmaf(wf[r][3], xv.w, c);
+      for (int t = 0; t < T; ++t) {
+        const float4 xv = xs[t * kCpb];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float& c = acc[t * R + r];
+          c = fmaf(wf[r][0], xv.x, c);
+          c = fmaf(wf[r][1], xv.y, c);
+          c = fmaf(wf[r][2], xv.z, c);
+          c = fmaf(wf[r][3], xv.w, c);
+        }
       }
     }
   }
@@ -1282,7 +1300,8 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   // Shared-memory tiles (TiledLinearKernel), in order of operand bytes per FMA (L2 traffic), the
   // first whose grid has at least one block per multiprocessor: 32 x 32, 32 x 16, 16 x 16, 16 x 8.
   // Variant 3 forces the smallest tile that fits the epilogue, 5 the largest, 6 16 x 16, 7 the
-  // 4-way split of K and 8 the 8-way split; 4 forbids them. They need normalised activations.
+  // 4-way split of K and 8 the 8-way split, 9 the default order with the splits tried before the
+  // 16-row tiles; 4 forbids them. They need normalised activations.
   // The splits are not chosen by default: for the few-row matrices (o, down) they measured
   // slower than the 16-row tiles at batch 32 and 64 (0.5B, H100: 11,403 / 11,220 vs 13,479 tok/s
   // at batch 32; docs/performance.md), their stages being too small (4 or 8 classes of a group).
@@ -1299,6 +1318,10 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     if (v == 3) return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 1, 1>(a, stream);
     if (a.tokens > 16 && TiledBlocks<WT, 8, 16, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 16, 4, 2, 1>(a, stream);
     if (TiledBlocks<WT, 8, 8, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream);
+    if (v == 9 && a.tokens > 16 && TiledBlocks<WT, 8, 4, 4, 2, 4>(a) >= sms && TiledSplitFits<WT, 8, 4, 4, 2, 4>(a))
+      return LaunchTiledLinear<WT, 8, 4, 4, 2, 4>(a, stream);
+    if (v == 9 && a.tokens > 16 && TiledBlocks<WT, 4, 4, 8, 1, 8>(a) >= sms && TiledSplitFits<WT, 4, 4, 8, 1, 8>(a))
+      return LaunchTiledLinear<WT, 4, 4, 8, 1, 8>(a, stream);
     if (!silu && a.tokens > 8 && TiledBlocks<WT, 4, 8, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 2, 1>(a, stream);
     if (!silu && TiledBlocks<WT, 4, 8, 4, 1, 1>(a) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 1, 1>(a, stream);
   }
