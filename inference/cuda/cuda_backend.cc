@@ -556,6 +556,10 @@ class CudaBackendImpl final : public CudaBackend {
   // (no extra launch, the product is a memory stream anyway); larger ones normalise once into h
   // (the caller launches that norm) and spare every warp the work. One token without q/k norms:
   // rotary and the KV store run in the q|k|v product's epilogue (rope_fused).
+  // Up to this many tokens RMSNorm is fused into the product that follows (LinearKernel); above
+  // it the activations are normalised once so the products can run as TiledLinearKernel, which
+  // measured faster from 8 tokens on (docs/performance.md, fifth session).
+  static constexpr int32_t kFusedNormMaxTokens = 4;
   struct LayerLaunch {
     cuda::StepLayerArgs args;
     bool rope_fused = false;
@@ -563,7 +567,7 @@ class CudaBackendImpl final : public CudaBackend {
   LayerLaunch LayerArgs(const StepLayout& lay, const StepTokens& step, int32_t l) const {
     const ModelConfig& c = config_;
     const DeviceLayer& dl = layers_[l];
-    const bool fused_norm = lay.tokens <= 8;
+    const bool fused_norm = lay.tokens <= kFusedNormMaxTokens;
     const bool skip_weights = Skip(CudaKernelKind::kLayerWeightReads);
     float* x = x_.as<float>();
     const int32_t xs = HiddenStride();
@@ -644,10 +648,10 @@ class CudaBackendImpl final : public CudaBackend {
     return r;
   }
 
-  // Up to 8 logits rows the final norm is fused into the lm_head (each warp normalises its
-  // rows' activations); more are normalised once into h by LmHeadNorm (LaunchRmsNorm gathering
+  // Up to kFusedNormMaxTokens logits rows the final norm is fused into the lm_head (each warp
+  // normalises its rows' activations); more are normalised once into h (LaunchRmsNorm gathering
   // the logits rows), which lets the lm_head run as TiledLinearKernel.
-  static bool LmHeadNormFused(const StepLayout& lay) { return lay.logit_rows <= 8; }
+  static bool LmHeadNormFused(const StepLayout& lay) { return lay.logit_rows <= kFusedNormMaxTokens; }
   LinearArgs LmHeadArgs(const StepLayout& lay) const {
     LinearArgs a;
     a.w = lm_head_;
@@ -738,7 +742,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (decode_step != nullptr) {
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchDecodeStep(*decode_step, step_layer0_, stream_));
     } else {
-      const bool fused_norm = lay.tokens <= 8;
+      const bool fused_norm = lay.tokens <= kFusedNormMaxTokens;
       for (int32_t l = 0; l < c.num_layers; ++l) {
         const DeviceLayer& dl = layers_[l];
         const LayerLaunch ll = LayerArgs(lay, step, l);

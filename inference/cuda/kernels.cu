@@ -1298,7 +1298,8 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     return silu ? LaunchGemv<WT, 2>(a, stream) : LaunchGemv<WT, 1>(a, stream);
   }
   // Shared-memory tiles (TiledLinearKernel), in order of operand bytes per FMA (L2 traffic), the
-  // first whose grid has at least one block per multiprocessor: 32 x 32, 32 x 16, 16 x 16, 16 x 8.
+  // first whose grid has at least one block per multiprocessor: 64 x 8 up to 8 tokens (variant 10
+  // skips it), 32 x 32, 32 x 16, 16 x 16, 16 x 8; variant 11 forces 64 x 8.
   // Variant 3 forces the smallest tile that fits the epilogue, 5 the largest, 6 16 x 16, 7 the
   // 4-way split of K and 8 the 8-way split, 9 the default order with the splits tried before the
   // 16-row tiles; 4 forbids them. They need normalised activations.
@@ -1308,6 +1309,7 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   const int64_t sms = MultiprocessorCount();
   const int v = g_large_batch_tile;
   if (a.norm_weight == nullptr && a.epilogue != LinearEpilogue::kRopeStore && (v == -1 || v == 3 || v >= 5)) {
+    if (v == 11) return LaunchTiledLinear<WT, 8, 8, 8, 1, 1>(a, stream);
     const bool silu = a.epilogue == LinearEpilogue::kSiluMul;
     if (v == 5) return LaunchTiledLinear<WT, 8, 16, 4, 2, 1>(a, stream);
     if (v == 6)
@@ -1316,6 +1318,7 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     if (v == 7 && TiledSplitFits<WT, 8, 4, 4, 2, 4>(a)) return LaunchTiledLinear<WT, 8, 4, 4, 2, 4>(a, stream);
     if (v == 8 && TiledSplitFits<WT, 4, 4, 8, 1, 8>(a)) return LaunchTiledLinear<WT, 4, 4, 8, 1, 8>(a, stream);
     if (v == 3) return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 1, 1>(a, stream);
+    if (a.tokens <= 8 && v != 10 && TiledBlocks<WT, 8, 8, 8, 1, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 8, 8, 1, 1>(a, stream);
     if (a.tokens > 16 && TiledBlocks<WT, 8, 16, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 16, 4, 2, 1>(a, stream);
     if (TiledBlocks<WT, 8, 8, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream);
     if (v == 9 && a.tokens > 16 && TiledBlocks<WT, 8, 4, 4, 2, 4>(a) >= sms && TiledSplitFits<WT, 8, 4, 4, 2, 4>(a))
