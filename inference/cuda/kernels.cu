@@ -965,7 +965,8 @@ int SeparateKernelVariant() { return g_one_token_kernel >= 7 ? 0 : g_one_token_k
 // stage (KS groups per stage when K is split): cp.async brings the block's slice of each group
 // (its classes' terms of BR weight rows, raw, and of BT activation lane rows) into a ring of
 // shared-memory stages, STAGES - 1 stages ahead of use, and a lane reads its four terms of each
-// row and token there in increasing k, so every class sum is the canonical one. Each weight read serves T tokens, each activation R rows, so a
+// row and token there in increasing k, so every class sum is the canonical one. Each weight read
+// serves T tokens, each activation R rows, so a
 // multiprocessor's FMA units are not starved by load bandwidth the way LinearKernel's 4 x 8
 // register tile (operands from L1/L2) is.
 //
@@ -1086,7 +1087,7 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
 #pragma unroll
     for (int q = 0; q < kWeightPer; ++q)
       if ((S::kWeightChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kWeightChunks) &&
-          p * S::kCg + wcg[q] < groups)
+          (S::kCg == 1 || p * S::kCg + wcg[q] < groups))
         CpAsync16(st + wdst[q], wsrc[q] + static_cast<int64_t>(p) * S::kCg * kGroupWeightBytes);
   };
   const int stages = min(S::kStages - 1, pstages);  // stages requested ahead of the first use
@@ -1112,7 +1113,8 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
     unsigned char* st = tiled_smem + buf * S::kStageBytes;
 #pragma unroll
     for (int q = 0; q < kActPer; ++q)
-      if ((S::kActChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kActChunks) && p * S::kCg + xcg[q] < groups)
+      if ((S::kActChunks % S::kThreadsN == 0 || tid + q * S::kThreadsN < S::kActChunks) &&
+          (S::kCg == 1 || p * S::kCg + xcg[q] < groups))
         CpAsync16(st + xdst[q], xsrc[q] + static_cast<int64_t>(p) * S::kCg * kGroupCols);
   };
   for (int st = 0; st < S::kStages - 1; ++st) {
@@ -1135,7 +1137,7 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
     CpAsyncCommit();
 #pragma unroll
     for (int cg = 0; cg < S::kCg; ++cg) {
-      if (p * S::kCg + cg >= groups) break;
+      if (S::kCg > 1 && p * S::kCg + cg >= groups) break;
       const unsigned char* st = tiled_smem + (p % S::kStages) * S::kStageBytes + cg * S::kGroupBytes;
       const Raw* ws = reinterpret_cast<const Raw*>(st + wr * R * S::kWeightSliceBytes) + cls;
       const float4* xs = reinterpret_cast<const float4*>(st + S::kRows * S::kWeightSliceBytes) +
