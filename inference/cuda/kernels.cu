@@ -1301,7 +1301,11 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   }
   // Shared-memory tiles (TiledLinearKernel), in order of operand bytes per FMA (L2 traffic), the
   // first whose grid has at least one block per multiprocessor: 64 x 8 up to 8 tokens (variant 10
-  // skips it), 32 x 32, 32 x 16, 16 x 16, 16 x 8; variant 11 forces 64 x 8.
+  // skips it), 32 x 32, 32 x 16, 16 x 16, then for the few-row matrices 16 x 8 with K's classes
+  // split over 2 blocks where that gives two blocks per multiprocessor (variant 12 skips it: the
+  // split measured +1% at 0.5B batch 32, its blocks being the only way to more warps per SM for
+  // o and down), then 16 x 8; variant 11 forces 64 x 8, 13 puts 16 x 32 blocks of 4 warps (two
+  // per SM) first (measured slower).
   // Variant 3 forces the smallest tile that fits the epilogue, 5 the largest, 6 16 x 16, 7 the
   // 4-way split of K and 8 the 8-way split, 9 the default order with the splits tried before the
   // 16-row tiles; 4 forbids them. They need normalised activations.
@@ -1321,6 +1325,8 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     if (v == 8 && TiledSplitFits<WT, 4, 4, 8, 1, 8>(a)) return LaunchTiledLinear<WT, 4, 4, 8, 1, 8>(a, stream);
     if (v == 3) return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 1, 1>(a, stream);
     if (a.tokens <= 8 && v != 10 && TiledBlocks<WT, 8, 8, 8, 1, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 8, 8, 1, 1>(a, stream);
+    if (v == 13 && a.tokens > 16 && TiledBlocks<WT, 8, 16, 2, 2, 1>(a) >= 2 * sms)
+      return LaunchTiledLinear<WT, 8, 16, 2, 2, 1>(a, stream);
     if (a.tokens > 16 && TiledBlocks<WT, 8, 16, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 16, 4, 2, 1>(a, stream);
     if (TiledBlocks<WT, 8, 8, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream);
     if (v == 9 && a.tokens > 16 && TiledBlocks<WT, 8, 4, 4, 2, 4>(a) >= sms && TiledSplitFits<WT, 8, 4, 4, 2, 4>(a))
@@ -1328,6 +1334,8 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     if (v == 9 && a.tokens > 16 && TiledBlocks<WT, 4, 4, 8, 1, 8>(a) >= sms && TiledSplitFits<WT, 4, 4, 8, 1, 8>(a))
       return LaunchTiledLinear<WT, 4, 4, 8, 1, 8>(a, stream);
     if (!silu && a.tokens > 8 && TiledBlocks<WT, 4, 8, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 2, 1>(a, stream);
+    if (v != 12 && !silu && TiledBlocks<WT, 4, 4, 4, 1, 2>(a) >= 2 * sms && TiledSplitFits<WT, 4, 4, 4, 1, 2>(a))
+      return LaunchTiledLinear<WT, 4, 4, 4, 1, 2>(a, stream);
     if (!silu && TiledBlocks<WT, 4, 8, 4, 1, 1>(a) >= sms) return LaunchTiledLinear<WT, 4, 8, 4, 1, 1>(a, stream);
   }
   if (g_large_batch_tile == 1) return LaunchLinearTile<WT, 4, 8>(a, stream);
