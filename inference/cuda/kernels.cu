@@ -1459,53 +1459,74 @@ __device__ __forceinline__ float4 LoadKv4(const float* p, bool fresh) {
   return fresh ? __ldcg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
 }
 
-// Attention's weighted sum of V: warp w owns the 8-dim groups starting at 8w, 8w + 64, ... (at
-// most NG of them) and walks the positions once for all, so their loads share round trips; lane t
-// takes positions j ≡ t (mod 32) in increasing j, the butterfly is the canonical tree over
-// positions; one divide by the denominator. vbase: the head group's V at position row 0.
-template <int NG>
+// Attention's weighted sum of V. The canonical order gives position j to class j mod 32, each
+// class summing its positions in increasing j, then the tree over the 32 classes. Warp w owns the
+// classes w + 8q (q = lane / 8: w, w + 8, w + 16, w + 24); lane r = lane % 8 of each group owns
+// the dims 8r .. 8r + 7 (+ 64 n), so a load instruction reads four whole V rows, one per class,
+// contiguously. The tree's first two levels (c + (c + 16), then c + (c + 8)) are xor 16 and xor 8
+// inside the warp; its last three (off 4, 2, 1) run per dim over the 8 warps' results through
+// shared memory (vpart: kAttnWarps x hd floats). One divide by the denominator.
+// vbase: the head group's V at position row 0.
+template <int NG, typename Sync>
 __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int hd, int bs, const int32_t* bt_s,
                                              const float* weights, int L, int old_end, float denom, float* o, int h,
-                                             int warp, int lane) {
-  const int groups = (hd - warp * 8 + kAttnWarps * 8 - 1) / (kAttnWarps * 8);  // warp-uniform, <= NG
+                                             float* vpart, int tid, Sync sync) {
+  static_assert(kAttnWarps == 8, "four position classes per warp: w, w + 8, w + 16, w + 24");
+  const int warp = tid / 32, lane = tid % 32;
+  const int c = warp + 8 * (lane / 8), r = lane % 8;
   float acc[NG][8];
 #pragma unroll
-  for (int gi = 0; gi < NG; ++gi)
+  for (int n = 0; n < NG; ++n)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[gi][i] = 0.0f;
-#pragma unroll 4
-  for (int j = lane; j < L; j += 32) {
+    for (int i = 0; i < 8; ++i) acc[n][i] = 0.0f;
+#pragma unroll 2
+  for (int j = c; j < L; j += 32) {
     const float p = weights[j];
-    const float* vrow = vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + warp * 8;
+    const float* vrow = vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + 8 * r;
     const bool fresh = j >= old_end;
 #pragma unroll
-    for (int gi = 0; gi < NG; ++gi) {
-      if (gi < groups) {
-        const float4 v0 = LoadKv4(vrow + gi * kAttnWarps * 8, fresh);
-        const float4 v1 = LoadKv4(vrow + gi * kAttnWarps * 8 + 4, fresh);
-        acc[gi][0] = fmaf(p, v0.x, acc[gi][0]);
-        acc[gi][1] = fmaf(p, v0.y, acc[gi][1]);
-        acc[gi][2] = fmaf(p, v0.z, acc[gi][2]);
-        acc[gi][3] = fmaf(p, v0.w, acc[gi][3]);
-        acc[gi][4] = fmaf(p, v1.x, acc[gi][4]);
-        acc[gi][5] = fmaf(p, v1.y, acc[gi][5]);
-        acc[gi][6] = fmaf(p, v1.z, acc[gi][6]);
-        acc[gi][7] = fmaf(p, v1.w, acc[gi][7]);
+    for (int n = 0; n < NG; ++n) {
+      if (8 * r + 64 * n < hd) {
+        const float4 v0 = LoadKv4(vrow + 64 * n, fresh);
+        const float4 v1 = LoadKv4(vrow + 64 * n + 4, fresh);
+        acc[n][0] = fmaf(p, v0.x, acc[n][0]);
+        acc[n][1] = fmaf(p, v0.y, acc[n][1]);
+        acc[n][2] = fmaf(p, v0.z, acc[n][2]);
+        acc[n][3] = fmaf(p, v0.w, acc[n][3]);
+        acc[n][4] = fmaf(p, v1.x, acc[n][4]);
+        acc[n][5] = fmaf(p, v1.y, acc[n][5]);
+        acc[n][6] = fmaf(p, v1.z, acc[n][6]);
+        acc[n][7] = fmaf(p, v1.w, acc[n][7]);
       }
     }
   }
 #pragma unroll
-  for (int gi = 0; gi < NG; ++gi) {
-    if (gi >= groups) break;
+  for (int n = 0; n < NG; ++n)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[gi][i] = WarpTree(acc[gi][i]);
-    if (lane < 8) {
-      float r = acc[gi][0];
-#pragma unroll
-      for (int i = 1; i < 8; ++i)
-        if (lane == i) r = acc[gi][i];
-      o[PermutedIndex(h * hd + warp * 8 + gi * kAttnWarps * 8 + lane)] = r / denom;
+    for (int i = 0; i < 8; ++i) {
+      float v = acc[n][i];
+      v = v + __shfl_xor_sync(0xffffffffu, v, 16);  // classes c and c + 16
+      v = v + __shfl_xor_sync(0xffffffffu, v, 8);   // then c and c + 8
+      acc[n][i] = v;
     }
+  if (lane < 8) {
+#pragma unroll
+    for (int n = 0; n < NG; ++n)
+      if (8 * r + 64 * n < hd)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) vpart[warp * hd + 64 * n + 8 * r + i] = acc[n][i];
+  }
+  sync();
+  for (int d = tid; d < hd; d += kAttnThreads) {
+    float v[kAttnWarps];
+#pragma unroll
+    for (int w = 0; w < kAttnWarps; ++w) v[w] = vpart[w * hd + d];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = v[k] + v[k + 4];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) v[k] = v[k] + v[k + 2];
+    v[0] = v[0] + v[1];
+    o[PermutedIndex(h * hd + d)] = v[0] / denom;
   }
 }
 
@@ -1516,7 +1537,7 @@ template <int NG, typename Sync>
 __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& step, const AttentionShape& shape,
                                            const LayerKv& kv, float scale, float* out, int32_t out_stride, int h,
                                            int m, float* scores, const int32_t* bt_s, float* q_s, float* red,
-                                           int tid, bool same_launch, Sync sync) {
+                                           float* vpart, int tid, bool same_launch, Sync sync) {
   const int warp = tid / 32, lane = tid % 32;
   const int hd = shape.head_dim, bs = shape.block_size;
   const int g = h / (shape.num_heads / shape.num_kv_heads);
@@ -1528,30 +1549,42 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
   for (int d = tid; d < hd; d += kAttnThreads) q_s[d] = __ldcg(q + static_cast<int64_t>(m) * q_dim + h * hd + d);
   sync();
 
-  // Pass 1: scores.
-  for (int j = tid; j < L; j += kAttnThreads) {
-    const float* kp = kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
-    const bool fresh = j >= old_end;
-    float lanes[32];
+  // Pass 1: scores, eight lanes per position (four positions per warp instruction): lane r of a
+  // group owns the classes 4r .. 4r + 3 of the canonical dot (terms d ≡ 4r + i mod 32, in
+  // increasing d), so the group reads a K row contiguously; the tree's levels off 16, 8, 4 are
+  // xor 4, 2, 1 inside the group, off 2 and 1 are inside the lane.
+  {
+    const int r = lane % 8;
+    float qr[2 * NG][4];  // q terms 32k + 4r + i
 #pragma unroll
-    for (int l = 0; l < 32; ++l) lanes[l] = 0.0f;
-    for (int d0 = 0; d0 < hd; d0 += 32) {
+    for (int k = 0; k < 2 * NG; ++k)
 #pragma unroll
-      for (int l = 0; l < 32; l += 4) {
-        if (d0 + l < hd) {  // hd is a multiple of 8; a partial last block of 32 ends on a 4-boundary
-          const float4 kv4 = LoadKv4(kp + d0 + l, fresh);
-          lanes[l + 0] = fmaf(q_s[d0 + l + 0], kv4.x, lanes[l + 0]);
-          lanes[l + 1] = fmaf(q_s[d0 + l + 1], kv4.y, lanes[l + 1]);
-          lanes[l + 2] = fmaf(q_s[d0 + l + 2], kv4.z, lanes[l + 2]);
-          lanes[l + 3] = fmaf(q_s[d0 + l + 3], kv4.w, lanes[l + 3]);
+      for (int i = 0; i < 4; ++i) qr[k][i] = 32 * k + 4 * r < hd ? q_s[32 * k + 4 * r + i] : 0.0f;
+    for (int j = warp * 4 + lane / 8; j - lane / 8 < L; j += kAttnWarps * 4) {
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (j < L) {
+        const float* kp = kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + 4 * r;
+        const bool fresh = j >= old_end;
+#pragma unroll
+        for (int k = 0; k < 2 * NG; ++k) {
+          if (32 * k + 4 * r < hd) {  // hd is a multiple of 8: a lane's four terms are all in or all out
+            const float4 k4 = LoadKv4(kp + 32 * k, fresh);
+            v[0] = fmaf(qr[k][0], k4.x, v[0]);
+            v[1] = fmaf(qr[k][1], k4.y, v[1]);
+            v[2] = fmaf(qr[k][2], k4.z, v[2]);
+            v[3] = fmaf(qr[k][3], k4.w, v[3]);
+          }
         }
       }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 4);  // classes c and c + 16
+        v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 2);  // c and c + 8
+        v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 1);  // c and c + 4
+      }
+      const float sc = (v[0] + v[2]) + (v[1] + v[3]);  // c and c + 2, then c and c + 1
+      if (r == 0 && j < L) scores[j] = sc * scale;
     }
-#pragma unroll
-    for (int off = 16; off >= 1; off >>= 1)
-#pragma unroll
-      for (int l = 0; l < off; ++l) lanes[l] = lanes[l] + lanes[l + off];
-    scores[j] = lanes[0] * scale;
   }
   sync();
 
@@ -1570,9 +1603,9 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
   for (int j = lane; j < L; j += 32) denom = denom + scores[j];
   denom = WarpTree(denom);
 
-  // Pass 3: weighted sum of V (AttendValues), one walk over the positions for all of a warp's dims.
+  // Pass 3: weighted sum of V (AttendValues).
   float* o = out + static_cast<int64_t>(m) * out_stride;
-  AttendValues<NG>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, warp, lane);
+  AttendValues<NG>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, tid, sync);
 }
 
 // AttendHead's NG for a head dimension: the 8-dim groups of V one warp owns (kernels are
@@ -1608,6 +1641,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
+  __shared__ float vpart[kAttnWarps * kMaxHeadDim];
   LetNextStart();
   const int h = blockIdx.x, m = blockIdx.y;
   const int hd = shape.head_dim, bs = shape.block_size;
@@ -1635,7 +1669,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
   WaitForPrevious();
-  AttendHead<NG>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, threadIdx.x, false,
+  AttendHead<NG>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, vpart, threadIdx.x, false,
              [] { __syncthreads(); });
 }
 
@@ -1897,7 +1931,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      AttendHead<AttnGroups(kMaxHeadDim)>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, threadIdx.x, true,
+      AttendHead<AttnGroups(kMaxHeadDim)>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context, threadIdx.x, true,
                  [] { ConsumerSync(); });
     StepGridBarrier(bar, trace);
     StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
@@ -1946,7 +1980,8 @@ DecodeStepPlan PlanDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) 
   p.slot = (p.slot + 127) / 128 * 128;
   const int64_t xs = int64_t{4} * std::max({l0.qkv.w.cols_padded, l0.out.w.cols_padded, l0.gate_up.w.cols_padded,
                                             l0.down.w.cols_padded, f.lm_head.w.cols_padded});
-  p.union_bytes = (std::max<int64_t>(xs, int64_t{4} * f.max_context) + 127) / 128 * 128;
+  // Attention's scores and its V-pass partials (AttendValues' vpart) follow each other there.
+  p.union_bytes = (std::max<int64_t>(xs, int64_t{4} * (f.max_context + kAttnWarps * f.shape.head_dim)) + 127) / 128 * 128;
   p.table_bytes = (int64_t{f.max_context} / std::max(1, f.shape.block_size) + 2) * 4;
   const int64_t room = StepKernelSmemLimit() - p.union_bytes - p.table_bytes;
   const int64_t fit = room > 0 ? room / p.slot : 0;
