@@ -1641,7 +1641,7 @@ __global__ void __launch_bounds__(kAttnThreads)
   int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
-  __shared__ float vpart[kAttnWarps * kMaxHeadDim];
+  __shared__ float vpart[kAttnWarps * 64 * NG];  // AttendValues' partials: NG covers head_dim <= 64 NG
   LetNextStart();
   const int h = blockIdx.x, m = blockIdx.y;
   const int hd = shape.head_dim, bs = shape.block_size;
