@@ -1300,8 +1300,10 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     return silu ? LaunchGemv<WT, 2>(a, stream) : LaunchGemv<WT, 1>(a, stream);
   }
   // Shared-memory tiles (TiledLinearKernel), in order of operand bytes per FMA (L2 traffic), the
-  // first whose grid has at least one block per multiprocessor: 64 x 8 up to 8 tokens (variant 10
-  // skips it), 32 x 32, 32 x 16, 16 x 16, then for the few-row matrices 16 x 8 with K's classes
+  // first whose grid has at least one block per multiprocessor: up to 8 tokens 64 x 8 (variant 10
+  // skips it), then 32 x 8 with K's classes split over 8 blocks (the few-row matrices of a small
+  // batch: o, down, q|k|v; variant 15 skips it, 16 forces it: +25% at batch 8), then 32 x 32,
+  // 32 x 16, 16 x 16, then for the few-row matrices 16 x 8 with K's classes
   // split over 2 blocks where that gives two blocks per multiprocessor (variant 12 skips it: the
   // split measured +1% at 0.5B batch 32, its blocks being the only way to more warps per SM for
   // o and down), then 16 x 8; variant 11 forces 64 x 8, 13 puts 16 x 32 blocks of 4 warps (two
@@ -1316,6 +1318,7 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   const int v = g_large_batch_tile;
   if (a.norm_weight == nullptr && a.epilogue != LinearEpilogue::kRopeStore && (v == -1 || v == 3 || v >= 5)) {
     if (v == 11) return LaunchTiledLinear<WT, 8, 8, 8, 1, 1>(a, stream);
+    if (v == 16 && TiledSplitFits<WT, 8, 1, 4, 1, 8>(a)) return LaunchTiledLinear<WT, 8, 1, 4, 1, 8>(a, stream);
     const bool silu = a.epilogue == LinearEpilogue::kSiluMul;
     if (v == 5) return LaunchTiledLinear<WT, 8, 16, 4, 2, 1>(a, stream);
     if (v == 6)
@@ -1325,6 +1328,8 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
     if (v == 8 && TiledSplitFits<WT, 4, 4, 8, 1, 8>(a)) return LaunchTiledLinear<WT, 4, 4, 8, 1, 8>(a, stream);
     if (v == 3) return silu ? LaunchTiledLinear<WT, 8, 8, 4, 2, 1>(a, stream) : LaunchTiledLinear<WT, 4, 8, 4, 1, 1>(a, stream);
     if (a.tokens <= 8 && v != 10 && TiledBlocks<WT, 8, 8, 8, 1, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 8, 8, 1, 1>(a, stream);
+    if (v != 15 && a.tokens <= 8 && TiledBlocks<WT, 8, 1, 4, 1, 8>(a) >= sms && TiledSplitFits<WT, 8, 1, 4, 1, 8>(a))
+      return LaunchTiledLinear<WT, 8, 1, 4, 1, 8>(a, stream);
     if (v == 13 && a.tokens > 16 && TiledBlocks<WT, 8, 16, 2, 2, 1>(a) >= 2 * sms)
       return LaunchTiledLinear<WT, 8, 16, 2, 2, 1>(a, stream);
     if (a.tokens > 16 && TiledBlocks<WT, 8, 16, 4, 2, 1>(a) >= sms) return LaunchTiledLinear<WT, 8, 16, 4, 2, 1>(a, stream);

@@ -135,7 +135,8 @@ cudaError_t LaunchMlpBlock(const MlpBlockArgs& args, cudaStream_t stream);
 // (32 x 32), 6: 16 x 16 (SiLU 32 x 16), 7: 32 x 32 with K's classes split over 4 blocks, 8: over
 // 8 blocks (7 and 8 need LinearArgs::split_*), 9: the default with the splits tried before the
 // 16-row tiles, 10: the default without the 64 x 8 tile, 11: 64 x 8, 12: the default without
-// the 2-way split 16 x 8 tile, 13: the default with 16 x 32 blocks of 4 warps first; 4: never
+// the 2-way split 16 x 8 tile, 13: the default with 16 x 32 blocks of 4 warps first, 15: the
+// default without the 8-way split 32 x 8 tile of small batches, 16: that tile everywhere; 4: never
 // TiledLinearKernel, LinearKernel tiles by
 // size; -1, the default: the TiledLinearKernel tile of fewest operand bytes per FMA whose grid
 // fills the multiprocessors, else LinearKernel by size). Results are identical in every bit for
