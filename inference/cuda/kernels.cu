@@ -1484,7 +1484,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
   for (int n = 0; n < NG; ++n)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[n][i] = 0.0f;
-#pragma unroll 2
+#pragma unroll 4
   for (int j = c; j < L; j += 32) {
     const float p = weights[j];
     const float* vrow = vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + 8 * r;
@@ -1565,6 +1565,7 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
     for (int k = 0; k < 2 * NG; ++k)
 #pragma unroll
       for (int i = 0; i < 4; ++i) qr[k][i] = 32 * k + 4 * r < hd ? q_s[32 * k + 4 * r + i] : 0.0f;
+#pragma unroll 4
     for (int j = warp * 4 + lane / 8; j - lane / 8 < L; j += kAttnWarps * 4) {
       float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if (j < L) {
