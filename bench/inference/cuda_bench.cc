@@ -5,7 +5,8 @@
 // figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held).
 //
 //   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--batches 1,8,32,64]
-//              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
+//              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
+//              [--attention-variants 0,1,2 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -209,6 +210,31 @@ int main(int argc, char** argv) {
     SetCudaMlpBlockMaxWarpsForTesting(16);
     SetCudaOneTokenKernelForTesting(0);
   }
+  // --attention-variants 0,1,2: decode at --attention-batches (default 1,32) with each attention
+  // variant (SetCudaAttentionVariantForTesting), side by side, --attention-rounds times
+  // interleaved; every variant's tokens must equal the first one's.
+  const std::string attn_variants = Arg(argc, argv, "--attention-variants", "");
+  if (!attn_variants.empty()) {
+    const int32_t rounds = std::stoi(Arg(argc, argv, "--attention-rounds", "1"));
+    for (int32_t batch : IntList(Arg(argc, argv, "--attention-batches", "1,32"))) {
+      std::vector<int32_t> first_tokens;
+      for (int32_t round = 0; round < rounds; ++round) {
+        for (int32_t variant : IntList(attn_variants)) {
+          SetCudaAttentionVariantForTesting(variant);
+          std::vector<Seq> seqs;
+          const double secs = time_decode(batch, seqs);
+          if (secs < 0) return 1;
+          if (first_tokens.empty()) first_tokens = seqs[0].tokens;
+          std::printf("{\"what\":\"attention_variant\",\"shape\":\"%s\",\"batch\":%d,\"variant\":%d,\"round\":%d,"
+                      "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"tokens_equal_first_variant\":%s}\n",
+                      shape.c_str(), batch, variant, round, batch * steps / secs, 1e6 * secs / steps,
+                      seqs[0].tokens == first_tokens ? "true" : "false");
+          std::fflush(stdout);
+        }
+      }
+    }
+    SetCudaAttentionVariantForTesting(-1);
+  }
   // --trace-step 1: one batch-1 decode step as one DecodeStepKernel with timer readings at every
   // grid barrier: per phase kind, the mean time from the first block leaving the previous barrier
   // to the last block arriving (work), and from that arrival to the last block leaving (barrier).
@@ -254,6 +280,64 @@ int main(int argc, char** argv) {
       std::printf(",\"%s_us\":[%.2f,%.2f]", kinds[i], work[i] / std::max(1, count[i]), barrier[i] / std::max(1, count[i]));
     std::printf(",\"per_layer_work_and_barrier\":true}\n");
     std::fflush(stdout);
+  }
+  // --timeline B1,B2: one decode step's kernels at these batches, in launch order, from the
+  // kernels' own timer readings (SetCudaKernelTimelineForBenchmark): per kernel, the gap from
+  // the previous kernel's last warp ending to this one's first return from its wait (the price
+  // of the boundary), the spread of that return over its blocks, and the run from that return to
+  // its last warp's end. One JSON line per kernel, then a summary by kind.
+  const std::string timeline = Arg(argc, argv, "--timeline", "");
+  if (!timeline.empty()) {
+    const char* kind_names[] = {"?", "embed", "linear", "tma_gemv", "tiled", "rmsnorm", "rope", "attention", "argmax"};
+    // --timeline-one-token-kernel 8: batch 1 as separate launches where it would run as one.
+    SetCudaOneTokenKernelForTesting(std::stoi(Arg(argc, argv, "--timeline-one-token-kernel", "0")));
+    for (int32_t batch : IntList(timeline)) {
+      SetCudaKernelTimelineForBenchmark(true);
+      std::vector<Seq> seqs;
+      const double secs = time_decode(batch, seqs);
+      SetCudaKernelTimelineForBenchmark(false);
+      if (secs < 0) return 1;
+      const std::vector<CudaKernelTime> t = CudaKernelTimelineForBenchmark();
+      if (t.empty()) {
+        std::printf("{\"what\":\"error\",\"message\":\"no timeline recorded (configure with -DROTE_CUDA_TIMELINE=ON)\"}\n");
+        return 1;
+      }
+      double gap_sum[9] = {}, run_sum[9] = {}, spread_sum[9] = {};
+      int32_t count[9] = {};
+      size_t prev = 0;  // the last kernel (not a point inside one)
+      for (size_t i = 0; i < t.size(); ++i) {
+        for (int p = 1; p < 8; ++p)  // points inside the body, from its first wait
+          if (t[i].point_last_ns[p] != 0)
+            std::printf("{\"what\":\"timeline_point\",\"shape\":\"%s\",\"batch\":%d,\"i\":%zu,\"point\":%d,"
+                        "\"first_us\":%.2f,\"last_us\":%.2f}\n",
+                        shape.c_str(), batch, i, p, (t[i].point_first_ns[p] - t[i].first_wait_ns) / 1e3,
+                        (t[i].point_last_ns[p] - t[i].first_wait_ns) / 1e3);
+        const uint32_t kind = t[i].kind < 9 ? t[i].kind : 0;
+        const double gap = i == 0 ? 0.0 : (t[i].first_wait_ns - t[prev].end_ns) / 1e3;
+        const double spread = (t[i].last_wait_ns - t[i].first_wait_ns) / 1e3;
+        const double run = (t[i].end_ns - t[i].first_wait_ns) / 1e3;
+        const double early = (t[i].first_wait_ns - t[i].start_ns) / 1e3;  // resident before its wait returned
+        gap_sum[kind] += gap;
+        run_sum[kind] += run;
+        spread_sum[kind] += spread;
+        ++count[kind];
+        std::printf("{\"what\":\"timeline_kernel\",\"shape\":\"%s\",\"batch\":%d,\"i\":%zu,\"kind\":\"%s\","
+                    "\"blocks\":%u,\"blocks_recorded\":%u,\"started_before_wait_us\":%.2f,\"gap_us\":%.2f,"
+                    "\"wait_spread_us\":%.2f,\"run_us\":%.2f}\n",
+                    shape.c_str(), batch, i, kind_names[kind], t[i].blocks, t[i].blocks_recorded, early, gap, spread, run);
+        prev = i;
+      }
+      std::printf("{\"what\":\"timeline\",\"shape\":\"%s\",\"batch\":%d,\"kernels\":%zu,\"span_us\":%.1f,"
+                  "\"us_per_step_timed\":%.1f",
+                  shape.c_str(), batch, t.size(), (t.back().end_ns - t.front().start_ns) / 1e3, 1e6 * secs / steps);
+      for (int k = 1; k < 9; ++k)
+        if (count[k] > 0)
+          std::printf(",\"%s\":{\"n\":%d,\"gap_us\":%.1f,\"run_us\":%.1f,\"spread_us\":%.1f}", kind_names[k],
+                      count[k], gap_sum[k], run_sum[k], spread_sum[k]);
+      std::printf("}\n");
+      std::fflush(stdout);
+    }
+    SetCudaOneTokenKernelForTesting(0);
   }
   // --ablate B1,B2: time decode steps at these batches with each kernel kind left out, and with
   // only that kind kept: a kind's marginal share of a replayed step (full - without it) and its

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -100,11 +102,12 @@ struct GraphKey {
   bool step_trace;        // SetCudaStepTraceForBenchmark's choice when captured
   int step_prefetch;      // SetCudaStepPrefetchTilesForTesting's choice when captured
   int large_batch_tile;   // SetCudaLargeBatchTileForTesting's choice when captured
+  int attention_variant;  // SetCudaAttentionVariantForTesting's choice when captured
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
-                    step_prefetch, large_batch_tile) < std::tie(o.tokens, o.context_bucket, o.greedy, o.skip,
-                                                                o.one_token_kernel, o.mlp_block_warps, o.step_trace,
-                                                                o.step_prefetch, o.large_batch_tile);
+                    step_prefetch, large_batch_tile, attention_variant) <
+           std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps, o.step_trace,
+                    o.step_prefetch, o.large_batch_tile, o.attention_variant);
   }
 };
 
@@ -114,6 +117,7 @@ uint32_t g_skip_kernels = 0;
 int g_one_token_kernel = 0;
 int g_mlp_block_warps = 16;
 int g_large_batch_tile = -1;
+int g_attention_variant = -1;
 // Tiles DecodeStepKernel's producer asks L2 for ahead of its ring (kernels.h, SetStepPrefetchTiles).
 constexpr int kDefaultStepPrefetchTiles = 0;
 // Steps run as one DecodeStepKernel (CudaDecodeStepsForTesting).
@@ -125,6 +129,9 @@ struct {
   const void* device = nullptr;
   int32_t blocks = 0, slots = 0;
 } g_step_trace_last;
+// SetCudaKernelTimelineForBenchmark, and the buffer of the last step it recorded.
+bool g_kernel_timeline = false;
+const void* g_kernel_timeline_last = nullptr;
 bool Skip(CudaKernelKind k) { return (g_skip_kernels & static_cast<uint32_t>(k)) != 0; }
 
 class CudaBackendImpl final : public CudaBackend {
@@ -134,6 +141,11 @@ class CudaBackendImpl final : public CudaBackend {
 
   ~CudaBackendImpl() override {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    if (timeline_set_ && stream_ != nullptr) {  // the kernels must not write into freed memory
+      cuda::SetKernelTimeline(nullptr, stream_);
+      cudaStreamSynchronize(stream_);
+      g_kernel_timeline_last = nullptr;
+    }
     if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
     if (host_out_ != nullptr) cudaFreeHost(host_out_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -505,9 +517,19 @@ class CudaBackendImpl final : public CudaBackend {
     ROTE_ASSIGN_OR_RETURN(const bool one_launch, PrepareDecodeStep(lay, &decode_step_args));
     const cuda::DecodeStepArgs* decode_step = one_launch ? &decode_step_args : nullptr;
     if (one_launch) g_decode_steps.fetch_add(1, std::memory_order_relaxed);
+    if (g_kernel_timeline || timeline_set_) {  // benchmarks only (SetCudaKernelTimelineForBenchmark)
+      if (g_kernel_timeline && timeline_.bytes() == 0)
+        ROTE_RETURN_IF_ERROR(AllocateZeroed(&timeline_, sizeof(cuda::KernelTimeline)));
+      if (g_kernel_timeline)
+        ROTE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(timeline_.as<void>(), 0, offsetof(cuda::KernelTimeline, log), stream_));
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::SetKernelTimeline(
+          g_kernel_timeline ? static_cast<cuda::KernelTimeline*>(timeline_.as<void>()) : nullptr, stream_));
+      timeline_set_ = g_kernel_timeline;
+      if (g_kernel_timeline) g_kernel_timeline_last = timeline_.as<void>();
+    }
     if (use_graph) {
       const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
-                         g_step_trace, g_step_prefetch_tiles, g_large_batch_tile};
+                         g_step_trace, g_step_prefetch_tiles, g_large_batch_tile, g_attention_variant};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -817,6 +839,8 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter
   DeviceBuffer step_layers_;   // DecodeStepKernel's per-layer arguments (PrepareDecodeStep)
   DeviceBuffer step_trace_;    // benchmarks: DecodeStepArgs::trace
+  DeviceBuffer timeline_;      // benchmarks: cuda::KernelTimeline (SetCudaKernelTimelineForBenchmark)
+  bool timeline_set_ = false;  // the kernels' timeline pointer is timeline_
   std::vector<const void*> step_layers_key_;  // the addresses step_layers_ was built from
   cuda::StepLayerArgs step_layer0_;
   int32_t token_capacity_ = 0, logit_capacity_ = 0, meta_capacity_ = 0;
@@ -839,6 +863,44 @@ void SetCudaStepTraceForBenchmark(bool on) { g_step_trace = on; }
 void SetCudaStepPrefetchTilesForTesting(int tiles) {
   g_step_prefetch_tiles = tiles < 0 ? kDefaultStepPrefetchTiles : tiles;
   cuda::SetStepPrefetchTiles(g_step_prefetch_tiles);
+}
+void SetCudaKernelTimelineForBenchmark(bool on) { g_kernel_timeline = on; }
+void SetCudaAttentionVariantForTesting(int variant) {
+  g_attention_variant = variant;
+  cuda::SetAttentionVariant(variant);
+}
+std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() {
+  if (g_kernel_timeline_last == nullptr) return {};
+  auto host = std::make_unique<cuda::KernelTimeline>();
+  if (cudaMemcpy(host.get(), g_kernel_timeline_last, sizeof(cuda::KernelTimeline), cudaMemcpyDeviceToHost) !=
+      cudaSuccess)
+    return {};
+  std::map<unsigned long long, CudaKernelTime> by_grid;  // one launch per grid id
+  for (int sm = 0; sm < cuda::kTimelineMaxSms; ++sm) {
+    const uint32_t n = std::min<uint32_t>(host->cursor[sm], cuda::kTimelineRecordsPerSm);
+    for (uint32_t i = 0; i < n; ++i) {
+      const cuda::KernelTimelineRecord& r = host->log[sm][i];
+      auto [it, fresh] = by_grid.try_emplace(r.grid, CudaKernelTime{r.kind, r.blocks, INT64_MAX, INT64_MAX, 0, 0, 0, {}, {}});
+      CudaKernelTime& k = it->second;
+      k.start_ns = std::min(k.start_ns, static_cast<int64_t>(r.start));
+      k.first_wait_ns = std::min(k.first_wait_ns, static_cast<int64_t>(r.waited));
+      k.last_wait_ns = std::max(k.last_wait_ns, static_cast<int64_t>(r.waited));
+      k.end_ns = std::max(k.end_ns, static_cast<int64_t>(r.end));
+      ++k.blocks_recorded;
+      if (fresh)
+        for (int p = 0; p < cuda::kTimelinePoints; ++p) {
+          const int g = static_cast<int>(r.grid % cuda::kTimelinePointGrids);
+          k.point_first_ns[p] = host->point_last[g][p] == 0 ? 0 : static_cast<int64_t>(~host->point_not_first[g][p]);
+          k.point_last_ns[p] = static_cast<int64_t>(host->point_last[g][p]);
+        }
+    }
+  }
+  std::vector<CudaKernelTime> out;
+  for (auto& [grid, k] : by_grid) out.push_back(k);
+  std::sort(out.begin(), out.end(), [](const CudaKernelTime& a, const CudaKernelTime& b) {
+    return std::tie(a.first_wait_ns, a.start_ns) < std::tie(b.first_wait_ns, b.start_ns);
+  });
+  return out;
 }
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {
   *blocks = g_step_trace_last.blocks;

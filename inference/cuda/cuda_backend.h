@@ -49,6 +49,10 @@ int CudaDeviceCount();
 // size). Every choice gives the same bits; only speed differs. No-op without CUDA.
 void SetCudaLargeBatchTileForTesting(int variant);
 
+// Tests and benchmarks only: the attention kernel's variant (kernels.h, SetAttentionVariant; -1 the
+// default). Same bits; only speed differs. No-op without CUDA.
+void SetCudaAttentionVariantForTesting(int variant);
+
 // Tests and benchmarks only: the kernel of one-token matrix products (0, the default: weights
 // brought into shared memory by bulk copies where they fit; 1: the plain register tile; 2: a
 // register ring issued before the previous kernel ends). Same bits; only speed differs.
@@ -71,6 +75,26 @@ void SetCudaStepTraceForBenchmark(bool on);
 // step asks L2 for weights (-1: the default). Same bits. No-op without CUDA.
 void SetCudaStepPrefetchTilesForTesting(int tiles);
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots);
+
+// Benchmarks only, in builds configured with ROTE_CUDA_TIMELINE (elsewhere the timeline stays
+// empty): while on, every step records a timeline of its kernels (embed, the matrix kernels other
+// than the persistent ones, RMSNorm, rotary, attention, argmax): per launch, global-timer readings
+// (ns) of the earliest block start, the first and last return from the wait for the previous
+// kernel (programmatic dependent launch), and the last block's end (thread 0's).
+// CudaKernelTimelineForBenchmark returns the last recorded step's, ordered by first wait.
+struct CudaKernelTime {
+  uint32_t kind;    // 1 embed, 2 register-tile product, 3 bulk-copy one-token product, 4 shared-memory
+                    // tile product, 5 RMSNorm, 6 rotary + KV store, 7 attention, 8 argmax
+  uint32_t blocks;  // the grid's
+  int64_t start_ns, first_wait_ns, last_wait_ns, end_ns;
+  uint32_t blocks_recorded;
+  // Points inside the kernel's body, the first and the last block passing each (0: none). Attention:
+  // 1 q read, 2 scores, 3 softmax weights, 4 denominator, 5 V loop, 6 V partials shared. Bulk-copy
+  // one-token products: 1 activation staged, 2 warp 0's weights arrived, 3 its sums done.
+  int64_t point_first_ns[8], point_last_ns[8];  // fewer than blocks when a log filled up
+};
+void SetCudaKernelTimelineForBenchmark(bool on);
+std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark();
 
 // The kinds of kernel a step launches (per layer, except embed, lm_head and argmax).
 enum class CudaKernelKind : uint32_t {

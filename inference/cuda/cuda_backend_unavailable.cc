@@ -11,6 +11,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const M
 int CudaDeviceCount() { return 0; }
 
 void SetCudaLargeBatchTileForTesting(int) {}
+void SetCudaAttentionVariantForTesting(int) {}
 void SetCudaSkipKernelsForBenchmark(uint32_t) {}
 void SetCudaOneTokenKernelForTesting(int) {}
 void SetCudaMlpBlockMaxWarpsForTesting(int) {}
@@ -18,6 +19,8 @@ int64_t CudaDecodeStepsForTesting() { return 0; }
 int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}
+void SetCudaKernelTimelineForBenchmark(bool) {}
+std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() { return {}; }
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {
   *blocks = 0;
   *slots = 0;

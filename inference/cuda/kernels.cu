@@ -46,6 +46,62 @@ __device__ __forceinline__ float WarpMax(float v) {
 __device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
+// The benchmarks' kernel timeline (kernels.h, SetKernelTimeline), in ROTE_CUDA_TIMELINE builds.
+// Declared first in an instrumented kernel: reads the clock at the start and at Waited() (right
+// after WaitForPrevious), and thread 0 appends the block's record to its multiprocessor's log
+// when the scope closes, on whichever path it returns by. Elsewhere an empty struct.
+#ifdef ROTE_CUDA_TIMELINE
+__device__ KernelTimeline* g_timeline = nullptr;
+
+__device__ __forceinline__ unsigned long long TimelineClock() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+struct TimelineScope {
+  KernelTimeline* tl;
+  unsigned long long start = 0, waited = 0;
+  TimelineKind kind;
+  __device__ __forceinline__ explicit TimelineScope(TimelineKind kd) : tl(g_timeline), kind(kd) {
+    if (tl != nullptr) start = TimelineClock();
+  }
+  __device__ __forceinline__ void Waited() {
+    if (tl != nullptr) waited = TimelineClock();
+  }
+  __device__ __forceinline__ ~TimelineScope() {
+    if (tl == nullptr || threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
+    const unsigned long long end = TimelineClock();
+    unsigned long long grid;
+    uint32_t sm;
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    if (sm >= kTimelineMaxSms) return;
+    const uint32_t slot = atomicAdd(&tl->cursor[sm], 1u);
+    if (slot >= kTimelineRecordsPerSm) return;
+    tl->log[sm][slot] = {grid, start, waited, end, static_cast<uint32_t>(kind), gridDim.x * gridDim.y * gridDim.z, 0, 0};
+  }
+};
+// Benchmarks: thread 0 of the block passing point `point` (1..7) of a kernel's body; reductions
+// that return nothing (red), so the thread does not wait for them.
+__device__ __forceinline__ void TimelinePoint(uint32_t point) {
+  KernelTimeline* tl = g_timeline;
+  if (tl == nullptr || threadIdx.x != 0) return;
+  const unsigned long long t = TimelineClock();
+  unsigned long long grid;
+  asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+  const int g = static_cast<int>(grid % kTimelinePointGrids);
+  asm volatile("red.global.max.u64 [%0], %1;" ::"l"(&tl->point_not_first[g][point]), "l"(~t) : "memory");
+  asm volatile("red.global.max.u64 [%0], %1;" ::"l"(&tl->point_last[g][point]), "l"(t) : "memory");
+}
+#else
+struct TimelineScope {
+  __device__ __forceinline__ explicit TimelineScope(TimelineKind) {}
+  __device__ __forceinline__ void Waited() {}
+};
+__device__ __forceinline__ void TimelinePoint(uint32_t) {}
+#endif
+
 template <typename... KernelArgs, typename... Args>
 cudaError_t LaunchChained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                           Args... args) {
@@ -135,6 +191,7 @@ __device__ __forceinline__ float LaneRowSumSquares(const float4* row, int groups
 // along x share rows, so a batch's token tiles read a weight row from DRAM once.
 template <WeightType WT, int ROWS, int TOKS>
 __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
+  TimelineScope timeline(TimelineKind::kLinear);
   using W4 = Weights4<WT>;
   using Raw = typename W4::Raw;
   constexpr int U = kUnroll<ROWS, TOKS>;
@@ -160,6 +217,7 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) next[u][r] = __ldg(wrow[r] + u * 32);
   WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
+  timeline.Waited();
 
   // Rows past the token count read row m0 (valid memory) and are never stored.
   const float4* xrow[TOKS];
@@ -565,7 +623,7 @@ __device__ __forceinline__ void SharedBandDot(const unsigned char* band, int64_t
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) W4::ToF32(wrow[r][g * 32], wf[r]);
     float4 xv = xs[g * 32 + lane];
-    if (nw != nullptr) xv = NormScale(xv, rscale, __ldg(nw + g * 32 + lane));
+    if (nw != nullptr) xv = NormScale(xv, rscale, nw[g * 32 + lane]);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
       acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
@@ -583,6 +641,7 @@ __device__ __forceinline__ void SharedBandDot(const unsigned char* band, int64_t
 // global memory: the canonical order of LinearKernel, the same bits.
 template <WeightType WT, int ROWS>
 __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
+  TimelineScope timeline(TimelineKind::kTmaGemv);
   using W4 = Weights4<WT>;
   using Raw = typename W4::Raw;
   extern __shared__ __align__(128) unsigned char tma_smem[];
@@ -595,6 +654,7 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
   const int block_row0 = blockIdx.x * kWarps * ROWS;
   unsigned char* wsm = tma_smem;  // (kWarps * ROWS, KP) weights
   float4* xs = reinterpret_cast<float4*>(tma_smem + kWarps * ROWS * row_bytes);  // the activation lane row
+  float4* nws = xs + groups * 32;  // the norm's weights, when fused (constants: staged before the wait)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) MbarInit(&bars[w], 1);
@@ -614,7 +674,11 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
   const bool rope = a.epilogue == LinearEpilogue::kRopeStore;
   RopeTarget rope_target;
   if (rope) rope_target = PlanRopeStore<ROWS>(a, row_base, lane);
+  const bool has_norm = a.norm_weight != nullptr;
+  if (has_norm)
+    for (int i = threadIdx.x; i < groups * 32; i += kThreads) nws[i] = reinterpret_cast<const float4*>(a.norm_weight)[i];
   WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
+  timeline.Waited();
 
   // The residual this lane will add (row row_base + lane), read now so that its round trip
   // overlaps the activation's instead of ending the kernel.
@@ -625,19 +689,21 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
   const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
   const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
   for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = xg[i];
-  __syncthreads();  // also publishes the barrier initialisation to every warp
-  const bool has_norm = a.norm_weight != nullptr;
+  __syncthreads();  // also publishes the barrier initialisation and the norm's weights to every warp
+  TimelinePoint(1);
   float rscale = 0.0f;
   if (has_norm) {
     const float ss = LaneRowSumSquares(xs, groups, lane);
     rscale = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
   }
   MbarWait(&bars[warp], 0);
+  TimelinePoint(2);
   float acc[ROWS];
   SharedBandDot<WT, ROWS>(wsm + warp * ROWS * row_bytes, row_bytes, xs, groups, lane,
-                          has_norm ? reinterpret_cast<const float4*>(a.norm_weight) : nullptr, rscale, acc);
+                          has_norm ? nws : nullptr, rscale, acc);
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
+  TimelinePoint(3);
   if (rope) {
     StoreRope<ROWS>(a, rope_target, acc, lane);
   } else {
@@ -747,7 +813,7 @@ cudaError_t LaunchStreamGemv(const LinearArgs& a, cudaStream_t stream) {
 template <WeightType WT, int ROWS>
 int64_t TmaGemvSmem(const LinearArgs& a) {
   return static_cast<int64_t>(kWarps) * ROWS * a.w.cols_padded * kWeightBytes<WT> +
-         static_cast<int64_t>(a.w.cols_padded) * sizeof(float);
+         static_cast<int64_t>(a.w.cols_padded) * sizeof(float) * (a.norm_weight != nullptr ? 2 : 1);
 }
 
 template <WeightType WT, int ROWS>
@@ -948,6 +1014,8 @@ cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
 }
 
 int g_large_batch_tile = -1;  // SetLargeBatchTile; -1: chosen by size
+int g_attention_variant = -1;  // SetAttentionVariant; -1: kDefaultAttentionVariant
+constexpr int kDefaultAttentionVariant = 0;
 int g_one_token_kernel = 0;   // SetOneTokenKernel; 0: chosen by size
 
 // The variant of the separate one-token launches: 7, 8 and 9 only choose whether the whole step runs
@@ -1041,6 +1109,7 @@ __device__ __forceinline__ void ReduceScatter(float* v, int lane) {
 template <WeightType WT, int R, int T, int WRW, int WTW, int KS>
 __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4 ? 3 : 2) : 1))
     TiledLinearKernel(LinearArgs a) {
+  TimelineScope timeline(TimelineKind::kTiled);
   using S = TiledShape<WT, R, T, WRW, WTW, KS>;
   using W4 = Weights4<WT>;
   using Raw = typename W4::Raw;
@@ -1095,6 +1164,7 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
   for (int st = 0; st < stages; ++st) issue_weights(st, st);
   CpAsyncCommit();
   WaitForPrevious();
+  timeline.Waited();
 
   const float* xsrc[kActPer];
   int xdst[kActPer], xcg[kActPer];
@@ -1362,8 +1432,10 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
 __global__ void __launch_bounds__(kThreads)
     RmsNormKernel(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight, float eps,
                   float* y, const int32_t* x_rows) {
+  TimelineScope timeline(TimelineKind::kRmsNorm);
   LetNextStart();
   WaitForPrevious();
+  timeline.Waited();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m = blockIdx.x * kWarps + warp;
   if (m >= tokens) return;
@@ -1380,8 +1452,10 @@ __global__ void __launch_bounds__(kThreads)
 template <WeightType WT>
 __global__ void EmbedKernel(const void* embed, int32_t cols_padded, const int32_t* tokens, float* out,
                             int32_t out_stride) {
+  TimelineScope timeline(TimelineKind::kEmbed);
   LetNextStart();
   WaitForPrevious();
+  timeline.Waited();
   const int m = blockIdx.x;
   const int64_t row = static_cast<int64_t>(tokens[m]) * cols_padded;
   for (int p = threadIdx.x; p < cols_padded; p += blockDim.x) {
@@ -1405,9 +1479,11 @@ __global__ void __launch_bounds__(kThreads)
     RopeStoreKernel(const float* qkv, StepTokens step, AttentionShape shape, const float* q_norm,
                     const float* k_norm, float norm_eps, const float* rope_cos, const float* rope_sin,
                     float* q_out, LayerKv kv) {
+  TimelineScope timeline(TimelineKind::kRope);
   __shared__ float head_buf[kWarps][kMaxHeadDim];
   LetNextStart();
   WaitForPrevious();
+  timeline.Waited();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m = blockIdx.y;
   const int hd = shape.head_dim, half = hd / 2;
@@ -1472,7 +1548,7 @@ __device__ __forceinline__ float4 LoadKv4(const float* p, bool fresh) {
 // inside the warp; its last three (off 4, 2, 1) run per dim over the 8 warps' results through
 // shared memory (vpart: kAttnWarps x hd floats). One divide by the denominator.
 // vbase: the head group's V at position row 0.
-template <int NG, typename Sync>
+template <int NG, int U, typename Sync>
 __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int hd, int bs, const int32_t* bt_s,
                                              const float* weights, int L, int old_end, float denom, float* o, int h,
                                              float* vpart, int tid, Sync sync) {
@@ -1484,27 +1560,71 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
   for (int n = 0; n < NG; ++n)
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[n][i] = 0.0f;
+  if constexpr (U == 0) {
 #pragma unroll 4
-  for (int j = c; j < L; j += 32) {
-    const float p = weights[j];
-    const float* vrow = vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + 8 * r;
-    const bool fresh = j >= old_end;
+    for (int j = c; j < L; j += 32) {
+      const float p = weights[j];
+      const float* vrow = vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + 8 * r;
+      const bool fresh = j >= old_end;
 #pragma unroll
-    for (int n = 0; n < NG; ++n) {
-      if (8 * r + 64 * n < hd) {
-        const float4 v0 = LoadKv4(vrow + 64 * n, fresh);
-        const float4 v1 = LoadKv4(vrow + 64 * n + 4, fresh);
-        acc[n][0] = fmaf(p, v0.x, acc[n][0]);
-        acc[n][1] = fmaf(p, v0.y, acc[n][1]);
-        acc[n][2] = fmaf(p, v0.z, acc[n][2]);
-        acc[n][3] = fmaf(p, v0.w, acc[n][3]);
-        acc[n][4] = fmaf(p, v1.x, acc[n][4]);
-        acc[n][5] = fmaf(p, v1.y, acc[n][5]);
-        acc[n][6] = fmaf(p, v1.z, acc[n][6]);
-        acc[n][7] = fmaf(p, v1.w, acc[n][7]);
+      for (int n = 0; n < NG; ++n) {
+        if (8 * r + 64 * n < hd) {
+          const float4 v0 = LoadKv4(vrow + 64 * n, fresh);
+          const float4 v1 = LoadKv4(vrow + 64 * n + 4, fresh);
+          acc[n][0] = fmaf(p, v0.x, acc[n][0]);
+          acc[n][1] = fmaf(p, v0.y, acc[n][1]);
+          acc[n][2] = fmaf(p, v0.z, acc[n][2]);
+          acc[n][3] = fmaf(p, v0.w, acc[n][3]);
+          acc[n][4] = fmaf(p, v1.x, acc[n][4]);
+          acc[n][5] = fmaf(p, v1.y, acc[n][5]);
+          acc[n][6] = fmaf(p, v1.z, acc[n][6]);
+          acc[n][7] = fmaf(p, v1.w, acc[n][7]);
+        }
+      }
+    }
+  } else {
+    // U positions of the class per batch: every load of the batch is issued before the first
+    // FMA, so their round trips overlap (the plain loop above waits for one row at a time). The
+    // FMAs then run in increasing j, the canonical order.
+    for (int j0 = c; j0 < L; j0 += 32 * U) {
+      float p[U];
+      float4 va[U][NG][2];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = j0 + 32 * u;
+        const bool ok = j < L;
+        p[u] = ok ? weights[j] : 0.0f;
+        const float* vrow = vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + 8 * r;
+        const bool fresh = j >= old_end;
+#pragma unroll
+        for (int n = 0; n < NG; ++n) {
+          va[u][n][0] = va[u][n][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (ok && 8 * r + 64 * n < hd) {
+            va[u][n][0] = LoadKv4(vrow + 64 * n, fresh);
+            va[u][n][1] = LoadKv4(vrow + 64 * n + 4, fresh);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (j0 + 32 * u < L) {
+#pragma unroll
+          for (int n = 0; n < NG; ++n) {
+            const float4 v0 = va[u][n][0], v1 = va[u][n][1];
+            acc[n][0] = fmaf(p[u], v0.x, acc[n][0]);
+            acc[n][1] = fmaf(p[u], v0.y, acc[n][1]);
+            acc[n][2] = fmaf(p[u], v0.z, acc[n][2]);
+            acc[n][3] = fmaf(p[u], v0.w, acc[n][3]);
+            acc[n][4] = fmaf(p[u], v1.x, acc[n][4]);
+            acc[n][5] = fmaf(p[u], v1.y, acc[n][5]);
+            acc[n][6] = fmaf(p[u], v1.z, acc[n][6]);
+            acc[n][7] = fmaf(p[u], v1.w, acc[n][7]);
+          }
+        }
       }
     }
   }
+  TimelinePoint(5);
 #pragma unroll
   for (int n = 0; n < NG; ++n)
 #pragma unroll
@@ -1522,6 +1642,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
         for (int i = 0; i < 8; ++i) vpart[warp * hd + 64 * n + 8 * r + i] = acc[n][i];
   }
   sync();
+  TimelinePoint(6);
   for (int d = tid; d < hd; d += kAttnThreads) {
     float v[kAttnWarps];
 #pragma unroll
@@ -1538,7 +1659,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 // Attention of query head h of token m by kAttnThreads threads (tid, sync: their barrier), the
 // block table of the token already in bt_s. q is read through L2 (another kernel or block wrote
 // it); same_launch: this step's K/V rows were written by other blocks of this launch.
-template <int NG, typename Sync>
+template <int NG, int U, typename Sync>
 __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& step, const AttentionShape& shape,
                                            const LayerKv& kv, float scale, float* out, int32_t out_stride, int h,
                                            int m, float* scores, const int32_t* bt_s, float* q_s, float* red,
@@ -1553,6 +1674,7 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
   const int old_end = same_launch ? L - step.tokens : L;
   for (int d = tid; d < hd; d += kAttnThreads) q_s[d] = __ldcg(q + static_cast<int64_t>(m) * q_dim + h * hd + d);
   sync();
+  TimelinePoint(1);
 
   // Pass 1: scores, eight lanes per position (four positions per warp instruction): lane r of a
   // group owns the classes 4r .. 4r + 3 of the canonical dot (terms d ≡ 4r + i mod 32, in
@@ -1565,21 +1687,16 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
     for (int k = 0; k < 2 * NG; ++k)
 #pragma unroll
       for (int i = 0; i < 4; ++i) qr[k][i] = 32 * k + 4 * r < hd ? q_s[32 * k + 4 * r + i] : 0.0f;
-#pragma unroll 4
-    for (int j = warp * 4 + lane / 8; j - lane / 8 < L; j += kAttnWarps * 4) {
+    // One position's score from its K terms (the lane's four classes, then the tree).
+    auto score = [&](const float4* k4, int j) {
       float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if (j < L) {
-        const float* kp = kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + 4 * r;
-        const bool fresh = j >= old_end;
 #pragma unroll
-        for (int k = 0; k < 2 * NG; ++k) {
-          if (32 * k + 4 * r < hd) {  // hd is a multiple of 8: a lane's four terms are all in or all out
-            const float4 k4 = LoadKv4(kp + 32 * k, fresh);
-            v[0] = fmaf(qr[k][0], k4.x, v[0]);
-            v[1] = fmaf(qr[k][1], k4.y, v[1]);
-            v[2] = fmaf(qr[k][2], k4.z, v[2]);
-            v[3] = fmaf(qr[k][3], k4.w, v[3]);
-          }
+      for (int k = 0; k < 2 * NG; ++k) {
+        if (32 * k + 4 * r < hd) {  // hd is a multiple of 8: a lane's four terms are all in or all out
+          v[0] = fmaf(qr[k][0], k4[k].x, v[0]);
+          v[1] = fmaf(qr[k][1], k4[k].y, v[1]);
+          v[2] = fmaf(qr[k][2], k4[k].z, v[2]);
+          v[3] = fmaf(qr[k][3], k4[k].w, v[3]);
         }
       }
 #pragma unroll
@@ -1590,9 +1707,38 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
       }
       const float sc = (v[0] + v[2]) + (v[1] + v[3]);  // c and c + 2, then c and c + 1
       if (r == 0 && j < L) scores[j] = sc * scale;
+    };
+    auto load_k = [&](float4* k4, int j) {
+      const bool ok = j < L;
+      const float* kp =
+          kv.k + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + g * hd + 4 * r;
+      const bool fresh = j >= old_end;
+#pragma unroll
+      for (int k = 0; k < 2 * NG; ++k) {
+        k4[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (ok && 32 * k + 4 * r < hd) k4[k] = LoadKv4(kp + 32 * k, fresh);
+      }
+    };
+    if constexpr (U == 0) {
+#pragma unroll 4
+      for (int j = warp * 4 + lane / 8; j - lane / 8 < L; j += kAttnWarps * 4) {
+        float4 k4[2 * NG];
+        load_k(k4, j);
+        score(k4, j);
+      }
+    } else {
+      // U positions per batch, every load issued before the first FMA (see AttendValues).
+      for (int j0 = warp * 4 + lane / 8; j0 - lane / 8 < L; j0 += kAttnWarps * 4 * U) {
+        float4 k4[U][2 * NG];
+#pragma unroll
+        for (int u = 0; u < U; ++u) load_k(k4[u], j0 + kAttnWarps * 4 * u);
+#pragma unroll
+        for (int u = 0; u < U; ++u) score(k4[u], j0 + kAttnWarps * 4 * u);
+      }
     }
   }
   sync();
+  TimelinePoint(2);
 
   // Pass 2: max (exact in any order), weights, canonical sum.
   float mx = -INFINITY;
@@ -1605,13 +1751,15 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
   for (int w = 1; w < kAttnWarps; ++w) mx = fmaxf(mx, red[w]);
   for (int j = tid; j < L; j += kAttnThreads) scores[j] = canonical_expf(scores[j] - mx);
   sync();
+  TimelinePoint(3);
   float denom = 0.0f;
   for (int j = lane; j < L; j += 32) denom = denom + scores[j];
   denom = WarpTree(denom);
+  TimelinePoint(4);
 
   // Pass 3: weighted sum of V (AttendValues).
   float* o = out + static_cast<int64_t>(m) * out_stride;
-  AttendValues<NG>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, tid, sync);
+  AttendValues<NG, U>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, tid, sync);
 }
 
 // AttendHead's NG for a head dimension: the 8-dim groups of V one warp owns (kernels are
@@ -1619,7 +1767,9 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
 __host__ __device__ constexpr int AttnGroups(int hd) { return hd <= kAttnWarps * 8 ? 1 : hd <= 2 * kAttnWarps * 8 ? 2 : kMaxHeadDim / (kAttnWarps * 8); }
 
 // Pulls the K and V rows of positions [0, end) of a head's group toward this SM (L1 or L2).
-template <bool kL1>
+// kL1: into this SM's L1; else into L2, `evict_last` asking L2 to keep them over the weights
+// streaming past.
+template <bool kL1, bool kEvictLast = false>
 __device__ __forceinline__ void PrefetchKvRows(const LayerKv& kv, const int32_t* bt_s, int bs, int kv_dim, int hd,
                                                int g, int end, int tid, int threads) {
   for (int j = tid; j < end; j += threads) {
@@ -1630,6 +1780,9 @@ __device__ __forceinline__ void PrefetchKvRows(const LayerKv& kv, const int32_t*
       if constexpr (kL1) {
         asm volatile("prefetch.global.L1 [%0];" ::"l"(kp + off));
         asm volatile("prefetch.global.L1 [%0];" ::"l"(vp + off));
+      } else if constexpr (kEvictLast) {
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(kp + off));
+        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(vp + off));
       } else {
         asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
         asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
@@ -1638,10 +1791,14 @@ __device__ __forceinline__ void PrefetchKvRows(const LayerKv& kv, const int32_t*
   }
 }
 
-template <int NG>
+// prefetch: where the rows of earlier steps go before the wait (0: L1; 1: L2, kept there over the
+// weight stream (evict_last); 2: both). U: positions a warp's loops load per batch before using
+// them (0: the plain loops).
+template <int NG, int U>
 __global__ void __launch_bounds__(kAttnThreads)
     AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
-                    int32_t out_stride, int32_t max_context) {
+                    int32_t out_stride, int32_t max_context, int32_t prefetch) {
+  TimelineScope timeline(TimelineKind::kAttention);
   extern __shared__ float4 att_smem_f4[];
   float* scores = reinterpret_cast<float*>(att_smem_f4);  // (context)
   int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
@@ -1665,7 +1822,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
   __syncthreads();
   const int old_end = L - step.tokens;
-  PrefetchKvRows<true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
+  if (prefetch != 1) PrefetchKvRows<true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
+  if (prefetch != 0) PrefetchKvRows<false, true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
   // (In a prefill, old_end is negative: every row is this step's.)
   for (int j = max(old_end, 0) + threadIdx.x; j < L; j += kAttnThreads) {
     const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
@@ -1675,7 +1833,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     }
   }
   WaitForPrevious();
-  AttendHead<NG>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, vpart, threadIdx.x, false,
+  timeline.Waited();
+  AttendHead<NG, U>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, vpart, threadIdx.x, false,
              [] { __syncthreads(); });
 }
 
@@ -1937,7 +2096,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      AttendHead<AttnGroups(kMaxHeadDim)>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context, threadIdx.x, true,
+      AttendHead<AttnGroups(kMaxHeadDim), 0>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context, threadIdx.x, true,
                  [] { ConsumerSync(); });
     StepGridBarrier(bar, trace);
     StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
@@ -2054,9 +2213,11 @@ __device__ __forceinline__ void BlockArgBest(float& bv, int32_t& bi) {
 __global__ void __launch_bounds__(kArgmaxThreads)
     ArgmaxKernel(const float* logits, int32_t cols, int32_t* out, float* part_v, int32_t* part_i,
                  uint32_t* tickets) {
+  TimelineScope timeline(TimelineKind::kArgmax);
   __shared__ bool last;
   LetNextStart();
   WaitForPrevious();
+  timeline.Waited();
   const int row = blockIdx.y, chunk = blockIdx.x;
   const float* r = logits + static_cast<int64_t>(row) * cols;
   const int per = (cols + kArgmaxChunks - 1) / kArgmaxChunks;
@@ -2097,6 +2258,15 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 }  // namespace
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
+void SetAttentionVariant(int variant) { g_attention_variant = variant; }
+cudaError_t SetKernelTimeline(KernelTimeline* device_buffer, cudaStream_t stream) {
+#ifdef ROTE_CUDA_TIMELINE
+  return cudaMemcpyToSymbolAsync(g_timeline, &device_buffer, sizeof(device_buffer), 0, cudaMemcpyHostToDevice, stream);
+#else
+  (void)stream;
+  return device_buffer == nullptr ? cudaSuccess : cudaErrorNotSupported;
+#endif
+}
 int64_t TiledLinearLaunches() { return g_tiled_launches.load(std::memory_order_relaxed); }
 void SetOneTokenKernel(int variant) { g_one_token_kernel = variant; }
 void SetStepPrefetchTiles(int tiles) { g_step_prefetch_tiles = tiles; }
@@ -2225,7 +2395,8 @@ int64_t AttentionSharedBytes(int32_t max_context) {
 
 cudaError_t PrepareAttention(int32_t max_context) {
   const int bytes = static_cast<int>(AttentionSharedBytes(max_context));
-  for (auto* kernel : {AttentionKernel<1>, AttentionKernel<2>, AttentionKernel<AttnGroups(kMaxHeadDim)>}) {
+  for (auto* kernel : {AttentionKernel<1, 0>, AttentionKernel<2, 0>, AttentionKernel<AttnGroups(kMaxHeadDim), 0>,
+                       AttentionKernel<1, 8>, AttentionKernel<2, 8>, AttentionKernel<AttnGroups(kMaxHeadDim), 4>}) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
   }
@@ -2238,11 +2409,16 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
   if (step.tokens <= 0) return cudaSuccess;
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.block_size < 8) return cudaErrorInvalidValue;
   const dim3 grid(shape.num_heads, step.tokens);
-  auto* kernel = shape.head_dim <= kAttnWarps * 8       ? AttentionKernel<1>
-                 : shape.head_dim <= 2 * kAttnWarps * 8 ? AttentionKernel<2>
-                                                        : AttentionKernel<AttnGroups(kMaxHeadDim)>;
+  const int variant = g_attention_variant < 0 ? kDefaultAttentionVariant : g_attention_variant;
+  const bool batched = variant >= 2;
+  const int32_t prefetch = variant == 1 || variant == 3 ? 1 : variant == 4 ? 2 : 0;
+  auto* kernel = shape.head_dim <= kAttnWarps * 8
+                     ? (batched ? AttentionKernel<1, 8> : AttentionKernel<1, 0>)
+                 : shape.head_dim <= 2 * kAttnWarps * 8
+                     ? (batched ? AttentionKernel<2, 8> : AttentionKernel<2, 0>)
+                     : (batched ? AttentionKernel<AttnGroups(kMaxHeadDim), 4> : AttentionKernel<AttnGroups(kMaxHeadDim), 0>);
   return LaunchChained(kernel, grid, dim3(kAttnThreads), AttentionSharedBytes(max_context), stream, q, step, shape, kv,
-                       scale, out, out_stride, max_context);
+                       scale, out, out_stride, max_context, prefetch);
 }
 
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,

@@ -142,6 +142,11 @@ cudaError_t LaunchMlpBlock(const MlpBlockArgs& args, cudaStream_t stream);
 // fills the multiprocessors, else LinearKernel by size). Results are identical in every bit for
 // all of them; only speed differs.
 void SetLargeBatchTile(int variant);
+// Benchmarking only: the attention kernel's variant (0: rows of earlier steps prefetched into L1,
+// plain loops; 1: prefetched into L2 with evict_last; 2: L1, loops that issue the loads of 8
+// positions (4 at head_dim > 128) before using them; 3: L2 and batched; 4: both and batched;
+// -1: the default). Same bits.
+void SetAttentionVariant(int variant);
 // Tests: how many TiledLinearKernel launches this process has issued (graph captures count once).
 int64_t TiledLinearLaunches();
 // Benchmarking only: the kernel of one-token products (0, the default: shared-memory bulk copies
@@ -245,5 +250,34 @@ cudaError_t PrepareAttention(int32_t max_context);
 int64_t ArgmaxScratchBytes(int32_t scratch_rows);
 cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, void* scratch,
                          int32_t scratch_rows, cudaStream_t stream);
+
+// Benchmarks only: a timeline of the kernels a step launches, in builds configured with
+// ROTE_CUDA_TIMELINE (the bookkeeping changes the kernels' code, so it is not in other builds;
+// there SetKernelTimeline returns cudaErrorNotSupported). While a buffer is set, thread 0 of every
+// block of an instrumented kernel (embed, the matrix kernels but the persistent ones, RMSNorm,
+// rotary, attention, argmax) appends one record to its multiprocessor's log when it returns:
+// the grid's launch number (%gridid), the kind, global-timer readings (ns) at the block's start,
+// at its return from the wait for the previous kernel, and at its end. Zero the buffer before a
+// step; null turns recording off. One cursor and log per multiprocessor: no shared counter.
+enum class TimelineKind : uint32_t {
+  kEmbed = 1, kLinear = 2, kTmaGemv = 3, kTiled = 4, kRmsNorm = 5, kRope = 6, kAttention = 7, kArgmax = 8,
+};
+constexpr int kTimelineMaxSms = 160;
+constexpr int kTimelineRecordsPerSm = 2048;
+struct KernelTimelineRecord {
+  unsigned long long grid, start, waited, end;
+  uint32_t kind, blocks, pad0, pad1;
+};
+// Points inside a kernel's body (TimelinePoint: thread 0 of each block passing point p), per
+// launch number modulo kTimelinePointGrids: the earliest (as ~t) and the latest block there.
+constexpr int kTimelinePoints = 8;
+constexpr int kTimelinePointGrids = 4096;
+struct KernelTimeline {
+  uint32_t cursor[kTimelineMaxSms];
+  unsigned long long point_not_first[kTimelinePointGrids][kTimelinePoints];
+  unsigned long long point_last[kTimelinePointGrids][kTimelinePoints];
+  KernelTimelineRecord log[kTimelineMaxSms][kTimelineRecordsPerSm];
+};
+cudaError_t SetKernelTimeline(KernelTimeline* device_buffer, cudaStream_t stream);
 
 }  // namespace rote::inference::cuda

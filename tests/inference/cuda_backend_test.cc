@@ -430,6 +430,29 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
   SetCudaOneTokenKernelForTesting(0);
 }
 
+// The attention kernel's variants (where earlier steps' K/V rows are prefetched, how many
+// positions its loops keep in flight) change only speed: head dims of one and two V groups per
+// warp, a context long enough (290 + 4) for the 8-deep loops to run whole, each variant against the
+// CPU at every prefill and decode step.
+TEST(CudaInvariance, AttentionVariantsEqualCpu) {
+  SKIP_WITHOUT_GPU();
+  for (int32_t head_dim : {64, 128}) {
+    SynthSpec spec;
+    spec.hidden = 256;
+    spec.heads = 4;
+    spec.kv_heads = 2;
+    spec.head_dim = head_dim;
+    auto model = SynthModel("attn_hd" + std::to_string(head_dim), spec);
+    ASSERT_TRUE(model);
+    for (int variant : {-1, 0, 1, 2, 3, 4}) {
+      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " attention_variant=" + std::to_string(variant));
+      SetCudaAttentionVariantForTesting(variant);
+      ExpectCpuEqualsCuda(model, 290, 4);
+    }
+  }
+  SetCudaAttentionVariantForTesting(-1);
+}
+
 // The engine (continuous batching, chunked prefill, paged KV, the same scheduler) on CUDA and on
 // the CPU: concurrent greedy and seeded-sampling requests give the same tokens and the same
 // logits at every step; provenance names the device.
