@@ -686,9 +686,11 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
   float resid = 0.0f;
   if (residual && lane < ROWS && row_base + lane < a.w.rows)
     resid = a.out[a.out_lane_rows ? PermutedIndex(row_base + lane) : row_base + lane];
+  TimelinePoint(4);
   const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
   const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
   for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = xg[i];
+  TimelinePoint(5);
   __syncthreads();  // also publishes the barrier initialisation and the norm's weights to every warp
   TimelinePoint(1);
   float rscale = 0.0f;
@@ -1014,8 +1016,7 @@ cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
 }
 
 int g_large_batch_tile = -1;  // SetLargeBatchTile; -1: chosen by size
-int g_attention_variant = -1;  // SetAttentionVariant; -1: kDefaultAttentionVariant
-constexpr int kDefaultAttentionVariant = 0;
+int g_attention_variant = -1;  // SetAttentionVariant; -1: chosen by grid size (LaunchAttention)
 int g_one_token_kernel = 0;   // SetOneTokenKernel; 0: chosen by size
 
 // The variant of the separate one-token launches: 7, 8 and 9 only choose whether the whole step runs
@@ -1993,15 +1994,30 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
                                                 int& seq) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int groups = a.w.cols_padded / kGroupCols;
+  // The norm's weights (constants) are loaded first, into registers for the first kStepNormRegs
+  // chunks of each thread, so their round trip overlaps the activation's.
+  constexpr int kStepNormRegs = 2;
+  const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
+  float4 nwr[kStepNormRegs];
+#pragma unroll
+  for (int k = 0; k < kStepNormRegs; ++k) {
+    const int i = threadIdx.x + k * kStepWarps * 32;
+    nwr[k] = nw != nullptr && i < groups * 32 ? nw[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
   const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
   for (int i = threadIdx.x; i < groups * 32; i += kStepWarps * 32) xs[i] = __ldcg(xg + i);
   ConsumerSync();
-  if (a.norm_weight != nullptr) {
+  if (nw != nullptr) {
     const float r = canonical_rms_scale(WarpTree(LaneRowSumSquares(xs, groups, lane)), a.w.cols, a.norm_eps);
-    const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
     ConsumerSync();  // every warp has its sum of squares before x is overwritten
-    for (int i = threadIdx.x; i < groups * 32; i += kStepWarps * 32) xs[i] = NormScale(xs[i], r, nw[i]);
+#pragma unroll
+    for (int k = 0; k < kStepNormRegs; ++k) {
+      const int i = threadIdx.x + k * kStepWarps * 32;
+      if (i < groups * 32) xs[i] = NormScale(xs[i], r, nwr[k]);
+    }
+    for (int i = threadIdx.x + kStepNormRegs * kStepWarps * 32; i < groups * 32; i += kStepWarps * 32)
+      xs[i] = NormScale(xs[i], r, nw[i]);
     ConsumerSync();
   }
   const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
@@ -2409,7 +2425,12 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
   if (step.tokens <= 0) return cudaSuccess;
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.block_size < 8) return cudaErrorInvalidValue;
   const dim3 grid(shape.num_heads, step.tokens);
-  const int variant = g_attention_variant < 0 ? kDefaultAttentionVariant : g_attention_variant;
+  // By default the batched loops where the grid is one block per multiprocessor or less (decode
+  // of small batches: each block's chain is the step's critical path), the plain loops elsewhere
+  // (their registers cost occupancy: 1.5B batch 32 -4.5%, performance.md).
+  const int variant = g_attention_variant >= 0                                     ? g_attention_variant
+                      : shape.num_heads * step.tokens <= MultiprocessorCount() ? 2
+                                                                                : 0;
   const bool batched = variant >= 2;
   const int32_t prefetch = variant == 1 || variant == 3 ? 1 : variant == 4 ? 2 : 0;
   auto* kernel = shape.head_dim <= kAttnWarps * 8
