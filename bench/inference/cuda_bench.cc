@@ -291,10 +291,15 @@ int main(int argc, char** argv) {
     const char* kind_names[] = {"?", "embed", "linear", "tma_gemv", "tiled", "rmsnorm", "rope", "attention", "argmax"};
     // --timeline-one-token-kernel 8: batch 1 as separate launches where it would run as one.
     SetCudaOneTokenKernelForTesting(std::stoi(Arg(argc, argv, "--timeline-one-token-kernel", "0")));
+    // --timeline-skip MASK: with these kernel kinds left out (SetCudaSkipKernelsForBenchmark; 512:
+    // the layers read no weights), to see what the rest does without them.
+    const uint32_t timeline_skip = static_cast<uint32_t>(std::stoul(Arg(argc, argv, "--timeline-skip", "0")));
     for (int32_t batch : IntList(timeline)) {
       SetCudaKernelTimelineForBenchmark(true);
+      SetCudaSkipKernelsForBenchmark(timeline_skip);
       std::vector<Seq> seqs;
       const double secs = time_decode(batch, seqs);
+      SetCudaSkipKernelsForBenchmark(0);
       SetCudaKernelTimelineForBenchmark(false);
       if (secs < 0) return 1;
       const std::vector<CudaKernelTime> t = CudaKernelTimelineForBenchmark();

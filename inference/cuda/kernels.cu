@@ -1857,6 +1857,9 @@ constexpr int kStepThreads = (kStepWarps + 1) * 32;
 constexpr int kStepMaxSlots = 32;
 constexpr int kStepRows = 4;      // rows per tile of every matrix but down (even: rotary and SiLU pairs)
 constexpr int kStepDownRows = 1;  // rows per tile of the down product (its rows are long)
+// Positions per batch of the one-launch step's attention loops (AttendHead's U), by V groups.
+template <int NG>
+constexpr int kStepAttnBatch = NG == 1 ? 8 : NG == 2 ? 4 : 2;
 
 __device__ __forceinline__ void ConsumerSync() { asm volatile("bar.sync 1, %0;" ::"n"(kStepWarps * 32) : "memory"); }
 
@@ -2041,7 +2044,9 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
   }
 }
 
-template <WeightType WT>
+// NG: attention's V groups per warp for the model's head dimension (AttnGroups), so the batched
+// attention loops (two positions per batch) hold only the registers that dimension needs.
+template <WeightType WT, int NG>
 __global__ void __launch_bounds__(kStepThreads, 1)
     DecodeStepKernel(const __grid_constant__ DecodeStepArgs f, int32_t slots, int32_t slot_bytes, int32_t union_bytes,
                      int32_t returning_barrier, int32_t prefetch_tiles) {
@@ -2112,7 +2117,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      AttendHead<AttnGroups(kMaxHeadDim), 0>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context, threadIdx.x, true,
+      AttendHead<NG, kStepAttnBatch<NG>>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context, threadIdx.x, true,
                  [] { ConsumerSync(); });
     StepGridBarrier(bar, trace);
     StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
@@ -2145,7 +2150,8 @@ int StepKernelSmemLimit() {
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
       return 0;
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, DecodeStepKernel<WeightType::kBF16>) != cudaSuccess) return 0;
+    if (cudaFuncGetAttributes(&attr, DecodeStepKernel<WeightType::kBF16, AttnGroups(kMaxHeadDim)>) != cudaSuccess)
+      return 0;
     return optin - static_cast<int>(attr.sharedSizeBytes);
   }();
   return limit;
@@ -2172,12 +2178,21 @@ DecodeStepPlan PlanDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) 
 
 template <WeightType WT>
 cudaError_t LaunchDecodeStepTyped(const DecodeStepArgs& f, const DecodeStepPlan& p, cudaStream_t stream) {
-  static const cudaError_t prepared = cudaFuncSetAttribute(
-      DecodeStepKernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize, StepKernelSmemLimit());
+  const int hd = f.shape.head_dim;
+  auto* kernel = hd <= kAttnWarps * 8       ? DecodeStepKernel<WT, 1>
+                 : hd <= 2 * kAttnWarps * 8 ? DecodeStepKernel<WT, 2>
+                                            : DecodeStepKernel<WT, AttnGroups(kMaxHeadDim)>;
+  static const cudaError_t prepared = [] {
+    for (auto* k : {DecodeStepKernel<WT, 1>, DecodeStepKernel<WT, 2>, DecodeStepKernel<WT, AttnGroups(kMaxHeadDim)>}) {
+      const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, StepKernelSmemLimit());
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }();
   if (prepared != cudaSuccess) return prepared;
   // One block per multiprocessor (its shared memory allows no second), all resident at once, as
   // the grid barrier needs; the kernel lets the next one launch only after every block started.
-  return LaunchChained(DecodeStepKernel<WT>, dim3(MultiprocessorCount()), dim3(kStepThreads),
+  return LaunchChained(kernel, dim3(MultiprocessorCount()), dim3(kStepThreads),
                        static_cast<size_t>(p.smem()), stream, f, p.slots, static_cast<int32_t>(p.slot),
                        static_cast<int32_t>(p.union_bytes), static_cast<int32_t>(g_one_token_kernel != 9),
                        g_step_prefetch_tiles);

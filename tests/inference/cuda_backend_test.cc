@@ -432,8 +432,8 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
 
 // The attention kernel's variants (where earlier steps' K/V rows are prefetched, how many
 // positions its loops keep in flight) change only speed: head dims of one and two V groups per
-// warp, a context long enough (290 + 4) for the 8-deep loops to run whole, each variant against the
-// CPU at every prefill and decode step.
+// warp, a context long enough (290 + 4) for the 8-deep loops to run whole, each variant and the
+// one-launch decode step against the CPU at every prefill and decode step.
 TEST(CudaInvariance, AttentionVariantsEqualCpu) {
   SKIP_WITHOUT_GPU();
   for (int32_t head_dim : {64, 128}) {
@@ -449,8 +449,15 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
       SetCudaAttentionVariantForTesting(variant);
       ExpectCpuEqualsCuda(model, 290, 4);
     }
+    SetCudaAttentionVariantForTesting(-1);
+    // The one-launch decode step runs the same attention body, instantiated per head dimension.
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step");
+    SetCudaOneTokenKernelForTesting(7);
+    const int64_t launches = CudaDecodeStepsForTesting();
+    ExpectCpuEqualsCuda(model, 290, 4);
+    EXPECT_GT(CudaDecodeStepsForTesting(), launches);
+    SetCudaOneTokenKernelForTesting(0);
   }
-  SetCudaAttentionVariantForTesting(-1);
 }
 
 // The engine (continuous batching, chunked prefill, paged KV, the same scheduler) on CUDA and on
