@@ -1429,25 +1429,55 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, cudaStream_t stream) {
   return LaunchLinearTile<WT, 2, 2>(a, stream);
 }
 
-// One warp per token: canonical sum of squares over the lane row, then (x * r) * w.
+// One warp per token: canonical sum of squares over the lane row, then (x * r) * w. The weights
+// are constants, loaded before the wait (the weight stream evicts them from L2 every step, so they
+// often come from DRAM); the row's first kNormRegGroups groups stay in registers between the two
+// passes, so after the wait the chain is one load of x, the tree and the stores.
+constexpr int kNormRegGroups = 16;  // hidden sizes up to 2,048 entirely in registers
 __global__ void __launch_bounds__(kThreads)
     RmsNormKernel(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight, float eps,
                   float* y, const int32_t* x_rows) {
   TimelineScope timeline(TimelineKind::kRmsNorm);
   LetNextStart();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int groups = (cols + kGroupCols - 1) / kGroupCols;
+  const float4* wr = reinterpret_cast<const float4*>(weight) + lane;
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float4 wv[kNormRegGroups];
+#pragma unroll
+  for (int g = 0; g < kNormRegGroups; ++g) wv[g] = g < groups ? wr[g * 32] : zero;
   WaitForPrevious();
   timeline.Waited();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m = blockIdx.x * kWarps + warp;
   if (m >= tokens) return;
-  const int groups = (cols + kGroupCols - 1) / kGroupCols;
   const float* xm = x + static_cast<int64_t>(x_rows != nullptr ? x_rows[m] : m) * stride;
   const float4* xr = reinterpret_cast<const float4*>(xm) + lane;
   float4* yr = reinterpret_cast<float4*>(y + static_cast<int64_t>(m) * stride) + lane;
-  const float4* wr = reinterpret_cast<const float4*>(weight) + lane;
-  const float ss = LaneRowSumSquares(reinterpret_cast<const float4*>(xm), groups, lane);
+  float4 xv[kNormRegGroups];
+#pragma unroll
+  for (int g = 0; g < kNormRegGroups; ++g) xv[g] = g < groups ? xr[g * 32] : zero;
+  float ss = 0.0f;  // LaneRowSumSquares' order: groups in increasing order, x, y, z, w
+#pragma unroll
+  for (int g = 0; g < kNormRegGroups; ++g) {
+    if (g < groups) {
+      ss = fmaf(xv[g].x, xv[g].x, ss);
+      ss = fmaf(xv[g].y, xv[g].y, ss);
+      ss = fmaf(xv[g].z, xv[g].z, ss);
+      ss = fmaf(xv[g].w, xv[g].w, ss);
+    }
+  }
+  for (int g = kNormRegGroups; g < groups; ++g) {
+    const float4 v = xr[g * 32];
+    ss = fmaf(v.x, v.x, ss);
+    ss = fmaf(v.y, v.y, ss);
+    ss = fmaf(v.z, v.z, ss);
+    ss = fmaf(v.w, v.w, ss);
+  }
   const float r = canonical_rms_scale(WarpTree(ss), cols, eps);
-  for (int g = 0; g < groups; ++g) yr[g * 32] = NormScale(xr[g * 32], r, wr[g * 32]);
+#pragma unroll
+  for (int g = 0; g < kNormRegGroups; ++g)
+    if (g < groups) yr[g * 32] = NormScale(xv[g], r, wv[g]);
+  for (int g = kNormRegGroups; g < groups; ++g) yr[g * 32] = NormScale(xr[g * 32], r, wr[g * 32]);
 }
 
 template <WeightType WT>

@@ -460,6 +460,21 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
   }
 }
 
+// RMSNorm keeps a row's first 16 groups of 128 in registers and streams the rest: a hidden size of
+// 2,176 (17 groups) takes both paths, in prefill (normalised once) and decode (norm fused).
+TEST(CudaInvariance, WideRowsEqualCpu) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec spec;
+  spec.hidden = 2176;
+  spec.intermediate = 512;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 64;
+  auto model = SynthModel("wide_rows", spec);
+  ASSERT_TRUE(model);
+  ExpectCpuEqualsCuda(model, 40, 3);
+}
+
 // The engine (continuous batching, chunked prefill, paged KV, the same scheduler) on CUDA and on
 // the CPU: concurrent greedy and seeded-sampling requests give the same tokens and the same
 // logits at every step; provenance names the device.
