@@ -1164,8 +1164,36 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
   // Weights never depend on the previous kernel: request them before waiting for it.
   for (int st = 0; st < stages; ++st) issue_weights(st, st);
   CpAsyncCommit();
+  // The epilogue's operands, so that no round trip ends the kernel: this lane's outputs j are
+  // (token ep_m[j], row ep_row[j]); their biases (constants) are read now, the residual right
+  // after the wait (final by then: this kernel is the one that updates it). Split tiles read them
+  // in the one block that finishes the tile, at the end (8 blocks reading them all cost more).
+  int ep_m[kPer], ep_row[kPer];
+  float ep_add[kPer];
+  auto read_bias = [&] {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (a.epilogue == LinearEpilogue::kAddBias && ep_m[j] < mt && ep_row[j] < a.w.rows)
+        ep_add[j] = a.bias[ep_row[j]];
+  };
+  auto read_residual = [&] {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      if (a.epilogue == LinearEpilogue::kAddResidual && ep_m[j] < mt && ep_row[j] < a.w.rows)
+        ep_add[j] = a.out[static_cast<int64_t>(m0 + ep_m[j]) * a.out_stride +
+                          (a.out_lane_rows ? static_cast<int>(PermutedIndex(ep_row[j])) : ep_row[j])];
+  };
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int i = cls * kPer + j;
+    ep_m[j] = wt * S::kWarpToks + sub * T + i / R;
+    ep_row[j] = row0 + wr * R + i % R;
+    ep_add[j] = 0.0f;
+  }
+  if constexpr (KS == 1) read_bias();
   WaitForPrevious();
   timeline.Waited();
+  if constexpr (KS == 1) read_residual();
 
   const float* xsrc[kActPer];
   int xdst[kActPer], xcg[kActPer];
@@ -1250,6 +1278,8 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
     __syncthreads();
     if (!tiled_last) return;
     __threadfence();
+    read_bias();
+    read_residual();
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       float v[KS];
@@ -1266,13 +1296,9 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
   }
   ReduceScatter<N, kCpb / 2>(acc, lane);
 
-  const int base = cls * kPer;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int i = base + j;
-    const int t = i / R, r = i % R;
-    const int m = wt * S::kWarpToks + sub * T + t;
-    const int row = row0 + wr * R + r;
+    const int m = ep_m[j], row = ep_row[j];
     if (m >= mt) continue;
     float* out = a.out + static_cast<int64_t>(m0 + m) * a.out_stride;
     if (a.epilogue == LinearEpilogue::kSiluMul) {
@@ -1287,9 +1313,9 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
     if (row >= a.w.rows) continue;
     const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(row)) : row;
     if (a.epilogue == LinearEpilogue::kAddBias) {
-      out[o] = acc[j] + a.bias[row];
+      out[o] = acc[j] + ep_add[j];  // bias
     } else if (a.epilogue == LinearEpilogue::kAddResidual) {
-      out[o] = out[o] + acc[j];
+      out[o] = ep_add[j] + acc[j];  // the residual, read after the wait
     } else {
       out[o] = acc[j];
     }
