@@ -1539,18 +1539,28 @@ __global__ void __launch_bounds__(kThreads)
   TimelineScope timeline(TimelineKind::kRope);
   __shared__ float head_buf[kWarps][kMaxHeadDim];
   LetNextStart();
-  WaitForPrevious();
-  timeline.Waited();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int m = blockIdx.y;
   const int hd = shape.head_dim, half = hd / 2;
   const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+  // Before the wait: the position, KV slot and rotary constants are step metadata (copied in
+  // before the step's first kernel) and constants; lane i's cos/sin of pairs i + 32k.
   const int pos = step.pos[m];
   const int block = step.block_table[static_cast<int64_t>(m) * step.max_blocks + pos / shape.block_size];
   const int64_t slot_row = static_cast<int64_t>(block) * shape.block_size + pos % shape.block_size;
-  const float* row = qkv + static_cast<int64_t>(m) * (q_dim + 2 * kv_dim);
   const float* cos_row = rope_cos + static_cast<int64_t>(pos) * half;
   const float* sin_row = rope_sin + static_cast<int64_t>(pos) * half;
+  constexpr int kPairRegs = kMaxHeadDim / 2 / 32;
+  float cv[kPairRegs], sv[kPairRegs];
+#pragma unroll
+  for (int k = 0; k < kPairRegs; ++k) {
+    const int i = lane + 32 * k;
+    cv[k] = i < half ? cos_row[i] : 0.0f;
+    sv[k] = i < half ? sin_row[i] : 0.0f;
+  }
+  WaitForPrevious();
+  timeline.Waited();
+  const float* row = qkv + static_cast<int64_t>(m) * (q_dim + 2 * kv_dim);
 
   float* buf = head_buf[warp];
   for (int h = blockIdx.x * kWarps + warp; h < min(shape.num_heads + shape.num_kv_heads, (blockIdx.x + 1) * kWarps);
@@ -1568,9 +1578,12 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();
     float* dst = is_q ? q_out + static_cast<int64_t>(m) * q_dim + h * hd
                       : kv.k + slot_row * kv_dim + (h - shape.num_heads) * hd;
-    for (int i = lane; i < half; i += 32) {
+#pragma unroll
+    for (int k = 0; k < kPairRegs; ++k) {
+      const int i = lane + 32 * k;
+      if (i >= half) continue;
       float x0 = buf[i], x1 = buf[i + half];
-      canonical_rotate(x0, x1, cos_row[i], sin_row[i]);
+      canonical_rotate(x0, x1, cv[k], sv[k]);
       dst[i] = x0;
       dst[i + half] = x1;
     }
