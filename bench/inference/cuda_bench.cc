@@ -375,6 +375,9 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  // --attention-variant V: the decode and prefill figures below with attention variant V.
+  if (const std::string av = Arg(argc, argv, "--attention-variant", ""); !av.empty())
+    SetCudaAttentionVariantForTesting(std::stoi(av));
   // --tiles: the batched-product tile variants to time, side by side (SetCudaLargeBatchTileForTesting;
   // -1 is the default choice, 3 the shared-memory tile everywhere, 4 never it).
   for (int32_t tile : IntList(Arg(argc, argv, "--tiles", "-1"))) {

@@ -2496,7 +2496,8 @@ int64_t AttentionSharedBytes(int32_t max_context) {
 cudaError_t PrepareAttention(int32_t max_context) {
   const int bytes = static_cast<int>(AttentionSharedBytes(max_context));
   for (auto* kernel : {AttentionKernel<1, 0>, AttentionKernel<2, 0>, AttentionKernel<AttnGroups(kMaxHeadDim), 0>,
-                       AttentionKernel<1, 8>, AttentionKernel<2, 8>, AttentionKernel<AttnGroups(kMaxHeadDim), 4>}) {
+                       AttentionKernel<1, 8>, AttentionKernel<2, 8>, AttentionKernel<AttnGroups(kMaxHeadDim), 4>,
+                       AttentionKernel<1, 2>, AttentionKernel<2, 2>, AttentionKernel<AttnGroups(kMaxHeadDim), 1>}) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
   }
@@ -2510,18 +2511,24 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.block_size < 8) return cudaErrorInvalidValue;
   const dim3 grid(shape.num_heads, step.tokens);
   // By default the batched loops where the grid is one block per multiprocessor or less (decode
-  // of small batches: each block's chain is the step's critical path), the plain loops elsewhere
-  // (their registers cost occupancy: 1.5B batch 32 -4.5%, performance.md).
-  const int variant = g_attention_variant >= 0                                     ? g_attention_variant
-                      : shape.num_heads * step.tokens <= MultiprocessorCount() ? 2
-                                                                                : 0;
-  const bool batched = variant >= 2;
+  // of small batches: each block's chain is the step's critical path); batches of 2 positions for
+  // head_dim <= 64 up to 8 blocks per multiprocessor (decode of larger batches); the plain loops
+  // elsewhere (prefill, where occupancy matters more). Measured in performance.md, sixth session.
+  const int blocks = shape.num_heads * step.tokens;
+  const int variant = g_attention_variant >= 0                                          ? g_attention_variant
+                      : blocks <= MultiprocessorCount()                                   ? 2
+                      : blocks <= 8 * MultiprocessorCount() && shape.head_dim <= kAttnWarps * 8 ? 5
+                                                                                                 : 0;
+  const bool shallow = variant == 5;  // batches of 2 positions (1 at head_dim over 128)
+  const bool batched = variant >= 2 && !shallow;
   const int32_t prefetch = variant == 1 || variant == 3 ? 1 : variant == 4 ? 2 : 0;
   auto* kernel = shape.head_dim <= kAttnWarps * 8
-                     ? (batched ? AttentionKernel<1, 8> : AttentionKernel<1, 0>)
+                     ? (batched ? AttentionKernel<1, 8> : shallow ? AttentionKernel<1, 2> : AttentionKernel<1, 0>)
                  : shape.head_dim <= 2 * kAttnWarps * 8
-                     ? (batched ? AttentionKernel<2, 8> : AttentionKernel<2, 0>)
-                     : (batched ? AttentionKernel<AttnGroups(kMaxHeadDim), 4> : AttentionKernel<AttnGroups(kMaxHeadDim), 0>);
+                     ? (batched ? AttentionKernel<2, 8> : shallow ? AttentionKernel<2, 2> : AttentionKernel<2, 0>)
+                     : (batched   ? AttentionKernel<AttnGroups(kMaxHeadDim), 4>
+                        : shallow ? AttentionKernel<AttnGroups(kMaxHeadDim), 1>
+                                  : AttentionKernel<AttnGroups(kMaxHeadDim), 0>);
   return LaunchChained(kernel, grid, dim3(kAttnThreads), AttentionSharedBytes(max_context), stream, q, step, shape, kv,
                        scale, out, out_stride, max_context, prefetch);
 }

@@ -145,7 +145,9 @@ void SetLargeBatchTile(int variant);
 // Benchmarking only: the attention kernel's variant (0: rows of earlier steps prefetched into L1,
 // plain loops; 1: prefetched into L2 with evict_last; 2: L1, loops that issue the loads of 8
 // positions (4 at head_dim > 128) before using them; 3: L2 and batched; 4: both and batched;
-// -1, the default: 2 where the grid has at most one block per multiprocessor, else 0). Same bits.
+// 5: L1 and batches of 2 positions (1 at head_dim over 128); -1, the default: 2 where the grid has
+// at most one block per multiprocessor, 5 up to 8 per multiprocessor at head_dim <= 64, else 0).
+// Same bits.
 void SetAttentionVariant(int variant);
 // Tests: how many TiledLinearKernel launches this process has issued (graph captures count once).
 int64_t TiledLinearLaunches();

@@ -444,7 +444,7 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     spec.head_dim = head_dim;
     auto model = SynthModel("attn_hd" + std::to_string(head_dim), spec);
     ASSERT_TRUE(model);
-    for (int variant : {-1, 0, 1, 2, 3, 4}) {
+    for (int variant : {-1, 0, 1, 2, 3, 4, 5}) {
       SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " attention_variant=" + std::to_string(variant));
       SetCudaAttentionVariantForTesting(variant);
       ExpectCpuEqualsCuda(model, 290, 4);
