@@ -6,12 +6,13 @@
 //
 //   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--batches 1,8,32,64]
 //              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
-//              [--attention-variants 0,1,2 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
+//              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -210,30 +211,41 @@ int main(int argc, char** argv) {
     SetCudaMlpBlockMaxWarpsForTesting(16);
     SetCudaOneTokenKernelForTesting(0);
   }
-  // --attention-variants 0,1,2: decode at --attention-batches (default 1,32) with each attention
-  // variant (SetCudaAttentionVariantForTesting), side by side, --attention-rounds times
-  // interleaved; every variant's tokens must equal the first one's.
-  const std::string attn_variants = Arg(argc, argv, "--attention-variants", "");
-  if (!attn_variants.empty()) {
+  // Decode at --attention-batches (default 1,32) with each setting of a knob, side by side,
+  // --attention-rounds times interleaved; every setting's tokens must equal the first one's.
+  auto compare_settings = [&](const char* what, const char* key, const std::string& list,
+                              const std::function<void(int32_t)>& set) -> bool {
     const int32_t rounds = std::stoi(Arg(argc, argv, "--attention-rounds", "1"));
     for (int32_t batch : IntList(Arg(argc, argv, "--attention-batches", "1,32"))) {
       std::vector<int32_t> first_tokens;
       for (int32_t round = 0; round < rounds; ++round) {
-        for (int32_t variant : IntList(attn_variants)) {
-          SetCudaAttentionVariantForTesting(variant);
+        for (int32_t value : IntList(list)) {
+          set(value);
           std::vector<Seq> seqs;
           const double secs = time_decode(batch, seqs);
-          if (secs < 0) return 1;
+          if (secs < 0) return false;
           if (first_tokens.empty()) first_tokens = seqs[0].tokens;
-          std::printf("{\"what\":\"attention_variant\",\"shape\":\"%s\",\"batch\":%d,\"variant\":%d,\"round\":%d,"
-                      "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"tokens_equal_first_variant\":%s}\n",
-                      shape.c_str(), batch, variant, round, batch * steps / secs, 1e6 * secs / steps,
+          std::printf("{\"what\":\"%s\",\"shape\":\"%s\",\"batch\":%d,\"%s\":%d,\"round\":%d,"
+                      "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"tokens_equal_first_setting\":%s}\n",
+                      what, shape.c_str(), batch, key, value, round, batch * steps / secs, 1e6 * secs / steps,
                       seqs[0].tokens == first_tokens ? "true" : "false");
           std::fflush(stdout);
         }
       }
     }
+    return true;
+  };
+  // --attention-variants 0,1,2: each attention variant (SetCudaAttentionVariantForTesting).
+  if (const std::string list = Arg(argc, argv, "--attention-variants", ""); !list.empty()) {
+    if (!compare_settings("attention_variant", "variant", list, SetCudaAttentionVariantForTesting)) return 1;
     SetCudaAttentionVariantForTesting(-1);
+  }
+  // --evict-first 0,1: weight reads hinted L2 evict_first off and on (SetCudaWeightEvictFirstForTesting).
+  if (const std::string list = Arg(argc, argv, "--evict-first", ""); !list.empty()) {
+    if (!compare_settings("weight_evict_first", "evict_first", list,
+                          [](int32_t on) { SetCudaWeightEvictFirstForTesting(on != 0); }))
+      return 1;
+    SetCudaWeightEvictFirstForTesting(true);
   }
   // --trace-step 1: one batch-1 decode step as one DecodeStepKernel with timer readings at every
   // grid barrier: per phase kind, the mean time from the first block leaving the previous barrier

@@ -103,11 +103,12 @@ struct GraphKey {
   int step_prefetch;      // SetCudaStepPrefetchTilesForTesting's choice when captured
   int large_batch_tile;   // SetCudaLargeBatchTileForTesting's choice when captured
   int attention_variant;  // SetCudaAttentionVariantForTesting's choice when captured
+  bool weight_evict_first;  // SetCudaWeightEvictFirstForTesting's choice when captured
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
-                    step_prefetch, large_batch_tile, attention_variant) <
+                    step_prefetch, large_batch_tile, attention_variant, weight_evict_first) <
            std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps, o.step_trace,
-                    o.step_prefetch, o.large_batch_tile, o.attention_variant);
+                    o.step_prefetch, o.large_batch_tile, o.attention_variant, o.weight_evict_first);
   }
 };
 
@@ -118,6 +119,7 @@ int g_one_token_kernel = 0;
 int g_mlp_block_warps = 16;
 int g_large_batch_tile = -1;
 int g_attention_variant = -1;
+bool g_weight_evict_first = true;
 // Tiles DecodeStepKernel's producer asks L2 for ahead of its ring (kernels.h, SetStepPrefetchTiles).
 constexpr int kDefaultStepPrefetchTiles = 0;
 // Steps run as one DecodeStepKernel (CudaDecodeStepsForTesting).
@@ -529,7 +531,8 @@ class CudaBackendImpl final : public CudaBackend {
     }
     if (use_graph) {
       const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
-                         g_step_trace, g_step_prefetch_tiles, g_large_batch_tile, g_attention_variant};
+                         g_step_trace, g_step_prefetch_tiles, g_large_batch_tile, g_attention_variant,
+                         g_weight_evict_first};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -868,6 +871,10 @@ void SetCudaKernelTimelineForBenchmark(bool on) { g_kernel_timeline = on; }
 void SetCudaAttentionVariantForTesting(int variant) {
   g_attention_variant = variant;
   cuda::SetAttentionVariant(variant);
+}
+void SetCudaWeightEvictFirstForTesting(bool on) {
+  g_weight_evict_first = on;
+  cuda::SetWeightEvictFirst(on);
 }
 std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() {
   if (g_kernel_timeline_last == nullptr) return {};

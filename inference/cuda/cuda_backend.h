@@ -58,6 +58,10 @@ void SetCudaAttentionVariantForTesting(int variant);
 // register ring issued before the previous kernel ends). Same bits; only speed differs.
 void SetCudaOneTokenKernelForTesting(int variant);
 
+// Tests and benchmarks only: whether weight reads are hinted L2 evict_first (kernels.h,
+// SetWeightEvictFirst; true, the default). Same bits; only speed differs. No-op without CUDA.
+void SetCudaWeightEvictFirstForTesting(bool on);
+
 // Tests and benchmarks only: the most warps per block of the one-token MLP-block kernel (16, 8 or
 // 4; default 16). Same bits; only speed differs. No-op without CUDA.
 void SetCudaMlpBlockMaxWarpsForTesting(int warps);

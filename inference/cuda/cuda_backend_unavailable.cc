@@ -12,6 +12,7 @@ int CudaDeviceCount() { return 0; }
 
 void SetCudaLargeBatchTileForTesting(int) {}
 void SetCudaAttentionVariantForTesting(int) {}
+void SetCudaWeightEvictFirstForTesting(bool) {}
 void SetCudaSkipKernelsForBenchmark(uint32_t) {}
 void SetCudaOneTokenKernelForTesting(int) {}
 void SetCudaMlpBlockMaxWarpsForTesting(int) {}

@@ -159,6 +159,32 @@ struct Weights4<WeightType::kF32> {
 template <WeightType T>
 constexpr int kWeightBytes = T == WeightType::kF32 ? 4 : 2;
 
+// Weight reads with an L2 eviction hint (LinearArgs::weight_evict_first): a step streams every
+// weight once, hundreds of MB through a 50 MB L2, so by default each weight line evicts something
+// the next kernels need again (K/V rows, activations, norm weights, kernel code). evict_first
+// makes the weight lines the first to go instead.
+__device__ __forceinline__ uint64_t EvictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// A lane's raw weights through the read-only path; with evict_first, hinted.
+__device__ __forceinline__ uint2 LoadWeights(const uint2* p, bool evict_first, uint64_t policy) {
+  if (!evict_first) return __ldg(p);
+  uint2 v;
+  asm volatile("ld.global.nc.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(v.x), "=r"(v.y) : "l"(p), "l"(policy));
+  return v;
+}
+__device__ __forceinline__ float4 LoadWeights(const float4* p, bool evict_first, uint64_t policy) {
+  if (!evict_first) return __ldg(p);
+  float4 v;
+  asm volatile("ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+
 // Tile shapes (rows per warp, tokens per block) by batch size, and how many 128-column groups
 // of loads a lane issues before their first use: batch-1 decode is a pure stream of the
 // weights and needs many bytes in flight; larger tiles have enough independent FMAs.
@@ -211,11 +237,12 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
                                            static_cast<int64_t>(row) * KP * kWeightBytes<WT>) + lane;
   }
   Raw next[U][ROWS];
+  const uint64_t policy = a.weight_evict_first ? EvictFirstPolicy() : 0;
 #pragma unroll
   for (int u = 0; u < U; ++u)
     if (u < groups)
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) next[u][r] = __ldg(wrow[r] + u * 32);
+      for (int r = 0; r < ROWS; ++r) next[u][r] = LoadWeights(wrow[r] + u * 32, a.weight_evict_first, policy);
   WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
   timeline.Waited();
 
@@ -291,7 +318,7 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
     for (int u = 0; u < U; ++u) {
       if (g0 + U + u < groups) {
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r) next[u][r] = __ldg(wrow[r] + (g0 + U + u) * 32);
+        for (int r = 0; r < ROWS; ++r) next[u][r] = LoadWeights(wrow[r] + (g0 + U + u) * 32, a.weight_evict_first, policy);
         if constexpr (kPrefetchX) {
 #pragma unroll
           for (int m = 0; m < TOKS; ++m) xnext[u][m] = __ldg(xrow[m] + (g0 + U + u) * 32);
@@ -591,6 +618,20 @@ __device__ __forceinline__ void BulkCopyToShared(void* dst, const void* src, uin
                "l"(src), "r"(bytes), "r"(SmemAddr(bar))
                : "memory");
 }
+// A bulk copy of weights, hinted evict_first where asked (see EvictFirstPolicy).
+__device__ __forceinline__ void BulkCopyToSharedHinted(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                       bool evict_first, uint64_t policy) {
+  if (!evict_first) {
+    BulkCopyToShared(dst, src, bytes, bar);
+    return;
+  }
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          SmemAddr(dst)),
+      "l"(src), "r"(bytes), "r"(SmemAddr(bar)), "l"(policy)
+      : "memory");
+}
+
 __device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n"
@@ -659,6 +700,7 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) MbarInit(&bars[w], 1);
     FenceMbarInit();
+    const uint64_t policy = a.weight_evict_first ? EvictFirstPolicy() : 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
       const int r0 = block_row0 + w * ROWS;
@@ -666,8 +708,8 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
       const uint32_t bytes = a.bench_skip_weight_reads ? 0u : static_cast<uint32_t>(valid * row_bytes);
       MbarExpectTx(&bars[w], bytes);
       if (bytes > 0)
-        BulkCopyToShared(wsm + w * ROWS * row_bytes, static_cast<const char*>(a.w.data) + r0 * row_bytes, bytes,
-                         &bars[w]);
+        BulkCopyToSharedHinted(wsm + w * ROWS * row_bytes, static_cast<const char*>(a.w.data) + r0 * row_bytes, bytes,
+                               &bars[w], a.weight_evict_first, policy);
     }
   }
   const int row_base = block_row0 + warp * ROWS;
@@ -1018,6 +1060,7 @@ cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
 int g_large_batch_tile = -1;  // SetLargeBatchTile; -1: chosen by size
 int g_attention_variant = -1;  // SetAttentionVariant; -1: chosen by grid size (LaunchAttention)
 int g_one_token_kernel = 0;   // SetOneTokenKernel; 0: chosen by size
+bool g_weight_evict_first = true;  // SetWeightEvictFirst
 
 // The variant of the separate one-token launches: 7, 8 and 9 only choose whether the whole step runs
 // as one DecodeStepKernel; where it does not, launches are chosen as by default.
@@ -1152,6 +1195,8 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
     wdst[q] = cg * S::kGroupBytes + r * S::kWeightSliceBytes + ch * 16;
     wcg[q] = cg;
   }
+  // (No L2 hint here: cp.async with L2::cache_hint stopped these kernels with an illegal
+  // instruction on an H200, driver 580.)
   auto issue_weights = [&](int p, int buf) {
     unsigned char* st = tiled_smem + buf * S::kStageBytes;
 #pragma unroll
@@ -1610,6 +1655,52 @@ __device__ __forceinline__ float4 LoadKv4(const float* p, bool fresh) {
   return fresh ? __ldcg(reinterpret_cast<const float4*>(p)) : *reinterpret_cast<const float4*>(p);
 }
 
+// The K and V terms that the first batch of AttendHead's batched loops (U > 0) uses, for rows of
+// earlier steps (positions below `end`: nothing in this step writes them), loaded into registers
+// before the kernel waits for the previous one. The weight stream keeps evicting these rows from
+// L2, and the multiprocessor's L1 is mostly carved into shared memory for the products' blocks
+// resident beside attention, so rows prefetched toward L1 are not reliably there when used: on
+// demand, the score and value loops each wait out a DRAM round trip after the wait.
+template <int NG, int U>
+struct AttnFirstBatch {
+  float4 k[U > 0 ? U : 1][2 * NG];  // scores layout: position warp * 4 + lane / 8 + 32 u (8 warps)
+  float4 v[U > 0 ? U : 1][NG][2];   // values layout: position class + 32 u
+  int end = 0;                      // positions below end are held
+};
+
+template <int NG, int U>
+__device__ __forceinline__ void LoadAttnFirstBatch(AttnFirstBatch<NG, U>& fb, const LayerKv& kv,
+                                                   const AttentionShape& shape, int g, const int32_t* bt_s,
+                                                   int end, int tid) {
+  static_assert(U > 0, "only the batched loops have a first batch");
+  const int warp = tid / 32, lane = tid % 32, r = lane % 8;
+  const int hd = shape.head_dim, bs = shape.block_size, kv_dim = shape.num_kv_heads * hd;
+  fb.end = end;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int j = warp * 4 + lane / 8 + kAttnWarps * 4 * u;
+    const bool ok = j < end;
+    const float* kp = kv.k + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + g * hd + 4 * r;
+#pragma unroll
+    for (int k = 0; k < 2 * NG; ++k)
+      fb.k[u][k] = ok && 32 * k + 4 * r < hd ? *reinterpret_cast<const float4*>(kp + 32 * k)
+                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  const int c = warp + 8 * (lane / 8);
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int j = c + 32 * u;
+    const bool ok = j < end;
+    const float* vrow = kv.v + g * hd + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + 8 * r;
+#pragma unroll
+    for (int n = 0; n < NG; ++n) {
+      const bool in = ok && 8 * r + 64 * n < hd;
+      fb.v[u][n][0] = in ? *reinterpret_cast<const float4*>(vrow + 64 * n) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      fb.v[u][n][1] = in ? *reinterpret_cast<const float4*>(vrow + 64 * n + 4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+}
+
 // Attention's weighted sum of V. The canonical order gives position j to class j mod 32, each
 // class summing its positions in increasing j, then the tree over the 32 classes. Warp w owns the
 // classes w + 8q (q = lane / 8: w, w + 8, w + 16, w + 24); lane r = lane % 8 of each group owns
@@ -1617,11 +1708,12 @@ __device__ __forceinline__ float4 LoadKv4(const float* p, bool fresh) {
 // contiguously. The tree's first two levels (c + (c + 16), then c + (c + 8)) are xor 16 and xor 8
 // inside the warp; its last three (off 4, 2, 1) run per dim over the 8 warps' results through
 // shared memory (vpart: kAttnWarps x hd floats). One divide by the denominator.
-// vbase: the head group's V at position row 0.
-template <int NG, int U, typename Sync>
+// vbase: the head group's V at position row 0. FB: the first batch's rows below fb->end are in
+// fb (registers) already.
+template <int NG, int U, bool FB, typename Sync>
 __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int hd, int bs, const int32_t* bt_s,
                                              const float* weights, int L, int old_end, float denom, float* o, int h,
-                                             float* vpart, int tid, Sync sync) {
+                                             float* vpart, const AttnFirstBatch<NG, U>* fb, int tid, Sync sync) {
   static_assert(kAttnWarps == 8, "four position classes per warp: w, w + 8, w + 16, w + 24");
   const int warp = tid / 32, lane = tid % 32;
   const int c = warp + 8 * (lane / 8), r = lane % 8;
@@ -1656,7 +1748,10 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
     // U positions of the class per batch: every load of the batch is issued before the first
     // FMA, so their round trips overlap (the plain loop above waits for one row at a time). The
     // FMAs then run in increasing j, the canonical order.
-    for (int j0 = c; j0 < L; j0 += 32 * U) {
+    // (With FB the first batch is written out apart, so that the registers of the preloaded rows
+    // are free after it; without, one loop, as little code as possible: attention runs on a few
+    // multiprocessors whose instruction caches start cold at every launch.)
+    auto batch = [&](int j0, bool first) {
       float p[U];
       float4 va[U][NG][2];
 #pragma unroll
@@ -1664,6 +1759,14 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
         const int j = j0 + 32 * u;
         const bool ok = j < L;
         p[u] = ok ? weights[j] : 0.0f;
+        if (FB && first && j < fb->end) {
+#pragma unroll
+          for (int n = 0; n < NG; ++n) {
+            va[u][n][0] = fb->v[u][n][0];
+            va[u][n][1] = fb->v[u][n][1];
+          }
+          continue;
+        }
         const float* vrow = vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + 8 * r;
         const bool fresh = j >= old_end;
 #pragma unroll
@@ -1692,6 +1795,12 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
           }
         }
       }
+    };
+    if constexpr (FB) {
+      if (c < L) batch(c, true);
+      for (int j0 = c + 32 * U; j0 < L; j0 += 32 * U) batch(j0, false);
+    } else {
+      for (int j0 = c; j0 < L; j0 += 32 * U) batch(j0, false);
     }
   }
   TimelinePoint(5);
@@ -1729,11 +1838,13 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 // Attention of query head h of token m by kAttnThreads threads (tid, sync: their barrier), the
 // block table of the token already in bt_s. q is read through L2 (another kernel or block wrote
 // it); same_launch: this step's K/V rows were written by other blocks of this launch.
-template <int NG, int U, typename Sync>
+// FB: fb holds the first batch of the loops' rows of earlier steps (LoadAttnFirstBatch).
+template <int NG, int U, bool FB, typename Sync>
 __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& step, const AttentionShape& shape,
                                            const LayerKv& kv, float scale, float* out, int32_t out_stride, int h,
                                            int m, float* scores, const int32_t* bt_s, float* q_s, float* red,
-                                           float* vpart, int tid, bool same_launch, Sync sync) {
+                                           float* vpart, const AttnFirstBatch<NG, U>* fb, int tid, bool same_launch,
+                                           Sync sync) {
   const int warp = tid / 32, lane = tid % 32;
   const int hd = shape.head_dim, bs = shape.block_size;
   const int g = h / (shape.num_heads / shape.num_kv_heads);
@@ -1797,13 +1908,29 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
         score(k4, j);
       }
     } else {
-      // U positions per batch, every load issued before the first FMA (see AttendValues).
-      for (int j0 = warp * 4 + lane / 8; j0 - lane / 8 < L; j0 += kAttnWarps * 4 * U) {
+      // U positions per batch, every load issued before the first FMA (see AttendValues; the
+      // first batch apart with FB, as there).
+      auto batch = [&](int j0, bool first) {
         float4 k4[U][2 * NG];
 #pragma unroll
-        for (int u = 0; u < U; ++u) load_k(k4[u], j0 + kAttnWarps * 4 * u);
+        for (int u = 0; u < U; ++u) {
+          const int j = j0 + kAttnWarps * 4 * u;
+          if (FB && first && j < fb->end) {
+#pragma unroll
+            for (int k = 0; k < 2 * NG; ++k) k4[u][k] = fb->k[u][k];
+          } else {
+            load_k(k4[u], j);
+          }
+        }
 #pragma unroll
         for (int u = 0; u < U; ++u) score(k4[u], j0 + kAttnWarps * 4 * u);
+      };
+      const int first = warp * 4 + lane / 8;
+      if constexpr (FB) {
+        if (first - lane / 8 < L) batch(first, true);
+        for (int j0 = first + kAttnWarps * 4 * U; j0 - lane / 8 < L; j0 += kAttnWarps * 4 * U) batch(j0, false);
+      } else {
+        for (int j0 = first; j0 - lane / 8 < L; j0 += kAttnWarps * 4 * U) batch(j0, false);
       }
     }
   }
@@ -1829,7 +1956,7 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
 
   // Pass 3: weighted sum of V (AttendValues).
   float* o = out + static_cast<int64_t>(m) * out_stride;
-  AttendValues<NG, U>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, tid, sync);
+  AttendValues<NG, U, FB>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, fb, tid, sync);
 }
 
 // AttendHead's NG for a head dimension: the 8-dim groups of V one warp owns (kernels are
@@ -1863,8 +1990,9 @@ __device__ __forceinline__ void PrefetchKvRows(const LayerKv& kv, const int32_t*
 
 // prefetch: where the rows of earlier steps go before the wait (0: L1; 1: L2, kept there over the
 // weight stream (evict_last); 2: both). U: positions a warp's loops load per batch before using
-// them (0: the plain loops).
-template <int NG, int U>
+// them (0: the plain loops). FB: the loops' first batch of those rows goes to registers before
+// the wait (AttnFirstBatch; U > 0), at the price of the registers.
+template <int NG, int U, bool FB = false>
 __global__ void __launch_bounds__(kAttnThreads)
     AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
                     int32_t out_stride, int32_t max_context, int32_t prefetch) {
@@ -1892,6 +2020,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
   __syncthreads();
   const int old_end = L - step.tokens;
+  AttnFirstBatch<NG, U> fb;
+  if constexpr (FB) LoadAttnFirstBatch(fb, kv, shape, g, bt_s, max(old_end, 0), threadIdx.x);
   if (prefetch != 1) PrefetchKvRows<true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
   if (prefetch != 0) PrefetchKvRows<false, true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
   // (In a prefill, old_end is negative: every row is this step's.)
@@ -1904,8 +2034,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   WaitForPrevious();
   timeline.Waited();
-  AttendHead<NG, U>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, vpart, threadIdx.x, false,
-             [] { __syncthreads(); });
+  AttendHead<NG, U, FB>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, vpart,
+                        FB ? &fb : nullptr, threadIdx.x, false, [] { __syncthreads(); });
 }
 
 // ---- The decode step of one token as one launch (kernels.h, DecodeStepArgs) ----
@@ -2118,7 +2248,7 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
 template <WeightType WT, int NG>
 __global__ void __launch_bounds__(kStepThreads, 1)
     DecodeStepKernel(const __grid_constant__ DecodeStepArgs f, int32_t slots, int32_t slot_bytes, int32_t union_bytes,
-                     int32_t returning_barrier, int32_t prefetch_tiles) {
+                     int32_t returning_barrier, int32_t prefetch_tiles, int32_t weight_evict_first) {
   extern __shared__ __align__(128) unsigned char step_smem[];
   __shared__ __align__(8) uint64_t full[kStepMaxSlots];
   __shared__ __align__(8) uint64_t empty[kStepMaxSlots];
@@ -2145,6 +2275,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     // A second cursor runs prefetch_tiles tiles ahead and asks L2 for them (no shared memory
     // needed), so DRAM keeps streaming while the ring is full: at a barrier, or in attention.
     StepCursor<WT> cur, ahead;
+    const uint64_t policy = weight_evict_first ? EvictFirstPolicy() : 0;
     for (int i = 0; i < prefetch_tiles && ahead.Next(f); ++i) ahead.PrefetchL2();
     for (int seq = 0; cur.Next(f); ++seq) {
       if (prefetch_tiles > 0 && ahead.Next(f)) ahead.PrefetchL2();
@@ -2152,7 +2283,8 @@ __global__ void __launch_bounds__(kStepThreads, 1)
       if (seq >= slots) MbarWait(&empty[slot], static_cast<uint32_t>((seq / slots - 1) & 1));
       const uint32_t bytes = cur.Bytes();
       MbarExpectTx(&full[slot], bytes);
-      BulkCopyToShared(ring + static_cast<int64_t>(slot) * slot_bytes, cur.Src(), bytes, &full[slot]);
+      BulkCopyToSharedHinted(ring + static_cast<int64_t>(slot) * slot_bytes, cur.Src(), bytes, &full[slot],
+                             weight_evict_first != 0, policy);
     }
     return;
   }
@@ -2186,8 +2318,10 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      AttendHead<NG, kStepAttnBatch<NG>>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context, threadIdx.x, true,
-                 [] { ConsumerSync(); });
+      AttendHead<NG, kStepAttnBatch<NG>, false>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s,
+                                                red, scores + f.max_context,
+                                                static_cast<const AttnFirstBatch<NG, kStepAttnBatch<NG>>*>(nullptr),
+                                                threadIdx.x, true, [] { ConsumerSync(); });
     StepGridBarrier(bar, trace);
     StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);
@@ -2264,7 +2398,7 @@ cudaError_t LaunchDecodeStepTyped(const DecodeStepArgs& f, const DecodeStepPlan&
   return LaunchChained(kernel, dim3(MultiprocessorCount()), dim3(kStepThreads),
                        static_cast<size_t>(p.smem()), stream, f, p.slots, static_cast<int32_t>(p.slot),
                        static_cast<int32_t>(p.union_bytes), static_cast<int32_t>(g_one_token_kernel != 9),
-                       g_step_prefetch_tiles);
+                       g_step_prefetch_tiles, static_cast<int32_t>(g_weight_evict_first));
 }
 
 // Greedy argmax over a logits row in two levels inside one launch: kArgmaxChunks blocks per row
@@ -2369,6 +2503,7 @@ cudaError_t SetKernelTimeline(KernelTimeline* device_buffer, cudaStream_t stream
 }
 int64_t TiledLinearLaunches() { return g_tiled_launches.load(std::memory_order_relaxed); }
 void SetOneTokenKernel(int variant) { g_one_token_kernel = variant; }
+void SetWeightEvictFirst(bool on) { g_weight_evict_first = on; }
 void SetStepPrefetchTiles(int tiles) { g_step_prefetch_tiles = tiles; }
 void SetMlpBlockMaxWarps(int warps) { g_mlp_block_max_warps = warps; }
 
@@ -2380,8 +2515,10 @@ bool CanFuseRope(const LinearArgs& a) {
   return smem <= kTmaGemvMaxSmem && static_cast<int64_t>(a.w.cols_padded) * 4 <= kGemvMaxSmem;
 }
 
-cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream) {
-  if (args.tokens <= 0) return cudaSuccess;
+cudaError_t LaunchLinear(const LinearArgs& args_in, cudaStream_t stream) {
+  if (args_in.tokens <= 0) return cudaSuccess;
+  LinearArgs args = args_in;
+  args.weight_evict_first = args.weight_evict_first || g_weight_evict_first;
   switch (args.w.type) {
     case WeightType::kBF16:
       return LaunchLinearTyped<WeightType::kBF16>(args, stream);
@@ -2497,7 +2634,8 @@ cudaError_t PrepareAttention(int32_t max_context) {
   const int bytes = static_cast<int>(AttentionSharedBytes(max_context));
   for (auto* kernel : {AttentionKernel<1, 0>, AttentionKernel<2, 0>, AttentionKernel<AttnGroups(kMaxHeadDim), 0>,
                        AttentionKernel<1, 8>, AttentionKernel<2, 8>, AttentionKernel<AttnGroups(kMaxHeadDim), 4>,
-                       AttentionKernel<1, 2>, AttentionKernel<2, 2>, AttentionKernel<AttnGroups(kMaxHeadDim), 1>}) {
+                       AttentionKernel<1, 2>, AttentionKernel<2, 2>, AttentionKernel<AttnGroups(kMaxHeadDim), 1>,
+                       AttentionKernel<1, 8, true>}) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
   }
@@ -2510,20 +2648,26 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
   if (step.tokens <= 0) return cudaSuccess;
   if (shape.head_dim > kMaxHeadDim || shape.head_dim % 8 != 0 || shape.block_size < 8) return cudaErrorInvalidValue;
   const dim3 grid(shape.num_heads, step.tokens);
-  // By default the batched loops where the grid is one block per multiprocessor or less (decode
-  // of small batches: each block's chain is the step's critical path); batches of 2 positions for
-  // head_dim <= 64 up to 8 blocks per multiprocessor (decode of larger batches); the plain loops
-  // elsewhere (prefill, where occupancy matters more). Measured in performance.md, sixth session.
+  // By default, at head_dim <= 64, batches of 2 positions for grids of up to 8 blocks per
+  // multiprocessor (decode: at batch 1 they beat the 8-deep batches by 2.6% once the weight stream
+  // stopped evicting the K/V rows, the shorter code being the likely reason: these blocks start
+  // with cold instruction caches); otherwise the 8-deep batches where the grid is one block per
+  // multiprocessor or less (each block's chain is the step's critical path), the plain loops
+  // elsewhere (prefill, where occupancy matters more). Measured in performance.md.
   const int blocks = shape.num_heads * step.tokens;
   const int variant = g_attention_variant >= 0                                          ? g_attention_variant
-                      : blocks <= MultiprocessorCount()                                   ? 2
                       : blocks <= 8 * MultiprocessorCount() && shape.head_dim <= kAttnWarps * 8 ? 5
+                      : blocks <= MultiprocessorCount()                                   ? 2
                                                                                                  : 0;
   const bool shallow = variant == 5;  // batches of 2 positions (1 at head_dim over 128)
   const bool batched = variant >= 2 && !shallow;
+  const bool first_batch = variant == 6;  // (head_dim <= 64; elsewhere as 2)
   const int32_t prefetch = variant == 1 || variant == 3 ? 1 : variant == 4 ? 2 : 0;
   auto* kernel = shape.head_dim <= kAttnWarps * 8
-                     ? (batched ? AttentionKernel<1, 8> : shallow ? AttentionKernel<1, 2> : AttentionKernel<1, 0>)
+                     ? (first_batch ? AttentionKernel<1, 8, true>
+                        : batched   ? AttentionKernel<1, 8>
+                        : shallow   ? AttentionKernel<1, 2>
+                                    : AttentionKernel<1, 0>)
                  : shape.head_dim <= 2 * kAttnWarps * 8
                      ? (batched ? AttentionKernel<2, 8> : shallow ? AttentionKernel<2, 2> : AttentionKernel<2, 0>)
                      : (batched   ? AttentionKernel<AttnGroups(kMaxHeadDim), 4>

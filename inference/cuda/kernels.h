@@ -109,6 +109,9 @@ struct LinearArgs {
   uint32_t* split_tickets = nullptr;
   int32_t split_tickets_count = 0;
   bool bench_skip_weight_reads = false;  // benchmarks only: one-token bulk-copy kernels read no weights
+  // Weight reads hinted L2 evict_first (one-token bulk copies and register tiles; LaunchLinear also
+  // sets it where SetWeightEvictFirst is on).
+  bool weight_evict_first = false;
 };
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
 // Whether LaunchLinear can run `args` (one token) with the kRopeStore epilogue; when it cannot,
@@ -145,8 +148,10 @@ void SetLargeBatchTile(int variant);
 // Benchmarking only: the attention kernel's variant (0: rows of earlier steps prefetched into L1,
 // plain loops; 1: prefetched into L2 with evict_last; 2: L1, loops that issue the loads of 8
 // positions (4 at head_dim > 128) before using them; 3: L2 and batched; 4: both and batched;
-// 5: L1 and batches of 2 positions (1 at head_dim over 128); -1, the default: 2 where the grid has
-// at most one block per multiprocessor, 5 up to 8 per multiprocessor at head_dim <= 64, else 0).
+// 5: L1 and batches of 2 positions (1 at head_dim over 128); 6: as 2 with the loops' first batch
+// of rows of earlier steps loaded into registers before the wait (head_dim <= 64, else as 2; twice
+// the registers); -1, the default: 5 up to 8 blocks per multiprocessor at head_dim <= 64, else 2
+// where the grid has at most one block per multiprocessor, else 0).
 // Same bits.
 void SetAttentionVariant(int variant);
 // Tests: how many TiledLinearKernel launches this process has issued (graph captures count once).
@@ -158,6 +163,9 @@ int64_t TiledLinearLaunches();
 // copies, never MlpBlockKernel; 7: the whole step as one DecodeStepKernel wherever it can run;
 // 8: as 0 but never DecodeStepKernel; 9: as 7 with the fire-and-forget grid barrier). Same bits.
 void SetOneTokenKernel(int variant);
+// Weight reads of every matrix kernel hinted L2 evict_first (the default; false for benchmarks'
+// comparisons), so the weight stream stops evicting what later kernels read again. Same bits.
+void SetWeightEvictFirst(bool on);
 // Benchmarking only: how many tiles ahead of its shared-memory ring DecodeStepKernel's producer
 // asks L2 for weights (0: none). Same bits.
 void SetStepPrefetchTiles(int tiles);

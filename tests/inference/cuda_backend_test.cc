@@ -420,6 +420,15 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
       EXPECT_GT(CudaDecodeStepsForTesting(), launches);
       SetCudaStepPrefetchTilesForTesting(-1);
     }
+    // Weight reads without the L2 evict_first hint (the default has it): separate launches and
+    // the one-launch step.
+    for (int variant : {0, 7}) {
+      SCOPED_TRACE("weight reads not hinted, one_token_kernel=" + std::to_string(variant));
+      SetCudaOneTokenKernelForTesting(variant);
+      SetCudaWeightEvictFirstForTesting(false);
+      ExpectCpuEqualsCuda(model, 9, 6);
+      SetCudaWeightEvictFirstForTesting(true);
+    }
     // The MLP block with 4 warps per block as well (the default plan gives this model 8).
     SCOPED_TRACE("mlp block, 4 warps");
     SetCudaOneTokenKernelForTesting(5);
@@ -444,7 +453,7 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     spec.head_dim = head_dim;
     auto model = SynthModel("attn_hd" + std::to_string(head_dim), spec);
     ASSERT_TRUE(model);
-    for (int variant : {-1, 0, 1, 2, 3, 4, 5}) {
+    for (int variant : {-1, 0, 1, 2, 3, 4, 5, 6}) {
       SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " attention_variant=" + std::to_string(variant));
       SetCudaAttentionVariantForTesting(variant);
       ExpectCpuEqualsCuda(model, 290, 4);
