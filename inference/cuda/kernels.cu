@@ -1710,10 +1710,12 @@ __device__ __forceinline__ void LoadAttnFirstBatch(AttnFirstBatch<NG, U>& fb, co
 // shared memory (vpart: kAttnWarps x hd floats). One divide by the denominator.
 // vbase: the head group's V at position row 0. FB: the first batch's rows below fb->end are in
 // fb (registers) already.
-template <int NG, int U, bool FB, typename Sync>
+// SM: every V row of the head group is in shared memory, vs + j * hd (AttentionKernel stages them).
+template <int NG, int U, bool FB, bool SM, typename Sync>
 __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int hd, int bs, const int32_t* bt_s,
                                              const float* weights, int L, int old_end, float denom, float* o, int h,
-                                             float* vpart, const AttnFirstBatch<NG, U>* fb, int tid, Sync sync) {
+                                             float* vpart, const AttnFirstBatch<NG, U>* fb, const float* vs, int tid,
+                                             Sync sync) {
   static_assert(kAttnWarps == 8, "four position classes per warp: w, w + 8, w + 16, w + 24");
   const int warp = tid / 32, lane = tid % 32;
   const int c = warp + 8 * (lane / 8), r = lane % 8;
@@ -1726,8 +1728,9 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 #pragma unroll 4
     for (int j = c; j < L; j += 32) {
       const float p = weights[j];
-      const float* vrow = vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + 8 * r;
-      const bool fresh = j >= old_end;
+      const float* vrow = SM ? vs + j * hd + 8 * r
+                             : vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + 8 * r;
+      const bool fresh = !SM && j >= old_end;
 #pragma unroll
       for (int n = 0; n < NG; ++n) {
         if (8 * r + 64 * n < hd) {
@@ -1767,8 +1770,9 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
           }
           continue;
         }
-        const float* vrow = vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + 8 * r;
-        const bool fresh = j >= old_end;
+        const float* vrow = SM ? vs + (ok ? j : 0) * hd + 8 * r
+                               : vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + 8 * r;
+        const bool fresh = !SM && j >= old_end;
 #pragma unroll
         for (int n = 0; n < NG; ++n) {
           va[u][n][0] = va[u][n][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1839,12 +1843,13 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 // block table of the token already in bt_s. q is read through L2 (another kernel or block wrote
 // it); same_launch: this step's K/V rows were written by other blocks of this launch.
 // FB: fb holds the first batch of the loops' rows of earlier steps (LoadAttnFirstBatch).
-template <int NG, int U, bool FB, typename Sync>
+// SM: every K and V row of the head group is in shared memory (ks + j * hd, vs + j * hd).
+template <int NG, int U, bool FB, bool SM, typename Sync>
 __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& step, const AttentionShape& shape,
                                            const LayerKv& kv, float scale, float* out, int32_t out_stride, int h,
                                            int m, float* scores, const int32_t* bt_s, float* q_s, float* red,
-                                           float* vpart, const AttnFirstBatch<NG, U>* fb, int tid, bool same_launch,
-                                           Sync sync) {
+                                           float* vpart, const AttnFirstBatch<NG, U>* fb, const float* ks,
+                                           const float* vs, int tid, bool same_launch, Sync sync) {
   const int warp = tid / 32, lane = tid % 32;
   const int hd = shape.head_dim, bs = shape.block_size;
   const int g = h / (shape.num_heads / shape.num_kv_heads);
@@ -1892,8 +1897,9 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
     auto load_k = [&](float4* k4, int j) {
       const bool ok = j < L;
       const float* kp =
-          kv.k + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + g * hd + 4 * r;
-      const bool fresh = j >= old_end;
+          SM ? ks + (ok ? j : 0) * hd + 4 * r
+             : kv.k + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + g * hd + 4 * r;
+      const bool fresh = !SM && j >= old_end;
 #pragma unroll
       for (int k = 0; k < 2 * NG; ++k) {
         k4[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1956,7 +1962,14 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
 
   // Pass 3: weighted sum of V (AttendValues).
   float* o = out + static_cast<int64_t>(m) * out_stride;
-  AttendValues<NG, U, FB>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, fb, tid, sync);
+  AttendValues<NG, U, FB, SM>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, fb, vs, tid,
+                              sync);
+}
+
+// Where AttentionKernel<..., SM> puts the staged K rows in its dynamic shared memory (floats from
+// the start, 16-byte aligned): after the scores and the block table.
+__host__ __device__ constexpr int64_t AttnKvStageOffset(int32_t max_context) {
+  return (int64_t{max_context} + max_context / 8 + 2 + 3) / 4 * 4;
 }
 
 // AttendHead's NG for a head dimension: the 8-dim groups of V one warp owns (kernels are
@@ -1989,10 +2002,13 @@ __device__ __forceinline__ void PrefetchKvRows(const LayerKv& kv, const int32_t*
 }
 
 // prefetch: where the rows of earlier steps go before the wait (0: L1; 1: L2, kept there over the
-// weight stream (evict_last); 2: both). U: positions a warp's loops load per batch before using
+// weight stream (evict_last); 2: both; 3: nowhere). U: positions a warp's loops load per batch before using
 // them (0: the plain loops). FB: the loops' first batch of those rows goes to registers before
-// the wait (AttnFirstBatch; U > 0), at the price of the registers.
-template <int NG, int U, bool FB = false>
+// the wait (AttnFirstBatch; U > 0), at the price of the registers. SM: every K and V row of the
+// head group goes to shared memory (AttnKvStageOffset, max_context rows of each), those of earlier
+// steps by cp.async before the wait, this step's with q after it, so the loops never wait on L2:
+// with the weight stream running, each of their round trips there took about 1 us.
+template <int NG, int U, bool FB = false, bool SM = false>
 __global__ void __launch_bounds__(kAttnThreads)
     AttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
                     int32_t out_stride, int32_t max_context, int32_t prefetch) {
@@ -2000,6 +2016,8 @@ __global__ void __launch_bounds__(kAttnThreads)
   extern __shared__ float4 att_smem_f4[];
   float* scores = reinterpret_cast<float*>(att_smem_f4);  // (context)
   int32_t* bt_s = reinterpret_cast<int32_t*>(scores + max_context);  // (max_context / block_size + 1)
+  float* ks = reinterpret_cast<float*>(att_smem_f4) + AttnKvStageOffset(max_context);  // SM: (max_context, hd)
+  float* vs = ks + static_cast<int64_t>(max_context) * shape.head_dim;                  // SM: (max_context, hd)
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
   __shared__ float vpart[kAttnWarps * 64 * NG];  // AttendValues' partials: NG covers head_dim <= 64 NG
@@ -2022,8 +2040,19 @@ __global__ void __launch_bounds__(kAttnThreads)
   const int old_end = L - step.tokens;
   AttnFirstBatch<NG, U> fb;
   if constexpr (FB) LoadAttnFirstBatch(fb, kv, shape, g, bt_s, max(old_end, 0), threadIdx.x);
-  if (prefetch != 1) PrefetchKvRows<true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
-  if (prefetch != 0) PrefetchKvRows<false, true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
+  if constexpr (SM) {
+    const int chunks = hd / 4;  // 16-byte pieces of a row
+    for (int i = threadIdx.x; i < max(old_end, 0) * chunks; i += kAttnThreads) {
+      const int j = i / chunks, c4 = i % chunks;
+      const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + 4 * c4;
+      CpAsync16(ks + j * hd + 4 * c4, kv.k + row);
+      CpAsync16(vs + j * hd + 4 * c4, kv.v + row);
+    }
+    CpAsyncCommit();
+  }
+  if (prefetch == 0 || prefetch == 2) PrefetchKvRows<true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
+  if (prefetch == 1 || prefetch == 2)
+    PrefetchKvRows<false, true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
   // (In a prefill, old_end is negative: every row is this step's.)
   for (int j = max(old_end, 0) + threadIdx.x; j < L; j += kAttnThreads) {
     const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
@@ -2034,8 +2063,20 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
   WaitForPrevious();
   timeline.Waited();
-  AttendHead<NG, U, FB>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, vpart,
-                        FB ? &fb : nullptr, threadIdx.x, false, [] { __syncthreads(); });
+  if constexpr (SM) {
+    // This step's rows (the previous kernel wrote them), in the round trip of q; AttendHead's
+    // barrier after q publishes them and the copies.
+    const int j0 = max(old_end, 0);
+    for (int i = threadIdx.x; i < (L - j0) * hd; i += kAttnThreads) {
+      const int j = j0 + i / hd, d = i % hd;
+      const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + d;
+      ks[j * hd + d] = __ldcg(kv.k + row);
+      vs[j * hd + d] = __ldcg(kv.v + row);
+    }
+    CpAsyncWait<0>();
+  }
+  AttendHead<NG, U, FB, SM>(q, step, shape, kv, scale, out, out_stride, h, m, scores, bt_s, q_s, red, vpart,
+                            FB ? &fb : nullptr, ks, vs, threadIdx.x, false, [] { __syncthreads(); });
 }
 
 // ---- The decode step of one token as one launch (kernels.h, DecodeStepArgs) ----
@@ -2318,10 +2359,10 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      AttendHead<NG, kStepAttnBatch<NG>, false>(f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s,
-                                                red, scores + f.max_context,
-                                                static_cast<const AttnFirstBatch<NG, kStepAttnBatch<NG>>*>(nullptr),
-                                                threadIdx.x, true, [] { ConsumerSync(); });
+      AttendHead<NG, kStepAttnBatch<NG>, false, false>(
+          f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context,
+          static_cast<const AttnFirstBatch<NG, kStepAttnBatch<NG>>*>(nullptr), nullptr, nullptr, threadIdx.x, true,
+          [] { ConsumerSync(); });
     StepGridBarrier(bar, trace);
     StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
     StepGridBarrier(bar, trace);
@@ -2630,6 +2671,13 @@ int64_t AttentionSharedBytes(int32_t max_context) {
   return static_cast<int64_t>(max_context) * sizeof(float) + (max_context / 8 + 2) * sizeof(int32_t);
 }
 
+// The K/V rows in shared memory (AttentionKernel<..., SM>): at most this much, so that the
+// products' blocks still find room beside the attention blocks.
+constexpr int64_t kAttnKvStageMaxBytes = 160 * 1024;
+int64_t AttentionKvStageBytes(int32_t max_context, int32_t head_dim) {
+  return (AttnKvStageOffset(max_context) + int64_t{2} * max_context * head_dim) * static_cast<int64_t>(sizeof(float));
+}
+
 cudaError_t PrepareAttention(int32_t max_context) {
   const int bytes = static_cast<int>(AttentionSharedBytes(max_context));
   for (auto* kernel : {AttentionKernel<1, 0>, AttentionKernel<2, 0>, AttentionKernel<AttnGroups(kMaxHeadDim), 0>,
@@ -2639,7 +2687,8 @@ cudaError_t PrepareAttention(int32_t max_context) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
   }
-  return cudaSuccess;
+  return cudaFuncSetAttribute(AttentionKernel<1, 2, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(kAttnKvStageMaxBytes));
 }
 
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
@@ -2650,19 +2699,32 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
   const dim3 grid(shape.num_heads, step.tokens);
   // By default, at head_dim <= 64, batches of 2 positions for grids of up to 8 blocks per
   // multiprocessor (decode: at batch 1 they beat the 8-deep batches by 2.6% once the weight stream
-  // stopped evicting the K/V rows, the shorter code being the likely reason: these blocks start
-  // with cold instruction caches); otherwise the 8-deep batches where the grid is one block per
+  // stopped evicting the K/V rows (H200), the shorter code being the likely reason: these blocks
+  // start with cold instruction caches); otherwise the 8-deep batches where the grid is one block per
   // multiprocessor or less (each block's chain is the step's critical path), the plain loops
   // elsewhere (prefill, where occupancy matters more). Measured in performance.md.
+  // Before those, the K/V rows in shared memory (variant 9) where the grid has at most one block
+  // per four multiprocessors, head_dim <= 64, and max_context rows of them fit (kAttnKvStageMaxBytes:
+  // contexts of up to 256 positions with graphs, whose context is bucketed). H100, side by side:
+  // 0.5B batch 1 1,487 -> 1,569 tok/s; at batch 8 (112 blocks) 6,412 -> 6,352, the staged rows'
+  // shared memory keeping the products' blocks off those multiprocessors, hence the limit.
   const int blocks = shape.num_heads * step.tokens;
-  const int variant = g_attention_variant >= 0                                          ? g_attention_variant
+  const bool kv_stage_fits = shape.head_dim <= kAttnWarps * 8 &&
+                             AttentionKvStageBytes(max_context, shape.head_dim) <= kAttnKvStageMaxBytes;
+  const int variant = g_attention_variant >= 0 ? g_attention_variant
+                      : 4 * blocks <= MultiprocessorCount() && kv_stage_fits              ? 9
                       : blocks <= 8 * MultiprocessorCount() && shape.head_dim <= kAttnWarps * 8 ? 5
                       : blocks <= MultiprocessorCount()                                   ? 2
                                                                                                  : 0;
-  const bool shallow = variant == 5;  // batches of 2 positions (1 at head_dim over 128)
+  if (variant == 9 && kv_stage_fits)
+    return LaunchChained(AttentionKernel<1, 2, false, true>, grid, dim3(kAttnThreads),
+                         AttentionKvStageBytes(max_context, shape.head_dim), stream, q, step, shape, kv, scale, out,
+                         out_stride, max_context, int32_t{3});
+  // batches of 2 positions (1 at head_dim over 128); variant 9 where the rows do not fit
+  const bool shallow = variant == 5 || variant == 7 || variant == 8 || variant == 9;
   const bool batched = variant >= 2 && !shallow;
   const bool first_batch = variant == 6;  // (head_dim <= 64; elsewhere as 2)
-  const int32_t prefetch = variant == 1 || variant == 3 ? 1 : variant == 4 ? 2 : 0;
+  const int32_t prefetch = variant == 1 || variant == 3 || variant == 8 ? 1 : variant == 4 ? 2 : variant == 7 ? 3 : 0;
   auto* kernel = shape.head_dim <= kAttnWarps * 8
                      ? (first_batch ? AttentionKernel<1, 8, true>
                         : batched   ? AttentionKernel<1, 8>

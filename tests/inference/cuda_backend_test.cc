@@ -453,10 +453,19 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     spec.head_dim = head_dim;
     auto model = SynthModel("attn_hd" + std::to_string(head_dim), spec);
     ASSERT_TRUE(model);
-    for (int variant : {-1, 0, 1, 2, 3, 4, 5, 6}) {
+    for (int variant : {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
       SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " attention_variant=" + std::to_string(variant));
       SetCudaAttentionVariantForTesting(variant);
       ExpectCpuEqualsCuda(model, 290, 4);
+    }
+    // Variant 9 (every K/V row in shared memory, the default for small decode grids) needs a
+    // context whose rows fit: 60 + 40 positions (graphs bucket it to 256; at head_dim 128 it
+    // falls back to variant 5).
+    for (int variant : {9, -1}) {
+      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " short context, attention_variant=" +
+                   std::to_string(variant));
+      SetCudaAttentionVariantForTesting(variant);
+      ExpectCpuEqualsCuda(model, 60, 40);
     }
     SetCudaAttentionVariantForTesting(-1);
     // The one-launch decode step runs the same attention body, instantiated per head dimension.
