@@ -4,7 +4,7 @@
 // the relevant ceiling reached, prefill tokens/s for 1,000-token prompts, and for every decode
 // figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held).
 //
-//   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--batches 1,8,32,64]
+//   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
 //              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 #include <algorithm>
@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
   const std::string shape = Arg(argc, argv, "--shape", "0.5b");
   const std::string dir = Arg(argc, argv, "--dir", "/tmp/rote_synth_" + shape);
   const int32_t steps = std::stoi(Arg(argc, argv, "--steps", "128"));
-  const int32_t prompt = 64, warm = 8;
+  // --prompt N: the decode runs' prompt length (64 by default; prefill figures use 1,000 tokens).
+  const int32_t prompt = std::stoi(Arg(argc, argv, "--prompt", "64")), warm = 8;
 
   if (CudaDeviceCount() == 0) {
     std::printf("{\"what\":\"error\",\"message\":\"no CUDA device\"}\n");
