@@ -2154,9 +2154,11 @@ struct StepBarrier {
   }
 };
 
-__device__ __forceinline__ void StepGridBarrier(StepBarrier& bar, StepTrace& trace) {
+// hold: set for the producer (StepMatrixPhase clears it once the next activation row is staged).
+__device__ __forceinline__ void StepGridBarrier(StepBarrier& bar, StepTrace& trace, volatile int* hold) {
   ConsumerSync();
   if (threadIdx.x == 0) {
+    *hold = 1;
     const unsigned long long arrive = trace.slots != nullptr ? GlobalTimer() : 0;
     ++bar.k;
     __threadfence();
@@ -2233,7 +2235,7 @@ struct StepCursor {
 template <WeightType WT, int ROWS>
 __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsigned char* ring, int slots,
                                                 int slot_bytes, uint64_t* full, uint64_t* empty, float4* xs,
-                                                int& seq) {
+                                                int& seq, volatile int* hold) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int groups = a.w.cols_padded / kGroupCols;
   // The norm's weights (constants) are loaded first, into registers for the first kStepNormRegs
@@ -2262,6 +2264,7 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
       xs[i] = NormScale(xs[i], r, nw[i]);
     ConsumerSync();
   }
+  if (threadIdx.x == 0) *hold = 0;  // the activation row is staged: the producer may copy again
   const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
   const int tiles = (a.w.rows + ROWS - 1) / ROWS;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++seq) {
@@ -2288,12 +2291,18 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
 template <WeightType WT, int NG>
 __global__ void __launch_bounds__(kStepThreads, 1)
     DecodeStepKernel(const __grid_constant__ DecodeStepArgs f, int32_t slots, int32_t slot_bytes, int32_t union_bytes,
-                     int32_t returning_barrier, int32_t prefetch_tiles, int32_t weight_evict_first) {
+                     int32_t returning_barrier, int32_t prefetch_tiles, int32_t weight_evict_first,
+                     int32_t hold_copies) {
   extern __shared__ __align__(128) unsigned char step_smem[];
   __shared__ __align__(8) uint64_t full[kStepMaxSlots];
   __shared__ __align__(8) uint64_t empty[kStepMaxSlots];
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
+  // Set from a grid barrier until the next activation row is staged: with hold_copies the producer
+  // issues no copy meanwhile, since the data of its copies and the consumers' loads (the barrier's
+  // polls, the row) come back to the multiprocessor the same way, and the loads are on the step's
+  // critical path (1.5B batch 1: +2%, H100).
+  __shared__ volatile int hold;
   LetNextStart();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   unsigned char* ring = step_smem;
@@ -2307,6 +2316,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
       MbarInit(&empty[s], 1);
     }
     FenceMbarInit();
+    hold = 0;
   }
   __syncthreads();
 
@@ -2321,6 +2331,9 @@ __global__ void __launch_bounds__(kStepThreads, 1)
       if (prefetch_tiles > 0 && ahead.Next(f)) ahead.PrefetchL2();
       const int slot = seq % slots;
       if (seq >= slots) MbarWait(&empty[slot], static_cast<uint32_t>((seq / slots - 1) & 1));
+      if (hold_copies)
+        while (hold) {
+        }
       const uint32_t bytes = cur.Bytes();
       MbarExpectTx(&full[slot], bytes);
       BulkCopyToSharedHinted(ring + static_cast<int64_t>(slot) * slot_bytes, cur.Src(), bytes, &full[slot],
@@ -2350,27 +2363,28 @@ __global__ void __launch_bounds__(kStepThreads, 1)
   int seq = 0;
   for (int layer = 0; layer < f.num_layers; ++layer) {
     const StepLayerArgs& ly = f.layers[layer];
-    if (layer > 0) StepGridBarrier(bar, trace);  // the previous layer's residual stream is complete
+    if (layer > 0) StepGridBarrier(bar, trace, &hold);  // the previous layer's residual stream is complete
     // Blocks that will attend pull this layer's K/V rows of earlier steps into L2 meanwhile.
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
       PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd, h / (shape.num_heads / shape.num_kv_heads), L - 1,
                             threadIdx.x, kStepWarps * 32);
-    StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq);
-    StepGridBarrier(bar, trace);  // q, and this step's K and V rows, are complete
+    StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepGridBarrier(bar, trace, &hold);  // q, and this step's K and V rows, are complete
+    if (threadIdx.x == 0) hold = 0;  // (attention reads no activation row)
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
       AttendHead<NG, kStepAttnBatch<NG>, false, false>(
           f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context,
           static_cast<const AttnFirstBatch<NG, kStepAttnBatch<NG>>*>(nullptr), nullptr, nullptr, threadIdx.x, true,
           [] { ConsumerSync(); });
-    StepGridBarrier(bar, trace);
-    StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq);
-    StepGridBarrier(bar, trace);
-    StepMatrixPhase<WT, kStepRows>(ly.gate_up, ring, slots, slot_bytes, full, empty, xs, seq);
-    StepGridBarrier(bar, trace);
-    StepMatrixPhase<WT, kStepDownRows>(ly.down, ring, slots, slot_bytes, full, empty, xs, seq);
+    StepGridBarrier(bar, trace, &hold);
+    StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepGridBarrier(bar, trace, &hold);
+    StepMatrixPhase<WT, kStepRows>(ly.gate_up, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepGridBarrier(bar, trace, &hold);
+    StepMatrixPhase<WT, kStepDownRows>(ly.down, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
   }
-  StepGridBarrier(bar, trace);
-  StepMatrixPhase<WT, kStepRows>(f.lm_head, ring, slots, slot_bytes, full, empty, xs, seq);
+  StepGridBarrier(bar, trace, &hold);
+  StepMatrixPhase<WT, kStepRows>(f.lm_head, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
   if (f.trace != nullptr) {
     ConsumerSync();
     const unsigned long long t = GlobalTimer();
@@ -2438,7 +2452,8 @@ cudaError_t LaunchDecodeStepTyped(const DecodeStepArgs& f, const DecodeStepPlan&
   return LaunchChained(kernel, dim3(MultiprocessorCount()), dim3(kStepThreads),
                        static_cast<size_t>(p.smem()), stream, f, p.slots, static_cast<int32_t>(p.slot),
                        static_cast<int32_t>(p.union_bytes), static_cast<int32_t>(g_one_token_kernel != 9),
-                       g_step_prefetch_tiles, static_cast<int32_t>(g_weight_evict_first));
+                       g_step_prefetch_tiles, static_cast<int32_t>(g_weight_evict_first),
+                       static_cast<int32_t>(g_one_token_kernel != 10));
 }
 
 // Greedy argmax over a logits row in two levels inside one launch: kArgmaxChunks blocks per row
@@ -2599,7 +2614,8 @@ cudaError_t LaunchMlpBlock(const MlpBlockArgs& f, cudaStream_t stream) {
 }
 
 bool CanRunDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) {
-  if (g_one_token_kernel != 0 && g_one_token_kernel != 7 && g_one_token_kernel != 9) return false;
+  if (g_one_token_kernel != 0 && g_one_token_kernel != 7 && g_one_token_kernel != 9 && g_one_token_kernel != 10)
+    return false;
   if (f.layers == nullptr || f.num_layers < 1 || f.barrier == nullptr || f.step.tokens != 1) return false;
   const WeightType wt = l0.qkv.w.type;
   for (const LinearArgs* a : {&l0.qkv, &l0.out, &l0.gate_up, &l0.down, &f.lm_head})

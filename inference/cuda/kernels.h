@@ -165,7 +165,8 @@ int64_t TiledLinearLaunches();
 // persistent streaming kernel for every product; 4: streaming for matrices of 8,192 rows or more;
 // 5: bulk copies, with the o, gate|up and down products always in one MlpBlockKernel; 6: bulk
 // copies, never MlpBlockKernel; 7: the whole step as one DecodeStepKernel wherever it can run;
-// 8: as 0 but never DecodeStepKernel; 9: as 7 with the fire-and-forget grid barrier). Same bits.
+// 8: as 0 but never DecodeStepKernel; 9: as 7 with the fire-and-forget grid barrier; 10: as 7
+// with the producer copying through grid barriers). Same bits.
 void SetOneTokenKernel(int variant);
 // Weight reads of every matrix kernel hinted L2 evict_first (the default; false for benchmarks'
 // comparisons), so the weight stream stops evicting what later kernels read again. Same bits.

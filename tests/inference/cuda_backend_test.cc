@@ -397,13 +397,13 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
     spec.head_dim = 64;
     auto model = SynthModel(dtype == DType::kBF16 ? "wide_bf16" : "wide_f16", spec);
     ASSERT_TRUE(model);
-    for (int variant : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+    for (int variant : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
       SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)) + " one_token_kernel=" + std::to_string(variant));
       SetCudaOneTokenKernelForTesting(variant);
       const int64_t launches = CudaDecodeStepsForTesting();
       ExpectCpuEqualsCuda(model, 9, 6);
-      // Variants 7 and 9 run every decode step as one DecodeStepKernel; 8 never does.
-      if (variant == 7 || variant == 9) {
+      // Variants 7, 9 and 10 run every decode step as one DecodeStepKernel; 8 never does.
+      if (variant == 7 || variant == 9 || variant == 10) {
         EXPECT_GT(CudaDecodeStepsForTesting(), launches);
       }
       if (variant == 8) {
