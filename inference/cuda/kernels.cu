@@ -2229,15 +2229,46 @@ struct StepCursor {
   }
 };
 
+// What a one-launch step tile's epilogue reads besides its sums: the residual a lane adds
+// (kAddResidual) or the bias, rotary constants and destinations of a rotary pair (kRopeStore).
+// StepMatrixPhase loads them for a warp's next tile before it waits for that tile, so their round
+// trip to L2 overlaps the wait and the dot product instead of following them.
+struct StepEpilogueOperands {
+  float resid = 0.0f;
+  RopeTarget rope;
+};
+
+template <int ROWS, LinearEpilogue EPI>
+__device__ __forceinline__ StepEpilogueOperands LoadStepEpilogue(const LinearArgs& a, int tile, int lane) {
+  StepEpilogueOperands e;
+  const int row = tile * ROWS + lane;
+  if constexpr (EPI == LinearEpilogue::kAddResidual) {
+    // Through L2: other blocks wrote the residual stream (before the grid barrier that began
+    // this phase; in this phase only this lane writes its row).
+    if (lane < ROWS && row < a.w.rows) e.resid = __ldcg(a.out + (a.out_lane_rows ? PermutedIndex(row) : row));
+  } else if constexpr (EPI == LinearEpilogue::kRopeStore) {
+    e.rope = PlanRopeStore<ROWS>(a, tile * ROWS, lane);
+  }
+  return e;
+}
+
 // The consumers' part of one matrix: stage (and normalise) the activation row, then every tile
 // of this block that falls to this warp: wait for its slot, the dot products, free the slot, the
-// epilogue. `seq` counts the block's tiles (the producer's order).
-template <WeightType WT, int ROWS>
+// epilogue. `seq` counts the block's tiles (the producer's order): the block's i-th tile of the
+// matrix is its tile seq + i, and falls to warp (seq + i) % kStepWarps. EPI: the matrix's
+// epilogue (a.epilogue), fixed per call site so that each inlined phase holds only its own code.
+template <WeightType WT, int ROWS, LinearEpilogue EPI>
 __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsigned char* ring, int slots,
                                                 int slot_bytes, uint64_t* full, uint64_t* empty, float4* xs,
                                                 int& seq, volatile int* hold) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int groups = a.w.cols_padded / kGroupCols;
+  const int tiles = (a.w.rows + ROWS - 1) / ROWS;
+  const int block_tiles = tiles > static_cast<int>(blockIdx.x) ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  int t = (warp - seq % kStepWarps + kStepWarps) % kStepWarps;  // this warp's first tile of the matrix
+  // Its epilogue operands first: their round trip overlaps the activation row's.
+  StepEpilogueOperands next;
+  if (t < block_tiles) next = LoadStepEpilogue<ROWS, EPI>(a, blockIdx.x + t * gridDim.x, lane);
   // The norm's weights (constants) are loaded first, into registers for the first kStepNormRegs
   // chunks of each thread, so their round trip overlaps the activation's.
   constexpr int kStepNormRegs = 2;
@@ -2266,24 +2297,42 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
   }
   if (threadIdx.x == 0) *hold = 0;  // the activation row is staged: the producer may copy again
   const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
-  const int tiles = (a.w.rows + ROWS - 1) / ROWS;
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++seq) {
-    if (seq % kStepWarps != warp) continue;
-    const int slot = seq % slots;
-    MbarWait(&full[slot], static_cast<uint32_t>((seq / slots) & 1));
+  for (; t < block_tiles; t += kStepWarps) {
+    const int tile = blockIdx.x + t * gridDim.x;
+    const int slot = (seq + t) % slots;
+    MbarWait(&full[slot], static_cast<uint32_t>(((seq + t) / slots) & 1));
     float acc[ROWS];
     SharedBandDot<WT, ROWS>(ring + static_cast<int64_t>(slot) * slot_bytes, row_bytes, xs, groups, lane, nullptr, 0.0f,
                             acc);
     __syncwarp();  // every lane has consumed the slot (its FMAs used every value it read)
     if (lane == 0) MbarArrive(&empty[slot]);
-    const int row = tile * ROWS + lane;
-    float resid = 0.0f;  // through L2: other blocks wrote the residual stream
-    if (a.epilogue == LinearEpilogue::kAddResidual && lane < ROWS && row < a.w.rows)
-      resid = __ldcg(a.out + (a.out_lane_rows ? PermutedIndex(row) : row));
+    const StepEpilogueOperands e = next;
+    if (t + kStepWarps < block_tiles) next = LoadStepEpilogue<ROWS, EPI>(a, tile + kStepWarps * gridDim.x, lane);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
-    StoreOneToken<ROWS>(a, acc, tile * ROWS, lane, a.epilogue == LinearEpilogue::kAddResidual ? &resid : nullptr);
+    if constexpr (EPI == LinearEpilogue::kRopeStore) {
+      StoreRope<ROWS>(a, e.rope, acc, lane);
+    } else if constexpr (EPI == LinearEpilogue::kSiluMul) {
+#pragma unroll
+      for (int r = 0; r + 1 < ROWS; r += 2) {
+        const int row = tile * ROWS + r;
+        if (lane == r && row + 1 < a.w.rows) {
+          const int n = row / 2;
+          a.out[a.out_lane_rows ? PermutedIndex(n) : n] = canonical_silu(acc[r]) * acc[r + 1];
+        }
+      }
+    } else {
+      static_assert(EPI == LinearEpilogue::kAddResidual || EPI == LinearEpilogue::kStore, "step epilogues");
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int row = tile * ROWS + r;
+        if (lane != r || row >= a.w.rows) continue;
+        const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(row)) : row;
+        a.out[o] = EPI == LinearEpilogue::kAddResidual ? e.resid + acc[r] : acc[r];
+      }
+    }
   }
+  seq += block_tiles;
 }
 
 // NG: attention's V groups per warp for the model's head dimension (AttnGroups), so the batched
@@ -2368,7 +2417,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
       PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd, h / (shape.num_heads / shape.num_kv_heads), L - 1,
                             threadIdx.x, kStepWarps * 32);
-    StepMatrixPhase<WT, kStepRows>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kRopeStore>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);  // q, and this step's K and V rows, are complete
     if (threadIdx.x == 0) hold = 0;  // (attention reads no activation row)
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
@@ -2377,14 +2426,14 @@ __global__ void __launch_bounds__(kStepThreads, 1)
           static_cast<const AttnFirstBatch<NG, kStepAttnBatch<NG>>*>(nullptr), nullptr, nullptr, threadIdx.x, true,
           [] { ConsumerSync(); });
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepRows>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kAddResidual>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepRows>(ly.gate_up, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kSiluMul>(ly.gate_up, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepDownRows>(ly.down, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepDownRows, LinearEpilogue::kAddResidual>(ly.down, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
   }
   StepGridBarrier(bar, trace, &hold);
-  StepMatrixPhase<WT, kStepRows>(f.lm_head, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+  StepMatrixPhase<WT, kStepRows, LinearEpilogue::kStore>(f.lm_head, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
   if (f.trace != nullptr) {
     ConsumerSync();
     const unsigned long long t = GlobalTimer();
