@@ -648,7 +648,7 @@ __device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
 // layout, row_bytes apart) with the activation lane row xs, normalised on the fly when nw is set
 // ((x * rscale) * w, as NormScale). Lane t reads its four terms of group g at the same offsets as
 // in global memory: the order of LinearKernel, the same bits.
-template <WeightType WT, int ROWS>
+template <WeightType WT, int ROWS, int UNROLL = 4>
 __device__ __forceinline__ void SharedBandDot(const unsigned char* band, int64_t row_bytes, const float4* xs,
                                               int groups, int lane, const float4* nw, float rscale, float* acc) {
   using W4 = Weights4<WT>;
@@ -658,7 +658,7 @@ __device__ __forceinline__ void SharedBandDot(const unsigned char* band, int64_t
   for (int r = 0; r < ROWS; ++r) wrow[r] = reinterpret_cast<const Raw*>(band + r * row_bytes) + lane;
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.0f;
-#pragma unroll 4
+#pragma unroll UNROLL
   for (int g = 0; g < groups; ++g) {
     float wf[ROWS][4];
 #pragma unroll
@@ -2096,6 +2096,10 @@ constexpr int kStepThreads = (kStepWarps + 1) * 32;
 constexpr int kStepMaxSlots = 32;
 constexpr int kStepRows = 4;      // rows per tile of every matrix but down (even: rotary and SiLU pairs)
 constexpr int kStepDownRows = 1;  // rows per tile of the down product (its rows are long)
+#ifndef ROTE_STEP_DOT_UNROLL
+#define ROTE_STEP_DOT_UNROLL 4
+#endif
+constexpr int kStepDotUnroll = ROTE_STEP_DOT_UNROLL;
 // Positions per batch of the one-launch step's attention loops (AttendHead's U), by V groups.
 template <int NG>
 constexpr int kStepAttnBatch = NG == 1 ? 8 : NG == 2 ? 4 : 2;
@@ -2256,8 +2260,11 @@ __device__ __forceinline__ StepEpilogueOperands LoadStepEpilogue(const LinearArg
 // of this block that falls to this warp: wait for its slot, the dot products, free the slot, the
 // epilogue. `seq` counts the block's tiles (the producer's order): the block's i-th tile of the
 // matrix is its tile seq + i, and falls to warp (seq + i) % kStepWarps. EPI: the matrix's
-// epilogue (a.epilogue), fixed per call site so that each inlined phase holds only its own code.
-template <WeightType WT, int ROWS, LinearEpilogue EPI>
+// epilogue (a.epilogue) and NORM: whether its RMSNorm is fused (a.norm_weight set), fixed per call
+// site so that each inlined phase holds only its own code (CanRunDecodeStep checks both): the
+// kernel's code is about 160 KB, multiprocessors start every step with its instructions cold, and
+// every kilobyte less measured faster (docs/performance.md, eighth session).
+template <WeightType WT, int ROWS, LinearEpilogue EPI, bool NORM>
 __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsigned char* ring, int slots,
                                                 int slot_bytes, uint64_t* full, uint64_t* empty, float4* xs,
                                                 int& seq, volatile int* hold) {
@@ -2274,16 +2281,18 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
   constexpr int kStepNormRegs = 2;
   const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
   float4 nwr[kStepNormRegs];
+  if constexpr (NORM) {
 #pragma unroll
-  for (int k = 0; k < kStepNormRegs; ++k) {
-    const int i = threadIdx.x + k * kStepWarps * 32;
-    nwr[k] = nw != nullptr && i < groups * 32 ? nw[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int k = 0; k < kStepNormRegs; ++k) {
+      const int i = threadIdx.x + k * kStepWarps * 32;
+      nwr[k] = i < groups * 32 ? nw[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
   }
   const int src = a.x_rows != nullptr ? a.x_rows[0] : 0;
   const float4* xg = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(src) * a.x_stride);
   for (int i = threadIdx.x; i < groups * 32; i += kStepWarps * 32) xs[i] = __ldcg(xg + i);
   ConsumerSync();
-  if (nw != nullptr) {
+  if constexpr (NORM) {
     const float r = canonical_rms_scale(WarpTree(LaneRowSumSquares(xs, groups, lane)), a.w.cols, a.norm_eps);
     ConsumerSync();  // every warp has its sum of squares before x is overwritten
 #pragma unroll
@@ -2302,7 +2311,8 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
     const int slot = (seq + t) % slots;
     MbarWait(&full[slot], static_cast<uint32_t>(((seq + t) / slots) & 1));
     float acc[ROWS];
-    SharedBandDot<WT, ROWS>(ring + static_cast<int64_t>(slot) * slot_bytes, row_bytes, xs, groups, lane, nullptr, 0.0f,
+    SharedBandDot<WT, ROWS, kStepDotUnroll>(ring + static_cast<int64_t>(slot) * slot_bytes, row_bytes, xs, groups, lane,
+                                             nullptr, 0.0f,
                             acc);
     __syncwarp();  // every lane has consumed the slot (its FMAs used every value it read)
     if (lane == 0) MbarArrive(&empty[slot]);
@@ -2417,7 +2427,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
       PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd, h / (shape.num_heads / shape.num_kv_heads), L - 1,
                             threadIdx.x, kStepWarps * 32);
-    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kRopeStore>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kRopeStore, true>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);  // q, and this step's K and V rows, are complete
     if (threadIdx.x == 0) hold = 0;  // (attention reads no activation row)
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
@@ -2426,14 +2436,14 @@ __global__ void __launch_bounds__(kStepThreads, 1)
           static_cast<const AttnFirstBatch<NG, kStepAttnBatch<NG>>*>(nullptr), nullptr, nullptr, threadIdx.x, true,
           [] { ConsumerSync(); });
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kAddResidual>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kAddResidual, false>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kSiluMul>(ly.gate_up, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kSiluMul, true>(ly.gate_up, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepDownRows, LinearEpilogue::kAddResidual>(ly.down, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepDownRows, LinearEpilogue::kAddResidual, false>(ly.down, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
   }
   StepGridBarrier(bar, trace, &hold);
-  StepMatrixPhase<WT, kStepRows, LinearEpilogue::kStore>(f.lm_head, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
+  StepMatrixPhase<WT, kStepRows, LinearEpilogue::kStore, true>(f.lm_head, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
   if (f.trace != nullptr) {
     ConsumerSync();
     const unsigned long long t = GlobalTimer();
@@ -2673,6 +2683,10 @@ bool CanRunDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) {
   if (l0.gate_up.epilogue != LinearEpilogue::kSiluMul || l0.gate_up.w.rows % 2 != 0) return false;
   if (l0.out.epilogue != LinearEpilogue::kAddResidual || l0.down.epilogue != LinearEpilogue::kAddResidual) return false;
   if (f.lm_head.epilogue != LinearEpilogue::kStore) return false;
+  // The phases' fused norms are fixed in the kernel (StepMatrixPhase's NORM).
+  if (l0.qkv.norm_weight == nullptr || l0.gate_up.norm_weight == nullptr || f.lm_head.norm_weight == nullptr ||
+      l0.out.norm_weight != nullptr || l0.down.norm_weight != nullptr)
+    return false;
   // By default only where gate|up exceeds one wave of shared memory (the rule of MlpBlockKernel):
   // there the ring that runs across barriers streams the step's weights faster than separate
   // launches; where a layer's matrices fit in one wave, separate launches with programmatic
