@@ -197,14 +197,27 @@ __device__ __forceinline__ float4 NormScale(float4 v, float r, float4 w) {
 
 // The canonical sum of squares of a lane row (its lane's share; WarpTree finishes it): lane t
 // takes its four terms of each 128-column group in increasing k.
+// UNROLL: 0 leaves the unrolling to the compiler.
+template <int UNROLL = 0>
 __device__ __forceinline__ float LaneRowSumSquares(const float4* row, int groups, int lane) {
   float ss = 0.0f;
-  for (int g = 0; g < groups; ++g) {
-    const float4 v = row[g * 32 + lane];
-    ss = fmaf(v.x, v.x, ss);
-    ss = fmaf(v.y, v.y, ss);
-    ss = fmaf(v.z, v.z, ss);
-    ss = fmaf(v.w, v.w, ss);
+  if constexpr (UNROLL > 0) {
+#pragma unroll UNROLL
+    for (int g = 0; g < groups; ++g) {
+      const float4 v = row[g * 32 + lane];
+      ss = fmaf(v.x, v.x, ss);
+      ss = fmaf(v.y, v.y, ss);
+      ss = fmaf(v.z, v.z, ss);
+      ss = fmaf(v.w, v.w, ss);
+    }
+  } else {
+    for (int g = 0; g < groups; ++g) {
+      const float4 v = row[g * 32 + lane];
+      ss = fmaf(v.x, v.x, ss);
+      ss = fmaf(v.y, v.y, ss);
+      ss = fmaf(v.z, v.z, ss);
+      ss = fmaf(v.w, v.w, ss);
+    }
   }
   return ss;
 }
@@ -534,7 +547,7 @@ __global__ void __launch_bounds__(kThreads, 5) GemvKernel(LinearArgs a) {
   const bool has_norm = a.norm_weight != nullptr;
   float rscale = 0.0f;
   if (has_norm) {
-    const float ss = LaneRowSumSquares(gemv_x, groups, lane);
+    const float ss = LaneRowSumSquares<>(gemv_x, groups, lane);
     rscale = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
   }
   const float4* nw = reinterpret_cast<const float4*>(a.norm_weight) + lane;
@@ -737,7 +750,7 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
   TimelinePoint(1);
   float rscale = 0.0f;
   if (has_norm) {
-    const float ss = LaneRowSumSquares(xs, groups, lane);
+    const float ss = LaneRowSumSquares<>(xs, groups, lane);
     rscale = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
   }
   MbarWait(&bars[warp], 0);
@@ -804,7 +817,7 @@ __global__ void __launch_bounds__(kThreads) StreamGemvKernel(LinearArgs a, int32
   for (int i = threadIdx.x; i < groups * 32; i += kThreads) xs[i] = xg[i];
   __syncthreads();  // also publishes the barrier initialisation to every lane
   if (a.norm_weight != nullptr) {
-    const float ss = LaneRowSumSquares(xs, groups, lane);
+    const float ss = LaneRowSumSquares<>(xs, groups, lane);
     const float r = canonical_rms_scale(WarpTree(ss), K, a.norm_eps);
     const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
     __syncthreads();  // every warp has its sum of squares before x is overwritten
@@ -982,7 +995,7 @@ __global__ void __launch_bounds__(kMlpMaxWarps * 32) MlpBlockKernel(MlpBlockArgs
     for (int i = threadIdx.x; i < groups * 32; i += threads) xs[i] = __ldcg(xg + i);
     __syncthreads();
     if (a.norm_weight != nullptr) {
-      const float r = canonical_rms_scale(WarpTree(LaneRowSumSquares(xs, groups, lane)), a.w.cols, a.norm_eps);
+      const float r = canonical_rms_scale(WarpTree(LaneRowSumSquares<>(xs, groups, lane)), a.w.cols, a.norm_eps);
       const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
       __syncthreads();  // every warp has its sum of squares before x is overwritten
       for (int i = threadIdx.x; i < groups * 32; i += threads) xs[i] = NormScale(xs[i], r, nw[i]);
@@ -2261,9 +2274,10 @@ __device__ __forceinline__ StepEpilogueOperands LoadStepEpilogue(const LinearArg
 // epilogue. `seq` counts the block's tiles (the producer's order): the block's i-th tile of the
 // matrix is its tile seq + i, and falls to warp (seq + i) % kStepWarps. EPI: the matrix's
 // epilogue (a.epilogue) and NORM: whether its RMSNorm is fused (a.norm_weight set), fixed per call
-// site so that each inlined phase holds only its own code (CanRunDecodeStep checks both): the
-// kernel's code is about 160 KB, multiprocessors start every step with its instructions cold, and
-// every kilobyte less measured faster (docs/performance.md, eighth session).
+// site so that each inlined phase holds only its own code (CanRunDecodeStep checks both). The
+// kernel's code is about 140 KB and its multiprocessors fetch it again every step: less of it
+// measured faster (182 -> 162 -> 147 KB: 1.5B batch 1 +3.5%, +0.9%), except where the saving cost
+// the dot product's unrolling or put calls in the tile loop (docs/performance.md, eighth session).
 template <WeightType WT, int ROWS, LinearEpilogue EPI, bool NORM>
 __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsigned char* ring, int slots,
                                                 int slot_bytes, uint64_t* full, uint64_t* empty, float4* xs,
@@ -2293,7 +2307,10 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
   for (int i = threadIdx.x; i < groups * 32; i += kStepWarps * 32) xs[i] = __ldcg(xg + i);
   ConsumerSync();
   if constexpr (NORM) {
-    const float r = canonical_rms_scale(WarpTree(LaneRowSumSquares(xs, groups, lane)), a.w.cols, a.norm_eps);
+    // (Four groups per unrolled iteration: the sum is a chain of FMAs anyway, and the compiler's
+    // own unrolling put several hundred instructions into each of the three normalising phases.)
+    const float r =
+        canonical_rms_scale(WarpTree(LaneRowSumSquares<4>(xs, groups, lane)), a.w.cols, a.norm_eps);
     ConsumerSync();  // every warp has its sum of squares before x is overwritten
 #pragma unroll
     for (int k = 0; k < kStepNormRegs; ++k) {
