@@ -251,8 +251,9 @@ int main(int argc, char** argv) {
   // --trace-step 1: one batch-1 decode step as one DecodeStepKernel with timer readings at every
   // grid barrier: per phase kind, the mean time from the first block leaving the previous barrier
   // to the last block arriving (work), and from that arrival to the last block leaving (barrier).
+  // --trace-step-kernel 9: with that one-launch variant (SetCudaOneTokenKernelForTesting; 7).
   if (Arg(argc, argv, "--trace-step", "0") == "1") {
-    SetCudaOneTokenKernelForTesting(7);
+    SetCudaOneTokenKernelForTesting(std::stoi(Arg(argc, argv, "--trace-step-kernel", "7")));
     SetCudaStepTraceForBenchmark(true);
     std::vector<Seq> seqs;
     const int64_t before = CudaDecodeStepsForTesting();
@@ -270,14 +271,16 @@ int main(int argc, char** argv) {
     const char* kinds[] = {"qkv", "attention", "out", "gate_up", "down", "lm_head"};
     double work[6] = {}, barrier[6] = {};
     int32_t count[6] = {};
-    for (int32_t k = 1; k < slots; ++k) {
+    // Slots past the barriers' (timeline builds: attention's points, below) are not pairs.
+    const int32_t barrier_slots = 5 * c.num_layers + 2;
+    for (int32_t k = 1; k < barrier_slots; ++k) {
       int64_t first_leave_prev = INT64_MAX, last_arrive = 0, last_leave = 0;
       for (int32_t g = 0; g < grid; ++g) {
         first_leave_prev = std::min(first_leave_prev, at(g, k - 1, 1));
         last_arrive = std::max(last_arrive, at(g, k, 0));
         last_leave = std::max(last_leave, at(g, k, 1));
       }
-      const int kind = k == slots - 1 ? 5 : (k - 1) % 5;
+      const int kind = k == barrier_slots - 1 ? 5 : (k - 1) % 5;
       work[kind] += static_cast<double>(last_arrive - first_leave_prev) / 1e3;
       barrier[kind] += static_cast<double>(last_leave - last_arrive) / 1e3;
       ++count[kind];
@@ -285,13 +288,34 @@ int main(int argc, char** argv) {
     int64_t start = INT64_MAX, end = 0;
     for (int32_t g = 0; g < grid; ++g) {
       start = std::min(start, at(g, 0, 0));
-      end = std::max(end, at(g, slots - 1, 0));
+      end = std::max(end, at(g, barrier_slots - 1, 0));
     }
     std::printf("{\"what\":\"step_trace\",\"shape\":\"%s\",\"blocks\":%d,\"kernel_us\":%.1f", shape.c_str(), grid,
                 static_cast<double>(end - start) / 1e3);
     for (int i = 0; i < 6; ++i)
       std::printf(",\"%s_us\":[%.2f,%.2f]", kinds[i], work[i] / std::max(1, count[i]), barrier[i] / std::max(1, count[i]));
     std::printf(",\"per_layer_work_and_barrier\":true}\n");
+    // ROTE_CUDA_TIMELINE builds: attention's block barriers in the attending blocks, us after the
+    // barrier before attention (per layer, the latest attending block; mean over layers).
+    const int32_t points = 2 * (slots - barrier_slots) / std::max(1, c.num_layers);
+    if (points > 0) {
+      std::vector<double> sum(points + 1, 0.0);
+      for (int32_t l = 0; l < c.num_layers; ++l) {
+        std::vector<int64_t> latest(points + 1, 0);
+        for (int32_t g = 0; g < std::min(grid, c.num_heads); ++g) {
+          const int64_t from = at(g, 1 + 5 * l, 1);
+          for (int32_t p = 0; p < points; ++p) {
+            const int64_t v = t[static_cast<size_t>(g) * slots * 2 + 2 * barrier_slots + l * points + p];
+            if (v != 0) latest[p] = std::max(latest[p], v - from);
+          }
+          latest[points] = std::max(latest[points], at(g, 2 + 5 * l, 0) - from);
+        }
+        for (int32_t p = 0; p <= points; ++p) sum[p] += static_cast<double>(latest[p]) / 1e3;
+      }
+      std::printf("{\"what\":\"step_attention_trace\",\"shape\":\"%s\",\"us_after_barrier\":[", shape.c_str());
+      for (int32_t p = 0; p <= points; ++p) std::printf("%s%.2f", p ? "," : "", sum[p] / c.num_layers);
+      std::printf("],\"points\":\"q staged, scores, max, weights, V partials, (unused...), arrival\"}\n");
+    }
     std::fflush(stdout);
   }
   // --timeline B1,B2: one decode step's kernels at these batches, in launch order, from the

@@ -2447,11 +2447,26 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     StepMatrixPhase<WT, kStepRows, LinearEpilogue::kRopeStore, true>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);  // q, and this step's K and V rows, are complete
     if (threadIdx.x == 0) hold = 0;  // (attention reads no activation row)
+#ifdef ROTE_CUDA_TIMELINE
+    // Benchmarks: the timer at each of attention's block barriers, after the barrier pairs.
+    unsigned long long* points =
+        trace.slots != nullptr
+            ? trace.slots + 2 * (5 * f.num_layers + 2) + static_cast<int64_t>(layer) * kStepAttentionTracePoints
+            : nullptr;
+    int point = 0;
+    auto attention_sync = [&] {
+      ConsumerSync();
+      if (points != nullptr && threadIdx.x == 0 && point < kStepAttentionTracePoints) points[point] = GlobalTimer();
+      ++point;
+    };
+#else
+    auto attention_sync = [] { ConsumerSync(); };
+#endif
     for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
       AttendHead<NG, kStepAttnBatch<NG>, false, false>(
           f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context,
           static_cast<const AttnFirstBatch<NG, kStepAttnBatch<NG>>*>(nullptr), nullptr, nullptr, threadIdx.x, true,
-          [] { ConsumerSync(); });
+          attention_sync);
     StepGridBarrier(bar, trace, &hold);
     StepMatrixPhase<WT, kStepRows, LinearEpilogue::kAddResidual, false>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);

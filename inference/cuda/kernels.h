@@ -236,7 +236,17 @@ struct DecodeStepArgs {
   // arrival and departure, then the end of the lm_head.
   unsigned long long* trace = nullptr;
 };
-ROTE_HD inline int32_t DecodeStepTraceSlots(int32_t num_layers) { return 5 * num_layers + 2; }
+// In ROTE_CUDA_TIMELINE builds the attending blocks also record, per layer, the timer at each of
+// attention's block barriers (kStepAttentionTracePoints single readings after the pairs, so
+// kStepAttentionTracePoints / 2 slots per layer): q staged, scores, max, weights, V partials.
+#ifdef ROTE_CUDA_TIMELINE
+constexpr int32_t kStepAttentionTracePoints = 8;
+#else
+constexpr int32_t kStepAttentionTracePoints = 0;
+#endif
+ROTE_HD inline int32_t DecodeStepTraceSlots(int32_t num_layers) {
+  return 5 * num_layers + 2 + num_layers * kStepAttentionTracePoints / 2;
+}
 // layer0: the host's copy of layers[0] (every layer has the same shapes).
 bool CanRunDecodeStep(const DecodeStepArgs& args, const StepLayerArgs& layer0);
 cudaError_t LaunchDecodeStep(const DecodeStepArgs& args, const StepLayerArgs& layer0, cudaStream_t stream);
