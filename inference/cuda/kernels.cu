@@ -102,20 +102,29 @@ struct TimelineScope {
 __device__ __forceinline__ void TimelinePoint(uint32_t) {}
 #endif
 
+// cooperative: every block must be resident at once (a grid barrier inside): the launch fails
+// instead of starting when they cannot be, e.g. under MPS with part of the device.
 template <typename... KernelArgs, typename... Args>
-cudaError_t LaunchChained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                          Args... args) {
+cudaError_t LaunchChainedImpl(bool cooperative, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                              cudaStream_t stream, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeCooperative;
+  attr[1].val.cooperative = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = cooperative ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, static_cast<KernelArgs>(args)...);
+}
+template <typename... KernelArgs, typename... Args>
+cudaError_t LaunchChained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args... args) {
+  return LaunchChainedImpl(false, kernel, grid, block, smem, stream, args...);
 }
 
 // Four consecutive weights of a lane, raw, and their exact fp32 values.
@@ -1058,9 +1067,10 @@ cudaError_t LaunchMlpBlockTyped(const MlpBlockArgs& f, cudaStream_t stream) {
   if (prepared != cudaSuccess) return prepared;
   // One block per multiprocessor, and no more blocks than one per SM can hold: the grid barrier
   // needs every block resident at once. The kernel lets the next one launch only after all its
-  // blocks have started, so a waiting successor never takes a block's place.
-  return LaunchChained(MlpBlockKernel<WT>, dim3(MultiprocessorCount()), dim3(p.warps * 32), static_cast<size_t>(smem),
-                       stream, f, p.slots, static_cast<int32_t>(p.slot));
+  // blocks have started, so a waiting successor never takes a block's place. Cooperative, so that
+  // where they cannot all be resident the launch fails instead of hanging.
+  return LaunchChainedImpl(/*cooperative=*/true, MlpBlockKernel<WT>, dim3(MultiprocessorCount()), dim3(p.warps * 32),
+                           static_cast<size_t>(smem), stream, f, p.slots, static_cast<int32_t>(p.slot));
 }
 
 template <WeightType WT, int ROWS, int TOKS>
@@ -2540,7 +2550,9 @@ cudaError_t LaunchDecodeStepTyped(const DecodeStepArgs& f, const DecodeStepPlan&
   if (prepared != cudaSuccess) return prepared;
   // One block per multiprocessor (its shared memory allows no second), all resident at once, as
   // the grid barrier needs; the kernel lets the next one launch only after every block started.
-  return LaunchChained(kernel, dim3(MultiprocessorCount()), dim3(kStepThreads),
+  // Cooperative: the grid barrier needs every block resident; where they cannot be (MPS giving
+  // this process part of the device), the launch fails with an error instead of hanging.
+  return LaunchChainedImpl(/*cooperative=*/true, kernel, dim3(MultiprocessorCount()), dim3(kStepThreads),
                        static_cast<size_t>(p.smem()), stream, f, p.slots, static_cast<int32_t>(p.slot),
                        static_cast<int32_t>(p.union_bytes), static_cast<int32_t>(g_one_token_kernel != 9),
                        g_step_prefetch_tiles, static_cast<int32_t>(g_weight_evict_first),
