@@ -1733,12 +1733,15 @@ __device__ __forceinline__ void LoadAttnFirstBatch(AttnFirstBatch<NG, U>& fb, co
 // vbase: the head group's V at position row 0. FB: the first batch's rows below fb->end are in
 // fb (registers) already.
 // SM: every V row of the head group is in shared memory, vs + j * hd (AttentionKernel stages them).
+// width, dim0: only the dims dim0 .. dim0 + width - 1 of the head (vbase and vs point at dim0
+// already; rows stay kv_dim and hd apart): a slice of the output, each dim's sum in the same order.
 template <int NG, int U, bool FB, bool SM, typename Sync>
 __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int hd, int bs, const int32_t* bt_s,
                                              const float* weights, int L, int old_end, float denom, float* o, int h,
                                              float* vpart, const AttnFirstBatch<NG, U>* fb, const float* vs, int tid,
-                                             Sync sync) {
+                                             Sync sync, int width = -1, int dim0 = 0) {
   static_assert(kAttnWarps == 8, "four position classes per warp: w, w + 8, w + 16, w + 24");
+  const int wd = width < 0 ? hd : width;
   const int warp = tid / 32, lane = tid % 32;
   const int c = warp + 8 * (lane / 8), r = lane % 8;
   float acc[NG][8];
@@ -1755,7 +1758,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
       const bool fresh = !SM && j >= old_end;
 #pragma unroll
       for (int n = 0; n < NG; ++n) {
-        if (8 * r + 64 * n < hd) {
+        if (8 * r + 64 * n < wd) {
           const float4 v0 = LoadKv4(vrow + 64 * n, fresh);
           const float4 v1 = LoadKv4(vrow + 64 * n + 4, fresh);
           acc[n][0] = fmaf(p, v0.x, acc[n][0]);
@@ -1798,7 +1801,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 #pragma unroll
         for (int n = 0; n < NG; ++n) {
           va[u][n][0] = va[u][n][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          if (ok && 8 * r + 64 * n < hd) {
+          if (ok && 8 * r + 64 * n < wd) {
             va[u][n][0] = LoadKv4(vrow + 64 * n, fresh);
             va[u][n][1] = LoadKv4(vrow + 64 * n + 4, fresh);
           }
@@ -1842,13 +1845,13 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
   if (lane < 8) {
 #pragma unroll
     for (int n = 0; n < NG; ++n)
-      if (8 * r + 64 * n < hd)
+      if (8 * r + 64 * n < wd)
 #pragma unroll
         for (int i = 0; i < 8; ++i) vpart[warp * hd + 64 * n + 8 * r + i] = acc[n][i];
   }
   sync();
   TimelinePoint(6);
-  for (int d = tid; d < hd; d += kAttnThreads) {
+  for (int d = tid; d < wd; d += kAttnThreads) {
     float v[kAttnWarps];
 #pragma unroll
     for (int w = 0; w < kAttnWarps; ++w) v[w] = vpart[w * hd + d];
@@ -1857,7 +1860,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 #pragma unroll
     for (int k = 0; k < 2; ++k) v[k] = v[k] + v[k + 2];
     v[0] = v[0] + v[1];
-    o[PermutedIndex(h * hd + d)] = v[0] / denom;
+    o[PermutedIndex(h * hd + dim0 + d)] = v[0] / denom;
   }
 }
 
@@ -1866,12 +1869,15 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
 // it); same_launch: this step's K/V rows were written by other blocks of this launch.
 // FB: fb holds the first batch of the loops' rows of earlier steps (LoadAttnFirstBatch).
 // SM: every K and V row of the head group is in shared memory (ks + j * hd, vs + j * hd).
-template <int NG, int U, bool FB, bool SM, typename Sync>
+// VNG, UV, width, dim0: the V pass covers only dims dim0 .. dim0 + width - 1, with VNG groups per
+// warp in batches of UV (AttendValues); the scores are the whole head's in any case.
+template <int NG, int U, bool FB, bool SM, int VNG = NG, int UV = U, typename Sync>
 __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& step, const AttentionShape& shape,
                                            const LayerKv& kv, float scale, float* out, int32_t out_stride, int h,
                                            int m, float* scores, const int32_t* bt_s, float* q_s, float* red,
                                            float* vpart, const AttnFirstBatch<NG, U>* fb, const float* ks,
-                                           const float* vs, int tid, bool same_launch, Sync sync) {
+                                           const float* vs, int tid, bool same_launch, Sync sync, int width = -1,
+                                           int dim0 = 0) {
   const int warp = tid / 32, lane = tid % 32;
   const int hd = shape.head_dim, bs = shape.block_size;
   const int g = h / (shape.num_heads / shape.num_kv_heads);
@@ -1984,8 +1990,15 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
 
   // Pass 3: weighted sum of V (AttendValues).
   float* o = out + static_cast<int64_t>(m) * out_stride;
-  AttendValues<NG, U, FB, SM>(kv.v + g * hd, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, fb, vs, tid,
-                              sync);
+  if constexpr (VNG == NG && UV == U) {
+    AttendValues<NG, U, FB, SM>(kv.v + g * hd + dim0, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart, fb,
+                                SM ? vs + dim0 : vs, tid, sync, width, dim0);
+  } else {
+    static_assert(!FB, "the first batch's V rows are laid out for NG");
+    AttendValues<VNG, UV, false, SM>(kv.v + g * hd + dim0, kv_dim, hd, bs, bt_s, scores, L, old_end, denom, o, h, vpart,
+                                     static_cast<const AttnFirstBatch<VNG, UV>*>(nullptr), SM ? vs + dim0 : vs, tid,
+                                     sync, width, dim0);
+  }
 }
 
 // Where AttentionKernel<..., SM> puts the staged K rows in its dynamic shared memory (floats from
@@ -2126,6 +2139,11 @@ constexpr int kStepDotUnroll = ROTE_STEP_DOT_UNROLL;
 // Positions per batch of the one-launch step's attention loops (AttendHead's U), by V groups.
 template <int NG>
 constexpr int kStepAttnBatch = NG == 1 ? 8 : NG == 2 ? 4 : 2;
+// The one-launch step attends each head in NG blocks, each the V pass of 64 of its dims (one
+// group per warp), the scores computed whole in each: a V row's bytes are what bound the pass on
+// one multiprocessor, and idle blocks are plenty (12 heads, 132 blocks at 1.5B).
+template <int NG>
+constexpr int kStepAttnSplit = NG;
 
 __device__ __forceinline__ void ConsumerSync() { asm volatile("bar.sync 1, %0;" ::"n"(kStepWarps * 32) : "memory"); }
 
@@ -2451,9 +2469,10 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     const StepLayerArgs& ly = f.layers[layer];
     if (layer > 0) StepGridBarrier(bar, trace, &hold);  // the previous layer's residual stream is complete
     // Blocks that will attend pull this layer's K/V rows of earlier steps into L2 meanwhile.
-    for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd, h / (shape.num_heads / shape.num_kv_heads), L - 1,
-                            threadIdx.x, kStepWarps * 32);
+    for (int it = blockIdx.x; it < shape.num_heads * kStepAttnSplit<NG>; it += gridDim.x)
+      PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd,
+                            it / kStepAttnSplit<NG> / (shape.num_heads / shape.num_kv_heads), L - 1, threadIdx.x,
+                            kStepWarps * 32);
     StepMatrixPhase<WT, kStepRows, LinearEpilogue::kRopeStore, true>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);  // q, and this step's K and V rows, are complete
     if (threadIdx.x == 0) hold = 0;  // (attention reads no activation row)
@@ -2472,11 +2491,16 @@ __global__ void __launch_bounds__(kStepThreads, 1)
 #else
     auto attention_sync = [] { ConsumerSync(); };
 #endif
-    for (int h = blockIdx.x; h < shape.num_heads; h += gridDim.x)
-      AttendHead<NG, kStepAttnBatch<NG>, false, false>(
-          f.q, f.step, shape, ly.kv, f.scale, f.att, 0, h, 0, scores, bt_s, q_s, red, scores + f.max_context,
+    for (int it = blockIdx.x; it < shape.num_heads * kStepAttnSplit<NG>; it += gridDim.x) {
+      constexpr int kSplit = kStepAttnSplit<NG>, kVng = NG / kSplit;
+      // Slices of whole 8-dim lane groups (hd is a multiple of 8), at most 64 dims each (hd is at
+      // most 64 NG); the last takes what is left.
+      const int slice = (hd / kSplit + 7) / 8 * 8, dim0 = it % kSplit * slice;
+      AttendHead<NG, kStepAttnBatch<NG>, false, false, kVng, kStepAttnBatch<kVng>>(
+          f.q, f.step, shape, ly.kv, f.scale, f.att, 0, it / kSplit, 0, scores, bt_s, q_s, red, scores + f.max_context,
           static_cast<const AttnFirstBatch<NG, kStepAttnBatch<NG>>*>(nullptr), nullptr, nullptr, threadIdx.x, true,
-          attention_sync);
+          attention_sync, max(0, min(slice, hd - dim0)), dim0);
+    }
     StepGridBarrier(bar, trace, &hold);
     StepMatrixPhase<WT, kStepRows, LinearEpilogue::kAddResidual, false>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);

@@ -440,12 +440,13 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
 }
 
 // The attention kernel's variants (where earlier steps' K/V rows are prefetched, how many
-// positions its loops keep in flight) change only speed: head dims of one and two V groups per
-// warp, a context long enough (290 + 4) for the 8-deep loops to run whole, each variant and the
-// one-launch decode step against the CPU at every prefill and decode step.
+// positions its loops keep in flight) change only speed: head dims of one, two and four V groups
+// per warp (136: the one-launch step's V slices of 40, 40, 40 and 16 dims), a context long enough
+// (290 + 4) for the 8-deep loops to run whole, each variant and the one-launch decode step against
+// the CPU at every prefill and decode step.
 TEST(CudaInvariance, AttentionVariantsEqualCpu) {
   SKIP_WITHOUT_GPU();
-  for (int32_t head_dim : {64, 128}) {
+  for (int32_t head_dim : {64, 128, 136}) {
     SynthSpec spec;
     spec.hidden = 256;
     spec.heads = 4;
