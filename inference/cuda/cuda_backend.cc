@@ -104,11 +104,13 @@ struct GraphKey {
   int large_batch_tile;   // SetCudaLargeBatchTileForTesting's choice when captured
   int attention_variant;  // SetCudaAttentionVariantForTesting's choice when captured
   bool weight_evict_first;  // SetCudaWeightEvictFirstForTesting's choice when captured
+  int step_attention_split;  // SetCudaStepAttentionSplitForTesting's choice when captured
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
-                    step_prefetch, large_batch_tile, attention_variant, weight_evict_first) <
+                    step_prefetch, large_batch_tile, attention_variant, weight_evict_first, step_attention_split) <
            std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps, o.step_trace,
-                    o.step_prefetch, o.large_batch_tile, o.attention_variant, o.weight_evict_first);
+                    o.step_prefetch, o.large_batch_tile, o.attention_variant, o.weight_evict_first,
+                    o.step_attention_split);
   }
 };
 
@@ -127,6 +129,10 @@ std::atomic<int64_t> g_decode_steps{0};
 // SetCudaStepTraceForBenchmark, and where the last traced step's readings are.
 bool g_step_trace = false;
 int g_step_prefetch_tiles = kDefaultStepPrefetchTiles;
+// From how many positions the one-launch step attends each head in 8 blocks over parts of its
+// positions (DecodeStepArgs::attn_split_min_context; 0: never).
+constexpr int kDefaultStepAttentionSplit = 512;
+int g_step_attention_split = kDefaultStepAttentionSplit;
 struct {
   const void* device = nullptr;
   int32_t blocks = 0, slots = 0;
@@ -532,7 +538,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (use_graph) {
       const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
                          g_step_trace, g_step_prefetch_tiles, g_large_batch_tile, g_attention_variant,
-                         g_weight_evict_first};
+                         g_weight_evict_first, g_step_attention_split};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -721,6 +727,27 @@ class CudaBackendImpl final : public CudaBackend {
     f->q = q_.as<float>();
     f->att = att_.as<float>();
     f->barrier = step_barrier_.as<unsigned long long>();
+    // Attention over parts of long contexts: scratch for the scores of lay.context positions.
+    f->attn_split_min_context = g_step_attention_split;
+    if (g_step_attention_split > 0) {
+      const size_t heads = static_cast<size_t>(c.num_heads);
+      const size_t scores = heads * static_cast<size_t>(lay.context);
+      if (attn_scores_.bytes() < scores * sizeof(float)) {
+        // Graphs captured so far hold the old address: they go with it.
+        ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+        DropGraphs();
+        ROTE_RETURN_IF_ERROR(attn_scores_.Allocate(scores * sizeof(float)));
+      }
+      if (attn_sync_.as<void>() == nullptr) {
+        ROTE_RETURN_IF_ERROR(attn_maxes_.Allocate(heads * 8 * sizeof(float)));
+        ROTE_RETURN_IF_ERROR(attn_vpart_.Allocate(heads * 8 * static_cast<size_t>(c.head_dim) * sizeof(float)));
+        ROTE_RETURN_IF_ERROR(AllocateZeroed(&attn_sync_, heads * sizeof(unsigned long long)));
+      }
+      f->attn_scores = attn_scores_.as<float>();
+      f->attn_maxes = attn_maxes_.as<float>();
+      f->attn_vpart = attn_vpart_.as<float>();
+      f->attn_sync = attn_sync_.as<unsigned long long>();
+    }
     if (step_layers_.as<void>() == nullptr)
       ROTE_RETURN_IF_ERROR(step_layers_.Allocate(host.size() * sizeof(cuda::StepLayerArgs)));
     f->layers = reinterpret_cast<const cuda::StepLayerArgs*>(step_layers_.as<void>());
@@ -840,6 +867,8 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceBuffer split_scratch_, split_tickets_;  // LinearArgs::split_*: see WithSplitScratch
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter
+  // DecodeStepArgs::attn_*: attention over parts of long contexts (scores, maxes, partials, counters).
+  DeviceBuffer attn_scores_, attn_maxes_, attn_vpart_, attn_sync_;
   DeviceBuffer step_layers_;   // DecodeStepKernel's per-layer arguments (PrepareDecodeStep)
   DeviceBuffer step_trace_;    // benchmarks: DecodeStepArgs::trace
   DeviceBuffer timeline_;      // benchmarks: cuda::KernelTimeline (SetCudaKernelTimelineForBenchmark)
@@ -866,6 +895,9 @@ void SetCudaStepTraceForBenchmark(bool on) { g_step_trace = on; }
 void SetCudaStepPrefetchTilesForTesting(int tiles) {
   g_step_prefetch_tiles = tiles < 0 ? kDefaultStepPrefetchTiles : tiles;
   cuda::SetStepPrefetchTiles(g_step_prefetch_tiles);
+}
+void SetCudaStepAttentionSplitForTesting(int min_context) {
+  g_step_attention_split = min_context < 0 ? kDefaultStepAttentionSplit : min_context;
 }
 void SetCudaKernelTimelineForBenchmark(bool on) { g_kernel_timeline = on; }
 void SetCudaAttentionVariantForTesting(int variant) {

@@ -78,6 +78,9 @@ void SetCudaStepTraceForBenchmark(bool on);
 // Tests and benchmarks only: how many tiles ahead of its shared-memory ring the one-launch decode
 // step asks L2 for weights (-1: the default). Same bits. No-op without CUDA.
 void SetCudaStepPrefetchTilesForTesting(int tiles);
+// From how many positions the one-launch decode step attends each head in 8 blocks over parts of
+// its positions (0: never; -1: the default, 512). Same bits; only speed differs. No-op without CUDA.
+void SetCudaStepAttentionSplitForTesting(int min_context);
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots);
 
 // Benchmarks only, in builds configured with ROTE_CUDA_TIMELINE (elsewhere the timeline stays

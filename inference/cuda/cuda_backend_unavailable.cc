@@ -20,6 +20,7 @@ int64_t CudaDecodeStepsForTesting() { return 0; }
 int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}
+void SetCudaStepAttentionSplitForTesting(int) {}
 void SetCudaKernelTimelineForBenchmark(bool) {}
 std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() { return {}; }
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {

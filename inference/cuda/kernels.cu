@@ -2222,6 +2222,195 @@ __device__ __forceinline__ void StepGridBarrier(StepBarrier& bar, StepTrace& tra
   ConsumerSync();
 }
 
+// Long contexts in the one-launch step: each head attended by kStepAttnParts blocks (parts p),
+// each over an eighth of the positions, where one block per head (or per V slice) walked them
+// all, a round trip per batch (1.5B batch 1 at 520 positions: scores 8.9 us and V 8.0 us per
+// layer, H200). The order of every sum is the canonical one:
+//   1. part p computes the scores of its contiguous chunk of positions with AttendHead's code
+//      (the same per-position dot and tree), writes them and its chunk's max to scratch;
+//   2. after the head's parts meet (a counter, as the grid barrier), each part takes the max of
+//      the parts' maxes (exact in any order), every weight canonical_expf(s - m) and the canonical
+//      denominator over all positions (the same values in every part);
+//   3. part p owns the position classes p, p + 8, p + 16, p + 24 (class = j mod 32): each class
+//      sums its positions in increasing j for every dim, and the tree's first two levels
+//      (c + (c + 16), then c + (c + 8)) stay inside the part, which writes one partial per dim;
+//   4. after the parts meet again, part p finishes dims [p hd / 8, (p + 1) hd / 8): the tree's
+//      last three levels over the parts (p + (p + 4), + 2, + 1), then one divide.
+// These are exactly AttendValues' levels (its warp w holds the classes of part w).
+constexpr int kStepAttnParts = 8;
+
+__device__ __forceinline__ void HeadPartsSync(unsigned long long* counter) {
+  ConsumerSync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned long long old = atomicAdd(counter, 1ull);
+    const unsigned long long target = old - old % kStepAttnParts + kStepAttnParts;
+    while (LoadAcquire(counter) < target) {
+    }
+  }
+  ConsumerSync();
+}
+
+__device__ __forceinline__ float2 LoadKv2(const float* p, bool fresh) {
+  return fresh ? __ldcg(reinterpret_cast<const float2*>(p)) : *reinterpret_cast<const float2*>(p);
+}
+
+// Part p of head h (one token, batch 1; this step's K/V row, position L - 1, was written by
+// other blocks of this launch and is read through L2). weights: L floats of shared memory;
+// vsm: 4 x hd floats of shared memory.
+template <int NG, typename Sync>
+__device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const LayerKv& kv, int h, int p,
+                                               const int32_t* bt_s, float* q_s, float* red, float* weights,
+                                               float* vsm, Sync sync) {
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const AttentionShape& shape = f.shape;
+  const int hd = shape.head_dim, bs = shape.block_size;
+  const int g = h / (shape.num_heads / shape.num_kv_heads);
+  const int kv_dim = shape.num_kv_heads * hd;
+  const int L = f.step.pos[0] + 1, old_end = L - 1;
+  float* scores_g = f.attn_scores + static_cast<int64_t>(h) * f.max_context;
+  float* maxes_g = f.attn_maxes + h * kStepAttnParts;
+  float* vpart_g = f.attn_vpart + static_cast<int64_t>(h) * kStepAttnParts * hd;
+  unsigned long long* counter = f.attn_sync + h;
+  for (int d = tid; d < hd; d += kStepWarps * 32) q_s[d] = __ldcg(f.q + h * hd + d);
+  sync();
+
+  // 1. Scores of positions [j0, j1), eight lanes per position (AttendHead's pass 1).
+  const int chunk = (L + kStepAttnParts - 1) / kStepAttnParts;
+  const int j0 = p * chunk, j1 = min(L, j0 + chunk);
+  float mx = -INFINITY;
+  {
+    const int r = lane % 8;
+    float qr[2 * NG][4];
+#pragma unroll
+    for (int k = 0; k < 2 * NG; ++k)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qr[k][i] = 32 * k + 4 * r < hd ? q_s[32 * k + 4 * r + i] : 0.0f;
+    constexpr int U = NG == 1 ? 4 : NG == 2 ? 2 : 1;  // positions per lane group per batch
+    for (int jb = j0 + warp * 4 + lane / 8; jb - lane / 8 < j1; jb += kStepWarps * 4 * U) {
+      float4 k4[U][2 * NG];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = jb + kStepWarps * 4 * u;
+        const bool ok = j < j1;
+        const float* kp = kv.k + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + g * hd + 4 * r;
+#pragma unroll
+        for (int k = 0; k < 2 * NG; ++k) {
+          k4[u][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (ok && 32 * k + 4 * r < hd) k4[u][k] = LoadKv4(kp + 32 * k, j >= old_end);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = jb + kStepWarps * 4 * u;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < 2 * NG; ++k) {
+          if (32 * k + 4 * r < hd) {
+            v[0] = fmaf(qr[k][0], k4[u][k].x, v[0]);
+            v[1] = fmaf(qr[k][1], k4[u][k].y, v[1]);
+            v[2] = fmaf(qr[k][2], k4[u][k].z, v[2]);
+            v[3] = fmaf(qr[k][3], k4[u][k].w, v[3]);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 4);  // classes c and c + 16
+          v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 2);  // c and c + 8
+          v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 1);  // c and c + 4
+        }
+        const float sc = ((v[0] + v[2]) + (v[1] + v[3])) * f.scale;  // c and c + 2, then c and c + 1
+        if (r == 0 && j < j1) {
+          scores_g[j] = sc;
+          mx = fmaxf(mx, sc);
+        }
+      }
+    }
+  }
+  mx = WarpMax(mx);
+  if (lane == 0) red[warp] = mx;
+  sync();
+  if (tid == 0) {
+    float m = red[0];
+#pragma unroll
+    for (int w = 1; w < kStepWarps; ++w) m = fmaxf(m, red[w]);
+    maxes_g[p] = m;
+  }
+  HeadPartsSync(counter);
+
+  // 2. The max, every weight and the denominator, over all positions.
+  mx = __ldcg(maxes_g);
+#pragma unroll
+  for (int k = 1; k < kStepAttnParts; ++k) mx = fmaxf(mx, __ldcg(maxes_g + k));
+  for (int j = tid; j < L; j += kStepWarps * 32) weights[j] = canonical_expf(__ldcg(scores_g + j) - mx);
+  sync();
+  float denom = 0.0f;
+  for (int j = lane; j < L; j += 32) denom = denom + weights[j];
+  denom = WarpTree(denom);
+
+  // 3. V over the classes p + 8 q (q = tid / 64), two dims per thread (+ 128 n), then the tree's
+  // first two levels inside the part.
+  {
+    const int q = tid / 64, d0 = 2 * (tid % 64);
+    const int c = p + 8 * q;
+    constexpr int KD = (kMaxHeadDim + 127) / 128;
+    constexpr int UV = 4;
+    float acc[KD][2];
+#pragma unroll
+    for (int n = 0; n < KD; ++n) acc[n][0] = acc[n][1] = 0.0f;
+    const float* vbase = kv.v + g * hd + d0;
+    for (int jb = c; jb < L; jb += 32 * UV) {
+      float w[UV];
+      float2 va[UV][KD];
+#pragma unroll
+      for (int u = 0; u < UV; ++u) {
+        const int j = jb + 32 * u;
+        const bool ok = j < L;
+        w[u] = ok ? weights[j] : 0.0f;
+        const float* vrow = vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim;
+#pragma unroll
+        for (int n = 0; n < KD; ++n)
+          va[u][n] = ok && d0 + 128 * n < hd ? LoadKv2(vrow + 128 * n, j >= old_end) : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < UV; ++u) {
+        if (jb + 32 * u < L) {
+#pragma unroll
+          for (int n = 0; n < KD; ++n) {
+            acc[n][0] = fmaf(w[u], va[u][n].x, acc[n][0]);
+            acc[n][1] = fmaf(w[u], va[u][n].y, acc[n][1]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < KD; ++n)
+      if (d0 + 128 * n < hd) {
+        vsm[q * hd + d0 + 128 * n] = acc[n][0];
+        vsm[q * hd + d0 + 128 * n + 1] = acc[n][1];
+      }
+  }
+  sync();
+  for (int d = tid; d < hd; d += kStepWarps * 32)
+    vpart_g[p * hd + d] = (vsm[d] + vsm[2 * hd + d]) + (vsm[hd + d] + vsm[3 * hd + d]);  // (c + c16) + (c8 + c24)
+  HeadPartsSync(counter);
+
+  // 4. The tree's last three levels over the parts, for this part's dims.
+  const int per = hd / kStepAttnParts;  // hd is a multiple of 8
+  for (int d = p * per + tid; d < (p + 1) * per; d += kStepWarps * 32) {
+    float v[kStepAttnParts];
+#pragma unroll
+    for (int k = 0; k < kStepAttnParts; ++k) v[k] = __ldcg(vpart_g + k * hd + d);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = v[k] + v[k + 4];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) v[k] = v[k] + v[k + 2];
+    v[0] = v[0] + v[1];
+    f.att[PermutedIndex(h * hd + d)] = v[0] / denom;
+  }
+  sync();
+}
+
 // Matrix idx of the step, in the order of use: 4 per layer (q|k|v, o, gate|up, down), then the lm_head.
 __device__ __forceinline__ const LinearArgs& StepMatrix(const DecodeStepArgs& f, int idx) {
   if (idx == 4 * f.num_layers) return f.lm_head;
@@ -2453,6 +2642,9 @@ __global__ void __launch_bounds__(kStepThreads, 1)
   const int kv_dim = shape.num_kv_heads * hd;
   const int L = f.step.pos[0] + 1;
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kStepWarps * 32) bt_s[b] = f.step.block_table[b];
+  // Long contexts: each head in kStepAttnParts blocks over parts of its positions (AttendHeadPart).
+  const bool split_attention = f.attn_sync != nullptr && f.attn_split_min_context > 0 && L >= f.attn_split_min_context &&
+                               shape.num_heads * kStepAttnParts <= static_cast<int>(gridDim.x) && hd % 8 == 0;
   StepBarrier bar{f.barrier};
   bar.returning = returning_barrier != 0;
   bar.Start(5 * f.num_layers);
@@ -2469,10 +2661,27 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     const StepLayerArgs& ly = f.layers[layer];
     if (layer > 0) StepGridBarrier(bar, trace, &hold);  // the previous layer's residual stream is complete
     // Blocks that will attend pull this layer's K/V rows of earlier steps into L2 meanwhile.
-    for (int it = blockIdx.x; it < shape.num_heads * kStepAttnSplit<NG>; it += gridDim.x)
-      PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd,
-                            it / kStepAttnSplit<NG> / (shape.num_heads / shape.num_kv_heads), L - 1, threadIdx.x,
-                            kStepWarps * 32);
+    if (!split_attention) {
+      for (int it = blockIdx.x; it < shape.num_heads * kStepAttnSplit<NG>; it += gridDim.x)
+        PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd,
+                              it / kStepAttnSplit<NG> / (shape.num_heads / shape.num_kv_heads), L - 1, threadIdx.x,
+                              kStepWarps * 32);
+    } else if (static_cast<int>(blockIdx.x) < shape.num_heads * kStepAttnParts) {
+      // A part's K rows (its chunk) and V rows (its classes).
+      const int h = blockIdx.x / kStepAttnParts, p = blockIdx.x % kStepAttnParts;
+      const int g = h / (shape.num_heads / shape.num_kv_heads);
+      const int chunk = (L + kStepAttnParts - 1) / kStepAttnParts;
+      for (int j = p * chunk + threadIdx.x; j < min(L - 1, (p + 1) * chunk); j += kStepWarps * 32) {
+        const char* kp = reinterpret_cast<const char*>(ly.kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd);
+        for (int off = 0; off < hd * 4; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
+      }
+      for (int i = threadIdx.x; i < (L - 1 + 7) / 8; i += kStepWarps * 32) {
+        const int j = 32 * (i / 4) + p + 8 * (i % 4);
+        if (j >= L - 1) continue;
+        const char* vp = reinterpret_cast<const char*>(ly.kv.v + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd);
+        for (int off = 0; off < hd * 4; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
+      }
+    }
     StepMatrixPhase<WT, kStepRows, LinearEpilogue::kRopeStore, true>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);  // q, and this step's K and V rows, are complete
     if (threadIdx.x == 0) hold = 0;  // (attention reads no activation row)
@@ -2491,6 +2700,11 @@ __global__ void __launch_bounds__(kStepThreads, 1)
 #else
     auto attention_sync = [] { ConsumerSync(); };
 #endif
+    if (split_attention) {
+      if (static_cast<int>(blockIdx.x) < shape.num_heads * kStepAttnParts)
+        AttendHeadPart<NG>(f, ly.kv, blockIdx.x / kStepAttnParts, blockIdx.x % kStepAttnParts, bt_s, q_s, red, scores,
+                           scores + f.max_context, attention_sync);
+    } else
     for (int it = blockIdx.x; it < shape.num_heads * kStepAttnSplit<NG>; it += gridDim.x) {
       constexpr int kSplit = kStepAttnSplit<NG>, kVng = NG / kSplit;
       // Slices of whole 8-dim lane groups (hd is a multiple of 8), at most 64 dims each (hd is at

@@ -235,6 +235,15 @@ struct DecodeStepArgs {
   // global-timer readings (ns): slot 0 after the previous kernel, then every grid barrier's
   // arrival and departure, then the end of the lm_head.
   unsigned long long* trace = nullptr;
+  // Long contexts (pos + 1 >= attn_split_min_context; 0: never): each head attended by 8 blocks
+  // over parts of its positions, meeting through these (null: never). attn_scores: (num_heads,
+  // max_context) floats; attn_maxes: (num_heads, 8); attn_vpart: (num_heads, 8, head_dim);
+  // attn_sync: num_heads zeroed counters, reused by every launch.
+  int32_t attn_split_min_context = 0;
+  float* attn_scores = nullptr;
+  float* attn_maxes = nullptr;
+  float* attn_vpart = nullptr;
+  unsigned long long* attn_sync = nullptr;
 };
 // In ROTE_CUDA_TIMELINE builds the attending blocks also record, per layer, the timer at each of
 // attention's block barriers (kStepAttentionTracePoints single readings after the pairs, so

@@ -469,12 +469,19 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
       ExpectCpuEqualsCuda(model, 60, 40);
     }
     SetCudaAttentionVariantForTesting(-1);
-    // The one-launch decode step runs the same attention body, instantiated per head dimension.
-    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step");
+    // The one-launch decode step runs the same attention body, instantiated per head dimension;
+    // with the split (each head in 8 blocks over parts of its positions) from every context, and
+    // never.
     SetCudaOneTokenKernelForTesting(7);
-    const int64_t launches = CudaDecodeStepsForTesting();
-    ExpectCpuEqualsCuda(model, 290, 4);
-    EXPECT_GT(CudaDecodeStepsForTesting(), launches);
+    for (int split : {-1, 1, 0}) {
+      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, attention split from " +
+                   std::to_string(split));
+      SetCudaStepAttentionSplitForTesting(split);
+      const int64_t launches = CudaDecodeStepsForTesting();
+      ExpectCpuEqualsCuda(model, 290, 4);
+      EXPECT_GT(CudaDecodeStepsForTesting(), launches);
+    }
+    SetCudaStepAttentionSplitForTesting(-1);
     SetCudaOneTokenKernelForTesting(0);
   }
 }
