@@ -79,7 +79,7 @@ void SetCudaStepTraceForBenchmark(bool on);
 // step asks L2 for weights (-1: the default). Same bits. No-op without CUDA.
 void SetCudaStepPrefetchTilesForTesting(int tiles);
 // From how many positions the one-launch decode step attends each head in 8 blocks over parts of
-// its positions (0: never; -1: the default, 512). Same bits; only speed differs. No-op without CUDA.
+// its positions (0: never; -1: the default, 192). Same bits; only speed differs. No-op without CUDA.
 void SetCudaStepAttentionSplitForTesting(int min_context);
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots);
 
