@@ -134,6 +134,11 @@ int g_step_prefetch_tiles = kDefaultStepPrefetchTiles;
 // session): even at 128-200 positions, +3% at 192-264, -4% at 64-136.
 constexpr int kDefaultStepAttentionSplit = 192;
 int g_step_attention_split = kDefaultStepAttentionSplit;
+// The same for one token with separate launches (LaunchAttentionParts, decided per context bucket):
+// 0.5B batch 1 on the H100 (tenth session), against AttentionKernel: -6% at 256-328 positions,
+// -1% at 512-584, +7% at 1,000-1,072.
+constexpr int kDefaultAttentionPartsMinContext = 512;
+int g_attention_parts_min_context = kDefaultAttentionPartsMinContext;
 struct {
   const void* device = nullptr;
   int32_t blocks = 0, slots = 0;
@@ -522,6 +527,8 @@ class CudaBackendImpl final : public CudaBackend {
     ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta_.as<int32_t>(), host_meta_, lay.total * sizeof(int32_t),
                                               cudaMemcpyHostToDevice, stream_));
 
+    if (lay.tokens == 1 && (g_step_attention_split > 0 || g_attention_parts_min_context > 0))
+      ROTE_RETURN_IF_ERROR(EnsureAttentionParts(lay));
     cuda::DecodeStepArgs decode_step_args;
     ROTE_ASSIGN_OR_RETURN(const bool one_launch, PrepareDecodeStep(lay, &decode_step_args));
     const cuda::DecodeStepArgs* decode_step = one_launch ? &decode_step_args : nullptr;
@@ -728,26 +735,14 @@ class CudaBackendImpl final : public CudaBackend {
     f->q = q_.as<float>();
     f->att = att_.as<float>();
     f->barrier = step_barrier_.as<unsigned long long>();
-    // Attention over parts of long contexts: scratch for the scores of lay.context positions.
-    f->attn_split_min_context = g_step_attention_split;
-    if (g_step_attention_split > 0) {
-      const size_t heads = static_cast<size_t>(c.num_heads);
-      const size_t scores = heads * static_cast<size_t>(lay.context);
-      if (attn_scores_.bytes() < scores * sizeof(float)) {
-        // Graphs captured so far hold the old address: they go with it.
-        ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-        DropGraphs();
-        ROTE_RETURN_IF_ERROR(attn_scores_.Allocate(scores * sizeof(float)));
-      }
-      if (attn_sync_.as<void>() == nullptr) {
-        ROTE_RETURN_IF_ERROR(attn_maxes_.Allocate(heads * 8 * sizeof(float)));
-        ROTE_RETURN_IF_ERROR(attn_vpart_.Allocate(heads * 8 * static_cast<size_t>(c.head_dim) * sizeof(float)));
-        ROTE_RETURN_IF_ERROR(AllocateZeroed(&attn_sync_, heads * sizeof(unsigned long long)));
-      }
-      f->attn_scores = attn_scores_.as<float>();
-      f->attn_maxes = attn_maxes_.as<float>();
-      f->attn_vpart = attn_vpart_.as<float>();
-      f->attn_sync = attn_sync_.as<unsigned long long>();
+    // Attention over parts of long contexts (EnsureAttentionParts sized the scratch).
+    if (g_step_attention_split > 0 && attn_sync_.as<void>() != nullptr) {
+      const cuda::AttentionParts parts = AttentionPartsScratch();
+      f->attn_split_min_context = g_step_attention_split;
+      f->attn_scores = parts.scores;
+      f->attn_maxes = parts.maxes;
+      f->attn_vpart = parts.vpart;
+      f->attn_sync = parts.sync;
     }
     if (step_layers_.as<void>() == nullptr)
       ROTE_RETURN_IF_ERROR(step_layers_.Allocate(host.size() * sizeof(cuda::StepLayerArgs)));
@@ -779,6 +774,31 @@ class CudaBackendImpl final : public CudaBackend {
     return true;
   }
 
+  // Scratch of attention over parts of long contexts (one token; DecodeStepKernel and
+  // LaunchAttentionParts): the scores of lay.context positions per head, the parts' maxes and
+  // partials, a counter per head. Before any capture: growing it drops the graphs that hold the
+  // old address.
+  Status EnsureAttentionParts(const StepLayout& lay) {
+    const ModelConfig& c = config_;
+    const size_t heads = static_cast<size_t>(c.num_heads);
+    const size_t scores = heads * static_cast<size_t>(lay.context);
+    if (attn_scores_.bytes() < scores * sizeof(float)) {
+      ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      DropGraphs();
+      ROTE_RETURN_IF_ERROR(attn_scores_.Allocate(scores * sizeof(float)));
+    }
+    if (attn_sync_.as<void>() == nullptr) {
+      ROTE_RETURN_IF_ERROR(attn_maxes_.Allocate(heads * 8 * sizeof(float)));
+      ROTE_RETURN_IF_ERROR(attn_vpart_.Allocate(heads * 8 * static_cast<size_t>(c.head_dim) * sizeof(float)));
+      ROTE_RETURN_IF_ERROR(AllocateZeroed(&attn_sync_, heads * sizeof(unsigned long long)));
+    }
+    return OkStatus();
+  }
+  cuda::AttentionParts AttentionPartsScratch() {
+    return {attn_scores_.as<float>(), attn_maxes_.as<float>(), attn_vpart_.as<float>(),
+            attn_sync_.as<unsigned long long>()};
+  }
+
   // The forward pass of docs/numerics.md section 5: per layer the q|k|v product (with rotary
   // and the KV store, or followed by them), attention, and the o, gate|up and down products;
   // or, for one token, all of it as one DecodeStepKernel (decode_step set).
@@ -808,7 +828,15 @@ class CudaBackendImpl final : public CudaBackend {
           ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
                                                           c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), la.kv,
                                                           stream_));
-        if (!Skip(CudaKernelKind::kAttention))
+        // One token over a context bucket whose every position count reaches the split's threshold
+        // (a bucket holds contexts over half its size): each head in 8 blocks over parts of it.
+        const bool parts = lay.tokens == 1 && g_attention_variant < 0 && g_attention_parts_min_context > 0 &&
+                           lay.context / 2 >= g_attention_parts_min_context && attn_sync_.as<void>() != nullptr &&
+                           cuda::CanRunAttentionParts(step, shape, lay.context);
+        if (!Skip(CudaKernelKind::kAttention) && parts)
+          ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttentionParts(q_.as<float>(), step, shape, la.kv, scale_, lay.context,
+                                                               att_.as<float>(), AttentionPartsScratch(), stream_));
+        if (!Skip(CudaKernelKind::kAttention) && !parts)
           ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, la.kv, scale_, lay.context,
                                                           att_.as<float>(), AttStride(), stream_));
         // One token: the o, gate|up and down products may run as one persistent launch with grid
@@ -892,6 +920,7 @@ void SetCudaLargeBatchTileForTesting(int variant) {
 void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
 int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_order_relaxed); }
 int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches(); }
+int64_t CudaAttentionPartsLaunchesForTesting() { return cuda::AttentionPartsLaunches(); }
 void SetCudaStepTraceForBenchmark(bool on) { g_step_trace = on; }
 void SetCudaStepPrefetchTilesForTesting(int tiles) {
   g_step_prefetch_tiles = tiles < 0 ? kDefaultStepPrefetchTiles : tiles;
@@ -899,6 +928,7 @@ void SetCudaStepPrefetchTilesForTesting(int tiles) {
 }
 void SetCudaStepAttentionSplitForTesting(int min_context) {
   g_step_attention_split = min_context < 0 ? kDefaultStepAttentionSplit : min_context;
+  g_attention_parts_min_context = min_context < 0 ? kDefaultAttentionPartsMinContext : min_context;
 }
 void SetCudaKernelTimelineForBenchmark(bool on) { g_kernel_timeline = on; }
 void SetCudaAttentionVariantForTesting(int variant) {

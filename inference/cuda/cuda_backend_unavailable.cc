@@ -18,6 +18,7 @@ void SetCudaOneTokenKernelForTesting(int) {}
 void SetCudaMlpBlockMaxWarpsForTesting(int) {}
 int64_t CudaDecodeStepsForTesting() { return 0; }
 int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
+int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}
 void SetCudaStepAttentionSplitForTesting(int) {}

@@ -2411,6 +2411,29 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
   sync();
 }
 
+// The same parts as a launch of their own, for one token decoding over a long context with
+// separate launches (the 0.5B shape): heads x 8 blocks of kAttnThreads threads, all resident
+// (cooperative), meeting through f.attn_sync. Only the fields AttendHeadPart reads are set.
+template <int NG>
+__global__ void __launch_bounds__(kAttnThreads, 1) AttentionPartsKernel(const __grid_constant__ DecodeStepArgs f,
+                                                                       LayerKv kv) {
+  static_assert(kAttnThreads == kStepWarps * 32, "AttendHeadPart's barrier spans the block");
+  extern __shared__ __align__(16) unsigned char parts_smem[];
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float red[kAttnWarps];
+  LetNextStart();
+  float* weights = reinterpret_cast<float*>(parts_smem);  // max_context
+  float* vsm = weights + f.max_context;                    // 4 x head_dim
+  int32_t* bt_s = reinterpret_cast<int32_t*>(vsm + 4 * kMaxHeadDim);
+  // The step's metadata was copied in before its first kernel: the block table can be read now.
+  const int bs = f.shape.block_size, L = f.step.pos[0] + 1;
+  for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = f.step.block_table[b];
+  WaitForPrevious();
+  __syncthreads();
+  AttendHeadPart<NG>(f, kv, blockIdx.x / kStepAttnParts, blockIdx.x % kStepAttnParts, bt_s, q_s, red, weights, vsm,
+                     [] { ConsumerSync(); });
+}
+
 // Matrix idx of the step, in the order of use: 4 per layer (q|k|v, o, gate|up, down), then the lm_head.
 __device__ __forceinline__ const LinearArgs& StepMatrix(const DecodeStepArgs& f, int idx) {
   if (idx == 4 * f.num_layers) return f.lm_head;
@@ -2797,6 +2820,58 @@ cudaError_t LaunchDecodeStepTyped(const DecodeStepArgs& f, const DecodeStepPlan&
                        static_cast<int32_t>(g_one_token_kernel != 10));
 }
 
+std::atomic<int64_t> g_attention_parts_launches{0};  // LaunchAttentionParts launches issued (tests)
+
+int64_t AttentionPartsSmem(int32_t max_context, int32_t block_size) {
+  return (int64_t{max_context} + 4 * kMaxHeadDim) * 4 + (int64_t{max_context} / block_size + 1) * 4;
+}
+
+bool CanRunAttentionPartsImpl(const StepTokens& step, const AttentionShape& shape, int32_t max_context) {
+  static const int optin = [] {
+    int device = 0, v = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+      return 0;
+    return v;
+  }();
+  return step.tokens == 1 && shape.head_dim % 8 == 0 && shape.head_dim <= kMaxHeadDim && shape.block_size >= 1 &&
+         shape.num_heads * kStepAttnParts <= MultiprocessorCount() &&
+         AttentionPartsSmem(max_context, shape.block_size) + 2048 <= optin;
+}
+
+cudaError_t LaunchAttentionPartsImpl(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
+                                     float scale, int32_t max_context, float* out, const AttentionParts& parts,
+                                     cudaStream_t stream) {
+  if (!CanRunAttentionPartsImpl(step, shape, max_context)) return cudaErrorInvalidValue;
+  DecodeStepArgs f;
+  f.step = step;
+  f.shape = shape;
+  f.scale = scale;
+  f.max_context = max_context;
+  f.q = q;
+  f.att = out;
+  f.attn_scores = parts.scores;
+  f.attn_maxes = parts.maxes;
+  f.attn_vpart = parts.vpart;
+  f.attn_sync = parts.sync;
+  const int hd = shape.head_dim;
+  auto* kernel = hd <= kAttnWarps * 8       ? AttentionPartsKernel<1>
+                 : hd <= 2 * kAttnWarps * 8 ? AttentionPartsKernel<2>
+                                            : AttentionPartsKernel<AttnGroups(kMaxHeadDim)>;
+  const int64_t smem = AttentionPartsSmem(max_context, shape.block_size);
+  static int64_t prepared_smem[3] = {0, 0, 0};
+  const int which = hd <= kAttnWarps * 8 ? 0 : hd <= 2 * kAttnWarps * 8 ? 1 : 2;
+  if (smem > prepared_smem[which]) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+    prepared_smem[which] = smem;
+  }
+  g_attention_parts_launches.fetch_add(1, std::memory_order_relaxed);
+  // Cooperative: the parts of a head wait for each other, so every block must be resident.
+  return LaunchChainedImpl(/*cooperative=*/true, kernel, dim3(shape.num_heads * kStepAttnParts), dim3(kAttnThreads),
+                           static_cast<size_t>(smem), stream, f, kv);
+}
+
 // Greedy argmax over a logits row in two levels inside one launch: kArgmaxChunks blocks per row
 // each reduce a contiguous chunk, and the last block of the row to finish (a ticket counter)
 // reduces their results. Max with lowest-index tie-breaking is exact in any order, so the
@@ -2886,6 +2961,16 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 }
 
 }  // namespace
+
+bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, int32_t max_context) {
+  return CanRunAttentionPartsImpl(step, shape, max_context);
+}
+int64_t AttentionPartsLaunches() { return g_attention_parts_launches.load(std::memory_order_relaxed); }
+cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
+                                 float scale, int32_t max_context, float* out, const AttentionParts& parts,
+                                 cudaStream_t stream) {
+  return LaunchAttentionPartsImpl(q, step, shape, kv, scale, max_context, out, parts, stream);
+}
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
 void SetAttentionVariant(int variant) { g_attention_variant = variant; }

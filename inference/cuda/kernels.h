@@ -274,6 +274,21 @@ cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const Atte
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
                             float scale, int32_t max_context, float* out, int32_t out_stride,
                             cudaStream_t stream);
+// One token decoding over a long context: each head attended by 8 blocks over parts of its
+// positions, meeting through counters (the one-launch step's long-context attention as a launch
+// of its own; docs/cuda.md). Same bits as LaunchAttention. The scratch is DecodeStepArgs::attn_*'s.
+struct AttentionParts {
+  float* scores = nullptr;  // (num_heads, max_context)
+  float* maxes = nullptr;   // (num_heads, 8)
+  float* vpart = nullptr;   // (num_heads, 8, head_dim)
+  unsigned long long* sync = nullptr;  // num_heads zeroed counters, reused by every launch
+};
+bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, int32_t max_context);
+// Tests: how many LaunchAttentionParts launches this process has issued (graph captures count once).
+int64_t AttentionPartsLaunches();
+cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
+                                 float scale, int32_t max_context, float* out, const AttentionParts& parts,
+                                 cudaStream_t stream);
 // Shared memory LaunchAttention needs for max_context positions (it raises the kernel's limit).
 int64_t AttentionSharedBytes(int32_t max_context);
 cudaError_t PrepareAttention(int32_t max_context);

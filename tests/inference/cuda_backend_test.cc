@@ -483,6 +483,14 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     }
     SetCudaStepAttentionSplitForTesting(-1);
     SetCudaOneTokenKernelForTesting(0);
+    // Separate launches with the parts as a launch of their own (LaunchAttentionParts), from every
+    // context bucket.
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " separate launches, attention in parts");
+    SetCudaStepAttentionSplitForTesting(1);
+    const int64_t parts_before = CudaAttentionPartsLaunchesForTesting();
+    ExpectCpuEqualsCuda(model, 290, 4);
+    EXPECT_GT(CudaAttentionPartsLaunchesForTesting(), parts_before);
+    SetCudaStepAttentionSplitForTesting(-1);
   }
 }
 
