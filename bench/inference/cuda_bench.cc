@@ -7,7 +7,7 @@
 //   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
 //              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
-//              [--step-prefetch 0,32] [--step-attention-split 0,512]
+//              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -187,6 +187,9 @@ int main(int argc, char** argv) {
     // --step-prefetch 0,32: and with each L2 prefetch distance of the one-launch step (tiles).
     // --step-attention-split 0,512: and with each context from which the one-launch step attends a
     // head in 8 blocks over parts of its positions (0: never; -1: the default).
+    // --attention-parts 0,4,2: and with each number of those blocks per head (0: the most that fit).
+    for (int32_t parts : IntList(Arg(argc, argv, "--attention-parts", "0"))) {
+    SetCudaAttentionPartsForTesting(parts);
     for (int32_t split : IntList(Arg(argc, argv, "--step-attention-split", "-1"))) {
     SetCudaStepAttentionSplitForTesting(split);
     for (int32_t prefetch : IntList(Arg(argc, argv, "--step-prefetch", "-1"))) {
@@ -206,14 +209,18 @@ int main(int argc, char** argv) {
       std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"mlp_warps\":%d,"
                   "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"weights_TBps\":%.4f,"
                   "\"fraction_of_copy_bandwidth\":%.3f,\"tokens_equal_first_variant\":%s,"
-                  "\"step_as_one_launch\":%s,\"step_prefetch_tiles\":%d,\"step_attention_split\":%d}\n",
+                  "\"step_as_one_launch\":%s,\"step_prefetch_tiles\":%d,\"step_attention_split\":%d,"
+                  "\"attention_parts\":%d}\n",
                   shape.c_str(), variant, mlp_warps, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw,
-                  seqs[0].tokens == first_tokens ? "true" : "false", one_launch ? "true" : "false", prefetch, split);
+                  seqs[0].tokens == first_tokens ? "true" : "false", one_launch ? "true" : "false", prefetch, split,
+                  parts);
       std::fflush(stdout);
     }
     }
     }
     }
+    }
+    SetCudaAttentionPartsForTesting(0);
     SetCudaStepAttentionSplitForTesting(-1);
     SetCudaStepPrefetchTilesForTesting(-1);
     SetCudaMlpBlockMaxWarpsForTesting(16);

@@ -105,12 +105,14 @@ struct GraphKey {
   int attention_variant;  // SetCudaAttentionVariantForTesting's choice when captured
   bool weight_evict_first;  // SetCudaWeightEvictFirstForTesting's choice when captured
   int step_attention_split;  // SetCudaStepAttentionSplitForTesting's choice when captured
+  int attention_parts;       // SetCudaAttentionPartsForTesting's
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
-                    step_prefetch, large_batch_tile, attention_variant, weight_evict_first, step_attention_split) <
+                    step_prefetch, large_batch_tile, attention_variant, weight_evict_first, step_attention_split,
+                    attention_parts) <
            std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps, o.step_trace,
                     o.step_prefetch, o.large_batch_tile, o.attention_variant, o.weight_evict_first,
-                    o.step_attention_split);
+                    o.step_attention_split, o.attention_parts);
   }
 };
 
@@ -129,7 +131,7 @@ std::atomic<int64_t> g_decode_steps{0};
 // SetCudaStepTraceForBenchmark, and where the last traced step's readings are.
 bool g_step_trace = false;
 int g_step_prefetch_tiles = kDefaultStepPrefetchTiles;
-// From how many positions the one-launch step attends each head in 8 blocks over parts of its
+// From how many positions the one-launch step attends each head in 8 (4, 2) blocks over parts of its
 // positions (DecodeStepArgs::attn_split_min_context; 0: never). 1.5B batch 1 (H200, tenth
 // session): even at 128-200 positions, +3% at 192-264, -4% at 64-136.
 constexpr int kDefaultStepAttentionSplit = 192;
@@ -139,6 +141,8 @@ int g_step_attention_split = kDefaultStepAttentionSplit;
 // -1% at 512-584, +7% at 1,000-1,072.
 constexpr int kDefaultAttentionPartsMinContext = 512;
 int g_attention_parts_min_context = kDefaultAttentionPartsMinContext;
+// Blocks per head of those parts (8, 4 or 2; 0: 8 or 4, the most with heads x parts <= the grid).
+int g_attention_parts = 0;
 struct {
   const void* device = nullptr;
   int32_t blocks = 0, slots = 0;
@@ -546,7 +550,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (use_graph) {
       const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
                          g_step_trace, g_step_prefetch_tiles, g_large_batch_tile, g_attention_variant,
-                         g_weight_evict_first, g_step_attention_split};
+                         g_weight_evict_first, g_step_attention_split, g_attention_parts};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -743,6 +747,7 @@ class CudaBackendImpl final : public CudaBackend {
       f->attn_maxes = parts.maxes;
       f->attn_vpart = parts.vpart;
       f->attn_sync = parts.sync;
+      f->attn_parts = parts.parts;
     }
     if (step_layers_.as<void>() == nullptr)
       ROTE_RETURN_IF_ERROR(step_layers_.Allocate(host.size() * sizeof(cuda::StepLayerArgs)));
@@ -796,7 +801,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
   cuda::AttentionParts AttentionPartsScratch() {
     return {attn_scores_.as<float>(), attn_maxes_.as<float>(), attn_vpart_.as<float>(),
-            attn_sync_.as<unsigned long long>()};
+            attn_sync_.as<unsigned long long>(), g_attention_parts};
   }
 
   // The forward pass of docs/numerics.md section 5: per layer the q|k|v product (with rotary
@@ -829,10 +834,10 @@ class CudaBackendImpl final : public CudaBackend {
                                                           c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), la.kv,
                                                           stream_));
         // One token over a context bucket whose every position count reaches the split's threshold
-        // (a bucket holds contexts over half its size): each head in 8 blocks over parts of it.
+        // (a bucket holds contexts over half its size): each head in 8 (4, 2) blocks over parts of it.
         const bool parts = lay.tokens == 1 && g_attention_variant < 0 && g_attention_parts_min_context > 0 &&
                            lay.context / 2 >= g_attention_parts_min_context && attn_sync_.as<void>() != nullptr &&
-                           cuda::CanRunAttentionParts(step, shape, lay.context);
+                           cuda::CanRunAttentionParts(step, shape, lay.context, g_attention_parts);
         if (!Skip(CudaKernelKind::kAttention) && parts)
           ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttentionParts(q_.as<float>(), step, shape, la.kv, scale_, lay.context,
                                                                att_.as<float>(), AttentionPartsScratch(), stream_));
@@ -930,6 +935,7 @@ void SetCudaStepAttentionSplitForTesting(int min_context) {
   g_step_attention_split = min_context < 0 ? kDefaultStepAttentionSplit : min_context;
   g_attention_parts_min_context = min_context < 0 ? kDefaultAttentionPartsMinContext : min_context;
 }
+void SetCudaAttentionPartsForTesting(int parts) { g_attention_parts = parts; }
 void SetCudaKernelTimelineForBenchmark(bool on) { g_kernel_timeline = on; }
 void SetCudaAttentionVariantForTesting(int variant) {
   g_attention_variant = variant;

@@ -71,7 +71,7 @@ int64_t CudaDecodeStepsForTesting();
 // How many batched products ran as the shared-memory TiledLinearKernel (launches issued; a
 // captured graph counts once): tests check that the tile variant they force ran.
 int64_t CudaTiledLinearLaunchesForTesting();
-// How many attention launches ran each head in 8 blocks over parts of a long context (separate
+// How many attention launches ran each head in 8 (4, 2) blocks over parts of a long context (separate
 // launches; the one-launch step's parts are inside CudaDecodeStepsForTesting's launches).
 int64_t CudaAttentionPartsLaunchesForTesting();
 // Benchmarks only: steps run as one DecodeStepKernel record, per block, timer readings (ns) at the
@@ -81,11 +81,15 @@ void SetCudaStepTraceForBenchmark(bool on);
 // Tests and benchmarks only: how many tiles ahead of its shared-memory ring the one-launch decode
 // step asks L2 for weights (-1: the default). Same bits. No-op without CUDA.
 void SetCudaStepPrefetchTilesForTesting(int tiles);
-// From how many positions one token's attention runs each head in 8 blocks over parts of its
+// From how many positions one token's attention runs each head in 8 (4, 2) blocks over parts of its
 // positions: in the one-launch decode step (per step) and as separate launches (per context
 // bucket, whose every context must reach it). 0: never; -1: the defaults, 192 in the step and 512
 // for separate launches. Same bits; only speed differs. No-op without CUDA.
 void SetCudaStepAttentionSplitForTesting(int min_context);
+// Blocks per head of that split: 8, 4 or 2, where num_heads x that many blocks fit on the device
+// (else the split is not used); 0: 8 or 4, the most that fit (2 is slower than no split). Same
+// bits. No-op without CUDA.
+void SetCudaAttentionPartsForTesting(int parts);
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots);
 
 // Benchmarks only, in builds configured with ROTE_CUDA_TIMELINE (elsewhere the timeline stays

@@ -22,6 +22,7 @@ int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}
 void SetCudaStepAttentionSplitForTesting(int) {}
+void SetCudaAttentionPartsForTesting(int) {}
 void SetCudaKernelTimelineForBenchmark(bool) {}
 std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() { return {}; }
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {

@@ -2222,28 +2222,42 @@ __device__ __forceinline__ void StepGridBarrier(StepBarrier& bar, StepTrace& tra
   ConsumerSync();
 }
 
-// Long contexts in the one-launch step: each head attended by kStepAttnParts blocks (parts p),
-// each over an eighth of the positions, where one block per head (or per V slice) walked them
-// all, a round trip per batch (1.5B batch 1 at 520 positions: scores 8.9 us and V 8.0 us per
-// layer, H200). The order of every sum is the canonical one:
+// Long contexts in the one-launch step: each head attended by P = 8, 4 or 2 blocks (parts p;
+// AttentionPartsFor), each over a P-th of the positions, where one block per head (or per V
+// slice) walked them all, a round trip per batch (1.5B batch 1 at 520 positions: scores 8.9 us
+// and V 8.0 us per layer, H200). The order of every sum is the canonical one:
 //   1. part p computes the scores of its contiguous chunk of positions with AttendHead's code
 //      (the same per-position dot and tree), writes them and its chunk's max to scratch;
 //   2. after the head's parts meet (a counter, as the grid barrier), each part takes the max of
 //      the parts' maxes (exact in any order), every weight canonical_expf(s - m) and the canonical
 //      denominator over all positions (the same values in every part);
-//   3. part p owns the position classes p, p + 8, p + 16, p + 24 (class = j mod 32): each class
-//      sums its positions in increasing j for every dim, and the tree's first two levels
-//      (c + (c + 16), then c + (c + 8)) stay inside the part, which writes one partial per dim;
-//   4. after the parts meet again, part p finishes dims [p hd / 8, (p + 1) hd / 8): the tree's
-//      last three levels over the parts (p + (p + 4), + 2, + 1), then one divide.
-// These are exactly AttendValues' levels (its warp w holds the classes of part w).
-constexpr int kStepAttnParts = 8;
+//   3. part p owns the position classes c = p + P i (class = j mod 32), i < 32 / P: each class
+//      sums its positions in increasing j for every dim, and the tree's levels off 16 .. P pair
+//      classes of the same part (c and c + off are i and i + off / P), so they stay inside it:
+//      thread group q (of 4) holds i = q + 4 s, adds the levels that pair its own classes (off
+//      / P >= 4) in registers and the last two through shared memory; one partial per dim;
+//   4. after the parts meet again, part p finishes dims [p hd / P, (p + 1) hd / P): the tree's
+//      levels off P / 2 .. 1 over the parts, then one divide.
+// With P = 8 these are exactly AttendValues' levels (its warp w holds the classes of part w).
+constexpr int kStepAttnParts = 8;  // the most parts per head: the scratch's stride
 
-__device__ __forceinline__ void HeadPartsSync(unsigned long long* counter) {
+// Parts per head: `requested` (8, 4 or 2) where heads x requested blocks fit in `blocks`, else
+// (requested 0) 8 or 4, the most that fit; 0 where none does. Never 2 unless asked: with two
+// parts each thread walks four classes one after another, and 1.5B batch 1 at 1,000-1,072
+// positions measured 366 tok/s against 428 without parts (H100; 4 parts 471, 8 parts 533).
+__host__ __device__ __forceinline__ int AttentionPartsFor(int requested, int heads, int blocks) {
+  if (requested == 8 || requested == 4 || requested == 2) return heads * requested <= blocks ? requested : 0;
+  if (heads * kStepAttnParts <= blocks) return kStepAttnParts;
+  return heads * 4 <= blocks ? 4 : 0;
+}
+
+// Every meeting adds kStepAttnParts to the head's counter whatever the number of parts, so the
+// counters stay aligned across launches that use different numbers.
+__device__ __forceinline__ void HeadPartsSync(unsigned long long* counter, int parts) {
   ConsumerSync();
   if (threadIdx.x == 0) {
     __threadfence();
-    const unsigned long long old = atomicAdd(counter, 1ull);
+    const unsigned long long old = atomicAdd(counter, static_cast<unsigned long long>(kStepAttnParts / parts));
     const unsigned long long target = old - old % kStepAttnParts + kStepAttnParts;
     while (LoadAcquire(counter) < target) {
     }
@@ -2255,11 +2269,11 @@ __device__ __forceinline__ float2 LoadKv2(const float* p, bool fresh) {
   return fresh ? __ldcg(reinterpret_cast<const float2*>(p)) : *reinterpret_cast<const float2*>(p);
 }
 
-// Part p of head h (one token, batch 1; this step's K/V row, position L - 1, was written by
+// Part p of `parts` of head h (one token, batch 1; this step's K/V row, position L - 1, was written by
 // other blocks of this launch and is read through L2). weights: L floats of shared memory;
 // vsm: 4 x hd floats of shared memory.
 template <int NG, typename Sync>
-__device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const LayerKv& kv, int h, int p,
+__device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const LayerKv& kv, int h, int p, int parts,
                                                const int32_t* bt_s, float* q_s, float* red, float* weights,
                                                float* vsm, Sync sync) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -2276,7 +2290,7 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
   sync();
 
   // 1. Scores of positions [j0, j1), eight lanes per position (AttendHead's pass 1).
-  const int chunk = (L + kStepAttnParts - 1) / kStepAttnParts;
+  const int chunk = (L + parts - 1) / parts;
   const int j0 = p * chunk, j1 = min(L, j0 + chunk);
   float mx = -INFINITY;
   {
@@ -2336,84 +2350,106 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
     for (int w = 1; w < kStepWarps; ++w) m = fmaxf(m, red[w]);
     maxes_g[p] = m;
   }
-  HeadPartsSync(counter);
+  HeadPartsSync(counter, parts);
 
   // 2. The max, every weight and the denominator, over all positions.
   mx = __ldcg(maxes_g);
 #pragma unroll
-  for (int k = 1; k < kStepAttnParts; ++k) mx = fmaxf(mx, __ldcg(maxes_g + k));
+  for (int k = 1; k < kStepAttnParts; ++k)
+    if (k < parts) mx = fmaxf(mx, __ldcg(maxes_g + k));
   for (int j = tid; j < L; j += kStepWarps * 32) weights[j] = canonical_expf(__ldcg(scores_g + j) - mx);
   sync();
   float denom = 0.0f;
   for (int j = lane; j < L; j += 32) denom = denom + weights[j];
   denom = WarpTree(denom);
 
-  // 3. V over the classes p + 8 q (q = tid / 64), two dims per thread (+ 128 n), then the tree's
-  // first two levels inside the part.
+  // 3. V over the classes p + P (q + 4 s) (q = tid / 64, s < 8 / P), two dims per thread (+ 128 n),
+  // then the tree's levels inside the part: those pairing one thread's classes (s and s + off,
+  // in registers), then q + (q + 2) and q + (q + 1) through shared memory.
   {
     const int q = tid / 64, d0 = 2 * (tid % 64);
-    const int c = p + 8 * q;
+    const int per_thread = 8 / parts;  // classes per thread group: 1, 2 or 4
     constexpr int KD = (kMaxHeadDim + 127) / 128;
     constexpr int UV = 4;
-    float acc[KD][2];
-#pragma unroll
-    for (int n = 0; n < KD; ++n) acc[n][0] = acc[n][1] = 0.0f;
+    float cls[4][KD][2];  // cls[s]: class p + P (q + 4 s)
     const float* vbase = kv.v + g * hd + d0;
-    for (int jb = c; jb < L; jb += 32 * UV) {
-      float w[UV];
-      float2 va[UV][KD];
 #pragma unroll
-      for (int u = 0; u < UV; ++u) {
-        const int j = jb + 32 * u;
-        const bool ok = j < L;
-        w[u] = ok ? weights[j] : 0.0f;
-        const float* vrow = vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim;
+    for (int s = 0; s < 4; ++s) {
+      float(&acc)[KD][2] = cls[s];
 #pragma unroll
-        for (int n = 0; n < KD; ++n)
-          va[u][n] = ok && d0 + 128 * n < hd ? LoadKv2(vrow + 128 * n, j >= old_end) : make_float2(0.0f, 0.0f);
-      }
+      for (int n = 0; n < KD; ++n) acc[n][0] = acc[n][1] = 0.0f;
+      if (s >= per_thread) continue;
+      const int c = p + parts * (q + 4 * s);
+      for (int jb = c; jb < L; jb += 32 * UV) {
+        float w[UV];
+        float2 va[UV][KD];
 #pragma unroll
-      for (int u = 0; u < UV; ++u) {
-        if (jb + 32 * u < L) {
+        for (int u = 0; u < UV; ++u) {
+          const int j = jb + 32 * u;
+          const bool ok = j < L;
+          w[u] = ok ? weights[j] : 0.0f;
+          const float* vrow = vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim;
 #pragma unroll
-          for (int n = 0; n < KD; ++n) {
-            acc[n][0] = fmaf(w[u], va[u][n].x, acc[n][0]);
-            acc[n][1] = fmaf(w[u], va[u][n].y, acc[n][1]);
+          for (int n = 0; n < KD; ++n)
+            va[u][n] = ok && d0 + 128 * n < hd ? LoadKv2(vrow + 128 * n, j >= old_end) : make_float2(0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int u = 0; u < UV; ++u) {
+          if (jb + 32 * u < L) {
+#pragma unroll
+            for (int n = 0; n < KD; ++n) {
+              acc[n][0] = fmaf(w[u], va[u][n].x, acc[n][0]);
+              acc[n][1] = fmaf(w[u], va[u][n].y, acc[n][1]);
+            }
           }
         }
       }
     }
+    // The levels pairing this thread's own classes: s and s + off hold classes c and c + 4 P off
+    // (off 2 and 1 in s: the tree's levels off 8 P and 4 P, where those are 16 or less).
+#pragma unroll
+    for (int off = 2; off >= 1; off /= 2)
+      if (off < per_thread)
+#pragma unroll
+        for (int s = 0; s < off; ++s)
+#pragma unroll
+          for (int n = 0; n < KD; ++n) {
+            cls[s][n][0] = cls[s][n][0] + cls[s + off][n][0];
+            cls[s][n][1] = cls[s][n][1] + cls[s + off][n][1];
+          }
 #pragma unroll
     for (int n = 0; n < KD; ++n)
       if (d0 + 128 * n < hd) {
-        vsm[q * hd + d0 + 128 * n] = acc[n][0];
-        vsm[q * hd + d0 + 128 * n + 1] = acc[n][1];
+        vsm[q * hd + d0 + 128 * n] = cls[0][n][0];
+        vsm[q * hd + d0 + 128 * n + 1] = cls[0][n][1];
       }
   }
   sync();
+  // The two levels between thread groups: classes i and i + 2 (q and q + 2), then i and i + 1.
   for (int d = tid; d < hd; d += kStepWarps * 32)
-    vpart_g[p * hd + d] = (vsm[d] + vsm[2 * hd + d]) + (vsm[hd + d] + vsm[3 * hd + d]);  // (c + c16) + (c8 + c24)
-  HeadPartsSync(counter);
+    vpart_g[p * hd + d] = (vsm[d] + vsm[2 * hd + d]) + (vsm[hd + d] + vsm[3 * hd + d]);
+  HeadPartsSync(counter, parts);
 
-  // 4. The tree's last three levels over the parts, for this part's dims.
-  const int per = hd / kStepAttnParts;  // hd is a multiple of 8
+  // 4. The tree's last levels, over the parts (off P / 2 .. 1), for this part's dims.
+  const int per = hd / parts;  // hd is a multiple of 8
   for (int d = p * per + tid; d < (p + 1) * per; d += kStepWarps * 32) {
     float v[kStepAttnParts];
 #pragma unroll
-    for (int k = 0; k < kStepAttnParts; ++k) v[k] = __ldcg(vpart_g + k * hd + d);
+    for (int k = 0; k < kStepAttnParts; ++k) v[k] = k < parts ? __ldcg(vpart_g + k * hd + d) : 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = v[k] + v[k + 4];
+    for (int off = kStepAttnParts / 2; off >= 1; off /= 2)
+      if (off < parts)
 #pragma unroll
-    for (int k = 0; k < 2; ++k) v[k] = v[k] + v[k + 2];
-    v[0] = v[0] + v[1];
+        for (int k = 0; k < off; ++k) v[k] = v[k] + v[k + off];
     f.att[PermutedIndex(h * hd + d)] = v[0] / denom;
   }
   sync();
 }
 
 // The same parts as a launch of their own, for one token decoding over a long context with
-// separate launches (the 0.5B shape): heads x 8 blocks of kAttnThreads threads, all resident
-// (cooperative), meeting through f.attn_sync. Only the fields AttendHeadPart reads are set.
+// separate launches (the 0.5B shape): heads x P blocks (f.attn_parts: 8, 4 or 2) of kAttnThreads
+// threads, all resident (cooperative), meeting through f.attn_sync. Only the fields AttendHeadPart
+// reads are set.
 template <int NG>
 __global__ void __launch_bounds__(kAttnThreads, 1) AttentionPartsKernel(const __grid_constant__ DecodeStepArgs f,
                                                                        LayerKv kv) {
@@ -2430,8 +2466,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1) AttentionPartsKernel(const __
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = f.step.block_table[b];
   WaitForPrevious();
   __syncthreads();
-  AttendHeadPart<NG>(f, kv, blockIdx.x / kStepAttnParts, blockIdx.x % kStepAttnParts, bt_s, q_s, red, weights, vsm,
-                     [] { ConsumerSync(); });
+  AttendHeadPart<NG>(f, kv, blockIdx.x / f.attn_parts, blockIdx.x % f.attn_parts, f.attn_parts, bt_s, q_s, red,
+                     weights, vsm, [] { ConsumerSync(); });
 }
 
 // Matrix idx of the step, in the order of use: 4 per layer (q|k|v, o, gate|up, down), then the lm_head.
@@ -2665,9 +2701,10 @@ __global__ void __launch_bounds__(kStepThreads, 1)
   const int kv_dim = shape.num_kv_heads * hd;
   const int L = f.step.pos[0] + 1;
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kStepWarps * 32) bt_s[b] = f.step.block_table[b];
-  // Long contexts: each head in kStepAttnParts blocks over parts of its positions (AttendHeadPart).
+  // Long contexts: each head in `parts` blocks over parts of its positions (AttendHeadPart).
+  const int parts = AttentionPartsFor(f.attn_parts, shape.num_heads, static_cast<int>(gridDim.x));
   const bool split_attention = f.attn_sync != nullptr && f.attn_split_min_context > 0 && L >= f.attn_split_min_context &&
-                               shape.num_heads * kStepAttnParts <= static_cast<int>(gridDim.x) && hd % 8 == 0;
+                               parts > 0 && hd % 8 == 0;
   StepBarrier bar{f.barrier};
   bar.returning = returning_barrier != 0;
   bar.Start(5 * f.num_layers);
@@ -2689,17 +2726,18 @@ __global__ void __launch_bounds__(kStepThreads, 1)
         PrefetchKvRows<false>(ly.kv, bt_s, bs, kv_dim, hd,
                               it / kStepAttnSplit<NG> / (shape.num_heads / shape.num_kv_heads), L - 1, threadIdx.x,
                               kStepWarps * 32);
-    } else if (static_cast<int>(blockIdx.x) < shape.num_heads * kStepAttnParts) {
+    } else if (static_cast<int>(blockIdx.x) < shape.num_heads * parts) {
       // A part's K rows (its chunk) and V rows (its classes).
-      const int h = blockIdx.x / kStepAttnParts, p = blockIdx.x % kStepAttnParts;
+      const int h = blockIdx.x / parts, p = blockIdx.x % parts;
       const int g = h / (shape.num_heads / shape.num_kv_heads);
-      const int chunk = (L + kStepAttnParts - 1) / kStepAttnParts;
+      const int chunk = (L + parts - 1) / parts;
       for (int j = p * chunk + threadIdx.x; j < min(L - 1, (p + 1) * chunk); j += kStepWarps * 32) {
         const char* kp = reinterpret_cast<const char*>(ly.kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd);
         for (int off = 0; off < hd * 4; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
       }
-      for (int i = threadIdx.x; i < (L - 1 + 7) / 8; i += kStepWarps * 32) {
-        const int j = 32 * (i / 4) + p + 8 * (i % 4);
+      const int classes = 32 / parts;  // the part's position classes p + parts k
+      for (int i = threadIdx.x; i < (L - 1 + parts - 1) / parts; i += kStepWarps * 32) {
+        const int j = 32 * (i / classes) + p + parts * (i % classes);
         if (j >= L - 1) continue;
         const char* vp = reinterpret_cast<const char*>(ly.kv.v + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd);
         for (int off = 0; off < hd * 4; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
@@ -2724,8 +2762,8 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     auto attention_sync = [] { ConsumerSync(); };
 #endif
     if (split_attention) {
-      if (static_cast<int>(blockIdx.x) < shape.num_heads * kStepAttnParts)
-        AttendHeadPart<NG>(f, ly.kv, blockIdx.x / kStepAttnParts, blockIdx.x % kStepAttnParts, bt_s, q_s, red, scores,
+      if (static_cast<int>(blockIdx.x) < shape.num_heads * parts)
+        AttendHeadPart<NG>(f, ly.kv, blockIdx.x / parts, blockIdx.x % parts, parts, bt_s, q_s, red, scores,
                            scores + f.max_context, attention_sync);
     } else
     for (int it = blockIdx.x; it < shape.num_heads * kStepAttnSplit<NG>; it += gridDim.x) {
@@ -2826,7 +2864,7 @@ int64_t AttentionPartsSmem(int32_t max_context, int32_t block_size) {
   return (int64_t{max_context} + 4 * kMaxHeadDim) * 4 + (int64_t{max_context} / block_size + 1) * 4;
 }
 
-bool CanRunAttentionPartsImpl(const StepTokens& step, const AttentionShape& shape, int32_t max_context) {
+bool CanRunAttentionPartsImpl(const StepTokens& step, const AttentionShape& shape, int32_t max_context, int32_t parts) {
   static const int optin = [] {
     int device = 0, v = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
@@ -2835,14 +2873,14 @@ bool CanRunAttentionPartsImpl(const StepTokens& step, const AttentionShape& shap
     return v;
   }();
   return step.tokens == 1 && shape.head_dim % 8 == 0 && shape.head_dim <= kMaxHeadDim && shape.block_size >= 1 &&
-         shape.num_heads * kStepAttnParts <= MultiprocessorCount() &&
+         AttentionPartsFor(parts, shape.num_heads, static_cast<int>(MultiprocessorCount())) > 0 &&
          AttentionPartsSmem(max_context, shape.block_size) + 2048 <= optin;
 }
 
 cudaError_t LaunchAttentionPartsImpl(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
                                      float scale, int32_t max_context, float* out, const AttentionParts& parts,
                                      cudaStream_t stream) {
-  if (!CanRunAttentionPartsImpl(step, shape, max_context)) return cudaErrorInvalidValue;
+  if (!CanRunAttentionPartsImpl(step, shape, max_context, parts.parts)) return cudaErrorInvalidValue;
   DecodeStepArgs f;
   f.step = step;
   f.shape = shape;
@@ -2854,6 +2892,7 @@ cudaError_t LaunchAttentionPartsImpl(const float* q, const StepTokens& step, con
   f.attn_maxes = parts.maxes;
   f.attn_vpart = parts.vpart;
   f.attn_sync = parts.sync;
+  f.attn_parts = AttentionPartsFor(parts.parts, shape.num_heads, static_cast<int>(MultiprocessorCount()));
   const int hd = shape.head_dim;
   auto* kernel = hd <= kAttnWarps * 8       ? AttentionPartsKernel<1>
                  : hd <= 2 * kAttnWarps * 8 ? AttentionPartsKernel<2>
@@ -2868,7 +2907,7 @@ cudaError_t LaunchAttentionPartsImpl(const float* q, const StepTokens& step, con
   }
   g_attention_parts_launches.fetch_add(1, std::memory_order_relaxed);
   // Cooperative: the parts of a head wait for each other, so every block must be resident.
-  return LaunchChainedImpl(/*cooperative=*/true, kernel, dim3(shape.num_heads * kStepAttnParts), dim3(kAttnThreads),
+  return LaunchChainedImpl(/*cooperative=*/true, kernel, dim3(shape.num_heads * f.attn_parts), dim3(kAttnThreads),
                            static_cast<size_t>(smem), stream, f, kv);
 }
 
@@ -2962,8 +3001,8 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 
 }  // namespace
 
-bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, int32_t max_context) {
-  return CanRunAttentionPartsImpl(step, shape, max_context);
+bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, int32_t max_context, int32_t parts) {
+  return CanRunAttentionPartsImpl(step, shape, max_context, parts);
 }
 int64_t AttentionPartsLaunches() { return g_attention_parts_launches.load(std::memory_order_relaxed); }
 cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,

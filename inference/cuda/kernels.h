@@ -235,11 +235,13 @@ struct DecodeStepArgs {
   // global-timer readings (ns): slot 0 after the previous kernel, then every grid barrier's
   // arrival and departure, then the end of the lm_head.
   unsigned long long* trace = nullptr;
-  // Long contexts (pos + 1 >= attn_split_min_context; 0: never): each head attended by 8 blocks
-  // over parts of its positions, meeting through these (null: never). attn_scores: (num_heads,
-  // max_context) floats; attn_maxes: (num_heads, 8); attn_vpart: (num_heads, 8, head_dim);
-  // attn_sync: num_heads zeroed counters, reused by every launch.
+  // Long contexts (pos + 1 >= attn_split_min_context; 0: never): each head attended by P = 8, 4
+  // or 2 blocks over parts of its positions (attn_parts; 0: 8 or 4, the most with num_heads x P <=
+  // the grid), meeting through these (null: never). attn_scores: (num_heads, max_context) floats;
+  // attn_maxes: (num_heads, 8); attn_vpart: (num_heads, 8, head_dim); attn_sync: num_heads zeroed
+  // counters, reused by every launch.
   int32_t attn_split_min_context = 0;
+  int32_t attn_parts = 0;
   float* attn_scores = nullptr;
   float* attn_maxes = nullptr;
   float* attn_vpart = nullptr;
@@ -274,7 +276,7 @@ cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const Atte
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
                             float scale, int32_t max_context, float* out, int32_t out_stride,
                             cudaStream_t stream);
-// One token decoding over a long context: each head attended by 8 blocks over parts of its
+// One token decoding over a long context: each head attended by 8, 4 or 2 blocks over parts of its
 // positions, meeting through counters (the one-launch step's long-context attention as a launch
 // of its own; docs/cuda.md). Same bits as LaunchAttention. The scratch is DecodeStepArgs::attn_*'s.
 struct AttentionParts {
@@ -282,8 +284,9 @@ struct AttentionParts {
   float* maxes = nullptr;   // (num_heads, 8)
   float* vpart = nullptr;   // (num_heads, 8, head_dim)
   unsigned long long* sync = nullptr;  // num_heads zeroed counters, reused by every launch
+  int32_t parts = 0;  // blocks per head: 8, 4 or 2; 0: 8 or 4, the most with num_heads x parts <= multiprocessors
 };
-bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, int32_t max_context);
+bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, int32_t max_context, int32_t parts);
 // Tests: how many LaunchAttentionParts launches this process has issued (graph captures count once).
 int64_t AttentionPartsLaunches();
 cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,

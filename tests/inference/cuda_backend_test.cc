@@ -481,15 +481,32 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
       ExpectCpuEqualsCuda(model, 290, 4);
       EXPECT_GT(CudaDecodeStepsForTesting(), launches);
     }
+    // Models with more heads than multiprocessors / 8 split each head over 4 or 2 blocks instead;
+    // forced here (4 heads would take 8): other classes per part, other tree levels inside it.
+    for (int parts : {4, 2}) {
+      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, " + std::to_string(parts) +
+                   " parts per head");
+      SetCudaStepAttentionSplitForTesting(1);
+      SetCudaAttentionPartsForTesting(parts);
+      const int64_t launches = CudaDecodeStepsForTesting();
+      ExpectCpuEqualsCuda(model, 290, 4);
+      EXPECT_GT(CudaDecodeStepsForTesting(), launches);
+    }
+    SetCudaAttentionPartsForTesting(0);
     SetCudaStepAttentionSplitForTesting(-1);
     SetCudaOneTokenKernelForTesting(0);
     // Separate launches with the parts as a launch of their own (LaunchAttentionParts), from every
-    // context bucket.
-    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " separate launches, attention in parts");
-    SetCudaStepAttentionSplitForTesting(1);
-    const int64_t parts_before = CudaAttentionPartsLaunchesForTesting();
-    ExpectCpuEqualsCuda(model, 290, 4);
-    EXPECT_GT(CudaAttentionPartsLaunchesForTesting(), parts_before);
+    // context bucket, with 8 (the default here), 4 and 2 blocks per head.
+    for (int parts : {0, 4, 2}) {
+      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " separate launches, attention in parts (" +
+                   std::to_string(parts) + ")");
+      SetCudaStepAttentionSplitForTesting(1);
+      SetCudaAttentionPartsForTesting(parts);
+      const int64_t parts_before = CudaAttentionPartsLaunchesForTesting();
+      ExpectCpuEqualsCuda(model, 290, 4);
+      EXPECT_GT(CudaAttentionPartsLaunchesForTesting(), parts_before);
+    }
+    SetCudaAttentionPartsForTesting(0);
     SetCudaStepAttentionSplitForTesting(-1);
   }
 }
