@@ -2,6 +2,7 @@
 // fma below is written as fmaf, every other operation rounds once, in the order written, which
 // is the order docs/numerics.md gives and the CPU backend follows.
 #include "inference/cuda/kernels.h"
+#include "inference/cuda/attention_parts.h"
 
 #include <cuda_fp16.h>  // __half2float: the exact fp16 -> fp32 widening
 #include <cuda_runtime.h>
@@ -2239,17 +2240,8 @@ __device__ __forceinline__ void StepGridBarrier(StepBarrier& bar, StepTrace& tra
 //   4. after the parts meet again, part p finishes dims [p hd / P, (p + 1) hd / P): the tree's
 //      levels off P / 2 .. 1 over the parts, then one divide.
 // With P = 8 these are exactly AttendValues' levels (its warp w holds the classes of part w).
-constexpr int kStepAttnParts = 8;  // the most parts per head: the scratch's stride
-
-// Parts per head: `requested` (8, 4 or 2) where heads x requested blocks fit in `blocks`, else
-// (requested 0) 8 or 4, the most that fit; 0 where none does. Never 2 unless asked: with two
-// parts each thread walks four classes one after another, and 1.5B batch 1 at 1,000-1,072
-// positions measured 366 tok/s against 428 without parts (H100; 4 parts 471, 8 parts 533).
-__host__ __device__ __forceinline__ int AttentionPartsFor(int requested, int heads, int blocks) {
-  if (requested == 8 || requested == 4 || requested == 2) return heads * requested <= blocks ? requested : 0;
-  if (heads * kStepAttnParts <= blocks) return kStepAttnParts;
-  return heads * 4 <= blocks ? 4 : 0;
-}
+constexpr int kStepAttnParts = kMaxAttentionParts;  // the most parts per head: the scratch's stride
+// (Parts per head: AttentionPartsFor, inference/cuda/attention_parts.h.)
 
 // Every meeting adds kStepAttnParts to the head's counter whatever the number of parts, so the
 // counters stay aligned across launches that use different numbers.

@@ -14,6 +14,7 @@
 
 #include "inference/backend.h"
 #include "inference/engine.h"
+#include "inference/cuda/attention_parts.h"
 #include "inference/cuda/cuda_backend.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
@@ -509,6 +510,29 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     SetCudaAttentionPartsForTesting(0);
     SetCudaStepAttentionSplitForTesting(-1);
   }
+}
+
+// How many blocks attend each head of a long context (no device needed): 8 where heads x 8 fit
+// the grid, else 4, else none; 2 only when asked for (slower than none where measured).
+TEST(CudaAttentionParts, BlocksPerHeadFollowHeadsAndGrid) {
+  using cuda::AttentionPartsFor;
+  // 132 multiprocessors (H100 SXM): 8 blocks per head up to 16 heads, 4 up to 33, then none.
+  EXPECT_EQ(AttentionPartsFor(0, 12, 132), 8);  // Qwen2.5-1.5B
+  EXPECT_EQ(AttentionPartsFor(0, 14, 132), 8);  // Qwen2.5-0.5B
+  EXPECT_EQ(AttentionPartsFor(0, 16, 132), 8);
+  EXPECT_EQ(AttentionPartsFor(0, 17, 132), 4);
+  EXPECT_EQ(AttentionPartsFor(0, 28, 132), 4);  // Qwen2.5-7B
+  EXPECT_EQ(AttentionPartsFor(0, 33, 132), 4);
+  EXPECT_EQ(AttentionPartsFor(0, 34, 132), 0);  // 2 per head would fit, but never by default
+  // Asked for: exactly that many where they fit, else none.
+  EXPECT_EQ(AttentionPartsFor(2, 40, 132), 2);
+  EXPECT_EQ(AttentionPartsFor(2, 67, 132), 0);
+  EXPECT_EQ(AttentionPartsFor(4, 12, 132), 4);
+  EXPECT_EQ(AttentionPartsFor(8, 17, 132), 0);
+  // Any other request is the default choice.
+  EXPECT_EQ(AttentionPartsFor(3, 12, 132), 8);
+  EXPECT_EQ(AttentionPartsFor(0, 1, 7), 4);
+  EXPECT_EQ(AttentionPartsFor(0, 1, 3), 0);
 }
 
 // RMSNorm keeps a row's first 16 groups of 128 in registers and streams the rest: a hidden size of
