@@ -15,6 +15,11 @@
 
 namespace rote::inference {
 
+// The numerics profiles (docs/numerics.md, docs/fast_profile.md). kExact: canonical orders, the
+// same bits on the CPU and on any CUDA GPU. kFast (CUDA only): matrix products on the tensor
+// cores, batch-invariant on one GPU architecture; its provenance name carries the architecture.
+enum class NumericsProfile { kExact, kFast };
+
 // Tokens per KV-cache block.
 inline constexpr int32_t kKvBlockSize = 16;
 
@@ -43,6 +48,10 @@ class Backend {
 
   // "cpu" or e.g. "cuda:0 NVIDIA H100 80GB HBM3"; recorded in provenance.
   virtual std::string device() const = 0;
+
+  // The profile's name as provenance records it: "exact", or "fast-sm90" (the fast profile on
+  // compute capability 9.0). Two runs can be compared bit for bit only under the same name.
+  virtual std::string numerics_profile() const { return "exact"; }
 
   // Bytes of KV storage one block takes for this model (K and V, all layers, fp32).
   virtual int64_t KvBytesPerBlock() const = 0;

@@ -17,7 +17,7 @@ constexpr const char* kModelUsage =
 constexpr const char* kGenerateUsage =
     "usage: generate --model DIR (--prompt TEXT | --chat TEXT | --tokens 1,2,3) [--system TEXT] [--max-tokens N] "
     "[--temperature T] [--top-k K] [--top-p P] [--seed N] [--stop TEXT]... [--ignore-eos] [--threads N] "
-    "[--device cpu|cuda] [--kv-cache-mb N] [--max-context N]";
+    "[--device cpu|cuda] [--numerics exact|fast] [--kv-cache-mb N] [--max-context N]";
 
 Status Usage(const char* usage, const std::string& problem) {
   return InvalidArgument(std::string(usage) + "\n" + problem);
@@ -205,7 +205,7 @@ Status GenerateCommand(const std::vector<std::string>& args, std::ostream& out, 
   ROTE_ASSIGN_OR_RETURN(
       Flags f, Parse(args,
                      {"model", "prompt", "chat", "system", "tokens", "max-tokens", "temperature", "top-k", "top-p",
-                      "seed", "stop", "threads", "device", "kv-cache-mb", "max-context"},
+                      "seed", "stop", "threads", "device", "numerics", "kv-cache-mb", "max-context"},
                      {"ignore-eos"}, kGenerateUsage));
   if (!f.positionals.empty()) return Usage(kGenerateUsage, "unexpected argument '" + f.positionals[0] + "'");
   if (!f.Has("model")) return Usage(kGenerateUsage, "--model DIR is required");
@@ -217,6 +217,13 @@ Status GenerateCommand(const std::vector<std::string>& args, std::ostream& out, 
     eo.device = Device::kCuda;
   } else if (device != "cpu") {
     return Usage(kGenerateUsage, "--device must be cpu or cuda");
+  }
+  const std::string numerics = f.Get("numerics", "exact");
+  if (numerics == "fast") {
+    if (eo.device != Device::kCuda) return Usage(kGenerateUsage, "--numerics fast needs --device cuda (tensor cores)");
+    eo.numerics_profile = NumericsProfile::kFast;
+  } else if (numerics != "exact") {
+    return Usage(kGenerateUsage, "--numerics must be exact or fast");
   }
   if (f.Has("threads")) {
     ROTE_ASSIGN_OR_RETURN(int64_t v, ParseInt(f.Get("threads"), "threads", kGenerateUsage));

@@ -103,6 +103,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir, con
   const int32_t context = options.max_context > 0 ? std::min(options.max_context, max_pos) : std::min(max_pos, 32768);
   std::unique_ptr<Backend> backend;
   int64_t kv_cache_bytes = options.kv_cache_bytes;
+  if (options.device == Device::kCpu && options.numerics_profile != NumericsProfile::kExact)
+    return InvalidArgument("the fast numerics profile runs on CUDA only (tensor cores): use the CUDA device, or the exact profile");
   if (options.device == Device::kCpu) {
     CpuBackendOptions o;
     o.threads = options.threads > 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
@@ -112,6 +114,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir, con
     CudaBackendOptions o;
     o.device = options.cuda_device;
     o.max_positions = context;
+    o.profile = options.numerics_profile;
     ROTE_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CreateCudaBackend(model, o));
     // kv_cache_bytes 0 on CUDA: as many KV blocks as free device memory holds, less 1 GiB
     // kept for activations, logits and graphs (the CUDA backend hook; a positive value sets it).
@@ -170,6 +173,7 @@ Engine::~Engine() {
 const Model& Engine::model() const { return *impl_->model; }
 const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
 std::string Engine::device() const { return impl_->backend->device(); }
+std::string Engine::numerics_profile() const { return impl_->backend->numerics_profile(); }
 
 StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
   const int forms = !request.prompt_tokens.empty() + !request.messages.empty() + !request.prompt.empty();
@@ -225,6 +229,7 @@ StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
   seq->result.prompt_tokens = seq->all;
   seq->result.provenance.model_digest = impl_->model->digest();
   seq->result.provenance.device = impl_->backend->device();
+  seq->result.provenance.numerics_profile = impl_->backend->numerics_profile();
   seq->result.provenance.decoding = sp;
   seq->result.provenance.sampling_key = request.sampling_key;
   RequestId id;

@@ -25,6 +25,9 @@ struct EngineOptions {
   Device device = Device::kCpu;
   int threads = 0;                         // CPU backend threads; 0 = hardware concurrency
   int cuda_device = 0;
+  // kFast runs on CUDA only (Load fails with INVALID_ARGUMENT on the CPU). Provenance records the
+  // profile the backend ran (Backend::numerics_profile).
+  NumericsProfile numerics_profile = NumericsProfile::kExact;
   int64_t kv_cache_bytes = 256ll << 20;    // KV storage (fp32); blocks = bytes / KvBytesPerBlock
   int32_t max_batch = 16;                  // sequences in one step
   int32_t prefill_chunk = 256;             // prompt tokens one sequence feeds per step
@@ -117,6 +120,7 @@ class Engine {
   const Model& model() const;
   const Tokenizer& tokenizer() const;
   std::string device() const;
+  std::string numerics_profile() const;  // Backend::numerics_profile()
 
   struct Impl;
 

@@ -8,6 +8,9 @@
 //              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
+//              [--numerics exact|fast]
+// --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
+// lists its warp tiles (0 the default choice, 1, 2, 4 groups of 8 rows per warp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -135,6 +138,13 @@ int main(int argc, char** argv) {
   auto t2 = Clock::now();
   CudaBackendOptions opt;
   opt.max_positions = 2048;
+  const std::string numerics = Arg(argc, argv, "--numerics", "exact");
+  if (numerics == "fast") {
+    opt.profile = NumericsProfile::kFast;
+  } else if (numerics != "exact") {
+    std::printf("{\"what\":\"error\",\"message\":\"--numerics must be exact or fast\"}\n");
+    return 1;
+  }
   auto created = CreateCudaBackend(*model, opt);
   if (!created.ok()) {
     std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", created.status().ToString().c_str());
@@ -148,10 +158,10 @@ int main(int argc, char** argv) {
     const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), h = c.intermediate_size;
     matrix_params = c.num_layers * (d * (qd + 2 * kvd) + qd * d + 3 * d * h) + static_cast<int64_t>(c.vocab_size) * d;
   }
-  std::printf("{\"what\":\"model\",\"shape\":\"%s\",\"device\":\"%s\",\"weight_bytes_on_device\":%lld,"
+  std::printf("{\"what\":\"model\",\"shape\":\"%s\",\"device\":\"%s\",\"numerics\":\"%s\",\"weight_bytes_on_device\":%lld,"
               "\"matrix_params\":%lld,\"synth_s\":%.1f,\"load_s\":%.1f,\"upload_s\":%.1f,"
               "\"kv_blocks_fitting_free_memory\":%d}\n",
-              shape.c_str(), b->device().c_str(), static_cast<long long>(b->WeightBytes()),
+              shape.c_str(), b->device().c_str(), b->numerics_profile().c_str(), static_cast<long long>(b->WeightBytes()),
               static_cast<long long>(matrix_params), Seconds(t0, t1), Seconds(t1, t2), Seconds(t2, t3),
               b->KvBlocksForFreeMemory(0, int64_t{4} << 30));
   std::fflush(stdout);
@@ -431,11 +441,17 @@ int main(int argc, char** argv) {
     SetCudaAttentionVariantForTesting(std::stoi(av));
   // --tiles: the batched-product tile variants to time, side by side (SetCudaLargeBatchTileForTesting;
   // -1 is the default choice, 3 the shared-memory tile everywhere, 4 never it).
+  const bool fast = opt.profile == NumericsProfile::kFast;
+  const std::string profile = b->numerics_profile();
   for (int32_t tile : IntList(Arg(argc, argv, "--tiles", "-1"))) {
-  SetCudaLargeBatchTileForTesting(tile);
+  if (fast) {
+    SetCudaFastLinearTileForTesting(tile < 0 ? 0 : tile);
+  } else {
+    SetCudaLargeBatchTileForTesting(tile);
+  }
   const std::string batches = "," + Arg(argc, argv, "--batches", "1,8,32,64") + ",";
   for (int32_t batch : {1, 8, 32, 64}) {
-    if (tile >= 0 && batch == 1) continue;  // forced tiles apply above one token
+    if (!fast && tile >= 0 && batch == 1) continue;  // forced tiles apply above one token
     if (batches.find("," + std::to_string(batch) + ",") == std::string::npos) continue;
     std::vector<Seq> seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
     bool ok = Step(b, seqs);  // prefill of every prompt in one step
@@ -455,10 +471,11 @@ int main(int argc, char** argv) {
         2.0 * matrix_params + 4.0 * mean_context * c.q_dim() * c.num_layers;  // scores + weighted sum
     std::printf("{\"what\":\"decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
                 "\"ms_per_step\":%.3f,\"bytes_per_token\":%.0f,\"achieved_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
-                "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d}\n",
+                "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d,"
+                "\"numerics\":\"%s\"}\n",
                 shape.c_str(), batch, steps, tps, 1e3 * secs / steps, bytes_per_token,
                 bytes_per_token * tps / 1e12, bytes_per_token * tps / bw, flops_per_token * tps / 1e12,
-                flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile);
+                flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile, profile.c_str());
     std::fflush(stdout);
   }
 
@@ -486,9 +503,10 @@ int main(int argc, char** argv) {
     const double flops_per_token = 2.0 * (matrix_params - static_cast<int64_t>(c.vocab_size) * c.hidden_size) +
                                    4.0 * (prefill_len / 2.0) * c.q_dim() * c.num_layers;
     std::printf("{\"what\":\"prefill\",\"shape\":\"%s\",\"prompts\":%d,\"prompt_tokens\":%d,\"tokens_per_s\":%.1f,"
-                "\"seconds\":%.4f,\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"repeat_equal\":%s,\"tile\":%d}\n",
+                "\"seconds\":%.4f,\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"repeat_equal\":%s,\"tile\":%d,"
+                "\"numerics\":\"%s\"}\n",
                 shape.c_str(), n, prefill_len, tps, secs, flops_per_token * tps / 1e12,
-                flops_per_token * tps / (2 * fma), first_tokens.size() == 1 ? "true" : "false", tile);
+                flops_per_token * tps / (2 * fma), first_tokens.size() == 1 ? "true" : "false", tile, profile.c_str());
     std::fflush(stdout);
   }
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "inference/cuda/check.h"
+#include "inference/cuda/fast_linear.h"
 #include "inference/cuda/kernels.h"
 #include "inference/numerics/rope.h"
 
@@ -106,13 +107,14 @@ struct GraphKey {
   bool weight_evict_first;  // SetCudaWeightEvictFirstForTesting's choice when captured
   int step_attention_split;  // SetCudaStepAttentionSplitForTesting's choice when captured
   int attention_parts;       // SetCudaAttentionPartsForTesting's
+  int fast_tile;             // SetCudaFastLinearTileForTesting's
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
                     step_prefetch, large_batch_tile, attention_variant, weight_evict_first, step_attention_split,
-                    attention_parts) <
+                    attention_parts, fast_tile) <
            std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps, o.step_trace,
                     o.step_prefetch, o.large_batch_tile, o.attention_variant, o.weight_evict_first,
-                    o.step_attention_split, o.attention_parts);
+                    o.step_attention_split, o.attention_parts, o.fast_tile);
   }
 };
 
@@ -122,6 +124,7 @@ uint32_t g_skip_kernels = 0;
 int g_one_token_kernel = 0;
 int g_mlp_block_warps = 16;
 int g_large_batch_tile = -1;
+int g_fast_tile = 0;
 int g_attention_variant = -1;
 bool g_weight_evict_first = true;
 // Tiles DecodeStepKernel's producer asks L2 for ahead of its ring (kernels.h, SetStepPrefetchTiles).
@@ -155,7 +158,10 @@ bool Skip(CudaKernelKind k) { return (g_skip_kernels & static_cast<uint32_t>(k))
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(std::shared_ptr<const Model> model, const CudaBackendOptions& options)
-      : model_(std::move(model)), options_(options), config_(model_->config()) {}
+      : model_(std::move(model)),
+        options_(options),
+        config_(model_->config()),
+        fast_(options.profile == NumericsProfile::kFast) {}
 
   ~CudaBackendImpl() override {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
@@ -174,6 +180,9 @@ class CudaBackendImpl final : public CudaBackend {
     cudaDeviceProp prop{};
     ROTE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device));
     device_name_ = "cuda:" + std::to_string(options_.device) + " " + prop.name;
+    // The fast profile's sums are the tensor cores' accumulation, which is the architecture's:
+    // its name carries the compute capability, so provenance tells runs that may differ apart.
+    if (fast_) profile_name_ = "fast-sm" + std::to_string(prop.major) + std::to_string(prop.minor);
     ROTE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
     const ModelConfig& c = config_;
@@ -247,6 +256,14 @@ class CudaBackendImpl final : public CudaBackend {
     auto fn = UploadLaneRow(w.final_norm);
     if (!fn.ok()) return fn.status();
     final_norm_ = *fn;
+    if (fast_) {
+      bool bf16 = lm_head_.type == cuda::WeightType::kBF16;
+      for (const DeviceLayer& dl : layers_)
+        for (const DeviceMatrix* m : {&dl.wqkv, &dl.wo, &dl.wgu, &dl.wdown}) bf16 = bf16 && m->type == cuda::WeightType::kBF16;
+      if (!bf16)
+        return InvalidArgument("CUDA backend: the fast numerics profile needs bf16 weights (the tensor cores' products "
+                               "are exact only for them); this model's are not: use the exact profile");
+    }
 
     const numerics::RopeTable rope = numerics::BuildRopeTable(c, max_positions_);
     auto rc = UploadFloats(rope.cos);
@@ -268,6 +285,13 @@ class CudaBackendImpl final : public CudaBackend {
   static constexpr int64_t kSplitTickets = 256;
   static constexpr int64_t kSplitScratchFloats = kSplitTickets * 32 * 32 * 32;
   void WithSplitScratch(LinearArgs* a) const {
+    if (fast_) {
+      a->split_scratch = fast_scratch_.as<float>();
+      a->split_scratch_floats = fast_scratch_floats_;
+      a->split_tickets = fast_tickets_.as<uint32_t>();
+      a->split_tickets_count = static_cast<int32_t>(fast_tickets_count_);
+      return;
+    }
     a->split_scratch = split_scratch_.as<float>();
     a->split_scratch_floats = kSplitScratchFloats;
     a->split_tickets = split_tickets_.as<uint32_t>();
@@ -275,6 +299,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   std::string device() const override { return device_name_; }
+  std::string numerics_profile() const override { return profile_name_; }
 
   int64_t KvBytesPerBlock() const override {
     return 2 * static_cast<int64_t>(config_.num_layers) * kKvBlockSize * config_.kv_dim() * 4;
@@ -401,6 +426,38 @@ class CudaBackendImpl final : public CudaBackend {
     return static_cast<const float*>(buf->as<float>());
   }
 
+  // A matrix product of the step: the exact profile's kernels, or the fast profile's.
+  Status Product(const LinearArgs& a) {
+    if (fast_) {
+      if (!cuda::CanRunFastLinear(a))
+        return Internal("CUDA backend: a fast-profile product of " + std::to_string(a.w.rows) + " x " +
+                        std::to_string(a.w.cols) + " for " + std::to_string(a.tokens) + " tokens cannot run");
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchFastLinear(a, stream_));
+      return OkStatus();
+    }
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, stream_));
+    return OkStatus();
+  }
+
+  // The fast profile's split scratch for products of up to `tokens` rows (every matrix's need;
+  // the lm_head's rows are logits rows, never more than tokens).
+  Status EnsureFastScratch(int32_t tokens) {
+    int64_t floats = 0, tickets = 0;
+    for (const DeviceMatrix* m : {&layers_[0].wqkv, &layers_[0].wo, &layers_[0].wgu, &layers_[0].wdown, &lm_head_}) {
+      floats = std::max(floats, cuda::FastLinearScratchFloats(m->rows, m->cols_padded, tokens));
+      tickets = std::max(tickets, cuda::FastLinearTickets(m->rows, m->cols_padded, tokens));
+    }
+    if (floats > fast_scratch_floats_) {
+      ROTE_RETURN_IF_ERROR(fast_scratch_.Allocate(static_cast<size_t>(floats) * sizeof(float)));
+      fast_scratch_floats_ = floats;
+    }
+    if (tickets > fast_tickets_count_) {
+      ROTE_RETURN_IF_ERROR(AllocateZeroed(&fast_tickets_, static_cast<size_t>(tickets) * sizeof(uint32_t)));
+      fast_tickets_count_ = tickets;
+    }
+    return OkStatus();
+  }
+
   // Grows activation buffers to hold `tokens` rows and `logit_rows` logits rows.
   Status EnsureCapacity(int32_t tokens, int32_t logit_rows, int32_t meta_ints) {
     const ModelConfig& c = config_;
@@ -415,6 +472,7 @@ class CudaBackendImpl final : public CudaBackend {
       ROTE_RETURN_IF_ERROR(q_.Allocate(static_cast<size_t>(cap) * c.q_dim() * 4));
       ROTE_RETURN_IF_ERROR(AllocateZeroed(&att_, static_cast<size_t>(cap) * AttStride() * 4));
       ROTE_RETURN_IF_ERROR(AllocateZeroed(&act_, static_cast<size_t>(cap) * ActStride() * 4));
+      if (fast_) ROTE_RETURN_IF_ERROR(EnsureFastScratch(cap));
       token_capacity_ = cap;
     }
     if (logit_rows > logit_capacity_) {
@@ -550,7 +608,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (use_graph) {
       const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
                          g_step_trace, g_step_prefetch_tiles, g_large_batch_tile, g_attention_variant,
-                         g_weight_evict_first, g_step_attention_split, g_attention_parts};
+                         g_weight_evict_first, g_step_attention_split, g_attention_parts, g_fast_tile};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -610,7 +668,7 @@ class CudaBackendImpl final : public CudaBackend {
   LayerLaunch LayerArgs(const StepLayout& lay, const StepTokens& step, int32_t l) const {
     const ModelConfig& c = config_;
     const DeviceLayer& dl = layers_[l];
-    const bool fused_norm = lay.tokens <= kFusedNormMaxTokens;
+    const bool fused_norm = FusedNorm(lay);
     const bool skip_weights = Skip(CudaKernelKind::kLayerWeightReads);
     float* x = x_.as<float>();
     const int32_t xs = HiddenStride();
@@ -633,7 +691,7 @@ class CudaBackendImpl final : public CudaBackend {
     a.out = qkv_.as<float>();
     a.out_stride = c.q_dim() + 2 * c.kv_dim();
     a.bench_skip_weight_reads = skip_weights;
-    if (lay.tokens == 1 && dl.q_norm == nullptr) {
+    if (!fast_ && lay.tokens == 1 && dl.q_norm == nullptr) {
       LinearArgs f = a;
       f.epilogue = LinearEpilogue::kRopeStore;
       f.rope.pos = step.pos;
@@ -694,7 +752,9 @@ class CudaBackendImpl final : public CudaBackend {
   // Up to kFusedNormMaxTokens logits rows the final norm is fused into the lm_head (each warp
   // normalises its rows' activations); more are normalised once into h (LaunchRmsNorm gathering
   // the logits rows), which lets the lm_head run as TiledLinearKernel.
-  static bool LmHeadNormFused(const StepLayout& lay) { return lay.logit_rows <= kFusedNormMaxTokens; }
+  // The fast profile's products take normalised activations only (FastLinearKernel fuses no norm).
+  bool LmHeadNormFused(const StepLayout& lay) const { return !fast_ && lay.logit_rows <= kFusedNormMaxTokens; }
+  bool FusedNorm(const StepLayout& lay) const { return !fast_ && lay.tokens <= kFusedNormMaxTokens; }
   LinearArgs LmHeadArgs(const StepLayout& lay) const {
     LinearArgs a;
     a.w = lm_head_;
@@ -720,6 +780,7 @@ class CudaBackendImpl final : public CudaBackend {
   // per-layer arguments live in device memory; they depend only on buffer addresses, so they
   // are uploaded here (before any capture) when those change.
   StatusOr<bool> PrepareDecodeStep(const StepLayout& lay, cuda::DecodeStepArgs* f) {
+    if (fast_) return false;  // the one-launch step runs the exact profile's products
     if (lay.tokens != 1 || lay.logit_rows != 1 || g_skip_kernels != 0) return false;
     const ModelConfig& c = config_;
     const StepTokens step = StepOf(lay);
@@ -820,7 +881,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (decode_step != nullptr) {
       ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchDecodeStep(*decode_step, step_layer0_, stream_));
     } else {
-      const bool fused_norm = lay.tokens <= kFusedNormMaxTokens;
+      const bool fused_norm = FusedNorm(lay);
       for (int32_t l = 0; l < c.num_layers; ++l) {
         const DeviceLayer& dl = layers_[l];
         const LayerLaunch ll = LayerArgs(lay, step, l);
@@ -828,7 +889,7 @@ class CudaBackendImpl final : public CudaBackend {
         if (!fused_norm)
           ROTE_CUDA_RETURN_IF_ERROR(
               cuda::LaunchRmsNorm(x, xs, lay.tokens, c.hidden_size, dl.attn_norm, c.rms_norm_eps, h, stream_));
-        if (!Skip(CudaKernelKind::kQkv)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.qkv, stream_));
+        if (!Skip(CudaKernelKind::kQkv)) ROTE_RETURN_IF_ERROR(Product(la.qkv));
         if (!ll.rope_fused && !Skip(CudaKernelKind::kRope))
           ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
                                                           c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), la.kv,
@@ -851,23 +912,23 @@ class CudaBackendImpl final : public CudaBackend {
                                    static_cast<uint32_t>(CudaKernelKind::kDown) |
                                    static_cast<uint32_t>(CudaKernelKind::kLayerWeightReads);
         const cuda::MlpBlockArgs mlp{la.out, la.gate_up, la.down, mlp_barrier_.as<uint32_t>()};
-        if (lay.tokens == 1 && fused_norm && (g_skip_kernels & mlp_kinds) == 0 && cuda::CanRunMlpBlock(mlp)) {
+        if (!fast_ && lay.tokens == 1 && fused_norm && (g_skip_kernels & mlp_kinds) == 0 && cuda::CanRunMlpBlock(mlp)) {
           ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchMlpBlock(mlp, stream_));
           continue;
         }
-        if (!Skip(CudaKernelKind::kOut)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.out, stream_));
+        if (!Skip(CudaKernelKind::kOut)) ROTE_RETURN_IF_ERROR(Product(la.out));
         if (!fused_norm)
           ROTE_CUDA_RETURN_IF_ERROR(
               cuda::LaunchRmsNorm(x, xs, lay.tokens, c.hidden_size, dl.mlp_norm, c.rms_norm_eps, h, stream_));
-        if (!Skip(CudaKernelKind::kGateUp)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.gate_up, stream_));
-        if (!Skip(CudaKernelKind::kDown)) ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(la.down, stream_));
+        if (!Skip(CudaKernelKind::kGateUp)) ROTE_RETURN_IF_ERROR(Product(la.gate_up));
+        if (!Skip(CudaKernelKind::kDown)) ROTE_RETURN_IF_ERROR(Product(la.down));
       }
       if (lay.logit_rows > 0 && !Skip(CudaKernelKind::kLmHead)) {
         if (!LmHeadNormFused(lay))
           ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRmsNorm(x, xs, lay.logit_rows, c.hidden_size, final_norm_,
                                                         c.rms_norm_eps, h, stream_,
                                                         meta + lay.logit_rows_off));
-        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(LmHeadArgs(lay), stream_));
+        ROTE_RETURN_IF_ERROR(Product(LmHeadArgs(lay)));
       }
     }
     if (lay.logit_rows > 0 && greedy && !Skip(CudaKernelKind::kArgmax))
@@ -881,6 +942,8 @@ class CudaBackendImpl final : public CudaBackend {
   CudaBackendOptions options_;
   ModelConfig config_;
   std::string device_name_;
+  const bool fast_;                      // NumericsProfile::kFast: every product LaunchFastLinear
+  std::string profile_name_ = "exact";   // Backend::numerics_profile
   cudaStream_t stream_ = nullptr;
   int32_t max_positions_ = 0;
   float scale_ = 0.0f;
@@ -899,6 +962,9 @@ class CudaBackendImpl final : public CudaBackend {
   // x_, h_, att_, act_ hold lane rows (kernels.h); qkv_, q_ and logits_ plain rows.
   DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, argmax_scratch_, meta_;
   DeviceBuffer split_scratch_, split_tickets_;  // LinearArgs::split_*: see WithSplitScratch
+  // The fast profile's split products' scratch (fast_linear.h), sized with the token capacity.
+  DeviceBuffer fast_scratch_, fast_tickets_;
+  int64_t fast_scratch_floats_ = 0, fast_tickets_count_ = 0;
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter
   // DecodeStepArgs::attn_*: attention over parts of long contexts (scores, maxes, partials, counters).
@@ -925,6 +991,11 @@ void SetCudaLargeBatchTileForTesting(int variant) {
 void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
 int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_order_relaxed); }
 int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches(); }
+int64_t CudaFastLinearLaunchesForTesting() { return cuda::FastLinearLaunches(); }
+void SetCudaFastLinearTileForTesting(int n8_per_warp) {
+  g_fast_tile = n8_per_warp;
+  cuda::SetFastLinearTile(n8_per_warp);
+}
 int64_t CudaAttentionPartsLaunchesForTesting() { return cuda::AttentionPartsLaunches(); }
 void SetCudaStepTraceForBenchmark(bool on) { g_step_trace = on; }
 void SetCudaStepPrefetchTilesForTesting(int tiles) {

@@ -20,6 +20,9 @@ struct CudaBackendOptions {
   int device = 0;               // CUDA device ordinal
   int32_t max_positions = 0;    // longest context (rotary table length); 0 = min(max_position_embeddings, 32768)
   bool use_graphs = true;       // replay decode steps (one token per sequence) as CUDA graphs
+  // kFast: every matrix product on the tensor cores (inference/cuda/fast_linear.h), bf16 weights
+  // only; everything else as in the exact profile.
+  NumericsProfile profile = NumericsProfile::kExact;
 };
 
 class CudaBackend : public Backend {
@@ -37,7 +40,8 @@ class CudaBackend : public Backend {
 };
 
 // FAILED_PRECONDITION when no CUDA device is present; UNIMPLEMENTED in builds without CUDA;
-// INVALID_ARGUMENT for shapes the kernels do not support (head_dim > 256 or not a multiple of 8).
+// INVALID_ARGUMENT for shapes the kernels do not support (head_dim > 256 or not a multiple of 8),
+// and for the fast profile with weights other than bf16.
 StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const Model> model,
                                                          const CudaBackendOptions& options);
 
@@ -48,6 +52,12 @@ int CudaDeviceCount();
 // one token (0: 8 rows x 8 tokens per warp, 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by
 // size). Every choice gives the same bits; only speed differs. No-op without CUDA.
 void SetCudaLargeBatchTileForTesting(int variant);
+
+// Tests and benchmarks only: the fast profile's warp tile (fast_linear.h, SetFastLinearTile: 1, 2
+// or 4 groups of 8 weight rows per warp; 0, the default: by size). Same bits. No-op without CUDA.
+void SetCudaFastLinearTileForTesting(int n8_per_warp);
+// How many fast-profile products have been launched (a captured graph counts once).
+int64_t CudaFastLinearLaunchesForTesting();
 
 // Tests and benchmarks only: the attention kernel's variant (kernels.h, SetAttentionVariant; -1 the
 // default). Same bits; only speed differs. No-op without CUDA.

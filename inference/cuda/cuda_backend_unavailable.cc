@@ -18,6 +18,8 @@ void SetCudaOneTokenKernelForTesting(int) {}
 void SetCudaMlpBlockMaxWarpsForTesting(int) {}
 int64_t CudaDecodeStepsForTesting() { return 0; }
 int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
+int64_t CudaFastLinearLaunchesForTesting() { return 0; }
+void SetCudaFastLinearTileForTesting(int) {}
 int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}

@@ -3,6 +3,7 @@
 // is the order docs/numerics.md gives and the CPU backend follows.
 #include "inference/cuda/kernels.h"
 #include "inference/cuda/attention_parts.h"
+#include "inference/cuda/launch.cuh"
 
 #include <cuda_fp16.h>  // __half2float: the exact fp16 -> fp32 widening
 #include <cuda_runtime.h>
@@ -39,13 +40,6 @@ __device__ __forceinline__ float WarpMax(float v) {
   return v;
 }
 
-// Programmatic dependent launch (Hopper): every kernel lets the next one start as soon as all
-// its blocks are resident, and waits for the previous one to complete before reading what it
-// wrote. The matrix kernels issue their first weight loads before the wait, so a layer's
-// weight stream does not pause at kernel boundaries. Ordering and results are unchanged: the
-// wait returns only when the previous grid has finished and its writes are visible.
-__device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
 // The benchmarks' kernel timeline (kernels.h, SetKernelTimeline), in ROTE_CUDA_TIMELINE builds.
 // Declared first in an instrumented kernel: reads the clock at the start and at Waited() (right
@@ -103,31 +97,6 @@ struct TimelineScope {
 __device__ __forceinline__ void TimelinePoint(uint32_t) {}
 #endif
 
-// cooperative: every block must be resident at once (a grid barrier inside): the launch fails
-// instead of starting when they cannot be, e.g. under MPS with part of the device.
-template <typename... KernelArgs, typename... Args>
-cudaError_t LaunchChainedImpl(bool cooperative, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                              cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeCooperative;
-  attr[1].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = cooperative ? 2 : 1;
-  return cudaLaunchKernelEx(&cfg, kernel, static_cast<KernelArgs>(args)...);
-}
-template <typename... KernelArgs, typename... Args>
-cudaError_t LaunchChained(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                          Args... args) {
-  return LaunchChainedImpl(false, kernel, grid, block, smem, stream, args...);
-}
-
 // Four consecutive weights of a lane, raw, and their exact fp32 values.
 template <WeightType T>
 struct Weights4;
@@ -168,16 +137,6 @@ struct Weights4<WeightType::kF32> {
 
 template <WeightType T>
 constexpr int kWeightBytes = T == WeightType::kF32 ? 4 : 2;
-
-// Weight reads with an L2 eviction hint (LinearArgs::weight_evict_first): a step streams every
-// weight once, hundreds of MB through a 50 MB L2, so by default each weight line evicts something
-// the next kernels need again (K/V rows, activations, norm weights, kernel code). evict_first
-// makes the weight lines the first to go instead.
-__device__ __forceinline__ uint64_t EvictFirstPolicy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
 
 // A lane's raw weights through the read-only path; with evict_first, hinted.
 __device__ __forceinline__ uint2 LoadWeights(const uint2* p, bool evict_first, uint64_t policy) {
@@ -611,6 +570,8 @@ cudaError_t LaunchGemv(const LinearArgs& a, cudaStream_t stream) {
 }
 
 
+}  // namespace
+
 int MultiprocessorCount() {
   static const int count = [] {
     int device = 0, n = 0;
@@ -620,6 +581,8 @@ int MultiprocessorCount() {
   }();
   return count;
 }
+
+namespace {
 
 // Hopper's bulk copy engine (TMA, 1-D form) with an mbarrier: one thread asks for a warp's whole
 // slice of the matrix in one instruction, the engine streams it into shared memory, and the warp

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -135,10 +136,12 @@ std::unique_ptr<Backend> Cpu(std::shared_ptr<const Model> m) {
   return b.ok() ? std::move(*b) : nullptr;
 }
 
-std::unique_ptr<CudaBackend> Cuda(std::shared_ptr<const Model> m, bool graphs = true) {
+std::unique_ptr<CudaBackend> Cuda(std::shared_ptr<const Model> m, bool graphs = true,
+                                  NumericsProfile profile = NumericsProfile::kExact) {
   CudaBackendOptions o;
   o.max_positions = 4096;
   o.use_graphs = graphs;
+  o.profile = profile;
   auto b = CreateCudaBackend(std::move(m), o);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   return b.ok() ? std::move(*b) : nullptr;
@@ -242,6 +245,33 @@ std::shared_ptr<const Model> InvarianceModel() {
   return SynthModel("invariance", s);
 }
 
+// The needle run: `needle_prompt` at a random position among `others` requests with mixed
+// prompt lengths (their prefills share the needle's step), then kTokens greedy steps of all;
+// the needle's logits and tokens at every step.
+constexpr int32_t kNeedleTokens = 256;
+void RunNeedle(Backend* backend, const std::vector<int32_t>& needle_prompt, int32_t vocab, int32_t others,
+               uint32_t seed, std::vector<std::vector<float>>* logits, std::vector<int32_t>* out) {
+  constexpr int32_t kTokens = kNeedleTokens;
+  Driver d(backend, 4096);
+  std::mt19937 rng(seed);
+  std::vector<Seq> seqs(others + 1);
+  const int32_t needle_at = static_cast<int32_t>(rng() % static_cast<uint32_t>(others + 1));
+  for (int32_t i = 0; i <= others; ++i) {
+    seqs[i].tokens = i == needle_at ? needle_prompt : Prompt(1 + static_cast<int32_t>(rng() % 90), vocab, rng());
+  }
+  std::vector<Driver::Part> parts;
+  for (auto& s : seqs) parts.push_back({&s, static_cast<int32_t>(s.tokens.size()), 1});
+  for (int32_t step = 0; step <= kTokens; ++step) {
+    std::vector<float> l = d.Step(parts);
+    ASSERT_EQ(l.size(), static_cast<size_t>(vocab) * seqs.size());
+    logits->emplace_back(l.begin() + needle_at * vocab, l.begin() + (needle_at + 1) * vocab);
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].tokens.push_back(Argmax(l.data() + i * vocab, vocab));
+    out->push_back(seqs[needle_at].tokens.back());
+    parts.clear();
+    for (auto& s : seqs) parts.push_back({&s, 1, 1});
+  }
+}
+
 // One request alone, then placed at a random position inside batches of 1 to 64 other
 // requests with mixed prompt lengths (their prefills share the needle's steps): 256 greedy
 // tokens with identical logits and tokens. The alone run is also checked against the CPU.
@@ -250,29 +280,10 @@ TEST(CudaInvariance, NeedleAloneEqualsNeedleInBatches) {
   auto model = InvarianceModel();
   ASSERT_TRUE(model);
   const int32_t vocab = model->config().vocab_size;
-  constexpr int32_t kTokens = 256;
   const std::vector<int32_t> needle_prompt = Prompt(45, vocab, 99);
-
   auto run_needle = [&](Backend* backend, int32_t others, uint32_t seed, std::vector<std::vector<float>>* logits,
                         std::vector<int32_t>* out) {
-    Driver d(backend, 4096);
-    std::mt19937 rng(seed);
-    std::vector<Seq> seqs(others + 1);
-    const int32_t needle_at = static_cast<int32_t>(rng() % static_cast<uint32_t>(others + 1));
-    for (int32_t i = 0; i <= others; ++i) {
-      seqs[i].tokens = i == needle_at ? needle_prompt : Prompt(1 + static_cast<int32_t>(rng() % 90), vocab, rng());
-    }
-    std::vector<Driver::Part> parts;
-    for (auto& s : seqs) parts.push_back({&s, static_cast<int32_t>(s.tokens.size()), 1});
-    for (int32_t step = 0; step <= kTokens; ++step) {
-      std::vector<float> l = d.Step(parts);
-      ASSERT_EQ(l.size(), static_cast<size_t>(vocab) * seqs.size());
-      logits->emplace_back(l.begin() + needle_at * vocab, l.begin() + (needle_at + 1) * vocab);
-      for (size_t i = 0; i < seqs.size(); ++i) seqs[i].tokens.push_back(Argmax(l.data() + i * vocab, vocab));
-      out->push_back(seqs[needle_at].tokens.back());
-      parts.clear();
-      for (auto& s : seqs) parts.push_back({&s, 1, 1});
-    }
+    RunNeedle(backend, needle_prompt, vocab, others, seed, logits, out);
   };
 
   auto gpu = Cuda(model);
@@ -653,6 +664,191 @@ TEST(CudaBackend, RejectsBadPlans) {
   EXPECT_GT(gpu->KvBlocksForFreeMemory(0, 0), 0);
   EXPECT_EQ(gpu->KvBlocksForFreeMemory(gpu->KvBytesPerBlock() * 3, 0), 3);
   EXPECT_NE(gpu->device().find("cuda:0"), std::string::npos);
+}
+
+
+// ---- The fast profile (docs/fast_profile.md): tensor-core products, batch-invariant on one GPU
+// architecture. Held to itself by equality (alone vs in batches, prefill vs decode, chunking,
+// warp tiles, graphs) and to the exact profile by a tolerance.
+
+std::unique_ptr<CudaBackend> Fast(std::shared_ptr<const Model> m, bool graphs = true) {
+  return Cuda(std::move(m), graphs, NumericsProfile::kFast);
+}
+
+// Largest |a - b| over the largest |a|: the fast profile's sums differ from the canonical ones
+// only in rounding (its products are exact), so logits agree to a few ulps of their scale.
+double RelativeMaxDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(a[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// Every position's logits of a prefill and 12 decode steps (the exact profile's tokens fed to
+// both) within 2e-5 of the scale of the CPU's; the profile names the architecture; the products
+// ran as FastLinearKernel. A wrong piece, permutation or split would be off by far more.
+TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec s;
+  s.vocab = 1000;
+  s.hidden = 160;  // padded columns
+  s.intermediate = 1408;
+  s.heads = 5;
+  s.kv_heads = 1;
+  s.head_dim = 32;
+  s.layers = 2;
+  auto model = SynthModel("fast_close", s);
+  ASSERT_TRUE(model);
+  auto cpu = Cpu(model);
+  auto fast = Fast(model);
+  ASSERT_TRUE(cpu && fast);
+  EXPECT_EQ(cpu->numerics_profile(), "exact");
+  EXPECT_EQ(fast->numerics_profile().rfind("fast-sm", 0), 0u) << fast->numerics_profile();
+  const int64_t launches = CudaFastLinearLaunchesForTesting();
+  const int32_t vocab = model->config().vocab_size;
+  Driver dc(cpu.get(), 64), dg(fast.get(), 64);
+  Seq sc, sg;
+  sc.tokens = sg.tokens = Prompt(70, vocab, 11);
+  std::vector<float> lc = dc.Step({{&sc, 70, 70}});
+  std::vector<float> lg = dg.Step({{&sg, 70, 70}});
+  EXPECT_LT(RelativeMaxDiff(lc, lg), 2e-5) << "prefill";
+  EXPECT_FALSE(SameBits(lc, lg)) << "the fast profile gave the exact profile's bits: did it run?";
+  for (int32_t step = 0; step < 12; ++step) {
+    const int32_t next = Argmax(lc.data() + lc.size() - vocab, vocab);
+    sc.tokens.push_back(next);
+    sg.tokens.push_back(next);
+    lc = dc.Step({{&sc, 1, 1}});
+    lg = dg.Step({{&sg, 1, 1}});
+    EXPECT_LT(RelativeMaxDiff(lc, lg), 2e-5) << "decode step " << step;
+  }
+  EXPECT_GT(CudaFastLinearLaunchesForTesting(), launches);
+}
+
+// The needle alone and inside batches of 1 to 64 others (so token tiles of 16, 32 and 64 rows,
+// and several of them): identical logits and tokens, 256 greedy steps.
+TEST(CudaFastProfile, NeedleAloneEqualsNeedleInBatches) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  const std::vector<int32_t> needle_prompt = Prompt(45, vocab, 99);
+  auto fast = Fast(model);
+  ASSERT_TRUE(fast);
+  std::vector<std::vector<float>> alone_logits;
+  std::vector<int32_t> alone_tokens;
+  RunNeedle(fast.get(), needle_prompt, vocab, 0, 1, &alone_logits, &alone_tokens);
+  ASSERT_EQ(alone_tokens.size(), static_cast<size_t>(kNeedleTokens + 1));
+  for (int32_t others : {1, 3, 17, 31, 40, 64}) {
+    SCOPED_TRACE("others=" + std::to_string(others));
+    auto batched = Fast(model);
+    std::vector<std::vector<float>> logits;
+    std::vector<int32_t> tokens;
+    RunNeedle(batched.get(), needle_prompt, vocab, others, 2000 + others, &logits, &tokens);
+    ASSERT_EQ(tokens, alone_tokens);
+    for (size_t s = 0; s < logits.size(); ++s) ASSERT_TRUE(SameBits(alone_logits[s], logits[s])) << "step " << s;
+  }
+}
+
+// Whole prefill vs chunks of 1 (decode steps), 5 and 16 tokens, eager vs graphs, and every warp
+// tile forced: the logits of every position are identical.
+TEST(CudaFastProfile, ChunkingGraphsAndTilesKeepBits) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(77, vocab, 5);
+  std::vector<float> whole;
+  {
+    auto fast = Fast(model);
+    Driver d(fast.get(), 64);
+    Seq s;
+    s.tokens = prompt;
+    whole = d.Step({{&s, 77, 77}});
+  }
+  for (int tile : {0, 1, 2, 4}) {
+    SetCudaFastLinearTileForTesting(tile);
+    for (bool graphs : {true, false}) {
+      for (int32_t chunk : {1, 5, 16, 77}) {
+        SCOPED_TRACE("tile=" + std::to_string(tile) + " chunk=" + std::to_string(chunk) +
+                     " graphs=" + std::to_string(graphs));
+        auto fast = Fast(model, graphs);
+        Driver d(fast.get(), 64);
+        Seq s;
+        s.tokens = prompt;
+        std::vector<float> all;
+        for (int32_t at = 0; at < 77; at += chunk) {
+          const int32_t n = std::min(chunk, 77 - at);
+          std::vector<float> l = d.Step({{&s, n, n}});
+          all.insert(all.end(), l.begin(), l.end());
+        }
+        EXPECT_TRUE(SameBits(whole, all));
+      }
+    }
+  }
+  SetCudaFastLinearTileForTesting(0);
+}
+
+// The tensor cores' products are exact only for bf16 weights: other dtypes are refused, clearly.
+TEST(CudaFastProfile, RefusesWeightsOtherThanBf16) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec s;
+  s.dtype = DType::kF32;
+  auto model = SynthModel("fast_f32", s);
+  ASSERT_TRUE(model);
+  CudaBackendOptions o;
+  o.profile = NumericsProfile::kFast;
+  auto b = CreateCudaBackend(model, o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("bf16"), std::string::npos) << b.status().ToString();
+}
+
+// The engine on the fast profile: batched requests give the tokens they give alone, and
+// provenance records the profile with its architecture.
+TEST(CudaFastProfile, EngineRecordsTheProfileAndKeepsRequestsApart) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/qwen2";
+  auto run = [&](int requests) {
+    EngineOptions o;
+    o.device = Device::kCuda;
+    o.numerics_profile = NumericsProfile::kFast;
+    o.max_batch = 8;
+    o.prefill_chunk = 7;
+    o.max_step_tokens = 32;
+    o.max_context = 512;
+    o.capture_logits = true;
+    auto engine = Engine::Load(dir, o);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    std::vector<GenerationResult> results;
+    if (!engine.ok()) return results;
+    std::vector<RequestId> ids;
+    for (int i = 0; i < requests; ++i) {
+      GenerationRequest r;
+      r.prompt_tokens = Prompt(i == 0 ? 19 : 5 + 9 * i, (*engine)->model().config().vocab_size, i == 0 ? 7 : 300 + i);
+      r.sampling.max_tokens = 24;
+      r.sampling.ignore_eos = true;
+      auto id = (*engine)->Submit(std::move(r));
+      EXPECT_TRUE(id.ok()) << id.status().ToString();
+      if (id.ok()) ids.push_back(*id);
+    }
+    for (RequestId id : ids) {
+      auto res = (*engine)->Wait(id);
+      EXPECT_TRUE(res.ok()) << res.status().ToString();
+      if (res.ok()) results.push_back(std::move(*res));
+    }
+    return results;
+  };
+  const std::vector<GenerationResult> alone = run(1);
+  const std::vector<GenerationResult> crowd = run(6);
+  ASSERT_EQ(alone.size(), 1u);
+  ASSERT_EQ(crowd.size(), 6u);
+  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast-sm", 0), 0u) << alone[0].provenance.numerics_profile;
+  EXPECT_EQ(alone[0].tokens, crowd[0].tokens);
+  ASSERT_EQ(alone[0].step_logits.size(), crowd[0].step_logits.size());
+  for (size_t t = 0; t < alone[0].step_logits.size(); ++t)
+    ASSERT_TRUE(SameBits(alone[0].step_logits[t], crowd[0].step_logits[t])) << "token " << t;
 }
 
 }  // namespace

@@ -315,5 +315,26 @@ TEST(EngineTest, SubmitRejectsBadRequests) {
   EXPECT_EQ(r.finish_reason, FinishReason::kLength);
 }
 
+// The fast profile is the tensor cores' (CUDA only): asking for it on the CPU is an error that
+// says so, not a silent exact run recorded under the wrong name.
+TEST(EngineTest, FastProfileOnTheCpuIsRefused) {
+  EngineOptions o;
+  o.device = Device::kCpu;
+  o.numerics_profile = NumericsProfile::kFast;
+  auto engine = Engine::Load(testing::SynthModelDir(ModelFamily::kQwen2, "tiny"), o);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("CUDA"), std::string::npos) << engine.status().ToString();
+}
+
+// Provenance names the profile the backend ran.
+TEST(EngineTest, ProvenanceNamesTheExactProfile) {
+  Loaded l = LoadTiny();
+  auto engine = MakeEngine(l, EngineOptions{});
+  EXPECT_EQ(engine->numerics_profile(), "exact");
+  const GenerationResult r = RunToEnd(*engine, TokensRequest({1, 2, 3}, 2));
+  EXPECT_EQ(r.provenance.numerics_profile, "exact");
+}
+
 }  // namespace
 }  // namespace rote::inference
