@@ -10,7 +10,7 @@
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
 //              [--numerics exact|fast]
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
-// lists its warp tiles (0 the default choice, 1, 2, 4 groups of 8 rows per warp).
+// lists its block shapes (0 the default choice, 1, 2, 4 tiles of 16 weight rows per block).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -19,6 +19,7 @@
 
 #include "inference/cuda/check.h"
 #include "inference/cuda/fast_linear.h"
+#include "inference/cuda/fast_tiles.h"
 #include "inference/cuda/kernels.h"
 #include "inference/numerics/rope.h"
 
@@ -182,7 +183,7 @@ class CudaBackendImpl final : public CudaBackend {
     device_name_ = "cuda:" + std::to_string(options_.device) + " " + prop.name;
     // The fast profile's sums are the tensor cores' accumulation, which is the architecture's:
     // its name carries the compute capability, so provenance tells runs that may differ apart.
-    if (fast_) profile_name_ = "fast-sm" + std::to_string(prop.major) + std::to_string(prop.minor);
+    if (fast_) profile_name_ = "fast2-sm" + std::to_string(prop.major) + std::to_string(prop.minor);
     ROTE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
     const ModelConfig& c = config_;
@@ -243,7 +244,7 @@ class CudaBackendImpl final : public CudaBackend {
         dl.k_norm = *v;
       }
     }
-    auto e = UploadMatrix({{&w.embed, 0, 1}}, c.vocab_size, dim);
+    auto e = UploadMatrix({{&w.embed, 0, 1}}, c.vocab_size, dim, nullptr, /*keep_rows=*/true);
     if (!e.ok()) return e.status();
     embed_ = *e;
     if (w.lm_head.data == w.embed.data) {
@@ -350,8 +351,10 @@ class CudaBackendImpl final : public CudaBackend {
   // Copies `parts` (same cols) into one device matrix, permuting each row into lane order and
   // zero-padding it. Parts of different dtypes are widened to fp32 (exact).
   // `row_order`, when given, moves logical row r to device row (*row_order)[r].
+  // The fast profile uploads bf16 matrices as tiles (DeviceMatrix::fast_tiles) and keeps the rows
+  // themselves only where `keep_rows` (the embedding, which is looked up by row).
   StatusOr<DeviceMatrix> UploadMatrix(std::vector<MatrixPart> parts, int64_t rows, int64_t cols,
-                                      const std::vector<int64_t>* row_order = nullptr) {
+                                      const std::vector<int64_t>* row_order = nullptr, bool keep_rows = false) {
     DType dtype = parts[0].view->dtype;
     for (const MatrixPart& p : parts) {
       if (!p.view->present()) return InvalidArgument("CUDA backend: missing tensor for a fused matrix");
@@ -380,12 +383,25 @@ class CudaBackendImpl final : public CudaBackend {
         }
       }
     }
-    auto& buf = buffers_.emplace_back(std::make_unique<DeviceBuffer>());
-    ROTE_RETURN_IF_ERROR(buf->Allocate(host.size()));
-    ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(buf->as<void>(), host.data(), host.size(), cudaMemcpyHostToDevice));
-    weight_bytes_ += static_cast<int64_t>(host.size());
     DeviceMatrix m;
-    m.data = buf->as<void>();
+    if (!fast_ || keep_rows) {
+      auto& buf = buffers_.emplace_back(std::make_unique<DeviceBuffer>());
+      ROTE_RETURN_IF_ERROR(buf->Allocate(host.size()));
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(buf->as<void>(), host.data(), host.size(), cudaMemcpyHostToDevice));
+      weight_bytes_ += static_cast<int64_t>(host.size());
+      m.data = buf->as<void>();
+    }
+    if (fast_ && wt == cuda::WeightType::kBF16) {
+      // The fast profile's products read only the tile copy (fast_tiles.h).
+      const std::vector<uint16_t> tiles =
+          cuda::FastTiles(reinterpret_cast<const uint16_t*>(host.data()), rows, padded);
+      auto& tbuf = buffers_.emplace_back(std::make_unique<DeviceBuffer>());
+      ROTE_RETURN_IF_ERROR(tbuf->Allocate(tiles.size() * sizeof(uint16_t)));
+      ROTE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(tbuf->as<void>(), tiles.data(), tiles.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+      weight_bytes_ += static_cast<int64_t>(tiles.size() * sizeof(uint16_t));
+      m.fast_tiles = tbuf->as<void>();
+    }
     m.type = wt;
     m.rows = static_cast<int32_t>(rows);
     m.cols = static_cast<int32_t>(cols);

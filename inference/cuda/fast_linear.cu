@@ -1,26 +1,22 @@
-// The fast profile's matrix product (fast_linear.h, docs/fast_profile.md).
+// The fast profile's matrix product (fast_linear.h, fast_tiles.h, docs/fast_profile.md).
 //
-// A block is 4 warps over 32 * NT weight rows (each warp NT groups of 8) and 16 * MT token rows;
-// grid (row tiles, K slices, token tiles). A ring of kFastStages 64-column chunks in shared memory
-// (cp.async: weights and raw activations) keeps kFastStages - 1 chunks in flight; per chunk the
-// block splits its token rows' activations into three bf16 pieces, and each warp runs
-// mma.m16n8k16 for every (token group, row group, piece, half step). A slice's block writes its
-// sums to scratch; the last of a tile's slices to finish adds them in slice order.
-//
-// The k permutation inside a 64-column chunk. mma.m16n8k16 gives thread (g = lane / 4, t = lane
-// % 4) the k pairs {2t, 2t + 1} and {2t + 8, 2t + 9} of a 16-k group, for A and B alike. Here
-// step j of thread t takes the chunk's columns [8 t + 32 j, 8 t + 32 j + 8): words 0-1 are the
-// first 16-k group's pairs and words 2-3 the second's. Every column is in exactly one group at
-// one place, for the weights and the activations the same way, so each mma sums 16 distinct
-// exact products.
+// A block is 8 warps over 16 * RT weight rows (RT tiles of fast_tiles.h) and 8 * NTK token rows;
+// grid (token tiles, row tiles, K slices). The warps split the slice's 16-column steps: warp w
+// takes steps w, w + 8, w + 16, ... in increasing order. Per step a lane copies (cp.async) its
+// own 16 bytes of each weight tile, already in mma order, and its own token's four activations
+// of each 8-token group into a private ring of 3 or 4 steps in shared memory, so copies run
+// 2 or 3 steps ahead with no synchronisation between threads. It splits the activations
+// into three bf16 pieces (truncation: hi + mid + lo == x exactly) and runs mma.m16n8k16 for
+// every (tile, token group): pieces lo, mid, hi in that order. The warps' sums are added through
+// shared memory in warp order; a slice's block then writes its sums to scratch, and the last of
+// a tile's slices to finish adds them in slice order and applies the epilogue.
 #include "inference/cuda/fast_linear.h"
-
-#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 
+#include "inference/cuda/fast_tiles.h"
 #include "inference/cuda/launch.cuh"
 #include "inference/numerics/canonical.h"
 
@@ -29,63 +25,43 @@ namespace {
 
 using numerics::canonical_silu;
 
-constexpr int kFastWarps = 4;
-constexpr int kFastThreads = kFastWarps * 32;
-constexpr int kChunk = 64;        // columns per stage
-constexpr int kPieces = 3;        // hi, mid, lo
-constexpr int kMaxSplits = 4;
-// Slices are chosen as if tiles were 32 rows: a matrix of R rows gets about kSplitTarget /
-// ceil(R / 32) slices (at most kMaxSplits, at least 2 chunks each).
-constexpr int kSplitTarget = 256;
-constexpr int kMinTileRows = 32;
-// Chunks in the shared-memory ring: PD - 1 are in flight while one is computed.
-constexpr int kFastStages = 6;
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kStepCols = kFastTileCols;  // columns per step: one mma's k
+constexpr int kMaxSplits = 16;
+// Slices: a matrix of R rows gets about kSplitTarget / ceil(R / 64) of them, never fewer than
+// 2 steps per warp each. A function of the shape only (it fixes the order of the sums).
+constexpr int kSplitTarget = 128;
+constexpr int kSplitRows = 64;
+constexpr int kMinStepsPerWarp = 2;
 
 std::atomic<int64_t> g_fast_launches{0};
 int g_fast_tile = 0;
 
-__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
+__device__ __forceinline__ void Mma(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
-// x = hi + mid + lo exactly (bf16 keeps fp32's exponent range; each piece takes the next 8
-// significant bits, and the remainders are exact fp32 differences).
-struct Split3 {
-  uint32_t hi, mid, lo;  // two bf16 each: element 2i in the low half, 2i + 1 in the high half
+// The three pieces of four activations (fast_tiles.h, FastSplit), packed in pairs for the B
+// operand: element 0 in the low half.
+struct Pieces {
+  uint32_t hi[2], mid[2], lo[2];
 };
-__device__ __forceinline__ Split3 SplitPair(float x0, float x1) {
-  const __nv_bfloat16 h0 = __float2bfloat16_rn(x0), h1 = __float2bfloat16_rn(x1);
-  const float r0 = x0 - __bfloat162float(h0), r1 = x1 - __bfloat162float(h1);
-  const __nv_bfloat16 m0 = __float2bfloat16_rn(r0), m1 = __float2bfloat16_rn(r1);
-  const __nv_bfloat16 l0 = __float2bfloat16_rn(r0 - __bfloat162float(m0));
-  const __nv_bfloat16 l1 = __float2bfloat16_rn(r1 - __bfloat162float(m1));
-  auto pack = [](__nv_bfloat16 lo, __nv_bfloat16 hi) {
-    return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
-  };
-  return {pack(h0, h1), pack(m0, m1), pack(l0, l1)};
+__device__ __forceinline__ Pieces SplitFour(const float4 v) {
+  const FastPieces q[4] = {FastSplit(v.x), FastSplit(v.y), FastSplit(v.z), FastSplit(v.w)};
+  Pieces p;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    p.hi[i] = __byte_perm(q[2 * i].hi, q[2 * i + 1].hi, 0x7632);
+    p.mid[i] = __byte_perm(q[2 * i].mid, q[2 * i + 1].mid, 0x7632);
+    p.lo[i] = __byte_perm(q[2 * i].lo, q[2 * i + 1].lo, 0x7632);
+  }
+  return p;
 }
-
-
-template <int MT, int NT>
-struct FastShape {
-  static constexpr int kToks = 16 * MT;
-  static constexpr int kRows = kFastWarps * 8 * NT;
-  static constexpr int kStages = kFastStages;
-  // One ring slot: the chunk's weights (kRows x 128 bytes) and raw activations (kToks x 256 bytes).
-  static constexpr int kWeightSlotBytes = kRows * kChunk * 2;
-  static constexpr int kActSlotBytes = kToks * kChunk * 4;
-  static constexpr int kSlotBytes = kWeightSlotBytes + kActSlotBytes;
-  // Then the pieces of the chunk being computed: [piece][token row][16-byte unit].
-  static constexpr int kPiecesBytes = kPieces * kToks * kChunk * 2;
-  static constexpr int kSmemBytes = kStages * kSlotBytes + kPiecesBytes;
-  static constexpr int kWeightCopies = kRows * (kChunk / 8) / kFastThreads;  // 16-byte copies per thread
-  static constexpr int kActCopies = kToks * (kChunk / 4) / kFastThreads;
-};
 
 __device__ __forceinline__ uint32_t SharedAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -98,11 +74,25 @@ template <int N>
 __device__ __forceinline__ void WaitCopies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
-// 16-byte unit u of row r sits at u ^ 4 (r & 1): an 8-thread phase of 128-bit accesses covers two
-// rows and four units each, so the two rows land in different halves of the banks.
-__device__ __forceinline__ int Swizzle(int unit, int row) { return unit ^ ((row & 1) << 2); }
 
-// out[m][n] (and n + 1) from the finished sums of columns n, n + 1 (n even).
+template <int RT, int NTK>
+struct FastShape {
+  static constexpr int kRows = kFastTileRows * RT;
+  static constexpr int kToks = 8 * NTK;
+  // One lane's ring slot: RT weight fragments and NTK activation float4s, 16 bytes each; slot i
+  // of a warp is [RT + NTK][32 lanes] x 16 bytes, so lanes touch consecutive 16-byte words.
+  static constexpr int kSlotBytes = (RT + NTK) * 32 * 16;
+  // Ring slots per warp (kStages - 1 steps in flight): 4, or 3 for the widest block, so that two
+  // blocks still fit a multiprocessor's shared memory.
+  static constexpr int kStages = RT + NTK >= 8 ? 3 : 4;
+  static constexpr int kRingBytes = kWarps * kStages * kSlotBytes;
+  // The warps' sums: [warp][row][token], rows padded by one float against bank conflicts.
+  static constexpr int kSumStride = kToks + 1;
+  static constexpr int kSumBytes = kWarps * kRows * kSumStride * 4;
+  static constexpr int kSmemBytes = kRingBytes > kSumBytes ? kRingBytes : kSumBytes;
+};
+
+// out[m][n] and out[m][n + 1] from the finished sums of rows n, n + 1 (n even).
 __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, float v0, float v1) {
   float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
   const int rows = a.w.rows;
@@ -130,147 +120,143 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
   }
 }
 
-template <int MT, int NT>
-__global__ void __launch_bounds__(kFastThreads) FastLinearKernel(LinearArgs a, int32_t splits) {
-  using S = FastShape<MT, NT>;
-  constexpr int PD = S::kStages;
+template <int RT, int NTK>
+__global__ void __launch_bounds__(kThreads) FastLinearKernel(LinearArgs a, int32_t splits) {
+  using S = FastShape<RT, NTK>;
+  constexpr int kStages = S::kStages;
   extern __shared__ __align__(16) unsigned char fast_smem[];
   __shared__ int is_last;
   LetNextStart();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int rows = a.w.rows;
-  const int chunks = a.w.cols_padded / kChunk;
-  const int split = blockIdx.y;
-  const int c_begin = static_cast<int>(static_cast<int64_t>(split) * chunks / splits);
-  const int nchunks = static_cast<int>(static_cast<int64_t>(split + 1) * chunks / splits) - c_begin;
-  const int m0 = blockIdx.z * S::kToks;
+  const int steps = a.w.cols_padded / kStepCols;
+  const int split = blockIdx.z;
+  const int s_begin = static_cast<int>(static_cast<int64_t>(split) * steps / splits);
+  const int s_end = static_cast<int>(static_cast<int64_t>(split + 1) * steps / splits);
+  const int nsteps = s_end - s_begin > warp ? (s_end - s_begin - warp + kWarps - 1) / kWarps : 0;
+  const int m0 = blockIdx.x * S::kToks;
   const int mcount = min(S::kToks, a.tokens - m0);
-  const int tile_row0 = blockIdx.x * S::kRows;
-  const int row0 = tile_row0 + warp * 8 * NT;
-  auto weight_slot = [&](int slot) { return reinterpret_cast<uint4*>(fast_smem + slot * S::kSlotBytes); };
-  auto act_slot = [&](int slot) {
-    return reinterpret_cast<float4*>(fast_smem + slot * S::kSlotBytes + S::kWeightSlotBytes);
-  };
-  uint4* pieces = reinterpret_cast<uint4*>(fast_smem + PD * S::kSlotBytes);  // [piece][row][unit]
+  const int tile0 = blockIdx.y * RT;
+  const int last_tile = (rows + kFastTileRows - 1) / kFastTileRows - 1;
+  const uint4* tiles = static_cast<const uint4*>(a.w.fast_tiles);
+  unsigned char* ring = fast_smem + warp * kStages * S::kSlotBytes;
 
-  // Copy k of this thread: weight row (k / 8) of the tile, unit k % 8; rows past the end repeat
-  // the last (their sums are never stored).
-  const __nv_bfloat16* wbase = static_cast<const __nv_bfloat16*>(a.w.data);
-  auto issue_weights = [&](int i) {
-    uint4* dst = weight_slot((i) % PD);
-    const int c = c_begin + i;
+  // This lane's activation rows (a token past the batch reads nothing and splits zeros).
+  const float* xrow[NTK];
 #pragma unroll
-    for (int q = 0; q < S::kWeightCopies; ++q) {
-      const int k = tid + kFastThreads * q, r = k / 8, u = k % 8;
-      const int wr = min(tile_row0 + r, rows - 1);
-      CopyAsync16(dst + r * 8 + Swizzle(u, r),
-                  wbase + static_cast<int64_t>(wr) * a.w.cols_padded + c * kChunk + u * 8);
+  for (int j = 0; j < NTK; ++j) {
+    const int r = 8 * j + g;
+    xrow[j] = nullptr;
+    if (r < mcount) {
+      const int m = m0 + r;
+      xrow[j] = a.x + static_cast<int64_t>(a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride + 4 * t;
+    }
+  }
+  // Tiles past the matrix repeat the last one (their sums are never stored).
+  auto issue_weights = [&](int i) {
+    unsigned char* slot = ring + (i % kStages) * S::kSlotBytes;
+    const int s = s_begin + warp + kWarps * i;
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+      const int tile = min(tile0 + r, last_tile);
+      CopyAsync16(slot + (r * 32 + lane) * 16, tiles + (static_cast<int64_t>(tile) * steps + s) * 32 + lane);
     }
   };
   auto issue_acts = [&](int i) {
-    float4* dst = act_slot(i % PD);
-    const int c = c_begin + i;
+    unsigned char* slot = ring + (i % kStages) * S::kSlotBytes + RT * 32 * 16;
+    const int s = s_begin + warp + kWarps * i;
 #pragma unroll
-    for (int q = 0; q < S::kActCopies; ++q) {
-      const int k = tid + kFastThreads * q, r = k / (kChunk / 4), f = k % (kChunk / 4);
-      if (r < mcount) {
-        const int m = m0 + r;
-        const int src = a.x_rows != nullptr ? a.x_rows[m] : m;
-        CopyAsync16(dst + r * (kChunk / 4) + f, a.x + static_cast<int64_t>(src) * a.x_stride + c * kChunk + f * 4);
-      }
-    }
+    for (int j = 0; j < NTK; ++j)
+      if (xrow[j] != nullptr) CopyAsync16(slot + (j * 32 + lane) * 16, xrow[j] + s * kStepCols);
   };
 
-  float acc[MT][NT][4];
+  float acc[RT][NTK][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+  for (int r = 0; r < RT; ++r)
 #pragma unroll
-    for (int i = 0; i < NT; ++i)
+    for (int j = 0; j < NTK; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][i][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[r][j][e] = 0.0f;
 
-  // Prologue: the first PD - 1 chunks' weights before the wait (they are constants), their
-  // activations after it; PD - 1 groups, the first also holding every early weight copy.
+  // Prologue: the first kStages - 1 steps' weights before the wait (they are constants), their
+  // activations after it; one commit group per step, the first also holding the early weights.
 #pragma unroll
-  for (int i = 0; i < PD - 1; ++i)
-    if (i < nchunks) issue_weights(i);
+  for (int i = 0; i < kStages - 1; ++i)
+    if (i < nsteps) issue_weights(i);
   WaitForPrevious();
 #pragma unroll
-  for (int i = 0; i < PD - 1; ++i) {
-    if (i < nchunks) issue_acts(i);
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < nsteps) issue_acts(i);
     CommitCopies();
   }
-  for (int i = 0; i < nchunks; ++i) {
-    WaitCopies<PD - 2>();  // chunk i's group (exactly one group per chunk after it is pending)
-    __syncthreads();       // everyone's copies of chunk i landed; everyone is done with chunk i - 1
-    if (i + PD - 1 < nchunks) {
-      issue_weights(i + PD - 1);  // into chunk i - 1's slot
-      issue_acts(i + PD - 1);
+  for (int i = 0; i < nsteps; ++i) {
+    // Step i's group has landed. Every lane reads only what it copied itself, so no other
+    // thread is waited for, and slot (i - 1) % kStages is free for step i + kStages - 1.
+    WaitCopies<kStages - 2>();
+    if (i + kStages - 1 < nsteps) {
+      issue_weights(i + kStages - 1);
+      issue_acts(i + kStages - 1);
     }
     CommitCopies();
-    // Split the chunk's activations into pieces (rows past the batch: zeros).
-    const float4* raw = act_slot(i % PD);
+    const unsigned char* slot = ring + (i % kStages) * S::kSlotBytes;
+    Pieces p[NTK];
 #pragma unroll
-    for (int q = 0; q < S::kActCopies; ++q) {
-      const int k = tid + kFastThreads * q, r = k / (kChunk / 4), f = k % (kChunk / 4);
-      const float4 v = r < mcount ? raw[r * (kChunk / 4) + f] : make_float4(0.f, 0.f, 0.f, 0.f);
-      const Split3 p01 = SplitPair(v.x, v.y), p23 = SplitPair(v.z, v.w);
-      const int at = r * 8 + Swizzle(f / 2, r), half = f % 2;
-      reinterpret_cast<uint2*>(pieces + at)[half] = make_uint2(p01.hi, p23.hi);
-      reinterpret_cast<uint2*>(pieces + S::kToks * 8 + at)[half] = make_uint2(p01.mid, p23.mid);
-      reinterpret_cast<uint2*>(pieces + 2 * S::kToks * 8 + at)[half] = make_uint2(p01.lo, p23.lo);
+    for (int j = 0; j < NTK; ++j) {
+      const float4 v = xrow[j] != nullptr
+                           ? *reinterpret_cast<const float4*>(slot + RT * 32 * 16 + (j * 32 + lane) * 16)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+      p[j] = SplitFour(v);
     }
-    __syncthreads();
-    const uint4* wslot = weight_slot(i % PD);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      // Thread t's 8 columns of step j: [8 t + 32 j, 8 t + 32 j + 8), unit t + 4 j.
-      uint4 w[NT];
+    for (int r = 0; r < RT; ++r) {
+      const uint4 w = *reinterpret_cast<const uint4*>(slot + (r * 32 + lane) * 16);
 #pragma unroll
-      for (int n = 0; n < NT; ++n) {
-        const int r = warp * 8 * NT + 8 * n + g;
-        w[n] = wslot[r * 8 + Swizzle(t + 4 * j, r)];
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        if (mt * 16 >= mcount) break;  // warp-uniform; later groups hold no token
-        const int unit = Swizzle(t + 4 * j, g);
-#pragma unroll
-        for (int p = kPieces - 1; p >= 0; --p) {
-          const uint4 lo = pieces[(p * S::kToks + mt * 16 + g) * 8 + unit];
-          const uint4 hi = pieces[(p * S::kToks + mt * 16 + g + 8) * 8 + unit];
-#pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            Mma(acc[mt][n], lo.x, hi.x, lo.y, hi.y, w[n].x, w[n].y);
-            Mma(acc[mt][n], lo.z, hi.z, lo.w, hi.w, w[n].z, w[n].w);
-          }
-        }
+      for (int j = 0; j < NTK; ++j) {
+        Mma(acc[r][j], w, p[j].lo[0], p[j].lo[1]);
+        Mma(acc[r][j], w, p[j].mid[0], p[j].mid[1]);
+        Mma(acc[r][j], w, p[j].hi[0], p[j].hi[1]);
       }
     }
   }
-  WaitCopies<0>();  // no copy outlives the block (the trailing groups are empty)
+  WaitCopies<0>();  // no copy outlives the loop (the trailing groups are empty)
+  __syncthreads();  // the ring becomes the warps' sums
 
-  // acc[mt][i]: token rows m0 + 16 mt + g (e 0, 1) and + 8 (e 2, 3), weight rows
-  // row0 + 8 i + 2 t (+ 1).
+  // acc[r][j][e]: weight row 16 r + g (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e).
+  float* sums = reinterpret_cast<float*>(fast_smem);
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+#pragma unroll
+    for (int j = 0; j < NTK; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * r + g + 8 * (e / 2), tok = 8 * j + 2 * t + (e % 2);
+        sums[(warp * S::kRows + row) * S::kSumStride + tok] = acc[r][j][e];
+      }
+  __syncthreads();
+
+  // Each thread finishes row pairs (n, n + 1) of tokens: the warps' sums in warp order.
+  constexpr int kPairs = S::kRows / 2;
+  auto block_sum = [&](int row, int tok) {
+    float v = sums[row * S::kSumStride + tok];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) v = v + sums[(w * S::kRows + row) * S::kSumStride + tok];
+    return v;
+  };
+  const int row0 = tile0 * kFastTileRows;
   if (splits > 1) {
     float* part = a.split_scratch;
     const int64_t plane = static_cast<int64_t>(a.tokens) * rows;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < NT; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int m = 16 * mt + g + 8 * h, n = row0 + 8 * i + 2 * t;
-          if (m >= mcount) continue;
-          float* p = part + split * plane + static_cast<int64_t>(m0 + m) * rows + n;
-          if (n < rows) __stcg(p, acc[mt][i][2 * h]);
-          if (n + 1 < rows) __stcg(p + 1, acc[mt][i][2 * h + 1]);
-        }
+    for (int idx = tid; idx < kPairs * S::kToks; idx += kThreads) {
+      const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
+      if (tok >= mcount || n >= rows) continue;
+      float* p = part + split * plane + static_cast<int64_t>(m0 + tok) * rows + n;
+      __stcg(p, block_sum(row, tok));
+      if (n + 1 < rows) __stcg(p + 1, block_sum(row + 1, tok));
+    }
     __threadfence();
     __syncthreads();
     if (tid == 0) {
-      uint32_t* ticket = a.split_tickets + static_cast<int64_t>(blockIdx.z) * gridDim.x + blockIdx.x;
+      uint32_t* ticket = a.split_tickets + static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
       const unsigned prev = atomicAdd(ticket, 1u);
       is_last = prev == static_cast<unsigned>(splits - 1);
       if (is_last) *ticket = 0;  // ready for the next launch (graph replays)
@@ -278,77 +264,68 @@ __global__ void __launch_bounds__(kFastThreads) FastLinearKernel(LinearArgs a, i
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < NT; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int m = 16 * mt + g + 8 * h, n = row0 + 8 * i + 2 * t;
-          if (m >= mcount || n >= rows) continue;
-          const float* p = part + static_cast<int64_t>(m0 + m) * rows + n;
-          const bool pair = n + 1 < rows;
-          float v0 = __ldcg(p), v1 = pair ? __ldcg(p + 1) : 0.0f;
-          for (int s = 1; s < splits; ++s) {
-            v0 = v0 + __ldcg(p + s * plane);
-            if (pair) v1 = v1 + __ldcg(p + s * plane + 1);
-          }
-          acc[mt][i][2 * h] = v0;
-          acc[mt][i][2 * h + 1] = v1;
-        }
-  }
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int i = 0; i < NT; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = 16 * mt + g + 8 * h, n = row0 + 8 * i + 2 * t;
-        if (m >= mcount || n >= rows) continue;
-        StoreFast(a, m0 + m, n, acc[mt][i][2 * h], acc[mt][i][2 * h + 1]);
+    for (int idx = tid; idx < kPairs * S::kToks; idx += kThreads) {
+      const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
+      if (tok >= mcount || n >= rows) continue;
+      const float* p = part + static_cast<int64_t>(m0 + tok) * rows + n;
+      const bool pair = n + 1 < rows;
+      float v0 = __ldcg(p), v1 = pair ? __ldcg(p + 1) : 0.0f;
+      for (int s = 1; s < splits; ++s) {
+        v0 = v0 + __ldcg(p + s * plane);
+        if (pair) v1 = v1 + __ldcg(p + s * plane + 1);
       }
+      StoreFast(a, m0 + tok, n, v0, v1);
+    }
+    return;
+  }
+  for (int idx = tid; idx < kPairs * S::kToks; idx += kThreads) {
+    const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
+    if (tok >= mcount || n >= rows) continue;
+    StoreFast(a, m0 + tok, n, block_sum(row, tok), n + 1 < rows ? block_sum(row + 1, tok) : 0.0f);
+  }
 }
 
-template <int MT, int NT>
+template <int RT, int NTK>
 int64_t FastBlocks(const LinearArgs& a, int32_t splits) {
-  using S = FastShape<MT, NT>;
-  return static_cast<int64_t>((a.w.rows + S::kRows - 1) / S::kRows) * splits * ((a.tokens + S::kToks - 1) / S::kToks);
+  using S = FastShape<RT, NTK>;
+  return static_cast<int64_t>((a.w.rows + S::kRows - 1) / S::kRows) * splits *
+         ((a.tokens + S::kToks - 1) / S::kToks);
 }
 
-template <int MT, int NT>
+template <int RT, int NTK>
 cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
-  using S = FastShape<MT, NT>;
-  const dim3 grid((a.w.rows + S::kRows - 1) / S::kRows, splits, (a.tokens + S::kToks - 1) / S::kToks);
-  if (grid.z > 65535) return cudaErrorInvalidConfiguration;
+  using S = FastShape<RT, NTK>;
+  const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, splits);
+  if (grid.y > 65535) return cudaErrorInvalidConfiguration;
   static const cudaError_t prepared = cudaFuncSetAttribute(
-      FastLinearKernel<MT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
+      FastLinearKernel<RT, NTK>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
   if (prepared != cudaSuccess) return prepared;
   g_fast_launches.fetch_add(1, std::memory_order_relaxed);
-  return LaunchChained(FastLinearKernel<MT, NT>, grid, dim3(kFastThreads), static_cast<size_t>(S::kSmemBytes), stream,
+  return LaunchChained(FastLinearKernel<RT, NTK>, grid, dim3(kThreads), static_cast<size_t>(S::kSmemBytes), stream,
                        a, splits);
 }
 
-template <int MT>
+template <int NTK>
 cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
-  // The widest warp tile (fewest activation reads per weight) whose grid still gives every
-  // multiprocessor a block; else the narrowest.
-  const int64_t want = static_cast<int64_t>(MultiprocessorCount());
-  if (g_fast_tile == 4 || (g_fast_tile == 0 && FastBlocks<MT, 4>(a, splits) >= want))
-    return LaunchFast<MT, 4>(a, splits, stream);
-  if (g_fast_tile == 2 || (g_fast_tile == 0 && FastBlocks<MT, 2>(a, splits) >= want))
-    return LaunchFast<MT, 2>(a, splits, stream);
-  return LaunchFast<MT, 1>(a, splits, stream);
+  // The most weight rows per block (each activation read serves more rows) whose grid still
+  // gives every multiprocessor two blocks; else one tile per block.
+  const int64_t want = 2 * static_cast<int64_t>(MultiprocessorCount());
+  if (g_fast_tile == 4 || (g_fast_tile == 0 && FastBlocks<4, NTK>(a, splits) >= want))
+    return LaunchFast<4, NTK>(a, splits, stream);
+  if (g_fast_tile == 2 || (g_fast_tile == 0 && FastBlocks<2, NTK>(a, splits) >= want))
+    return LaunchFast<2, NTK>(a, splits, stream);
+  return LaunchFast<1, NTK>(a, splits, stream);
 }
 
 }  // namespace
 
 int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) {
-  const int32_t chunks = cols_padded / kChunk;
-  const int32_t tiles = (rows + kMinTileRows - 1) / kMinTileRows;
-  int32_t s = std::max<int32_t>(1, kSplitTarget / std::max<int32_t>(tiles, 1));
+  const int32_t steps = cols_padded / kStepCols;
+  const int32_t tiles = (rows + kSplitRows - 1) / kSplitRows;
+  int32_t s = (kSplitTarget + std::max<int32_t>(tiles, 1) - 1) / std::max<int32_t>(tiles, 1);
   s = std::min(s, kMaxSplits);
-  s = std::min(s, std::max<int32_t>(1, chunks / 2));
-  return s;
+  s = std::min(s, std::max<int32_t>(1, steps / (kWarps * kMinStepsPerWarp)));
+  return std::max<int32_t>(s, 1);
 }
 
 int64_t FastLinearScratchFloats(int32_t rows, int32_t cols_padded, int32_t tokens) {
@@ -358,14 +335,16 @@ int64_t FastLinearScratchFloats(int32_t rows, int32_t cols_padded, int32_t token
 
 int64_t FastLinearTickets(int32_t rows, int32_t cols_padded, int32_t tokens) {
   if (FastLinearSplits(rows, cols_padded) == 1) return 0;
-  // The most tiles any warp tile gives: 32-row tiles of 16 tokens.
-  return static_cast<int64_t>((rows + kMinTileRows - 1) / kMinTileRows) * ((tokens + 15) / 16);
+  // The most tiles any block shape gives: one 16-row tile of 8 tokens.
+  return static_cast<int64_t>((rows + kFastTileRows - 1) / kFastTileRows) * ((tokens + 7) / 8);
 }
 
 bool CanRunFastLinear(const LinearArgs& a) {
-  if (a.w.type != WeightType::kBF16 || a.norm_weight != nullptr || a.epilogue == LinearEpilogue::kRopeStore)
+  if (a.w.type != WeightType::kBF16 || a.w.fast_tiles == nullptr || a.norm_weight != nullptr ||
+      a.epilogue == LinearEpilogue::kRopeStore)
     return false;
-  if (a.w.cols_padded % kChunk != 0 || a.tokens < 1 || a.w.rows < 1) return false;
+  if (a.w.cols_padded % kStepCols != 0 || a.tokens < 1 || a.w.rows < 1) return false;
+  if (a.x_stride % 4 != 0) return false;  // 16-byte activation copies
   const int32_t splits = FastLinearSplits(a.w.rows, a.w.cols_padded);
   if (splits > 1) {
     if (a.split_scratch == nullptr || a.split_tickets == nullptr) return false;
@@ -378,14 +357,14 @@ bool CanRunFastLinear(const LinearArgs& a) {
 cudaError_t LaunchFastLinear(const LinearArgs& a, cudaStream_t stream) {
   if (!CanRunFastLinear(a)) return cudaErrorInvalidValue;
   const int32_t splits = FastLinearSplits(a.w.rows, a.w.cols_padded);
-  // Token tiles: one 16-row group for a token or a few, two up to 32, four beyond (prefill).
-  if (a.tokens <= 16) return LaunchFastRows<1>(a, splits, stream);
-  if (a.tokens <= 32) return LaunchFastRows<2>(a, splits, stream);
+  // Token tiles of 8, 16 or 32 rows: no wider than the batch.
+  if (a.tokens <= 8) return LaunchFastRows<1>(a, splits, stream);
+  if (a.tokens <= 16) return LaunchFastRows<2>(a, splits, stream);
   return LaunchFastRows<4>(a, splits, stream);
 }
 
 int64_t FastLinearLaunches() { return g_fast_launches.load(std::memory_order_relaxed); }
 
-void SetFastLinearTile(int n8_per_warp) { g_fast_tile = n8_per_warp; }
+void SetFastLinearTile(int row_tiles_per_block) { g_fast_tile = row_tiles_per_block; }
 
 }  // namespace rote::inference::cuda

@@ -38,6 +38,9 @@ struct DeviceMatrix {
   int32_t rows = 0;
   int32_t cols = 0;
   int32_t cols_padded = 0;
+  // The fast profile's copy of a bf16 matrix in tensor-core tile order (fast_tiles.h); null in
+  // the exact profile.
+  const void* fast_tiles = nullptr;
 };
 
 enum class LinearEpilogue : int {

@@ -17,6 +17,7 @@
 #include "inference/engine.h"
 #include "inference/cuda/attention_parts.h"
 #include "inference/cuda/cuda_backend.h"
+#include "inference/cuda/fast_tiles.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
 
@@ -546,6 +547,89 @@ TEST(CudaAttentionParts, BlocksPerHeadFollowHeadsAndGrid) {
   EXPECT_EQ(AttentionPartsFor(0, 1, 3), 0);
 }
 
+// The fast profile's tile layout (no device needed): reading every lane's registers of a tile
+// as mma.m16n8k16 defines them (a0..a3 of A; b0, b1 of B with thread t's columns 4t..4t + 3) and
+// multiplying the assembled 16 x 16 and 16 x 8 matrices gives exactly the plain product of
+// matching columns, for a matrix of rows not a multiple of 16 (the padding rows are zeros).
+TEST(CudaFastTiles, LanesHoldTheMmaFragmentsOfMatchingColumns) {
+  constexpr int64_t kRows = 37, kCols = 128, kToks = 8;
+  std::vector<uint16_t> w(kRows * kCols);
+  std::vector<double> x(kToks * kCols);
+  std::mt19937 rng(7);
+  // Small integers as bf16 bit patterns: exact in double, so any misplaced column shows.
+  auto bf16_of = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  auto float_of = [](uint16_t b) {
+    const uint32_t u = static_cast<uint32_t>(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return static_cast<double>(f);
+  };
+  for (auto& v : w) v = bf16_of(static_cast<float>(static_cast<int>(rng() % 17) - 8));
+  for (auto& v : x) v = static_cast<double>(static_cast<int>(rng() % 13) - 6);
+  const std::vector<uint16_t> tiles = cuda::FastTiles(w.data(), kRows, kCols);
+  ASSERT_EQ(static_cast<int64_t>(tiles.size()), cuda::FastTileRowsPadded(kRows) * kCols);
+  for (int64_t tile = 0; tile < cuda::FastTileRowsPadded(kRows) / 16; ++tile) {
+    std::vector<double> out(16 * kToks, 0.0);
+    for (int64_t step = 0; step < kCols / 16; ++step) {
+      double a[16][16] = {}, b[16][8] = {};  // [row][k position], [k position][token]
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        const uint16_t* reg = &tiles[((tile * (kCols / 16) + step) * 32 + lane) * 8];
+        const int rows_of[4] = {g, g + 8, g, g + 8}, k_of[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+        for (int i = 0; i < 4; ++i)
+          for (int e = 0; e < 2; ++e) a[rows_of[i]][k_of[i] + e] = float_of(reg[2 * i + e]);
+        // b0 = columns 4t, 4t + 1 at k positions 2t, 2t + 1; b1 = 4t + 2, 4t + 3 at 2t + 8, 2t + 9.
+        for (int e = 0; e < 2; ++e) {
+          b[2 * t + e][g] = x[g * kCols + step * 16 + 4 * t + e];
+          b[2 * t + 8 + e][g] = x[g * kCols + step * 16 + 4 * t + 2 + e];
+        }
+      }
+      for (int r = 0; r < 16; ++r)
+        for (int n = 0; n < kToks; ++n)
+          for (int k = 0; k < 16; ++k) out[r * kToks + n] += a[r][k] * b[k][n];
+    }
+    for (int r = 0; r < 16; ++r) {
+      const int64_t row = tile * 16 + r;
+      for (int n = 0; n < kToks; ++n) {
+        double want = 0.0;
+        if (row < kRows)
+          for (int64_t k = 0; k < kCols; ++k) want += float_of(w[row * kCols + k]) * x[n * kCols + k];
+        EXPECT_EQ(out[r * kToks + n], want) << "row " << row << " token " << n;
+      }
+    }
+  }
+}
+
+// The three bf16 pieces of an activation add up to it exactly: each piece has no bits below
+// bf16's, and hi + mid + lo, summed in double, is x, over random magnitudes and signs.
+TEST(CudaFastTiles, PiecesAreBf16AndSumExactly) {
+  std::mt19937 rng(11);
+  // Magnitudes 2^-100 to 2^101 (the split is exact from 2^-103 up), either sign.
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-100, 100);
+  auto value = [](uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return static_cast<double>(f);
+  };
+  for (int i = 0; i < 100000; ++i) {
+    const float x = std::ldexp(rng() % 2 == 0 ? mant(rng) : -mant(rng), expo(rng));
+    const cuda::FastPieces p = cuda::FastSplit(x);
+    ASSERT_EQ(p.hi & 0xffffu, 0u) << x;
+    ASSERT_EQ(p.mid & 0xffffu, 0u) << x;
+    ASSERT_EQ(p.lo & 0xffffu, 0u) << x;
+    ASSERT_EQ(value(p.hi) + value(p.mid) + value(p.lo), static_cast<double>(x)) << x;
+  }
+  for (float x : {0.0f, -0.0f, 1.0f, -3.0e-30f, 65504.0f, 1.0e30f}) {
+    const cuda::FastPieces p = cuda::FastSplit(x);
+    EXPECT_EQ(value(p.hi) + value(p.mid) + value(p.lo), static_cast<double>(x)) << x;
+  }
+}
+
 // RMSNorm keeps a row's first 16 groups of 128 in registers and streams the rest: a hidden size of
 // 2,176 (17 groups) takes both paths, in prefill (normalised once) and decode (norm fused).
 TEST(CudaInvariance, WideRowsEqualCpu) {
@@ -705,7 +789,7 @@ TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
   auto fast = Fast(model);
   ASSERT_TRUE(cpu && fast);
   EXPECT_EQ(cpu->numerics_profile(), "exact");
-  EXPECT_EQ(fast->numerics_profile().rfind("fast-sm", 0), 0u) << fast->numerics_profile();
+  EXPECT_EQ(fast->numerics_profile().rfind("fast2-sm", 0), 0u) << fast->numerics_profile();
   const int64_t launches = CudaFastLinearLaunchesForTesting();
   const int32_t vocab = model->config().vocab_size;
   Driver dc(cpu.get(), 64), dg(fast.get(), 64);
@@ -844,7 +928,7 @@ TEST(CudaFastProfile, EngineRecordsTheProfileAndKeepsRequestsApart) {
   const std::vector<GenerationResult> crowd = run(6);
   ASSERT_EQ(alone.size(), 1u);
   ASSERT_EQ(crowd.size(), 6u);
-  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast-sm", 0), 0u) << alone[0].provenance.numerics_profile;
+  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast2-sm", 0), 0u) << alone[0].provenance.numerics_profile;
   EXPECT_EQ(alone[0].tokens, crowd[0].tokens);
   ASSERT_EQ(alone[0].step_logits.size(), crowd[0].step_logits.size());
   for (size_t t = 0; t < alone[0].step_logits.size(); ++t)
