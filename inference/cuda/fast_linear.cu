@@ -121,7 +121,7 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
 }
 
 template <int RT, int NTK>
-__global__ void __launch_bounds__(kThreads) FastLinearKernel(LinearArgs a, int32_t splits) {
+__global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, int32_t splits) {
   using S = FastShape<RT, NTK>;
   constexpr int kStages = S::kStages;
   extern __shared__ __align__(16) unsigned char fast_smem[];
@@ -141,16 +141,14 @@ __global__ void __launch_bounds__(kThreads) FastLinearKernel(LinearArgs a, int32
   const uint4* tiles = static_cast<const uint4*>(a.w.fast_tiles);
   unsigned char* ring = fast_smem + warp * kStages * S::kSlotBytes;
 
-  // This lane's activation rows (a token past the batch reads nothing and splits zeros).
-  const float* xrow[NTK];
+  // This lane's activation rows. A token past the batch repeats the batch's last one: its
+  // sums are never stored, and every lane copies unconditionally (no divergent branches).
+  // Offsets in floats (32 bits: fewer registers than pointers; CanRunFastLinear checks the range).
+  int32_t xoff[NTK];
 #pragma unroll
   for (int j = 0; j < NTK; ++j) {
-    const int r = 8 * j + g;
-    xrow[j] = nullptr;
-    if (r < mcount) {
-      const int m = m0 + r;
-      xrow[j] = a.x + static_cast<int64_t>(a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride + 4 * t;
-    }
+    const int m = m0 + min(8 * j + g, mcount - 1);
+    xoff[j] = (a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride + 4 * t;
   }
   // Tiles past the matrix repeat the last one (their sums are never stored).
   auto issue_weights = [&](int i) {
@@ -166,8 +164,7 @@ __global__ void __launch_bounds__(kThreads) FastLinearKernel(LinearArgs a, int32
     unsigned char* slot = ring + (i % kStages) * S::kSlotBytes + RT * 32 * 16;
     const int s = s_begin + warp + kWarps * i;
 #pragma unroll
-    for (int j = 0; j < NTK; ++j)
-      if (xrow[j] != nullptr) CopyAsync16(slot + (j * 32 + lane) * 16, xrow[j] + s * kStepCols);
+    for (int j = 0; j < NTK; ++j) CopyAsync16(slot + (j * 32 + lane) * 16, a.x + xoff[j] + s * kStepCols);
   };
 
   float acc[RT][NTK][4];
@@ -202,10 +199,7 @@ __global__ void __launch_bounds__(kThreads) FastLinearKernel(LinearArgs a, int32
     Pieces p[NTK];
 #pragma unroll
     for (int j = 0; j < NTK; ++j) {
-      const float4 v = xrow[j] != nullptr
-                           ? *reinterpret_cast<const float4*>(slot + RT * 32 * 16 + (j * 32 + lane) * 16)
-                           : make_float4(0.f, 0.f, 0.f, 0.f);
-      p[j] = SplitFour(v);
+      p[j] = SplitFour(*reinterpret_cast<const float4*>(slot + RT * 32 * 16 + (j * 32 + lane) * 16));
     }
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
@@ -308,8 +302,8 @@ cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream)
 template <int NTK>
 cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
   // The most weight rows per block (each activation read serves more rows) whose grid still
-  // gives every multiprocessor two blocks; else one tile per block.
-  const int64_t want = 2 * static_cast<int64_t>(MultiprocessorCount());
+  // gives every multiprocessor a block; else one tile per block.
+  const int64_t want = static_cast<int64_t>(MultiprocessorCount());
   if (g_fast_tile == 4 || (g_fast_tile == 0 && FastBlocks<4, NTK>(a, splits) >= want))
     return LaunchFast<4, NTK>(a, splits, stream);
   if (g_fast_tile == 2 || (g_fast_tile == 0 && FastBlocks<2, NTK>(a, splits) >= want))
@@ -345,6 +339,9 @@ bool CanRunFastLinear(const LinearArgs& a) {
     return false;
   if (a.w.cols_padded % kStepCols != 0 || a.tokens < 1 || a.w.rows < 1) return false;
   if (a.x_stride % 4 != 0) return false;  // 16-byte activation copies
+  // 32-bit activation offsets: rows (x_rows index the step's token rows; a step never holds
+  // 65,536 of them) times the stride must stay below 2^31 floats.
+  if (static_cast<int64_t>(a.x_stride) * (static_cast<int64_t>(a.tokens) + 65536) >= (int64_t{1} << 31)) return false;
   const int32_t splits = FastLinearSplits(a.w.rows, a.w.cols_padded);
   if (splits > 1) {
     if (a.split_scratch == nullptr || a.split_tickets == nullptr) return false;
