@@ -8,9 +8,10 @@
 //              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
-//              [--numerics exact|fast]
+//              [--numerics exact|fast] [--fast-split-target 128]
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
-// lists its block shapes (0 the default choice, 1, 2, 4 tiles of 16 weight rows per block).
+// lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
+// 64 weight rows; 162: 16 tokens by 32 rows; 80: 8 tokens, rows by size).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -145,6 +146,9 @@ int main(int argc, char** argv) {
     std::printf("{\"what\":\"error\",\"message\":\"--numerics must be exact or fast\"}\n");
     return 1;
   }
+  // --fast-split-target N: the fast profile's K-slice target (benchmarks only; other bits).
+  if (const std::string st = Arg(argc, argv, "--fast-split-target", ""); !st.empty())
+    SetCudaFastSplitTargetForBenchmark(std::stoi(st));
   auto created = CreateCudaBackend(*model, opt);
   if (!created.ok()) {
     std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", created.status().ToString().c_str());
@@ -215,7 +219,7 @@ int main(int argc, char** argv) {
       if (secs < 0) return 1;
       if (first_tokens.empty()) first_tokens = seqs[0].tokens;
       const double tps = steps / secs;
-      const double bytes = static_cast<double>(b->WeightBytes());
+      const double bytes = static_cast<double>(b->WeightBytesPerStep());
       std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"mlp_warps\":%d,"
                   "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"weights_TBps\":%.4f,"
                   "\"fraction_of_copy_bandwidth\":%.3f,\"tokens_equal_first_variant\":%s,"
@@ -445,7 +449,8 @@ int main(int argc, char** argv) {
   const std::string profile = b->numerics_profile();
   for (int32_t tile : IntList(Arg(argc, argv, "--tiles", "-1"))) {
   if (fast) {
-    SetCudaFastLinearTileForTesting(tile < 0 ? 0 : tile);
+    // 10 * token rows + row tiles: 4 is 64-row blocks, 162 16 tokens by 32 rows, 160 16 tokens.
+    SetCudaFastLinearTileForTesting(tile < 0 ? 0 : tile % 10, tile < 0 ? 0 : tile / 10);
   } else {
     SetCudaLargeBatchTileForTesting(tile);
   }
@@ -461,11 +466,20 @@ int main(int argc, char** argv) {
     auto s1 = Clock::now();
     if (!ok) return 1;
     if (batch == 1) needle_alone = seqs[0].tokens;
+    if (needle_alone.empty()) {
+      // Batch 1 was not asked for: run the needle alone (untimed) for the comparison.
+      std::vector<Seq> alone = MakeSeqs(1, prompt, c.vocab_size, stride, needle);
+      bool alone_ok = Step(b, alone);
+      for (int32_t i = 0; alone_ok && i < warm + steps; ++i) alone_ok = Step(b, alone);
+      if (!alone_ok) return 1;
+      needle_alone = alone[0].tokens;
+    }
     const bool invariant = seqs[0].tokens == needle_alone;
     const double secs = Seconds(s0, s1);
     const double tps = batch * steps / secs;
     const double mean_context = prompt + warm + 1 + steps / 2.0;
-    const double bytes_per_step = static_cast<double>(b->WeightBytes()) + batch * mean_context * kv_bytes_per_position;
+    const double bytes_per_step =
+        static_cast<double>(b->WeightBytesPerStep()) + batch * mean_context * kv_bytes_per_position;
     const double bytes_per_token = bytes_per_step / batch;
     const double flops_per_token =
         2.0 * matrix_params + 4.0 * mean_context * c.q_dim() * c.num_layers;  // scores + weighted sum

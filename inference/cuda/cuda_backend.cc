@@ -108,7 +108,7 @@ struct GraphKey {
   bool weight_evict_first;  // SetCudaWeightEvictFirstForTesting's choice when captured
   int step_attention_split;  // SetCudaStepAttentionSplitForTesting's choice when captured
   int attention_parts;       // SetCudaAttentionPartsForTesting's
-  int fast_tile;             // SetCudaFastLinearTileForTesting's
+  int fast_tile;             // SetCudaFastLinearTileForTesting's (both arguments)
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
                     step_prefetch, large_batch_tile, attention_variant, weight_evict_first, step_attention_split,
@@ -307,6 +307,15 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   int64_t WeightBytes() const override { return weight_bytes_; }
+  int64_t WeightBytesPerStep() const override {
+    auto bytes = [&](const DeviceMatrix& m) {
+      const int64_t rows = fast_ ? cuda::FastTileRowsPadded(m.rows) : m.rows;
+      return rows * m.cols_padded * WeightTypeSize(m.type);
+    };
+    int64_t total = bytes(lm_head_);
+    for (const DeviceLayer& dl : layers_) total += bytes(dl.wqkv) + bytes(dl.wo) + bytes(dl.wgu) + bytes(dl.wdown);
+    return total;
+  }
 
   int32_t KvBlocksForFreeMemory(int64_t max_kv_bytes, int64_t reserve_bytes) const override {
     size_t free_bytes = 0, total_bytes = 0;
@@ -1008,9 +1017,11 @@ void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
 int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_order_relaxed); }
 int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches(); }
 int64_t CudaFastLinearLaunchesForTesting() { return cuda::FastLinearLaunches(); }
-void SetCudaFastLinearTileForTesting(int n8_per_warp) {
-  g_fast_tile = n8_per_warp;
-  cuda::SetFastLinearTile(n8_per_warp);
+void SetCudaFastSplitTargetForBenchmark(int target) { cuda::SetFastLinearSplitTargetForBenchmark(target); }
+void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile) {
+  g_fast_tile = token_tile * 10 + row_tiles;  // the graph key: captured launches keep their shape
+  cuda::SetFastLinearTile(row_tiles);
+  cuda::SetFastLinearTokenTile(token_tile);
 }
 int64_t CudaAttentionPartsLaunchesForTesting() { return cuda::AttentionPartsLaunches(); }
 void SetCudaStepTraceForBenchmark(bool on) { g_step_trace = on; }

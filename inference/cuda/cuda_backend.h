@@ -37,6 +37,9 @@ class CudaBackend : public Backend {
 
   // Bytes of device memory the weights take (permuted and padded).
   virtual int64_t WeightBytes() const = 0;
+  // Bytes of weights one decode step reads: every layer's matrices and the lm_head, as the
+  // profile's kernels read them (the embedding's rows, looked up a few at a time, not counted).
+  virtual int64_t WeightBytesPerStep() const = 0;
 };
 
 // FAILED_PRECONDITION when no CUDA device is present; UNIMPLEMENTED in builds without CUDA;
@@ -53,9 +56,14 @@ int CudaDeviceCount();
 // size). Every choice gives the same bits; only speed differs. No-op without CUDA.
 void SetCudaLargeBatchTileForTesting(int variant);
 
-// Tests and benchmarks only: the fast profile's warp tile (fast_linear.h, SetFastLinearTile: 1, 2
-// or 4 groups of 8 weight rows per warp; 0, the default: by size). Same bits. No-op without CUDA.
-void SetCudaFastLinearTileForTesting(int n8_per_warp);
+// Tests and benchmarks only: the fast profile's block shape (fast_linear.h): 16-row tiles per
+// block (1, 2 or 4) and the most token rows per block (8, 16 or 32); 0, the default: by size.
+// Same bits. No-op without CUDA.
+void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile = 0);
+// Benchmarks only, and NOT the same bits: the fast profile's K-slice target
+// (fast_linear.h, SetFastLinearSplitTargetForBenchmark; 0 the default). Set it before creating
+// the backend. No-op without CUDA.
+void SetCudaFastSplitTargetForBenchmark(int target);
 // How many fast-profile products have been launched (a captured graph counts once).
 int64_t CudaFastLinearLaunchesForTesting();
 

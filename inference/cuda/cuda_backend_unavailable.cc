@@ -19,7 +19,8 @@ void SetCudaMlpBlockMaxWarpsForTesting(int) {}
 int64_t CudaDecodeStepsForTesting() { return 0; }
 int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
 int64_t CudaFastLinearLaunchesForTesting() { return 0; }
-void SetCudaFastLinearTileForTesting(int) {}
+void SetCudaFastLinearTileForTesting(int, int) {}
+void SetCudaFastSplitTargetForBenchmark(int) {}
 int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}

@@ -32,14 +32,18 @@ constexpr int kMaxSplits = 16;
 // Slices: a matrix of R rows gets about kSplitTarget / ceil(R / 64) of them, never fewer than
 // 2 steps per warp each. A function of the shape only (it fixes the order of the sums).
 constexpr int kSplitTarget = 128;
+int g_split_target = kSplitTarget;  // SetFastLinearSplitTargetForBenchmark
 constexpr int kSplitRows = 64;
 constexpr int kMinStepsPerWarp = 2;
 
 std::atomic<int64_t> g_fast_launches{0};
 int g_fast_tile = 0;
+int g_fast_token_tile = 0;
 
+// Not volatile: the compiler may interleave independent mma with other work; those on one
+// accumulator stay in program order through their data dependence (the order of the sums).
 __device__ __forceinline__ void Mma(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -82,9 +86,9 @@ struct FastShape {
   // One lane's ring slot: RT weight fragments and NTK activation float4s, 16 bytes each; slot i
   // of a warp is [RT + NTK][32 lanes] x 16 bytes, so lanes touch consecutive 16-byte words.
   static constexpr int kSlotBytes = (RT + NTK) * 32 * 16;
-  // Ring slots per warp (kStages - 1 steps in flight): 4, or 3 for the widest block, so that two
-  // blocks still fit a multiprocessor's shared memory.
-  static constexpr int kStages = RT + NTK >= 8 ? 3 : 4;
+  // Ring slots per warp (kStages - 1 steps in flight): 4, or 3 for the wider blocks, so that
+  // two or three blocks fit a multiprocessor's shared memory.
+  static constexpr int kStages = RT + NTK >= 6 ? 3 : 4;
   static constexpr int kRingBytes = kWarps * kStages * kSlotBytes;
   // The warps' sums: [warp][row][token], rows padded by one float against bank conflicts.
   static constexpr int kSumStride = kToks + 1;
@@ -316,7 +320,7 @@ cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, cudaStream_t str
 int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) {
   const int32_t steps = cols_padded / kStepCols;
   const int32_t tiles = (rows + kSplitRows - 1) / kSplitRows;
-  int32_t s = (kSplitTarget + std::max<int32_t>(tiles, 1) - 1) / std::max<int32_t>(tiles, 1);
+  int32_t s = (g_split_target + std::max<int32_t>(tiles, 1) - 1) / std::max<int32_t>(tiles, 1);
   s = std::min(s, kMaxSplits);
   s = std::min(s, std::max<int32_t>(1, steps / (kWarps * kMinStepsPerWarp)));
   return std::max<int32_t>(s, 1);
@@ -354,14 +358,21 @@ bool CanRunFastLinear(const LinearArgs& a) {
 cudaError_t LaunchFastLinear(const LinearArgs& a, cudaStream_t stream) {
   if (!CanRunFastLinear(a)) return cudaErrorInvalidValue;
   const int32_t splits = FastLinearSplits(a.w.rows, a.w.cols_padded);
-  // Token tiles of 8, 16 or 32 rows: no wider than the batch.
-  if (a.tokens <= 8) return LaunchFastRows<1>(a, splits, stream);
-  if (a.tokens <= 16) return LaunchFastRows<2>(a, splits, stream);
+  // Token tiles of 8 rows for a batch of up to 8; 16 up to 32 (two blocks share each weight
+  // tile through L2, and each warp's chain of dependent instructions halves: measured faster at
+  // batch 32 than 32-row tiles); 32 beyond.
+  const int tokens = g_fast_token_tile > 0 ? std::min(a.tokens, g_fast_token_tile) : a.tokens;
+  if (tokens <= 8) return LaunchFastRows<1>(a, splits, stream);
+  if (tokens <= 32) return LaunchFastRows<2>(a, splits, stream);
   return LaunchFastRows<4>(a, splits, stream);
 }
 
 int64_t FastLinearLaunches() { return g_fast_launches.load(std::memory_order_relaxed); }
 
 void SetFastLinearTile(int row_tiles_per_block) { g_fast_tile = row_tiles_per_block; }
+
+void SetFastLinearTokenTile(int tokens) { g_fast_token_tile = tokens; }
+
+void SetFastLinearSplitTargetForBenchmark(int target) { g_split_target = target > 0 ? target : kSplitTarget; }
 
 }  // namespace rote::inference::cuda

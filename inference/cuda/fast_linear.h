@@ -41,5 +41,11 @@ int64_t FastLinearLaunches();
 // Benchmarking and tests only: 16-row tiles per block (1, 2 or 4; 0, the default: by size).
 // Same bits.
 void SetFastLinearTile(int row_tiles_per_block);
+// Benchmarking and tests only: the most token rows per block (8, 16 or 32; 0, the default: up
+// to 32). Same bits.
+void SetFastLinearTokenTile(int tokens);
+// Benchmarking only, and NOT the same bits: the slice target of FastLinearSplits (0: the
+// default, 128). Only lower it after a backend sized its scratch (more slices need more).
+void SetFastLinearSplitTargetForBenchmark(int target);
 
 }  // namespace rote::inference::cuda

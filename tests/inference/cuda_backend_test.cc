@@ -835,8 +835,9 @@ TEST(CudaFastProfile, NeedleAloneEqualsNeedleInBatches) {
   }
 }
 
-// Whole prefill vs chunks of 1 (decode steps), 5 and 16 tokens, eager vs graphs, and every warp
-// tile forced: the logits of every position are identical.
+// Whole prefill vs chunks of 1 (decode steps), 5 and 16 tokens, eager vs graphs, and every block
+// shape forced (16-row tiles per block, token rows per block): the logits of every position are
+// identical.
 TEST(CudaFastProfile, ChunkingGraphsAndTilesKeepBits) {
   SKIP_WITHOUT_GPU();
   auto model = InvarianceModel();
@@ -851,12 +852,13 @@ TEST(CudaFastProfile, ChunkingGraphsAndTilesKeepBits) {
     s.tokens = prompt;
     whole = d.Step({{&s, 77, 77}});
   }
+  for (int token_tile : {0, 8, 16})
   for (int tile : {0, 1, 2, 4}) {
-    SetCudaFastLinearTileForTesting(tile);
+    SetCudaFastLinearTileForTesting(tile, token_tile);
     for (bool graphs : {true, false}) {
       for (int32_t chunk : {1, 5, 16, 77}) {
-        SCOPED_TRACE("tile=" + std::to_string(tile) + " chunk=" + std::to_string(chunk) +
-                     " graphs=" + std::to_string(graphs));
+        SCOPED_TRACE("tile=" + std::to_string(tile) + " token_tile=" + std::to_string(token_tile) +
+                     " chunk=" + std::to_string(chunk) + " graphs=" + std::to_string(graphs));
         auto fast = Fast(model, graphs);
         Driver d(fast.get(), 64);
         Seq s;
@@ -871,7 +873,7 @@ TEST(CudaFastProfile, ChunkingGraphsAndTilesKeepBits) {
       }
     }
   }
-  SetCudaFastLinearTileForTesting(0);
+  SetCudaFastLinearTileForTesting(0, 0);
 }
 
 // The tensor cores' products are exact only for bf16 weights: other dtypes are refused, clearly.
