@@ -285,14 +285,9 @@ class CudaBackendImpl final : public CudaBackend {
   // 256 output tiles of 32 x 32 x 32 class sums (32 MB). Products needing more are not split.
   static constexpr int64_t kSplitTickets = 256;
   static constexpr int64_t kSplitScratchFloats = kSplitTickets * 32 * 32 * 32;
+  // (The fast profile's products add their K slices inside a cluster: no scratch.)
   void WithSplitScratch(LinearArgs* a) const {
-    if (fast_) {
-      a->split_scratch = fast_scratch_.as<float>();
-      a->split_scratch_floats = fast_scratch_floats_;
-      a->split_tickets = fast_tickets_.as<uint32_t>();
-      a->split_tickets_count = static_cast<int32_t>(fast_tickets_count_);
-      return;
-    }
+    if (fast_) return;
     a->split_scratch = split_scratch_.as<float>();
     a->split_scratch_floats = kSplitScratchFloats;
     a->split_tickets = split_tickets_.as<uint32_t>();
@@ -464,25 +459,6 @@ class CudaBackendImpl final : public CudaBackend {
     return OkStatus();
   }
 
-  // The fast profile's split scratch for products of up to `tokens` rows (every matrix's need;
-  // the lm_head's rows are logits rows, never more than tokens).
-  Status EnsureFastScratch(int32_t tokens) {
-    int64_t floats = 0, tickets = 0;
-    for (const DeviceMatrix* m : {&layers_[0].wqkv, &layers_[0].wo, &layers_[0].wgu, &layers_[0].wdown, &lm_head_}) {
-      floats = std::max(floats, cuda::FastLinearScratchFloats(m->rows, m->cols_padded, tokens));
-      tickets = std::max(tickets, cuda::FastLinearTickets(m->rows, m->cols_padded, tokens));
-    }
-    if (floats > fast_scratch_floats_) {
-      ROTE_RETURN_IF_ERROR(fast_scratch_.Allocate(static_cast<size_t>(floats) * sizeof(float)));
-      fast_scratch_floats_ = floats;
-    }
-    if (tickets > fast_tickets_count_) {
-      ROTE_RETURN_IF_ERROR(AllocateZeroed(&fast_tickets_, static_cast<size_t>(tickets) * sizeof(uint32_t)));
-      fast_tickets_count_ = tickets;
-    }
-    return OkStatus();
-  }
-
   // Grows activation buffers to hold `tokens` rows and `logit_rows` logits rows.
   Status EnsureCapacity(int32_t tokens, int32_t logit_rows, int32_t meta_ints) {
     const ModelConfig& c = config_;
@@ -497,7 +473,6 @@ class CudaBackendImpl final : public CudaBackend {
       ROTE_RETURN_IF_ERROR(q_.Allocate(static_cast<size_t>(cap) * c.q_dim() * 4));
       ROTE_RETURN_IF_ERROR(AllocateZeroed(&att_, static_cast<size_t>(cap) * AttStride() * 4));
       ROTE_RETURN_IF_ERROR(AllocateZeroed(&act_, static_cast<size_t>(cap) * ActStride() * 4));
-      if (fast_) ROTE_RETURN_IF_ERROR(EnsureFastScratch(cap));
       token_capacity_ = cap;
     }
     if (logit_rows > logit_capacity_) {
@@ -987,9 +962,6 @@ class CudaBackendImpl final : public CudaBackend {
   // x_, h_, att_, act_ hold lane rows (kernels.h); qkv_, q_ and logits_ plain rows.
   DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, argmax_scratch_, meta_;
   DeviceBuffer split_scratch_, split_tickets_;  // LinearArgs::split_*: see WithSplitScratch
-  // The fast profile's split products' scratch (fast_linear.h), sized with the token capacity.
-  DeviceBuffer fast_scratch_, fast_tickets_;
-  int64_t fast_scratch_floats_ = 0, fast_tickets_count_ = 0;
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter
   // DecodeStepArgs::attn_*: attention over parts of long contexts (scores, maxes, partials, counters).

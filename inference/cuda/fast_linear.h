@@ -10,7 +10,7 @@
 //     fixed permutation of fast_tiles.h);
 //   - inside a slice, step s belongs to warp (s - first) % 8, which accumulates its steps in
 //     increasing order from zero; the 8 warps' sums are added in warp order;
-//   - the slices' sums are added in increasing slice order.
+//   - the slices' sums are added in increasing slice order (inside the slices' cluster).
 // Which block computes an output, how many rows and tokens share a block, and the rest of the
 // batch never enter that order, so the profile is batch-invariant on one GPU architecture (the
 // tensor cores' accumulation is not specified across architectures). Plain pointers; LinearArgs
@@ -28,12 +28,10 @@ namespace rote::inference::cuda {
 // K slices of a (rows, cols_padded) matrix: more for matrices of few rows, so that small
 // products still spread over the device; never more than 16, and at least two steps per warp.
 int32_t FastLinearSplits(int32_t rows, int32_t cols_padded);
-// Scratch a product of `tokens` rows needs in LinearArgs::split_scratch (floats) and
-// split_tickets (zeroed counters; every launch leaves them zero again). 0 when not split.
-int64_t FastLinearScratchFloats(int32_t rows, int32_t cols_padded, int32_t tokens);
-int64_t FastLinearTickets(int32_t rows, int32_t cols_padded, int32_t tokens);
 // Whether LaunchFastLinear runs `args`: bf16 weights with their tile copy, no fused norm, no
-// rotary epilogue, activation rows 16-byte aligned, and the split scratch it needs.
+// rotary epilogue, activation rows 16-byte aligned. The slices of a tile run as one thread-block
+// cluster (up to 16 blocks, Hopper's non-portable limit) and add their sums through distributed
+// shared memory: LinearArgs::split_* are not used.
 bool CanRunFastLinear(const LinearArgs& args);
 cudaError_t LaunchFastLinear(const LinearArgs& args, cudaStream_t stream);
 // Tests: launches issued so far (graph captures count once).

@@ -810,6 +810,60 @@ TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
   EXPECT_GT(CudaFastLinearLaunchesForTesting(), launches);
 }
 
+// The down product of a 64-wide model with 4,096 intermediate columns has one 64-row tile and
+// 256 steps of 16 columns, so it runs in FastLinearSplits' most slices, 16: a cluster of 16
+// blocks adding their sums through distributed shared memory. Close to the CPU's exact logits,
+// and the same bits whole, token by token and beside other requests.
+TEST(CudaFastProfile, SixteenSliceClustersAreCloseAndInvariant) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec s;
+  s.vocab = 640;
+  s.hidden = 64;
+  s.intermediate = 4096;
+  s.heads = 2;
+  s.kv_heads = 1;
+  s.head_dim = 32;
+  s.layers = 1;
+  auto model = SynthModel("fast_clusters", s);
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  const std::vector<int32_t> prompt = Prompt(40, vocab, 23);
+  auto cpu = Cpu(model);
+  auto fast = Fast(model);
+  ASSERT_TRUE(cpu && fast);
+  std::vector<float> whole_cpu, whole_fast;
+  {
+    Driver dc(cpu.get(), 64), dg(fast.get(), 64);
+    Seq sc, sg;
+    sc.tokens = sg.tokens = prompt;
+    whole_cpu = dc.Step({{&sc, 40, 40}});
+    whole_fast = dg.Step({{&sg, 40, 40}});
+  }
+  EXPECT_LT(RelativeMaxDiff(whole_cpu, whole_fast), 2e-5);
+  EXPECT_FALSE(SameBits(whole_cpu, whole_fast)) << "the fast profile gave the exact profile's bits: did it run?";
+  {
+    auto f = Fast(model);
+    Driver d(f.get(), 64);
+    Seq seq;
+    seq.tokens = prompt;
+    std::vector<float> all;
+    for (int32_t at = 0; at < 40; ++at) {
+      std::vector<float> l = d.Step({{&seq, 1, 1}});
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    EXPECT_TRUE(SameBits(whole_fast, all)) << "token by token";
+  }
+  std::vector<std::vector<float>> alone_logits, batched_logits;
+  std::vector<int32_t> alone_tokens, batched_tokens;
+  auto alone = Fast(model);
+  RunNeedle(alone.get(), prompt, vocab, 0, 1, &alone_logits, &alone_tokens);
+  auto batched = Fast(model);
+  RunNeedle(batched.get(), prompt, vocab, 20, 77, &batched_logits, &batched_tokens);
+  ASSERT_EQ(alone_tokens, batched_tokens);
+  for (size_t i = 0; i < alone_logits.size(); ++i)
+    ASSERT_TRUE(SameBits(alone_logits[i], batched_logits[i])) << "step " << i;
+}
+
 // The needle alone and inside batches of 1 to 64 others (so token tiles of 16, 32 and 64 rows,
 // and several of them): identical logits and tokens, 256 greedy steps.
 TEST(CudaFastProfile, NeedleAloneEqualsNeedleInBatches) {
