@@ -43,7 +43,7 @@ void SetFastLinearTile(int row_tiles_per_block);
 // to 32). Same bits.
 void SetFastLinearTokenTile(int tokens);
 // Benchmarking only, and NOT the same bits: the slice target of FastLinearSplits (0: the
-// default, 128). Only lower it after a backend sized its scratch (more slices need more).
+// default, 32).
 void SetFastLinearSplitTargetForBenchmark(int target);
 
 }  // namespace rote::inference::cuda

@@ -789,7 +789,7 @@ TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
   auto fast = Fast(model);
   ASSERT_TRUE(cpu && fast);
   EXPECT_EQ(cpu->numerics_profile(), "exact");
-  EXPECT_EQ(fast->numerics_profile().rfind("fast2-sm", 0), 0u) << fast->numerics_profile();
+  EXPECT_EQ(fast->numerics_profile().rfind("fast3-sm", 0), 0u) << fast->numerics_profile();
   const int64_t launches = CudaFastLinearLaunchesForTesting();
   const int32_t vocab = model->config().vocab_size;
   Driver dc(cpu.get(), 64), dg(fast.get(), 64);
@@ -984,7 +984,7 @@ TEST(CudaFastProfile, EngineRecordsTheProfileAndKeepsRequestsApart) {
   const std::vector<GenerationResult> crowd = run(6);
   ASSERT_EQ(alone.size(), 1u);
   ASSERT_EQ(crowd.size(), 6u);
-  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast2-sm", 0), 0u) << alone[0].provenance.numerics_profile;
+  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast3-sm", 0), 0u) << alone[0].provenance.numerics_profile;
   EXPECT_EQ(alone[0].tokens, crowd[0].tokens);
   ASSERT_EQ(alone[0].step_logits.size(), crowd[0].step_logits.size());
   for (size_t t = 0; t < alone[0].step_logits.size(); ++t)
