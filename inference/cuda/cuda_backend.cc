@@ -183,7 +183,7 @@ class CudaBackendImpl final : public CudaBackend {
     device_name_ = "cuda:" + std::to_string(options_.device) + " " + prop.name;
     // The fast profile's sums are the tensor cores' accumulation, which is the architecture's:
     // its name carries the compute capability, so provenance tells runs that may differ apart.
-    if (fast_) profile_name_ = "fast3-sm" + std::to_string(prop.major) + std::to_string(prop.minor);
+    if (fast_) profile_name_ = "fast4-sm" + std::to_string(prop.major) + std::to_string(prop.minor);
     ROTE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
     const ModelConfig& c = config_;
@@ -752,9 +752,10 @@ class CudaBackendImpl final : public CudaBackend {
   // Up to kFusedNormMaxTokens logits rows the final norm is fused into the lm_head (each warp
   // normalises its rows' activations); more are normalised once into h (LaunchRmsNorm gathering
   // the logits rows), which lets the lm_head run as TiledLinearKernel.
-  // The fast profile's products take normalised activations only (FastLinearKernel fuses no norm).
-  bool LmHeadNormFused(const StepLayout& lay) const { return !fast_ && lay.logit_rows <= kFusedNormMaxTokens; }
-  bool FusedNorm(const StepLayout& lay) const { return !fast_ && lay.tokens <= kFusedNormMaxTokens; }
+  // The fast profile's products always apply the norm themselves (fast_linear.h: the norm's
+  // scale multiplies the finished sums), for every token count, so no RMSNorm launch remains.
+  bool LmHeadNormFused(const StepLayout& lay) const { return fast_ || lay.logit_rows <= kFusedNormMaxTokens; }
+  bool FusedNorm(const StepLayout& lay) const { return fast_ || lay.tokens <= kFusedNormMaxTokens; }
   LinearArgs LmHeadArgs(const StepLayout& lay) const {
     LinearArgs a;
     a.w = lm_head_;

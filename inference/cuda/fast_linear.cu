@@ -29,6 +29,7 @@
 namespace rote::inference::cuda {
 namespace {
 
+using numerics::canonical_rms_scale;
 using numerics::canonical_silu;
 
 constexpr int kWarps = 8;
@@ -88,12 +89,14 @@ __device__ __forceinline__ void WaitCopies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-template <int RT, int NTK>
+template <int RT, int NTK, bool NORM>
 struct FastShape {
   static constexpr int kRows = kFastTileRows * RT;
   static constexpr int kToks = 8 * NTK;
   // One lane's ring slot: RT weight fragments and NTK activation float4s, 16 bytes each; slot i
-  // of a warp is [RT + NTK][32 lanes] x 16 bytes, so lanes touch consecutive 16-byte words.
+  // of a warp is [RT + NTK][32 lanes] x 16 bytes, so lanes touch consecutive 16-byte words. (The
+  // norm weights are read through L1 instead: a slot for them cost the 64 x 16 block a ring slot,
+  // batch 32 -3%.)
   static constexpr int kSlotBytes = (RT + NTK) * 32 * 16;
   // Ring slots per warp (kStages - 1 steps in flight): as many as fit two blocks in a
   // multiprocessor's shared memory (about 110 KB of ring each), at most 5. The loop waits on its
@@ -105,11 +108,14 @@ struct FastShape {
   static constexpr int kStages = kRingBudget / (kWarps * kSlotBytes) < 5 ? kRingBudget / (kWarps * kSlotBytes) : 5;
   static_assert(kStages >= 3, "a ring of fewer than 3 slots has nothing in flight while a step computes");
   static constexpr int kRingBytes = kWarps * kStages * kSlotBytes;
-  // The warps' sums: [warp][row][token], rows padded by one float against bank conflicts.
+  // The warps' sums: [warp][row][token], rows padded by one float against bank conflicts; with
+  // the norm, then the warps' sums of squares, [warp][token].
   static constexpr int kSumStride = kToks + 1;
-  static constexpr int kSumBytes = kWarps * kRows * kSumStride * 4;
-  // A sliced product's block sums, [token][row], which the cluster's blocks read.
-  static constexpr int kPartBytes = kRows * kToks * 4;
+  static constexpr int kSquaresOffset = kWarps * kRows * kSumStride * 4;
+  static constexpr int kSumBytes = kSquaresOffset + (NORM ? kWarps * kToks * 4 : 0);
+  // A sliced product's block sums, [token][row], then its sums of squares, [token], which the
+  // cluster's blocks read.
+  static constexpr int kPartBytes = (kRows + (NORM ? 1 : 0)) * kToks * 4;
   static constexpr int kSmemBytes = kRingBytes > kSumBytes + kPartBytes ? kRingBytes : kSumBytes + kPartBytes;
 };
 
@@ -141,9 +147,15 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
   }
 }
 
-template <int RT, int NTK>
+// NORM (a.norm_weight set): x is the residual stream and the product is RMSNorm's, computed as
+// rms_scale(sum of x^2) * (W (x * norm_weight)): each lane scales its activations by the norm
+// weights before splitting them and sums their squares as they pass; the squares are added like
+// the products (lanes t in an xor butterfly, warps in warp order, slices in slice order) and the
+// scale multiplies the finished sums, before the epilogue. No separate norm launch, no pass over
+// the rows before the loop.
+template <int RT, int NTK, bool NORM>
 __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, int32_t splits) {
-  using S = FastShape<RT, NTK>;
+  using S = FastShape<RT, NTK, NORM>;
   constexpr int kStages = S::kStages;
   extern __shared__ __align__(16) unsigned char fast_smem[];
   LetNextStart();
@@ -187,6 +199,9 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
     for (int j = 0; j < NTK; ++j) CopyAsync16(slot + (j * 32 + lane) * 16, a.x + xoff[j] + s * kStepCols);
   };
 
+  float squares[NTK];  // NORM: this lane's token's sum of squares over its columns
+#pragma unroll
+  for (int j = 0; j < NTK; ++j) squares[j] = 0.0f;
   float acc[RT][NTK][4];
 #pragma unroll
   for (int r = 0; r < RT; ++r)
@@ -206,7 +221,11 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
     if (i < nsteps) issue_acts(i);
     CommitCopies();
   }
+  // The norm weights are a lane row like the activations: the same offset in the row.
+  const float4* norm_weights = reinterpret_cast<const float4*>(a.norm_weight) + t;
   for (int i = 0; i < nsteps; ++i) {
+    float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (NORM) w = __ldg(norm_weights + (s_begin + warp + kWarps * i) * (kStepCols / 4));
     // Step i's group has landed. Every lane reads only what it copied itself, so no other
     // thread is waited for, and slot (i - 1) % kStages is free for step i + kStages - 1.
     WaitCopies<kStages - 2>();
@@ -219,7 +238,15 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
     Pieces p[NTK];
 #pragma unroll
     for (int j = 0; j < NTK; ++j) {
-      p[j] = SplitFour(*reinterpret_cast<const float4*>(slot + RT * 32 * 16 + (j * 32 + lane) * 16));
+      float4 v = *reinterpret_cast<const float4*>(slot + RT * 32 * 16 + (j * 32 + lane) * 16);
+      if constexpr (NORM) {
+        squares[j] = fmaf(v.x, v.x, squares[j]);
+        squares[j] = fmaf(v.y, v.y, squares[j]);
+        squares[j] = fmaf(v.z, v.z, squares[j]);
+        squares[j] = fmaf(v.w, v.w, squares[j]);
+        v = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+      }
+      p[j] = SplitFour(v);
     }
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
@@ -246,6 +273,17 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
         const int row = 16 * r + g + 8 * (e / 2), tok = 8 * j + 2 * t + (e % 2);
         sums[(warp * S::kRows + row) * S::kSumStride + tok] = acc[r][j][e];
       }
+  float* warp_squares = reinterpret_cast<float*>(fast_smem + S::kSquaresOffset);
+  if constexpr (NORM) {
+#pragma unroll
+    for (int j = 0; j < NTK; ++j) {
+      // The 4 lanes of a token: (t0 + t1) + (t2 + t3) on every one of them (commutativity).
+      float q = squares[j];
+      q = q + __shfl_xor_sync(0xffffffffu, q, 1);
+      q = q + __shfl_xor_sync(0xffffffffu, q, 2);
+      if (t == 0) warp_squares[warp * S::kToks + 8 * j + g] = q;
+    }
+  }
   __syncthreads();
 
   // Each thread finishes row pairs (n, n + 1) of tokens: the warps' sums in warp order.
@@ -255,6 +293,15 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
 #pragma unroll
     for (int w = 1; w < kWarps; ++w) v = v + sums[(w * S::kRows + row) * S::kSumStride + tok];
     return v;
+  };
+  auto block_squares = [&](int tok) {
+    float q = warp_squares[tok];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) q = q + warp_squares[w * S::kToks + tok];
+    return q;
+  };
+  auto norm_scale = [&](float squares_of_row) {
+    return canonical_rms_scale(squares_of_row, a.w.cols, a.norm_eps);
   };
   const int row0 = tile0 * kFastTileRows;
   if (splits > 1) {
@@ -270,6 +317,8 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
       part[tok * S::kRows + row] = block_sum(row, tok);
       part[tok * S::kRows + row + 1] = block_sum(row + 1, tok);
     }
+    if constexpr (NORM)
+      for (int tok = tid; tok < S::kToks; tok += kThreads) part[S::kRows * S::kToks + tok] = block_squares(tok);
     cluster.sync();
     for (int idx = split + splits * tid; idx < kPairs * S::kToks; idx += splits * kThreads) {
       const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
@@ -282,6 +331,13 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
         v0 = v0 + ps[o];
         v1 = v1 + ps[o + 1];
       }
+      if constexpr (NORM) {
+        float q = p0[S::kRows * S::kToks + tok];
+        for (int s = 1; s < splits; ++s) q = q + cluster.map_shared_rank(part, s)[S::kRows * S::kToks + tok];
+        const float r = norm_scale(q);
+        v0 = r * v0;
+        v1 = r * v1;
+      }
       StoreFast(a, m0 + tok, n, v0, v1);
     }
     cluster.sync();
@@ -290,27 +346,33 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   for (int idx = tid; idx < kPairs * S::kToks; idx += kThreads) {
     const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
     if (tok >= mcount || n >= rows) continue;
-    StoreFast(a, m0 + tok, n, block_sum(row, tok), n + 1 < rows ? block_sum(row + 1, tok) : 0.0f);
+    float v0 = block_sum(row, tok), v1 = n + 1 < rows ? block_sum(row + 1, tok) : 0.0f;
+    if constexpr (NORM) {
+      const float r = norm_scale(block_squares(tok));
+      v0 = r * v0;
+      v1 = r * v1;
+    }
+    StoreFast(a, m0 + tok, n, v0, v1);
   }
 }
 
 template <int RT, int NTK>
 int64_t FastBlocks(const LinearArgs& a, int32_t splits) {
-  using S = FastShape<RT, NTK>;
+  using S = FastShape<RT, NTK, false>;
   return static_cast<int64_t>((a.w.rows + S::kRows - 1) / S::kRows) * splits *
          ((a.tokens + S::kToks - 1) / S::kToks);
 }
 
-template <int RT, int NTK>
-cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
-  using S = FastShape<RT, NTK>;
+template <int RT, int NTK, bool NORM>
+cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+  using S = FastShape<RT, NTK, NORM>;
   const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, splits);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
   static const cudaError_t prepared = [] {
-    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          S::kSmemBytes);
     if (e == cudaSuccess)  // clusters of up to 16 slices (more than the portable 8)
-      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     return e;
   }();
   if (prepared != cudaSuccess) return prepared;
@@ -329,7 +391,13 @@ cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream)
   attr[1].val.clusterDim.z = static_cast<unsigned>(splits);
   cfg.attrs = attr;
   cfg.numAttrs = splits > 1 ? 2 : 1;  // unsliced products launch no clusters
-  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK>, a, splits);
+  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM>, a, splits);
+}
+
+template <int RT, int NTK>
+cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+  return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true>(a, splits, stream)
+                                  : LaunchFastCompiled<RT, NTK, false>(a, splits, stream);
 }
 
 template <int NTK>
@@ -356,8 +424,7 @@ int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) {
 }
 
 bool CanRunFastLinear(const LinearArgs& a) {
-  if (a.w.type != WeightType::kBF16 || a.w.fast_tiles == nullptr || a.norm_weight != nullptr ||
-      a.epilogue == LinearEpilogue::kRopeStore)
+  if (a.w.type != WeightType::kBF16 || a.w.fast_tiles == nullptr || a.epilogue == LinearEpilogue::kRopeStore)
     return false;
   if (a.w.cols_padded % kStepCols != 0 || a.tokens < 1 || a.w.rows < 1) return false;
   if (a.x_stride % 4 != 0) return false;  // 16-byte activation copies

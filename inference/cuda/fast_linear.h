@@ -28,8 +28,12 @@ namespace rote::inference::cuda {
 // K slices of a (rows, cols_padded) matrix: more for matrices of few rows, so that small
 // products still spread over the device; never more than 16, and at least two steps per warp.
 int32_t FastLinearSplits(int32_t rows, int32_t cols_padded);
-// Whether LaunchFastLinear runs `args`: bf16 weights with their tile copy, no fused norm, no
-// rotary epilogue, activation rows 16-byte aligned. The slices of a tile run as one thread-block
+// Whether LaunchFastLinear runs `args`: bf16 weights with their tile copy, no rotary epilogue,
+// activation rows 16-byte aligned. With norm_weight set, x is the residual stream and the product
+// is its RMSNorm's: rms_scale(sum of x^2 over the row) * (W (x * norm_weight)), the squares
+// summed in the order of the products' sums (fast_linear.cu), the scale applied to the finished
+// sums before the epilogue. That is the fast profile's norm at every token count (its bits are
+// not the exact profile's norm followed by the product). The slices of a tile run as one thread-block
 // cluster (up to 16 blocks, Hopper's non-portable limit) and add their sums through distributed
 // shared memory: LinearArgs::split_* are not used.
 bool CanRunFastLinear(const LinearArgs& args);

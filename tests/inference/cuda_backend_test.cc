@@ -789,7 +789,7 @@ TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
   auto fast = Fast(model);
   ASSERT_TRUE(cpu && fast);
   EXPECT_EQ(cpu->numerics_profile(), "exact");
-  EXPECT_EQ(fast->numerics_profile().rfind("fast3-sm", 0), 0u) << fast->numerics_profile();
+  EXPECT_EQ(fast->numerics_profile().rfind("fast4-sm", 0), 0u) << fast->numerics_profile();
   const int64_t launches = CudaFastLinearLaunchesForTesting();
   const int32_t vocab = model->config().vocab_size;
   Driver dc(cpu.get(), 64), dg(fast.get(), 64);
@@ -810,22 +810,10 @@ TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
   EXPECT_GT(CudaFastLinearLaunchesForTesting(), launches);
 }
 
-// The down product of a 64-wide model with 4,096 intermediate columns has one 64-row tile and
-// 256 steps of 16 columns, so it runs in FastLinearSplits' most slices, 16: a cluster of 16
-// blocks adding their sums through distributed shared memory. Close to the CPU's exact logits,
-// and the same bits whole, token by token and beside other requests.
-TEST(CudaFastProfile, SixteenSliceClustersAreCloseAndInvariant) {
-  SKIP_WITHOUT_GPU();
-  SynthSpec s;
-  s.vocab = 640;
-  s.hidden = 64;
-  s.intermediate = 4096;
-  s.heads = 2;
-  s.kv_heads = 1;
-  s.head_dim = 32;
-  s.layers = 1;
-  auto model = SynthModel("fast_clusters", s);
-  ASSERT_TRUE(model);
+// The fast profile on `model`: within 2e-5 of the CPU's exact logits over a 40-token prefill,
+// whole prefill equal in every bit to token-by-token, and the request's 256 greedy steps beside
+// 20 others equal to its steps alone.
+void ExpectFastCloseAndInvariant(std::shared_ptr<const Model> model) {
   const int32_t vocab = model->config().vocab_size;
   const std::vector<int32_t> prompt = Prompt(40, vocab, 23);
   auto cpu = Cpu(model);
@@ -862,6 +850,41 @@ TEST(CudaFastProfile, SixteenSliceClustersAreCloseAndInvariant) {
   ASSERT_EQ(alone_tokens, batched_tokens);
   for (size_t i = 0; i < alone_logits.size(); ++i)
     ASSERT_TRUE(SameBits(alone_logits[i], batched_logits[i])) << "step " << i;
+}
+
+// The down product of a 64-wide model with 4,096 intermediate columns has one 64-row tile and
+// 256 steps of 16 columns, so it runs in FastLinearSplits' most slices, 16: a cluster of 16
+// blocks adding their sums through distributed shared memory.
+TEST(CudaFastProfile, SixteenSliceClustersAreCloseAndInvariant) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec s;
+  s.vocab = 640;
+  s.hidden = 64;
+  s.intermediate = 4096;
+  s.heads = 2;
+  s.kv_heads = 1;
+  s.head_dim = 32;
+  s.layers = 1;
+  auto model = SynthModel("fast_clusters", s);
+  ASSERT_TRUE(model);
+  ExpectFastCloseAndInvariant(model);
+}
+
+// A 512-wide model: q|k|v (384 rows), gate|up (256) and the lm_head (640) each run in 2 slices
+// of 16 steps, so the norm's sums of squares are added across a cluster as well as across warps.
+TEST(CudaFastProfile, NormAcrossSlicesIsCloseAndInvariant) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec s;
+  s.vocab = 640;
+  s.hidden = 512;
+  s.intermediate = 128;
+  s.heads = 4;
+  s.kv_heads = 1;
+  s.head_dim = 64;
+  s.layers = 2;
+  auto model = SynthModel("fast_norm_slices", s);
+  ASSERT_TRUE(model);
+  ExpectFastCloseAndInvariant(model);
 }
 
 // The needle alone and inside batches of 1 to 64 others (so token tiles of 16, 32 and 64 rows,
@@ -984,7 +1007,7 @@ TEST(CudaFastProfile, EngineRecordsTheProfileAndKeepsRequestsApart) {
   const std::vector<GenerationResult> crowd = run(6);
   ASSERT_EQ(alone.size(), 1u);
   ASSERT_EQ(crowd.size(), 6u);
-  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast3-sm", 0), 0u) << alone[0].provenance.numerics_profile;
+  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast4-sm", 0), 0u) << alone[0].provenance.numerics_profile;
   EXPECT_EQ(alone[0].tokens, crowd[0].tokens);
   ASSERT_EQ(alone[0].step_logits.size(), crowd[0].step_logits.size());
   for (size_t t = 0; t < alone[0].step_logits.size(); ++t)
