@@ -38,7 +38,7 @@ constexpr int kStepCols = kFastTileCols;  // columns per step: one mma's k
 constexpr int kMaxSplits = 16;
 // Slices: a matrix of R rows gets about kSplitTarget / ceil(R / 64) of them, never fewer than
 // 2 steps per warp each. A function of the shape only (it fixes the order of the sums). 32 since
-// the slices meet in a cluster (fast3): at 0.5B batch 32 it gave 22,812-22,822 tok/s against
+// the slices meet in a cluster (fast3, before the norm moved in): at 0.5B batch 32 it gave 22,812-22,822 tok/s against
 // 19,753-19,848 for 128 (the fast2 value, best while the slices met in global scratch), 21,817
 // for 16, 22,736-22,774 for 48 and 22,333 for 64 (H100).
 constexpr int kSplitTarget = 32;
