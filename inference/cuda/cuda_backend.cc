@@ -991,6 +991,10 @@ int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_ord
 int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches(); }
 int64_t CudaFastLinearLaunchesForTesting() { return cuda::FastLinearLaunches(); }
 void SetCudaFastSplitTargetForBenchmark(int target) { cuda::SetFastLinearSplitTargetForBenchmark(target); }
+void SetCudaFastShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int token_groups) {
+  cuda::SetFastLinearShapeForRowsForBenchmark(rows, cols, row_tiles, token_groups);
+}
+void SetCudaFastShapeRuleForBenchmark(int rule) { cuda::SetFastLinearShapeRuleForBenchmark(rule); }
 void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile) {
   g_fast_tile = token_tile * 10 + row_tiles;  // the graph key: captured launches keep their shape
   cuda::SetFastLinearTile(row_tiles);

@@ -57,13 +57,21 @@ int CudaDeviceCount();
 void SetCudaLargeBatchTileForTesting(int variant);
 
 // Tests and benchmarks only: the fast profile's block shape (fast_linear.h): 16-row tiles per
-// block (1, 2 or 4) and the most token rows per block (8, 16 or 32); 0, the default: by size.
+// block (1 to 6) and the most token rows per block (8, 16 or 32); 0, the default: by size.
 // Same bits. No-op without CUDA.
 void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile = 0);
 // Benchmarks only, and NOT the same bits: the fast profile's K-slice target
 // (fast_linear.h, SetFastLinearSplitTargetForBenchmark; 0 the default). Set it before creating
 // the backend. No-op without CUDA.
 void SetCudaFastSplitTargetForBenchmark(int target);
+// Benchmarks only: the fast profile's products of matrices with `rows` rows (and `cols` columns,
+// unless 0) use blocks of
+// row_tiles x 16 rows by token_groups x 8 tokens (rows <= 0 clears). Set before creating the
+// backend (captured graphs keep their shapes). Same bits.
+void SetCudaFastShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int token_groups);
+// Benchmarks only: 1 brings back the fast profile's block-shape rule before the wave model (0, the
+// default). Set before creating the backend. Same bits.
+void SetCudaFastShapeRuleForBenchmark(int rule);
 // How many fast-profile products have been launched (a captured graph counts once).
 int64_t CudaFastLinearLaunchesForTesting();
 

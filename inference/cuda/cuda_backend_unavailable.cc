@@ -21,6 +21,8 @@ int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
 int64_t CudaFastLinearLaunchesForTesting() { return 0; }
 void SetCudaFastLinearTileForTesting(int, int) {}
 void SetCudaFastSplitTargetForBenchmark(int) {}
+void SetCudaFastShapeForRowsForBenchmark(int, int, int, int) {}
+void SetCudaFastShapeRuleForBenchmark(int) {}
 int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}

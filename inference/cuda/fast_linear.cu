@@ -49,6 +49,7 @@ constexpr int kMinStepsPerWarp = 2;
 std::atomic<int64_t> g_fast_launches{0};
 int g_fast_tile = 0;
 int g_fast_token_tile = 0;
+int g_shape_rule = 0;  // SetFastLinearShapeRuleForBenchmark
 
 // Not volatile: the compiler may interleave independent mma with other work; those on one
 // accumulator stay in program order through their data dependence (the order of the sums).
@@ -400,15 +401,47 @@ cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream)
                                   : LaunchFastCompiled<RT, NTK, false>(a, splits, stream);
 }
 
+// Benchmarking only: block shapes forced for matrices of a given number of rows
+// (SetFastLinearShapeForRowsForBenchmark).
+struct ShapeOverride {
+  int rows, cols, rt, ntk;  // cols 0: any
+};
+constexpr int kMaxShapeOverrides = 8;
+ShapeOverride g_shape_overrides[kMaxShapeOverrides];
+int g_shape_override_count = 0;
+
+// The instantiated block shapes, by value.
+cudaError_t LaunchFastShape(int rt, int ntk, const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+  switch (10 * ntk + rt) {
+    case 11: return LaunchFast<1, 1>(a, splits, stream);
+    case 12: return LaunchFast<2, 1>(a, splits, stream);
+    case 13: return LaunchFast<3, 1>(a, splits, stream);
+    case 14: return LaunchFast<4, 1>(a, splits, stream);
+    case 15: return LaunchFast<5, 1>(a, splits, stream);
+    case 16: return LaunchFast<6, 1>(a, splits, stream);
+    case 21: return LaunchFast<1, 2>(a, splits, stream);
+    case 22: return LaunchFast<2, 2>(a, splits, stream);
+    case 23: return LaunchFast<3, 2>(a, splits, stream);
+    case 24: return LaunchFast<4, 2>(a, splits, stream);
+    case 25: return LaunchFast<5, 2>(a, splits, stream);
+    case 26: return LaunchFast<6, 2>(a, splits, stream);
+    case 41: return LaunchFast<1, 4>(a, splits, stream);
+    case 42: return LaunchFast<2, 4>(a, splits, stream);
+    case 43: return LaunchFast<3, 4>(a, splits, stream);
+    case 44: return LaunchFast<4, 4>(a, splits, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 template <int NTK>
 cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
   // The most weight rows per block (each activation read serves more rows) whose grid still
   // gives every multiprocessor a block; else one tile per block.
+  // A forced row tile (SetFastLinearTile) of more than 4 has no 32-token shape: 16 tokens then.
+  if (g_fast_tile > 0) return LaunchFastShape(g_fast_tile, NTK == 4 && g_fast_tile > 4 ? 2 : NTK, a, splits, stream);
   const int64_t want = static_cast<int64_t>(MultiprocessorCount());
-  if (g_fast_tile == 4 || (g_fast_tile == 0 && FastBlocks<4, NTK>(a, splits) >= want))
-    return LaunchFast<4, NTK>(a, splits, stream);
-  if (g_fast_tile == 2 || (g_fast_tile == 0 && FastBlocks<2, NTK>(a, splits) >= want))
-    return LaunchFast<2, NTK>(a, splits, stream);
+  if (FastBlocks<4, NTK>(a, splits) >= want) return LaunchFast<4, NTK>(a, splits, stream);
+  if (FastBlocks<2, NTK>(a, splits) >= want) return LaunchFast<2, NTK>(a, splits, stream);
   return LaunchFast<1, NTK>(a, splits, stream);
 }
 
@@ -421,6 +454,40 @@ int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) {
   s = std::min(s, kMaxSplits);
   s = std::min(s, std::max<int32_t>(1, steps / (kWarps * kMinStepsPerWarp)));
   return std::max<int32_t>(s, 1);
+}
+
+// Every shape runs two blocks per multiprocessor, so a grid runs in ceil(blocks / (2 x
+// multiprocessors)) waves, and a block lasts about as long as the bytes it copies per column: 32
+// per 16-row tile (bf16 weights) and 32 per 8-token group (fp32 activations). The model is waves x
+// bytes per column; ties go to fewer token groups (shorter chains of dependent mma per warp), then
+// to more rows. Before it, 64-row blocks were taken whenever they gave every multiprocessor one:
+// gate|up at batch 32 ran 304 blocks, a full wave and 40 more, where 80-row blocks fit in one wave
+// (244): batch 32 +7%, batch 64 +4% (0.5B, H100, fifteenth session).
+FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors) {
+  // The instantiated shapes (LaunchFastShape).
+  static constexpr FastLinearShape kCandidates[] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1},
+                                                     {1, 2}, {2, 2}, {3, 2}, {4, 2}, {5, 2}, {6, 2},
+                                                     {1, 4}, {2, 4}, {3, 4}, {4, 4}};
+  const int64_t splits = FastLinearSplits(rows, cols_padded);
+  const int64_t slots = 2 * static_cast<int64_t>(std::max<int32_t>(multiprocessors, 1));
+  const int64_t tiles = (rows + kFastTileRows - 1) / kFastTileRows;
+  FastLinearShape best = {1, 1};
+  int64_t best_cost = -1;
+  for (const FastLinearShape c : kCandidates) {
+    // Up to 8 tokens: one group; up to 16: two; beyond, two or four.
+    if ((tokens <= 8) != (c.token_groups == 1) || (tokens <= 16 && c.token_groups == 4)) continue;
+    const int64_t token_tiles = (tokens + 8 * c.token_groups - 1) / (8 * c.token_groups);
+    const int64_t blocks = (tiles + c.row_tiles - 1) / c.row_tiles * splits * token_tiles;
+    const int64_t cost = (blocks + slots - 1) / slots * (32 * c.row_tiles + 32 * c.token_groups);
+    const bool better = best_cost < 0 || cost < best_cost ||
+                        (cost == best_cost && (c.token_groups < best.token_groups ||
+                                               (c.token_groups == best.token_groups && c.row_tiles > best.row_tiles)));
+    if (better) {
+      best = c;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 bool CanRunFastLinear(const LinearArgs& a) {
@@ -437,10 +504,18 @@ bool CanRunFastLinear(const LinearArgs& a) {
 cudaError_t LaunchFastLinear(const LinearArgs& a, cudaStream_t stream) {
   if (!CanRunFastLinear(a)) return cudaErrorInvalidValue;
   const int32_t splits = FastLinearSplits(a.w.rows, a.w.cols_padded);
+  for (int i = 0; i < g_shape_override_count; ++i)
+    if (g_shape_overrides[i].rows == a.w.rows && (g_shape_overrides[i].cols == 0 || g_shape_overrides[i].cols == a.w.cols))
+      return LaunchFastShape(g_shape_overrides[i].rt, g_shape_overrides[i].ntk, a, splits, stream);
   // Token tiles of 8 rows for a batch of up to 8; 16 up to 32 (two blocks share each weight
   // tile through L2, and each warp's chain of dependent instructions halves: measured faster at
   // batch 32 than 32-row tiles); 32 beyond.
   const int tokens = g_fast_token_tile > 0 ? std::min(a.tokens, g_fast_token_tile) : a.tokens;
+  if (tokens <= 64 && g_fast_tile == 0 && g_fast_token_tile == 0 && g_shape_rule == 0) {
+    const FastLinearShape c = ChooseFastLinearShape(a.w.rows, a.w.cols_padded, tokens, MultiprocessorCount());
+    return LaunchFastShape(c.row_tiles, c.token_groups, a, splits, stream);
+  }
+  // Prefill (and the previous rule, for the benchmark's comparison):
   if (tokens <= 8) return LaunchFastRows<1>(a, splits, stream);
   // A matrix of so many rows (the lm_head) that 64-row blocks give every multiprocessor 8 of
   // them: one 32-token block reads each weight once, where two 16-token ones would read it twice
@@ -451,6 +526,18 @@ cudaError_t LaunchFastLinear(const LinearArgs& a, cudaStream_t stream) {
   if (tokens <= 32) return LaunchFastRows<2>(a, splits, stream);
   return LaunchFastRows<4>(a, splits, stream);
 }
+
+bool SetFastLinearShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int token_groups) {
+  if (rows <= 0) {
+    g_shape_override_count = 0;
+    return true;
+  }
+  if (g_shape_override_count == kMaxShapeOverrides) return false;
+  g_shape_overrides[g_shape_override_count++] = {rows, cols, row_tiles, token_groups};
+  return true;
+}
+
+void SetFastLinearShapeRuleForBenchmark(int rule) { g_shape_rule = rule; }
 
 int64_t FastLinearLaunches() { return g_fast_launches.load(std::memory_order_relaxed); }
 

@@ -37,10 +37,19 @@ int32_t FastLinearSplits(int32_t rows, int32_t cols_padded);
 // cluster (up to 16 blocks, Hopper's non-portable limit) and add their sums through distributed
 // shared memory: LinearArgs::split_* are not used.
 bool CanRunFastLinear(const LinearArgs& args);
+// The block shape of a product of up to 64 tokens (beyond, prefill keeps 64-row blocks of up to 32
+// tokens): the instantiated (16-row tiles, 8-token groups) whose grid finishes soonest by a
+// model of waves and bytes per block (fast_linear.cu). Host code; the shape never changes the order
+// of the sums.
+struct FastLinearShape {
+  int32_t row_tiles, token_groups;
+};
+FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors);
 cudaError_t LaunchFastLinear(const LinearArgs& args, cudaStream_t stream);
 // Tests: launches issued so far (graph captures count once).
 int64_t FastLinearLaunches();
-// Benchmarking and tests only: 16-row tiles per block (1, 2 or 4; 0, the default: by size).
+// Benchmarking and tests only: 16-row tiles per block (1 to 6; 0, the default: by size; above 4,
+// blocks of more than 16 tokens take 16).
 // Same bits.
 void SetFastLinearTile(int row_tiles_per_block);
 // Benchmarking and tests only: the most token rows per block (8, 16 or 32; 0, the default: up
@@ -49,5 +58,13 @@ void SetFastLinearTokenTile(int tokens);
 // Benchmarking only, and NOT the same bits: the slice target of FastLinearSplits (0: the
 // default, 32).
 void SetFastLinearSplitTargetForBenchmark(int target);
+// Benchmarking only: matrices of `rows` rows (and `cols` columns, unless 0) run blocks of row_tiles 16-row tiles by
+// token_groups 8-token groups (among the instantiated shapes; others fail with
+// cudaErrorInvalidValue). rows <= 0 clears every override; false when the table is full. Same bits.
+bool SetFastLinearShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int token_groups);
+// Benchmarking only: 0, the default, chooses decode-sized block shapes by the wave model
+// (fast_linear.cu, ChooseFastShape); 1, the rule before it (64-row blocks where they give every
+// multiprocessor one). Same bits.
+void SetFastLinearShapeRuleForBenchmark(int rule);
 
 }  // namespace rote::inference::cuda
