@@ -2078,6 +2078,218 @@ __global__ void __launch_bounds__(kAttnThreads)
                             FB ? &fb : nullptr, ks, vs, threadIdx.x, false, [] { __syncthreads(); });
 }
 
+// ---- Attention of the query heads that share a KV head, in one block (variant 10) ----
+//
+// One block per (KV head, part of its query heads, token): the K and V rows of the token's
+// context are staged in shared memory once and serve every query head of the part, where
+// AttentionKernel reads them once per query head (7 times through L2 at Qwen2.5-0.5B's grouping).
+// The arithmetic is AttendHead's, term for term (docs/numerics.md section 5):
+//   - one thread per (head, position) score: the 32 classes of the canonical dot (term d to class
+//     d mod 32, increasing d, from +0) in registers, then the canonical tree, times scale;
+//   - one warp per head for the max, the weights (canonical_expf) and the canonical denominator;
+//   - one thread per (head, dim pair) of the weighted sum of V: the 32 classes by position
+//     (increasing j), the tree, one divide.
+// So its bits are the other variants' and the CPU's. Positions are staged in chunks of `chunk`
+// rows (a multiple of 32, so a chunk starts at class 0); the scores of the whole context stay in
+// shared memory. HD is the head dimension (64 or 128); a part has at most 512 / HD heads, so
+// that a thread owns at most one dim pair (1.5B's six query heads per KV head run as two parts).
+constexpr int kGroupAttnMaxOutputs = 2 * kAttnThreads;  // (head, dim) outputs of a block: a pair per thread
+constexpr int64_t kGroupAttnStageBytes = 160 * 1024;     // K and V chunk buffers
+constexpr int64_t kGroupAttnMaxSmem = 220 * 1024;
+
+// The canonical tree over 32 class accumulators held by one thread (acc[l] + acc[l + off] for off
+// 16, 8, 4, 2, 1; the result in acc[0]). Written with constant bounds so the array stays in
+// registers.
+__device__ __forceinline__ void ClassTree(float (&acc)[32]) {
+#pragma unroll
+  for (int level = 0; level < 5; ++level)
+#pragma unroll
+    for (int l = 0; l < 16; ++l)
+      if (l < (16 >> level)) acc[l] = acc[l] + acc[l + (16 >> level)];
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kAttnThreads, 1)
+    GroupAttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
+                         int32_t out_stride, int32_t max_context, int32_t hsplit, int32_t chunk) {
+  constexpr int KS = HD + 4;  // K row stride: 16-byte loads of consecutive rows hit distinct banks
+  extern __shared__ float4 grp_smem_f4[];
+  const int G = shape.num_heads / shape.num_kv_heads;
+  const int HB = (G + hsplit - 1) / hsplit;
+  const int es_stride = (max_context + 3) / 4 * 4;
+  float* ks = reinterpret_cast<float*>(grp_smem_f4);  // [chunk][KS]
+  float* vs = ks + chunk * KS;                         // [chunk][HD]
+  float* es = vs + chunk * HD;                         // [HB][es_stride]: scores, then weights
+  float* qs = es + HB * es_stride;                     // [HB][KS]
+  float* dn = qs + HB * KS;                            // [HB]: denominators
+  int32_t* bt_s = reinterpret_cast<int32_t*>(dn + HB); // (max_context / block_size + 2)
+  LetNextStart();
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = blockIdx.x / hsplit, part = blockIdx.x % hsplit, m = blockIdx.y;
+  const int h0 = g * G + part * HB, hn = min(HB, G - part * HB);
+  const int bs = shape.block_size, kv_dim = shape.num_kv_heads * HD, q_dim = shape.num_heads * HD;
+  // Positions and block tables are the step's metadata (readable before the wait, as in
+  // AttentionKernel); rows below L - tokens were written by earlier steps.
+  const int L = step.pos[m] + 1;
+  const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
+  for (int b = tid; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = bt[b];
+  __syncthreads();
+  const int old_end = L - step.tokens;
+  const bool one_chunk = L <= chunk;
+  auto stage = [&](const float* src, float* dst, int stride, int c0, int j0, int j1) {
+    constexpr int kPieces = HD / 4;  // 16-byte pieces of a row
+    for (int i = tid; i < (j1 - j0) * kPieces; i += kAttnThreads) {
+      const int j = j0 + i / kPieces, c4 = i % kPieces;
+      const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * HD + 4 * c4;
+      CpAsync16(dst + (j - c0) * stride + 4 * c4, src + row);
+    }
+  };
+  const int pre_end = min(max(old_end, 0), min(L, chunk));
+  // Commit groups: K rows before the wait, V rows before it, then (after it) this step's K rows
+  // and V rows, so that the scores wait for K only.
+  stage(kv.k, ks, KS, 0, 0, pre_end);
+  CpAsyncCommit();
+  if (one_chunk) stage(kv.v, vs, HD, 0, 0, pre_end);
+  CpAsyncCommit();
+  WaitForPrevious();
+  for (int i = tid; i < hn * HD; i += kAttnThreads)
+    qs[(i / HD) * KS + i % HD] = __ldcg(q + static_cast<int64_t>(m) * q_dim + (h0 + i / HD) * HD + i % HD);
+
+  // Pass 1: scores, chunk by chunk.
+  for (int c0 = 0; c0 < L; c0 += chunk) {
+    const int c1 = min(L, c0 + chunk), n = c1 - c0;
+    if (c0 == 0) {
+      stage(kv.k, ks, KS, 0, pre_end, c1);
+      CpAsyncCommit();
+      if (one_chunk) stage(kv.v, vs, HD, 0, pre_end, c1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();  // every K row (the last group is V's)
+    } else {
+      stage(kv.k, ks, KS, c0, c0, c1);
+      CpAsyncCommit();
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+    for (int idx = tid; idx < hn * n; idx += kAttnThreads) {
+      const int h = idx / n, j = c0 + idx % n;
+      const float4* k4 = reinterpret_cast<const float4*>(ks + (j - c0) * KS);
+      const float4* q4 = reinterpret_cast<const float4*>(qs + h * KS);
+      float acc[32];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float4 kk = k4[i], qq = q4[i];
+        acc[4 * i + 0] = fmaf(qq.x, kk.x, 0.0f);
+        acc[4 * i + 1] = fmaf(qq.y, kk.y, 0.0f);
+        acc[4 * i + 2] = fmaf(qq.z, kk.z, 0.0f);
+        acc[4 * i + 3] = fmaf(qq.w, kk.w, 0.0f);
+      }
+#pragma unroll
+      for (int b = 1; b < HD / 32; ++b)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float4 kk = k4[8 * b + i], qq = q4[8 * b + i];
+          acc[4 * i + 0] = fmaf(qq.x, kk.x, acc[4 * i + 0]);
+          acc[4 * i + 1] = fmaf(qq.y, kk.y, acc[4 * i + 1]);
+          acc[4 * i + 2] = fmaf(qq.z, kk.z, acc[4 * i + 2]);
+          acc[4 * i + 3] = fmaf(qq.w, kk.w, acc[4 * i + 3]);
+        }
+      ClassTree(acc);
+      es[h * es_stride + j] = acc[0] * scale;
+    }
+    __syncthreads();  // the chunk's K rows are free again; the last chunk's scores are complete
+  }
+
+  // Pass 2: one warp per head: max (exact in any order), weights, canonical denominator (each lane
+  // sums the weights it wrote itself).
+  for (int h = warp; h < hn; h += kAttnWarps) {
+    float* e = es + h * es_stride;
+    float mx = -INFINITY;
+    for (int j = lane; j < L; j += 32) mx = fmaxf(mx, e[j]);
+    mx = WarpMax(mx);
+    float den = 0.0f;
+    for (int j = lane; j < L; j += 32) {
+      const float w = canonical_expf(e[j] - mx);
+      e[j] = w;
+      den = den + w;
+    }
+    den = WarpTree(den);
+    if (lane == 0) dn[h] = den;
+  }
+  CpAsyncWait<0>();  // one chunk: its V rows
+  __syncthreads();
+
+  // Pass 3: weighted sum of V, a (head, dim pair) per thread, chunk by chunk.
+  const bool active = tid < hn * (HD / 2);
+  const int h = active ? tid / (HD / 2) : 0, d = 2 * (tid % (HD / 2));
+  float a0[32], a1[32];
+#pragma unroll
+  for (int c = 0; c < 32; ++c) a0[c] = a1[c] = 0.0f;
+  for (int c0 = 0; c0 < L; c0 += chunk) {
+    const int c1 = min(L, c0 + chunk);
+    if (!one_chunk) {
+      stage(kv.v, vs, HD, c0, c0, c1);
+      CpAsyncCommit();
+      CpAsyncWait<0>();
+      __syncthreads();
+    }
+    if (active) {
+      const float* e = es + h * es_stride;
+      int j = c0;
+      for (; j + 32 <= c1; j += 32) {
+#pragma unroll
+        for (int c = 0; c < 32; ++c) {
+          const float w = e[j + c];
+          const float2 v = *reinterpret_cast<const float2*>(vs + (j + c - c0) * HD + d);
+          a0[c] = fmaf(w, v.x, a0[c]);
+          a1[c] = fmaf(w, v.y, a1[c]);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < 32; ++c) {
+        if (j + c < c1) {
+          const float w = e[j + c];
+          const float2 v = *reinterpret_cast<const float2*>(vs + (j + c - c0) * HD + d);
+          a0[c] = fmaf(w, v.x, a0[c]);
+          a1[c] = fmaf(w, v.y, a1[c]);
+        }
+      }
+    }
+    if (!one_chunk) __syncthreads();  // the chunk's V rows are free again
+  }
+  if (active) {
+    ClassTree(a0);
+    ClassTree(a1);
+    float* o = out + static_cast<int64_t>(m) * out_stride;
+    o[PermutedIndex((h0 + h) * HD + d)] = a0[0] / dn[h];
+    o[PermutedIndex((h0 + h) * HD + d + 1)] = a1[0] / dn[h];
+  }
+}
+
+// How GroupAttentionKernel runs a shape (false: it cannot).
+struct GroupAttentionPlan {
+  int32_t hsplit = 0, chunk = 0;
+  int64_t smem = 0;
+};
+// parts: query-head parts per KV head wanted (at least what the threads need, at most one head
+// each).
+bool PlanGroupAttention(const AttentionShape& shape, int32_t max_context, GroupAttentionPlan* plan, int parts) {
+  const int hd = shape.head_dim;
+  if ((hd != 64 && hd != 128) || shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0) return false;
+  if (shape.block_size < 8 || max_context < 1) return false;
+  const int G = shape.num_heads / shape.num_kv_heads;
+  const int hsplit = std::min(G, std::max(parts, (G * hd + kGroupAttnMaxOutputs - 1) / kGroupAttnMaxOutputs));
+  const int hb = (G + hsplit - 1) / hsplit;
+  if (hb * hd > kGroupAttnMaxOutputs) return false;
+  const int64_t row_bytes = int64_t{2 * hd + 4} * 4;
+  const int32_t max_chunk = static_cast<int32_t>(kGroupAttnStageBytes / row_bytes) / 32 * 32;
+  const int32_t chunk = std::min<int32_t>((max_context + 31) / 32 * 32, max_chunk);
+  const int64_t es_stride = (max_context + 3) / 4 * 4;
+  const int64_t smem = chunk * row_bytes + 4 * (hb * es_stride + hb * (hd + 4) + hb) + 4 * (max_context / 8 + 2);
+  if (smem > kGroupAttnMaxSmem) return false;
+  *plan = {hsplit, chunk, smem};
+  return true;
+}
+
 // ---- The decode step of one token as one launch (kernels.h, DecodeStepArgs) ----
 //
 // Every block (one per multiprocessor, all resident) has kStepWarps consumer warps and one
@@ -3126,6 +3338,11 @@ cudaError_t PrepareAttention(int32_t max_context) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (e != cudaSuccess) return e;
   }
+  for (auto* kernel : {GroupAttentionKernel<64>, GroupAttentionKernel<128>}) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGroupAttnMaxSmem));
+    if (e != cudaSuccess) return e;
+  }
   return cudaFuncSetAttribute(AttentionKernel<1, 2, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(kAttnKvStageMaxBytes));
 }
@@ -3161,12 +3378,28 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
                       : blocks <= 8 * MultiprocessorCount() && shape.head_dim <= kAttnWarps * 8 ? 5
                       : blocks <= MultiprocessorCount()                                   ? 2
                                                                                                  : 0;
+  // Steps whose grid of (query head, token) blocks more than fills the device: the query heads
+  // of a KV head share one block and one staging of its K/V rows (variant 10), in as many parts
+  // per KV head as leave about one block per multiprocessor. Same bits. 0.5B, fifteenth session,
+  // side by side: fast profile batch 32 +6.6% in two parts (+3.0% in one), batch 64 +6.5% in one
+  // (H100); with this rule (H200) fast batch 32 +5.0%, 64 +6.8%, 1,000-token prefill +14.5%,
+  // exact batch 32 +2.3%, 64 +3.4%; batch 8 (parts of one head: no sharing) keeps the rules below.
+  const int group_size = shape.num_kv_heads > 0 ? shape.num_heads / shape.num_kv_heads : 1;
+  const int group_parts = static_cast<int>(std::max<int64_t>(
+      1, MultiprocessorCount() / std::max<int64_t>(1, int64_t{shape.num_kv_heads} * step.tokens)));
+  GroupAttentionPlan plan;
+  const bool grouped = variant == 10 || variant == 11 ||
+                       (g_attention_variant < 0 && group_parts < group_size);
+  if (grouped && PlanGroupAttention(shape, max_context, &plan, variant == 11 ? 1 : group_parts))
+    return LaunchChained(shape.head_dim == 64 ? GroupAttentionKernel<64> : GroupAttentionKernel<128>,
+                         dim3(shape.num_kv_heads * plan.hsplit, step.tokens), dim3(kAttnThreads), plan.smem, stream, q,
+                         step, shape, kv, scale, out, out_stride, max_context, plan.hsplit, plan.chunk);
   if (variant == 9 && kv_stage_fits)
     return LaunchChained(AttentionKernel<1, 2, false, true>, grid, dim3(kAttnThreads),
                          AttentionKvStageBytes(max_context, shape.head_dim), stream, q, step, shape, kv, scale, out,
                          out_stride, max_context, int32_t{3});
-  // batches of 2 positions (1 at head_dim over 128); variant 9 where the rows do not fit
-  const bool shallow = variant == 5 || variant == 7 || variant == 8 || variant == 9;
+  // batches of 2 positions (1 at head_dim over 128); variants 9 and 10 where they cannot run
+  const bool shallow = variant == 5 || variant == 7 || variant == 8 || variant == 9 || variant == 10 || variant == 11;
   const bool batched = variant >= 2 && !shallow;
   const bool first_batch = variant == 6;  // (head_dim <= 64; elsewhere as 2)
   const int32_t prefetch = variant == 1 || variant == 3 || variant == 8 ? 1 : variant == 4 ? 2 : variant == 7 ? 3 : 0;

@@ -155,10 +155,15 @@ void SetLargeBatchTile(int variant);
 // of rows of earlier steps loaded into registers before the wait (head_dim <= 64, else as 2; twice
 // the registers); 7: as 5, rows of earlier steps not prefetched; 8: as 5, prefetched into L2;
 // 9: every K/V row of the head group in shared memory, batches of 2 (head_dim <= 64 and
-// max_context rows within 160 KB; else as 5); -1, the default: 9 for grids of at most one block
-// per four multiprocessors where it fits, else 2 for grids of at most one block per multiprocessor
-// over contexts of more than 256 positions, else 5 up to 8 blocks per multiprocessor at head_dim
-// <= 64, else 2 where the grid has at most one block per multiprocessor, else 0).
+// max_context rows within 160 KB; else as 5); 10: the query heads of a KV head in one block
+// (GroupAttentionKernel: its K/V rows staged once), in parts that leave about one block per
+// multiprocessor (head_dim 64 or 128 and the scores fitting in shared memory; else as 5); 11: as 10
+// in as few parts as the threads allow; -1, the default: 10 where the parts share K/V rows (fewer
+// parts than query heads per KV head) and it can run, else 9 for
+// grids of at most one block per four multiprocessors where it fits, else 2 for grids of at most
+// one block per multiprocessor over contexts of more than 256 positions, else 5 up to 8 blocks
+// per multiprocessor at head_dim <= 64, else 2 where the grid has at most one block per
+// multiprocessor, else 0).
 // Same bits.
 void SetAttentionVariant(int variant);
 // Tests: how many TiledLinearKernel launches this process has issued (graph captures count once).

@@ -468,7 +468,7 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     spec.head_dim = head_dim;
     auto model = SynthModel("attn_hd" + std::to_string(head_dim), spec);
     ASSERT_TRUE(model);
-    for (int variant : {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+    for (int variant : {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
       SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " attention_variant=" + std::to_string(variant));
       SetCudaAttentionVariantForTesting(variant);
       ExpectCpuEqualsCuda(model, 290, 4);
@@ -476,7 +476,7 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     // Variant 9 (every K/V row in shared memory, the default for small decode grids) needs a
     // context whose rows fit: 60 + 40 positions (graphs bucket it to 256; at head_dim 128 it
     // falls back to variant 5).
-    for (int variant : {9, -1}) {
+    for (int variant : {9, 10, 11, -1}) {
       SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " short context, attention_variant=" +
                    std::to_string(variant));
       SetCudaAttentionVariantForTesting(variant);
@@ -522,6 +522,33 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     }
     SetCudaAttentionPartsForTesting(0);
     SetCudaStepAttentionSplitForTesting(-1);
+  }
+}
+
+// Variants 10 and 11 (GroupAttentionKernel: the query heads of a KV head in one block, their K/V
+// rows staged once) at Qwen2.5's groupings: 7 query heads per KV head at head_dim 64 (one part
+// with 11; one head per part with 10, as a single token's step asks), 6 at 128 (at least two
+// parts of 3), contexts of one chunk and of several (290 + 4 positions: chunks of 288 at
+// 64 and 128 at 128), equal to the CPU at every prefill and decode step.
+TEST(CudaInvariance, GroupedAttentionEqualsCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [head_dim, heads] : {std::pair{64, 14}, std::pair{128, 12}}) {
+    SynthSpec spec;
+    spec.hidden = 256;
+    spec.heads = heads;
+    spec.kv_heads = 2;
+    spec.head_dim = head_dim;
+    auto model = SynthModel("attn_group_hd" + std::to_string(head_dim), spec);
+    ASSERT_TRUE(model);
+    for (int variant : {10, 11}) {  // parts for about one block per multiprocessor; as few as possible
+      SetCudaAttentionVariantForTesting(variant);
+      for (const auto& [prompt, steps] : {std::pair{60, 40}, std::pair{290, 4}}) {
+        SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " prompt=" + std::to_string(prompt) +
+                     " variant=" + std::to_string(variant));
+        ExpectCpuEqualsCuda(model, prompt, steps);
+      }
+    }
+    SetCudaAttentionVariantForTesting(-1);
   }
 }
 
