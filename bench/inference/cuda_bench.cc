@@ -8,7 +8,7 @@
 //              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
-//              [--numerics exact|fast] [--fast-split-target 128] [--fast-shape 9728:4:4] [--fast-shape-rule 1]
+//              [--numerics exact|fast] [--fast-split-target 128] [--fast-shape 9728:4:4] [--fast-shape-rule 1] [--fast-rope-fused 0]
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
 // lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
 // 64 weight rows; 162: 16 tokens by 32 rows; 80: 8 tokens, rows by size).
@@ -149,6 +149,10 @@ int main(int argc, char** argv) {
   // --fast-split-target N: the fast profile's K-slice target (benchmarks only; other bits).
   if (const std::string st = Arg(argc, argv, "--fast-split-target", ""); !st.empty())
     SetCudaFastSplitTargetForBenchmark(std::stoi(st));
+  // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
+  // epilogue (benchmarks only; same bits).
+  if (const std::string r = Arg(argc, argv, "--fast-rope-fused", ""); !r.empty())
+    SetCudaFastRopeFusedForTesting(r != "0");
   // --fast-shape-rule 1: the fast profile's block-shape rule before the wave model (benchmarks only;
   // same bits).
   if (const std::string r = Arg(argc, argv, "--fast-shape-rule", ""); !r.empty())

@@ -126,6 +126,7 @@ int g_one_token_kernel = 0;
 int g_mlp_block_warps = 16;
 int g_large_batch_tile = -1;
 int g_fast_tile = 0;
+bool g_fast_rope_fused = true;  // SetCudaFastRopeFusedForTesting
 int g_attention_variant = -1;
 bool g_weight_evict_first = true;
 // Tiles DecodeStepKernel's producer asks L2 for ahead of its ring (kernels.h, SetStepPrefetchTiles).
@@ -691,11 +692,14 @@ class CudaBackendImpl final : public CudaBackend {
     a.out = qkv_.as<float>();
     a.out_stride = c.q_dim() + 2 * c.kv_dim();
     a.bench_skip_weight_reads = skip_weights;
-    if (!fast_ && lay.tokens == 1 && dl.q_norm == nullptr) {
+    // The fast profile fuses it at every token count (FastLinearKernel's epilogue, the same bits
+    // as the rotary kernel).
+    if ((fast_ ? g_fast_rope_fused : lay.tokens == 1) && dl.q_norm == nullptr) {
       LinearArgs f = a;
       f.epilogue = LinearEpilogue::kRopeStore;
       f.rope.pos = step.pos;
       f.rope.block_table = step.block_table;
+      f.rope.max_blocks = step.max_blocks;
       f.rope.block_size = kKvBlockSize;
       f.rope.num_heads = c.num_heads;
       f.rope.num_kv_heads = c.num_kv_heads;
@@ -705,7 +709,7 @@ class CudaBackendImpl final : public CudaBackend {
       f.rope.q_out = q_.as<float>();
       f.rope.k_cache = r.args.kv.k;
       f.rope.v_cache = r.args.kv.v;
-      if (cuda::CanFuseRope(f)) {
+      if (fast_ ? cuda::CanRunFastLinear(f) : cuda::CanFuseRope(f)) {
         a = f;
         r.rope_fused = true;
       }
@@ -994,6 +998,7 @@ void SetCudaFastSplitTargetForBenchmark(int target) { cuda::SetFastLinearSplitTa
 void SetCudaFastShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int token_groups) {
   cuda::SetFastLinearShapeForRowsForBenchmark(rows, cols, row_tiles, token_groups);
 }
+void SetCudaFastRopeFusedForTesting(bool fused) { g_fast_rope_fused = fused; }
 void SetCudaFastShapeRuleForBenchmark(int rule) { cuda::SetFastLinearShapeRuleForBenchmark(rule); }
 void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile) {
   g_fast_tile = token_tile * 10 + row_tiles;  // the graph key: captured launches keep their shape

@@ -72,6 +72,10 @@ void SetCudaFastShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int 
 // Benchmarks only: 1 brings back the fast profile's block-shape rule before the wave model (0, the
 // default). Set before creating the backend. Same bits.
 void SetCudaFastShapeRuleForBenchmark(int rule);
+// Tests and benchmarks only: whether the fast profile's q|k|v product applies rotary and stores
+// k and v itself (true, the default, for models without q/k norms) or leaves them to the rotary
+// kernel. Set before creating the backend. Same bits.
+void SetCudaFastRopeFusedForTesting(bool fused);
 // How many fast-profile products have been launched (a captured graph counts once).
 int64_t CudaFastLinearLaunchesForTesting();
 

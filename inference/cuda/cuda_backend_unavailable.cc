@@ -23,6 +23,7 @@ void SetCudaFastLinearTileForTesting(int, int) {}
 void SetCudaFastSplitTargetForBenchmark(int) {}
 void SetCudaFastShapeForRowsForBenchmark(int, int, int, int) {}
 void SetCudaFastShapeRuleForBenchmark(int) {}
+void SetCudaFastRopeFusedForTesting(bool) {}
 int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}

@@ -30,6 +30,7 @@ namespace rote::inference::cuda {
 namespace {
 
 using numerics::canonical_rms_scale;
+using numerics::canonical_rotate;
 using numerics::canonical_silu;
 
 constexpr int kWarps = 8;
@@ -122,8 +123,38 @@ struct FastShape {
 
 // out[m][n] and out[m][n + 1] from the finished sums of rows n, n + 1 (n even).
 __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, float v0, float v1) {
-  float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
   const int rows = a.w.rows;
+  if (a.epilogue == LinearEpilogue::kRopeStore) {
+    // Rows n, n + 1 of q|k|v in rotary pair order (kernels.h, RopePairRow): dims i and i + half of
+    // a q or k head, or two consecutive v dims. Bias, rotary, then q to its buffer and k, v into
+    // the cache: RopeStoreKernel's arithmetic (no q/k norms), so the same bits.
+    if (n + 1 >= rows) return;
+    const RopeArgs& ra = a.rope;
+    const int hd = ra.head_dim, half = hd / 2;
+    const int q_rows = ra.num_heads * hd, qk_rows = q_rows + ra.num_kv_heads * hd, kv_dim = ra.num_kv_heads * hd;
+    const int pos = ra.pos[m];
+    const int block = ra.block_table[static_cast<int64_t>(m) * ra.max_blocks + pos / ra.block_size];
+    const int64_t slot_row = static_cast<int64_t>(block) * ra.block_size + pos % ra.block_size;
+    float x0 = v0, x1 = v1;
+    if (a.bias != nullptr) {
+      x0 = x0 + a.bias[n];
+      x1 = x1 + a.bias[n + 1];
+    }
+    if (n < qk_rows) {
+      const int head = n / hd, i = (n % hd) / 2;
+      canonical_rotate(x0, x1, ra.cos[static_cast<int64_t>(pos) * half + i], ra.sin[static_cast<int64_t>(pos) * half + i]);
+      float* dst = head < ra.num_heads ? ra.q_out + static_cast<int64_t>(m) * q_rows + head * hd
+                                       : ra.k_cache + slot_row * kv_dim + (head - ra.num_heads) * hd;
+      dst[i] = x0;
+      dst[i + half] = x1;
+    } else {
+      float* dst = ra.v_cache + slot_row * kv_dim + (n - qk_rows);
+      dst[0] = x0;
+      dst[1] = x1;
+    }
+    return;
+  }
+  float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
   if (a.epilogue == LinearEpilogue::kSiluMul) {
     // Rows 2n' (gate) and 2n' + 1 (up) of the interleaved matrix.
     if (n + 1 < rows) {
@@ -491,7 +522,10 @@ FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t
 }
 
 bool CanRunFastLinear(const LinearArgs& a) {
-  if (a.w.type != WeightType::kBF16 || a.w.fast_tiles == nullptr || a.epilogue == LinearEpilogue::kRopeStore)
+  if (a.w.type != WeightType::kBF16 || a.w.fast_tiles == nullptr) return false;
+  // The rotary epilogue finishes rotary pairs, which are row pairs (n, n + 1), n even.
+  if (a.epilogue == LinearEpilogue::kRopeStore &&
+      (a.w.rows % 2 != 0 || a.rope.head_dim % 2 != 0 || a.rope.head_dim <= 0 || a.rope.block_size <= 0))
     return false;
   if (a.w.cols_padded % kStepCols != 0 || a.tokens < 1 || a.w.rows < 1) return false;
   if (a.x_stride % 4 != 0) return false;  // 16-byte activation copies

@@ -48,8 +48,8 @@ enum class LinearEpilogue : int {
   kAddBias = 1,      // out[m][n] = dot + bias[n]
   kAddResidual = 2,  // out[m][n] = out[m][n] + dot     (the residual stream, in place)
   kSiluMul = 3,      // rows interleaved gate/up: out[m][n] = silu(dot(2n)) * dot(2n + 1)
-  kRopeStore = 4,    // the q|k|v product of one token (+ bias), rotary on q and k, k and v into
-                     // the KV cache: LinearArgs::rope (one-token products only, see below)
+  kRopeStore = 4,    // the q|k|v product (+ bias), rotary on q and k, k and v into the KV cache:
+                     // LinearArgs::rope (one-token exact products, and the fast profile's)
 };
 
 // The q|k|v matrix's rows are uploaded in "rotary pair order": inside each q and k head, the
@@ -64,15 +64,16 @@ ROTE_HD inline int32_t RopePairRow(int32_t dim_in_head, int32_t head_dim) {
 // What the kRopeStore epilogue needs: the token's position and KV slot, the rotary tables, and
 // where q, k and v go (exactly what LaunchRopeStore does for a batch, without Qwen3's q/k norms).
 struct RopeArgs {
-  const int32_t* pos = nullptr;          // (1) the token's position
-  const int32_t* block_table = nullptr;  // the token's sequence's block table
+  const int32_t* pos = nullptr;          // (tokens) the tokens' positions
+  const int32_t* block_table = nullptr;  // (tokens, max_blocks): each token's sequence's table
+  int32_t max_blocks = 0;                // the table's row stride (one token: unused)
   int32_t block_size = 0;
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   const float* cos = nullptr;  // (positions, head_dim / 2)
   const float* sin = nullptr;
-  float* q_out = nullptr;    // (q_dim)
+  float* q_out = nullptr;    // (tokens, q_dim)
   float* k_cache = nullptr;  // this layer's (blocks, block_size, kv_dim)
   float* v_cache = nullptr;
 };

@@ -975,6 +975,38 @@ TEST(CudaFastProfile, NeedleAloneEqualsNeedleInBatches) {
   }
 }
 
+// Rotary and the KV store in the q|k|v product's epilogue (the fast profile's default) against
+// the rotary kernel: three sequences of different lengths prefilled in one step, then 24 batched
+// decode steps (each token its own position and block table), logits identical in every bit.
+TEST(CudaFastProfile, RopeInTheProductKeepsBits) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  auto run = [&](bool fused) {
+    SetCudaFastRopeFusedForTesting(fused);
+    auto fast = Fast(model);
+    SetCudaFastRopeFusedForTesting(true);
+    std::vector<std::vector<float>> all;
+    if (!fast) return all;
+    Driver d(fast.get(), 64);
+    Seq a, b, c;
+    a.tokens = Prompt(45, vocab, 1);
+    b.tokens = Prompt(17, vocab, 2);
+    c.tokens = Prompt(30, vocab, 3);
+    all.push_back(d.Step({{&a, 45, 1}, {&b, 17, 1}, {&c, 30, 1}}));
+    for (int step = 0; step < 24; ++step) {
+      for (Seq* q : {&a, &b, &c}) q->tokens.push_back((step * 7919 + static_cast<int32_t>(q->tokens.size())) % vocab);
+      all.push_back(d.Step({{&a, 1, 1}, {&b, 1, 1}, {&c, 1, 1}}));
+    }
+    return all;
+  };
+  const std::vector<std::vector<float>> fused = run(true), separate = run(false);
+  ASSERT_EQ(fused.size(), 25u);
+  ASSERT_EQ(separate.size(), 25u);
+  for (size_t i = 0; i < fused.size(); ++i) ASSERT_TRUE(SameBits(fused[i], separate[i])) << "step " << i;
+}
+
 // Whole prefill vs chunks of 1 (decode steps), 5 and 16 tokens, eager vs graphs, and every block
 // shape forced (1 to 6 16-row tiles per block, token rows per block): the logits of every position
 // are identical.
