@@ -121,37 +121,75 @@ struct FastShape {
   static constexpr int kSmemBytes = kRingBytes > kSumBytes + kPartBytes ? kRingBytes : kSumBytes + kPartBytes;
 };
 
-// out[m][n] and out[m][n + 1] from the finished sums of rows n, n + 1 (n even).
-__device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, float v0, float v1) {
+// What the epilogue of rows (n, n + 1) of token m reads besides the sums. A thread loads it for
+// its first row pair at the start of the kernel (constants and step metadata before waiting for
+// the previous kernel, the residual right after), so no round trip to L2 stands between the
+// finished sums and the store; further pairs (prefill-sized blocks) load it when they get there.
+struct FastEpilogue {
+  float add0 = 0.0f, add1 = 0.0f;  // the bias (kAddBias; kRopeStore with a bias), or the residual
+  float cos = 0.0f, sin = 0.0f;    // kRopeStore, q and k rows: the pair's rotation
+  float* dst = nullptr;            // kRopeStore: where the pair goes (x0 at dst, x1 at dst + gap)
+  int gap = 1;
+  bool rotate = false;
+};
+
+// Rows n, n + 1 of q|k|v are in rotary pair order (kernels.h, RopePairRow): dims i and i + half
+// of a q or k head, or two consecutive v dims. Constants and step metadata only.
+__device__ __forceinline__ FastEpilogue PlanFastEpilogue(const LinearArgs& a, int m, int n) {
+  FastEpilogue e;
   const int rows = a.w.rows;
-  if (a.epilogue == LinearEpilogue::kRopeStore) {
-    // Rows n, n + 1 of q|k|v in rotary pair order (kernels.h, RopePairRow): dims i and i + half of
-    // a q or k head, or two consecutive v dims. Bias, rotary, then q to its buffer and k, v into
-    // the cache: RopeStoreKernel's arithmetic (no q/k norms), so the same bits.
-    if (n + 1 >= rows) return;
+  if ((a.epilogue == LinearEpilogue::kAddBias || a.epilogue == LinearEpilogue::kRopeStore) && a.bias != nullptr) {
+    e.add0 = a.bias[n];
+    if (n + 1 < rows) e.add1 = a.bias[n + 1];
+  }
+  if (a.epilogue == LinearEpilogue::kRopeStore && n + 1 < rows) {
     const RopeArgs& ra = a.rope;
     const int hd = ra.head_dim, half = hd / 2;
     const int q_rows = ra.num_heads * hd, qk_rows = q_rows + ra.num_kv_heads * hd, kv_dim = ra.num_kv_heads * hd;
     const int pos = ra.pos[m];
     const int block = ra.block_table[static_cast<int64_t>(m) * ra.max_blocks + pos / ra.block_size];
     const int64_t slot_row = static_cast<int64_t>(block) * ra.block_size + pos % ra.block_size;
-    float x0 = v0, x1 = v1;
-    if (a.bias != nullptr) {
-      x0 = x0 + a.bias[n];
-      x1 = x1 + a.bias[n + 1];
-    }
     if (n < qk_rows) {
       const int head = n / hd, i = (n % hd) / 2;
-      canonical_rotate(x0, x1, ra.cos[static_cast<int64_t>(pos) * half + i], ra.sin[static_cast<int64_t>(pos) * half + i]);
-      float* dst = head < ra.num_heads ? ra.q_out + static_cast<int64_t>(m) * q_rows + head * hd
-                                       : ra.k_cache + slot_row * kv_dim + (head - ra.num_heads) * hd;
-      dst[i] = x0;
-      dst[i + half] = x1;
+      e.cos = ra.cos[static_cast<int64_t>(pos) * half + i];
+      e.sin = ra.sin[static_cast<int64_t>(pos) * half + i];
+      e.dst = (head < ra.num_heads ? ra.q_out + static_cast<int64_t>(m) * q_rows + head * hd
+                                   : ra.k_cache + slot_row * kv_dim + (head - ra.num_heads) * hd) +
+              i;
+      e.gap = half;
+      e.rotate = true;
     } else {
-      float* dst = ra.v_cache + slot_row * kv_dim + (n - qk_rows);
-      dst[0] = x0;
-      dst[1] = x1;
+      e.dst = ra.v_cache + slot_row * kv_dim + (n - qk_rows);
+      e.gap = 1;
     }
+  }
+  return e;
+}
+
+// The residual the pair adds (kAddResidual): written by an earlier kernel, so read after the wait.
+__device__ __forceinline__ void LoadFastResidual(const LinearArgs& a, int m, int n, FastEpilogue* e) {
+  if (a.epilogue != LinearEpilogue::kAddResidual) return;
+  const float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
+  e->add0 = out[a.out_lane_rows ? static_cast<int>(PermutedIndex(n)) : n];
+  if (n + 1 < a.w.rows) e->add1 = out[a.out_lane_rows ? static_cast<int>(PermutedIndex(n + 1)) : n + 1];
+}
+
+// out[m][n] and out[m][n + 1] from the finished sums of rows n, n + 1 (n even) and the
+// epilogue's operands (PlanFastEpilogue, LoadFastResidual).
+__device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, float v0, float v1, const FastEpilogue& e) {
+  const int rows = a.w.rows;
+  if (a.epilogue == LinearEpilogue::kRopeStore) {
+    // Bias, rotary (q and k rows), then q to its buffer and k, v into the cache: RopeStoreKernel's
+    // arithmetic (no q/k norms), so the same bits.
+    if (e.dst == nullptr) return;
+    float x0 = v0, x1 = v1;
+    if (a.bias != nullptr) {
+      x0 = x0 + e.add0;
+      x1 = x1 + e.add1;
+    }
+    if (e.rotate) canonical_rotate(x0, x1, e.cos, e.sin);
+    e.dst[0] = x0;
+    e.dst[e.gap] = x1;
     return;
   }
   float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
@@ -164,15 +202,16 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
     return;
   }
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int col = n + e;
+  for (int k = 0; k < 2; ++k) {
+    const int col = n + k;
     if (col >= rows) break;
-    const float v = e == 0 ? v0 : v1;
+    const float v = k == 0 ? v0 : v1;
+    const float add = k == 0 ? e.add0 : e.add1;
     const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(col)) : col;
     if (a.epilogue == LinearEpilogue::kAddBias) {
-      out[o] = v + a.bias[col];
+      out[o] = v + add;
     } else if (a.epilogue == LinearEpilogue::kAddResidual) {
-      out[o] = out[o] + v;
+      out[o] = add + v;
     } else {
       out[o] = v;
     }
@@ -247,7 +286,17 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i)
     if (i < nsteps) issue_weights(i);
+  // The epilogue's operands of this thread's first row pair (FastEpilogue): the pairs of the
+  // finishing loops below, sliced (the cluster's ranks interleave) or not.
+  constexpr int kPairs = S::kRows / 2;
+  const int row0 = tile0 * kFastTileRows;
+  const int first_idx = splits > 1 ? split + splits * tid : tid;
+  const int first_tok = first_idx / kPairs, first_n = row0 + 2 * (first_idx % kPairs);
+  const bool first_ok = first_idx < kPairs * S::kToks && first_tok < mcount && first_n < rows;
+  FastEpilogue first_epilogue;
+  if (first_ok) first_epilogue = PlanFastEpilogue(a, m0 + first_tok, first_n);
   WaitForPrevious();
+  if (first_ok) LoadFastResidual(a, m0 + first_tok, first_n, &first_epilogue);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < nsteps) issue_acts(i);
@@ -319,7 +368,12 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   __syncthreads();
 
   // Each thread finishes row pairs (n, n + 1) of tokens: the warps' sums in warp order.
-  constexpr int kPairs = S::kRows / 2;
+  auto epilogue_of = [&](int idx, int m, int n) {
+    if (idx == first_idx) return first_epilogue;
+    FastEpilogue e = PlanFastEpilogue(a, m, n);
+    LoadFastResidual(a, m, n, &e);
+    return e;
+  };
   auto block_sum = [&](int row, int tok) {
     float v = sums[row * S::kSumStride + tok];
 #pragma unroll
@@ -335,7 +389,6 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   auto norm_scale = [&](float squares_of_row) {
     return canonical_rms_scale(squares_of_row, a.w.cols, a.norm_eps);
   };
-  const int row0 = tile0 * kFastTileRows;
   if (splits > 1) {
     // The K slices of a tile are one cluster (blockIdx.z is the rank). Each block leaves its sums
     // in its own shared memory; after the cluster's barrier every block finishes a share of the
@@ -370,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
         v0 = r * v0;
         v1 = r * v1;
       }
-      StoreFast(a, m0 + tok, n, v0, v1);
+      StoreFast(a, m0 + tok, n, v0, v1, epilogue_of(idx, m0 + tok, n));
     }
     cluster.sync();
     return;
@@ -384,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
       v0 = r * v0;
       v1 = r * v1;
     }
-    StoreFast(a, m0 + tok, n, v0, v1);
+    StoreFast(a, m0 + tok, n, v0, v1, epilogue_of(idx, m0 + tok, n));
   }
 }
 
