@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/fast_tiles.h"
 #include "inference/cuda/launch.cuh"
 #include "inference/numerics/canonical.h"
@@ -33,19 +34,16 @@ using numerics::canonical_rms_scale;
 using numerics::canonical_rotate;
 using numerics::canonical_silu;
 
-constexpr int kWarps = 8;
+constexpr int kWarps = kFastWarps;
 constexpr int kThreads = kWarps * 32;
 constexpr int kStepCols = kFastTileCols;  // columns per step: one mma's k
-constexpr int kMaxSplits = 16;
 // Slices: a matrix of R rows gets about kSplitTarget / ceil(R / 64) of them, never fewer than
 // 2 steps per warp each. A function of the shape only (it fixes the order of the sums). 32 since
 // the slices meet in a cluster (fast3, before the norm moved in): at 0.5B batch 32 it gave 22,812-22,822 tok/s against
 // 19,753-19,848 for 128 (the fast2 value, best while the slices met in global scratch), 21,817
 // for 16, 22,736-22,774 for 48 and 22,333 for 64 (H100).
-constexpr int kSplitTarget = 32;
+constexpr int kSplitTarget = kFastSplitTarget;
 int g_split_target = kSplitTarget;  // SetFastLinearSplitTargetForBenchmark
-constexpr int kSplitRows = 64;
-constexpr int kMinStepsPerWarp = 2;
 
 std::atomic<int64_t> g_fast_launches{0};
 int g_fast_tile = 0;
@@ -532,46 +530,11 @@ cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, cudaStream_t str
 }  // namespace
 
 int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) {
-  const int32_t steps = cols_padded / kStepCols;
-  const int32_t tiles = (rows + kSplitRows - 1) / kSplitRows;
-  int32_t s = (g_split_target + std::max<int32_t>(tiles, 1) - 1) / std::max<int32_t>(tiles, 1);
-  s = std::min(s, kMaxSplits);
-  s = std::min(s, std::max<int32_t>(1, steps / (kWarps * kMinStepsPerWarp)));
-  return std::max<int32_t>(s, 1);
+  return FastLinearSplitsFor(rows, cols_padded, g_split_target);
 }
 
-// Every shape runs two blocks per multiprocessor, so a grid runs in ceil(blocks / (2 x
-// multiprocessors)) waves, and a block lasts about as long as the bytes it copies per column: 32
-// per 16-row tile (bf16 weights) and 32 per 8-token group (fp32 activations). The model is waves x
-// bytes per column; ties go to fewer token groups (shorter chains of dependent mma per warp), then
-// to more rows. Before it, 64-row blocks were taken whenever they gave every multiprocessor one:
-// gate|up at batch 32 ran 304 blocks, a full wave and 40 more, where 80-row blocks fit in one wave
-// (244): batch 32 +7%, batch 64 +4% (0.5B, H100, fifteenth session).
 FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors) {
-  // The instantiated shapes (LaunchFastShape).
-  static constexpr FastLinearShape kCandidates[] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1},
-                                                     {1, 2}, {2, 2}, {3, 2}, {4, 2}, {5, 2}, {6, 2},
-                                                     {1, 4}, {2, 4}, {3, 4}, {4, 4}};
-  const int64_t splits = FastLinearSplits(rows, cols_padded);
-  const int64_t slots = 2 * static_cast<int64_t>(std::max<int32_t>(multiprocessors, 1));
-  const int64_t tiles = (rows + kFastTileRows - 1) / kFastTileRows;
-  FastLinearShape best = {1, 1};
-  int64_t best_cost = -1;
-  for (const FastLinearShape c : kCandidates) {
-    // Up to 8 tokens: one group; up to 16: two; beyond, two or four.
-    if ((tokens <= 8) != (c.token_groups == 1) || (tokens <= 16 && c.token_groups == 4)) continue;
-    const int64_t token_tiles = (tokens + 8 * c.token_groups - 1) / (8 * c.token_groups);
-    const int64_t blocks = (tiles + c.row_tiles - 1) / c.row_tiles * splits * token_tiles;
-    const int64_t cost = (blocks + slots - 1) / slots * (32 * c.row_tiles + 32 * c.token_groups);
-    const bool better = best_cost < 0 || cost < best_cost ||
-                        (cost == best_cost && (c.token_groups < best.token_groups ||
-                                               (c.token_groups == best.token_groups && c.row_tiles > best.row_tiles)));
-    if (better) {
-      best = c;
-      best_cost = cost;
-    }
-  }
-  return best;
+  return ChooseFastLinearShapeFor(rows, tokens, FastLinearSplits(rows, cols_padded), multiprocessors);
 }
 
 bool CanRunFastLinear(const LinearArgs& a) {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/kernels.h"
 
 namespace rote::inference::cuda {
@@ -37,13 +38,8 @@ int32_t FastLinearSplits(int32_t rows, int32_t cols_padded);
 // cluster (up to 16 blocks, Hopper's non-portable limit) and add their sums through distributed
 // shared memory: LinearArgs::split_* are not used.
 bool CanRunFastLinear(const LinearArgs& args);
-// The block shape of a product of up to 64 tokens (beyond, prefill keeps 64-row blocks of up to 32
-// tokens): the instantiated (16-row tiles, 8-token groups) whose grid finishes soonest by a
-// model of waves and bytes per block (fast_linear.cu). Host code; the shape never changes the order
-// of the sums.
-struct FastLinearShape {
-  int32_t row_tiles, token_groups;
-};
+// The block shape LaunchFastLinear uses for up to 64 tokens: ChooseFastLinearShapeFor
+// (fast_shapes.h) with this matrix's slices. Host code.
 FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors);
 cudaError_t LaunchFastLinear(const LinearArgs& args, cudaStream_t stream);
 // Tests: launches issued so far (graph captures count once).

@@ -17,7 +17,7 @@
 #include "inference/engine.h"
 #include "inference/cuda/attention_parts.h"
 #include "inference/cuda/cuda_backend.h"
-#include "inference/cuda/fast_linear.h"
+#include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/fast_tiles.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
@@ -658,8 +658,8 @@ TEST(CudaFastTiles, PiecesAreBf16AndSumExactly) {
   }
 }
 
-// The fast profile's block shapes for decode-sized products (ChooseFastLinearShape, a host
-// function): 0.5B's gate|up (9,728 x 896) at batch 32 takes 80-row blocks, one wave of 244 on 132
+// The fast profile's block shapes for decode-sized products (ChooseFastLinearShapeFor,
+// fast_shapes.h, plain C++): 0.5B's gate|up (9,728 x 896) at batch 32 takes 80-row blocks, one wave of 244 on 132
 // multiprocessors where 64-row ones ran 304; and over many shapes the choice is an instantiated
 // shape of the right token groups whose waves x bytes are never worse than any other's.
 TEST(CudaFastShapes, WaveModelChoosesWholeWaves) {
@@ -668,20 +668,23 @@ TEST(CudaFastShapes, WaveModelChoosesWholeWaves) {
   };
   for (const Case c : {Case{9728, 896, 32, 132, 5, 2}, Case{1152, 896, 32, 132, 2, 2}, Case{896, 4864, 32, 132, 2, 2},
                        Case{151936, 896, 32, 132, 4, 4}, Case{9728, 896, 8, 132, 3, 1}, Case{9728, 896, 64, 132, 5, 2}}) {
-    const cuda::FastLinearShape got = cuda::ChooseFastLinearShape(c.rows, c.cols, c.tokens, c.sms);
+    const cuda::FastLinearShape got = cuda::ChooseFastLinearShapeFor(
+        c.rows, c.tokens, cuda::FastLinearSplitsFor(c.rows, c.cols, cuda::kFastSplitTarget), c.sms);
     EXPECT_EQ(got.row_tiles, c.row_tiles) << c.rows << " x " << c.cols << " tokens " << c.tokens;
     EXPECT_EQ(got.token_groups, c.token_groups) << c.rows << " x " << c.cols << " tokens " << c.tokens;
   }
   auto cost = [](int32_t rows, int32_t cols, int32_t tokens, int32_t sms, int rt, int ntk) {
     const int64_t tiles = (rows + 15) / 16, slots = 2 * sms;
-    const int64_t blocks = (tiles + rt - 1) / rt * cuda::FastLinearSplits(rows, cols) * ((tokens + 8 * ntk - 1) / (8 * ntk));
+    const int64_t blocks = (tiles + rt - 1) / rt * cuda::FastLinearSplitsFor(rows, cols, cuda::kFastSplitTarget) *
+                           ((tokens + 8 * ntk - 1) / (8 * ntk));
     return (blocks + slots - 1) / slots * (32 * rt + 32 * ntk);
   };
   for (int32_t sms : {66, 114, 132})
     for (int32_t rows : {64, 896, 1152, 2048, 9728, 17920, 151936})
       for (int32_t cols : {896, 1536, 4864})
         for (int32_t tokens = 1; tokens <= 64; ++tokens) {
-          const cuda::FastLinearShape got = cuda::ChooseFastLinearShape(rows, cols, tokens, sms);
+          const cuda::FastLinearShape got = cuda::ChooseFastLinearShapeFor(
+              rows, tokens, cuda::FastLinearSplitsFor(rows, cols, cuda::kFastSplitTarget), sms);
           const int want_groups_max = tokens <= 8 ? 1 : tokens <= 16 ? 2 : 4;
           ASSERT_TRUE(tokens <= 8 ? got.token_groups == 1 : got.token_groups == 2 || got.token_groups == want_groups_max);
           ASSERT_GE(got.row_tiles, 1);
