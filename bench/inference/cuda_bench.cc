@@ -149,6 +149,24 @@ int main(int argc, char** argv) {
   // --fast-split-target N: the fast profile's K-slice target (benchmarks only; other bits).
   if (const std::string st = Arg(argc, argv, "--fast-split-target", ""); !st.empty())
     SetCudaFastSplitTargetForBenchmark(std::stoi(st));
+  // --fast-splits ROWSxCOLS:S[+...]: the fast profile's products of ROWS x COLS (padded)
+  // matrices in S K slices (benchmarks only; other bits).
+  if (const std::string fs = Arg(argc, argv, "--fast-splits", ""); !fs.empty()) {
+    size_t at = 0;
+    while (at < fs.size()) {
+      const size_t end = std::min(fs.find('+', at), fs.size());
+      const std::string one = fs.substr(at, end - at);
+      int rows = 0, cols = 0, splits = 0;
+      if (std::sscanf(one.c_str(), "%dx%d:%d", &rows, &cols, &splits) != 3 || rows <= 0 || splits <= 0) {
+        std::printf("{\"what\":\"error\",\"message\":\"--fast-splits wants ROWSxCOLS:S, got %s\"}\n", one.c_str());
+        return 1;
+      }
+      SetCudaFastSplitsForBenchmark(rows, cols, splits);
+      at = end + 1;
+    }
+  }
+  // --pdl 0: no programmatic dependent launch (same bits).
+  if (const std::string r = Arg(argc, argv, "--pdl", ""); !r.empty()) SetCudaProgrammaticLaunchForBenchmark(r != "0");
   // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
   // epilogue (benchmarks only; same bits).
   if (const std::string r = Arg(argc, argv, "--fast-rope-fused", ""); !r.empty())

@@ -995,6 +995,10 @@ int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_ord
 int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches(); }
 int64_t CudaFastLinearLaunchesForTesting() { return cuda::FastLinearLaunches(); }
 void SetCudaFastSplitTargetForBenchmark(int target) { cuda::SetFastLinearSplitTargetForBenchmark(target); }
+void SetCudaFastSplitsForBenchmark(int rows, int cols_padded, int splits) {
+  cuda::SetFastLinearSplitsForBenchmark(rows, cols_padded, splits);
+}
+void SetCudaProgrammaticLaunchForBenchmark(bool on) { cuda::SetProgrammaticLaunch(on); }
 void SetCudaFastShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int token_groups) {
   cuda::SetFastLinearShapeForRowsForBenchmark(rows, cols, row_tiles, token_groups);
 }

@@ -64,6 +64,10 @@ void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile = 0);
 // (fast_linear.h, SetFastLinearSplitTargetForBenchmark; 0 the default). Set it before creating
 // the backend. No-op without CUDA.
 void SetCudaFastSplitTargetForBenchmark(int target);
+// Benchmarks only, and NOT the same bits: the fast profile's products of (rows x cols_padded)
+// matrices in `splits` K slices (fast_linear.h, SetFastLinearSplitsForBenchmark; rows <= 0
+// clears). Set before creating the backend. No-op without CUDA.
+void SetCudaFastSplitsForBenchmark(int rows, int cols_padded, int splits);
 // Benchmarks only: the fast profile's products of matrices with `rows` rows (and `cols` columns,
 // unless 0) use blocks of
 // row_tiles x 16 rows by token_groups x 8 tokens (rows <= 0 clears). Set before creating the
@@ -76,6 +80,9 @@ void SetCudaFastShapeRuleForBenchmark(int rule);
 // k and v itself (true, the default, for models without q/k norms) or leaves them to the rotary
 // kernel. Set before creating the backend. Same bits.
 void SetCudaFastRopeFusedForTesting(bool fused);
+// Benchmarks only: false launches every kernel without programmatic dependent launch (each waits
+// for the previous one to end before it starts). Set before creating the backend. Same bits.
+void SetCudaProgrammaticLaunchForBenchmark(bool on);
 // How many fast-profile products have been launched (a captured graph counts once).
 int64_t CudaFastLinearLaunchesForTesting();
 

@@ -21,9 +21,11 @@ int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
 int64_t CudaFastLinearLaunchesForTesting() { return 0; }
 void SetCudaFastLinearTileForTesting(int, int) {}
 void SetCudaFastSplitTargetForBenchmark(int) {}
+void SetCudaFastSplitsForBenchmark(int, int, int) {}
 void SetCudaFastShapeForRowsForBenchmark(int, int, int, int) {}
 void SetCudaFastShapeRuleForBenchmark(int) {}
 void SetCudaFastRopeFusedForTesting(bool) {}
+void SetCudaProgrammaticLaunchForBenchmark(bool) {}
 int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}

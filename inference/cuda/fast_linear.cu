@@ -25,6 +25,7 @@
 #include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/fast_tiles.h"
 #include "inference/cuda/launch.cuh"
+#include "inference/cuda/timeline.cuh"
 #include "inference/numerics/canonical.h"
 
 namespace rote::inference::cuda {
@@ -44,6 +45,13 @@ constexpr int kStepCols = kFastTileCols;  // columns per step: one mma's k
 // for 16, 22,736-22,774 for 48 and 22,333 for 64 (H100).
 constexpr int kSplitTarget = kFastSplitTarget;
 int g_split_target = kSplitTarget;  // SetFastLinearSplitTargetForBenchmark
+// SetFastLinearSplitsForBenchmark: slices forced for matrices of a given shape.
+struct SplitOverride {
+  int rows, cols_padded, splits;
+};
+constexpr int kMaxSplitOverrides = 8;
+SplitOverride g_split_overrides[kMaxSplitOverrides];
+int g_split_override_count = 0;
 
 std::atomic<int64_t> g_fast_launches{0};
 int g_fast_tile = 0;
@@ -84,12 +92,16 @@ __device__ __forceinline__ void CopyAsync16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SharedAddr(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void CommitCopies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// The cluster's split barrier: a sliced product arrives at the start and waits before its first
+// push into another block's shared memory, which must have started.
+__device__ __forceinline__ void ClusterArriveRelaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void ClusterWait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void WaitCopies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-template <int RT, int NTK, bool NORM>
+template <int RT, int NTK, bool NORM, bool SLICED>
 struct FastShape {
   static constexpr int kRows = kFastTileRows * RT;
   static constexpr int kToks = 8 * NTK;
@@ -113,10 +125,14 @@ struct FastShape {
   static constexpr int kSumStride = kToks + 1;
   static constexpr int kSquaresOffset = kWarps * kRows * kSumStride * 4;
   static constexpr int kSumBytes = kSquaresOffset + (NORM ? kWarps * kToks * 4 : 0);
-  // A sliced product's block sums, [token][row], then its sums of squares, [token], which the
-  // cluster's blocks read.
-  static constexpr int kPartBytes = (kRows + (NORM ? 1 : 0)) * kToks * 4;
-  static constexpr int kSmemBytes = kRingBytes > kSumBytes + kPartBytes ? kRingBytes : kSumBytes + kPartBytes;
+  // A sliced product's inbox, where the cluster's blocks push their sums of the row pairs this
+  // block finishes ([slice][pair], float2, at most kPairs * kToks + splits - 1 pairs in all), then
+  // with the norm their sums of squares ([slice][token]). Past the ring and the warps' sums: a
+  // block may push into it while its owner is still in its loop.
+  static constexpr int kInboxOffset = (kRingBytes > kSumBytes ? kRingBytes : kSumBytes + 15) / 16 * 16;
+  static constexpr int kInboxBytes = (2 * (kRows / 2 * kToks + kFastMaxSplits) + (NORM ? kFastMaxSplits * kToks : 0)) * 4;
+  static constexpr int kSmemBytes = SLICED ? kInboxOffset + kInboxBytes : (kRingBytes > kSumBytes ? kRingBytes : kSumBytes);
+  static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two blocks must fit in a multiprocessor");
 };
 
 // What the epilogue of rows (n, n + 1) of token m reads besides the sums. A thread loads it for
@@ -222,12 +238,14 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
 // the products (lanes t in an xor butterfly, warps in warp order, slices in slice order) and the
 // scale multiplies the finished sums, before the epilogue. No separate norm launch, no pass over
 // the rows before the loop.
-template <int RT, int NTK, bool NORM>
+template <int RT, int NTK, bool NORM, bool SLICED>
 __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, int32_t splits) {
-  using S = FastShape<RT, NTK, NORM>;
+  using S = FastShape<RT, NTK, NORM, SLICED>;
   constexpr int kStages = S::kStages;
   extern __shared__ __align__(16) unsigned char fast_smem[];
+  TimelineScope timeline(TimelineKind::kLinear);
   LetNextStart();
+  if constexpr (SLICED) ClusterArriveRelaxed();  // this block has started (the pushes wait for it)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int rows = a.w.rows;
   const int steps = a.w.cols_padded / kStepCols;
@@ -290,10 +308,15 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   const int row0 = tile0 * kFastTileRows;
   const int first_idx = splits > 1 ? split + splits * tid : tid;
   const int first_tok = first_idx / kPairs, first_n = row0 + 2 * (first_idx % kPairs);
-  const bool first_ok = first_idx < kPairs * S::kToks && first_tok < mcount && first_n < rows;
+  // Not for 64 x 32 blocks (the lm_head from 17 tokens, prefill): the operands' registers, held
+  // through the loop, made them spill.
+  constexpr bool kEarlyEpilogue = RT * NTK < 16;
+  const bool first_ok =
+      kEarlyEpilogue && first_idx < kPairs * S::kToks && first_tok < mcount && first_n < rows;
   FastEpilogue first_epilogue;
   if (first_ok) first_epilogue = PlanFastEpilogue(a, m0 + first_tok, first_n);
   WaitForPrevious();
+  timeline.Waited();
   if (first_ok) LoadFastResidual(a, m0 + first_tok, first_n, &first_epilogue);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
@@ -339,6 +362,7 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
     }
   }
   WaitCopies<0>();  // no copy outlives the loop (the trailing groups are empty)
+  TimelinePoint(1);  // this warp's loop done
   __syncthreads();  // the ring becomes the warps' sums
 
   // acc[r][j][e]: weight row 16 r + g (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e).
@@ -387,45 +411,56 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   auto norm_scale = [&](float squares_of_row) {
     return canonical_rms_scale(squares_of_row, a.w.cols, a.norm_eps);
   };
-  if (splits > 1) {
-    // The K slices of a tile are one cluster (blockIdx.z is the rank). Each block leaves its sums
-    // in its own shared memory; after the cluster's barrier every block finishes a share of the
-    // outputs, reading the slices' sums from their blocks in slice order, and a second barrier
-    // keeps each block's shared memory alive until the others have read it.
+  if constexpr (SLICED) {
+    // The K slices of a tile are one cluster (blockIdx.z is the rank), and block `split` finishes
+    // the row pairs idx = split (mod splits). Each block pushes its sums of those pairs into their
+    // finishing block's inbox (distributed shared memory, slot `split`), so after one cluster
+    // barrier every block reads its inbox locally and adds the slices' sums in slice order. No
+    // block reads another's shared memory after the barrier, so none waits for the others to
+    // finish (the fourteenth session's version read the slices' sums remotely after a first
+    // barrier and kept its shared memory alive for them with a second one).
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
-    float* part = reinterpret_cast<float*>(fast_smem + S::kSumBytes);
+    float* inbox = reinterpret_cast<float*>(fast_smem + S::kInboxOffset);
+    float* inbox_squares = inbox + 2 * (kPairs * S::kToks + kFastMaxSplits);
+    const int per_owner = (kPairs * S::kToks + splits - 1) / splits;  // pairs each block finishes
+    ClusterWait();  // every block of the cluster has started (ClusterArriveRelaxed at the start)
     for (int idx = tid; idx < kPairs * S::kToks; idx += kThreads) {
       const int row = 2 * (idx % kPairs), tok = idx / kPairs;
-      part[tok * S::kRows + row] = block_sum(row, tok);
-      part[tok * S::kRows + row + 1] = block_sum(row + 1, tok);
+      float2* dst = reinterpret_cast<float2*>(cluster.map_shared_rank(inbox, idx % splits)) +
+                    (split * per_owner + idx / splits);
+      *dst = make_float2(block_sum(row, tok), block_sum(row + 1, tok));
     }
     if constexpr (NORM)
-      for (int tok = tid; tok < S::kToks; tok += kThreads) part[S::kRows * S::kToks + tok] = block_squares(tok);
-    cluster.sync();
+      for (int k = tid; k < splits * S::kToks; k += kThreads) {
+        const int owner = k / S::kToks, tok = k % S::kToks;
+        cluster.map_shared_rank(inbox_squares, owner)[split * S::kToks + tok] = block_squares(tok);
+      }
+    TimelinePoint(2);  // the block's sums pushed
+    cluster.sync();    // every push has landed
+    TimelinePoint(3);  // the cluster's barrier passed
     for (int idx = split + splits * tid; idx < kPairs * S::kToks; idx += splits * kThreads) {
       const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
       if (tok >= mcount || n >= rows) continue;
-      const int o = tok * S::kRows + row;
-      const float* p0 = cluster.map_shared_rank(part, 0);
-      float v0 = p0[o], v1 = p0[o + 1];
-      for (int s = 1; s < splits; ++s) {
-        const float* ps = cluster.map_shared_rank(part, s);
-        v0 = v0 + ps[o];
-        v1 = v1 + ps[o + 1];
+      const float2* in = reinterpret_cast<const float2*>(inbox) + idx / splits;
+      float v0 = in[0].x, v1 = in[0].y;
+      for (int sl = 1; sl < splits; ++sl) {
+        v0 = v0 + in[sl * per_owner].x;
+        v1 = v1 + in[sl * per_owner].y;
       }
       if constexpr (NORM) {
-        float q = p0[S::kRows * S::kToks + tok];
-        for (int s = 1; s < splits; ++s) q = q + cluster.map_shared_rank(part, s)[S::kRows * S::kToks + tok];
+        float q = inbox_squares[tok];
+        for (int sl = 1; sl < splits; ++sl) q = q + inbox_squares[sl * S::kToks + tok];
         const float r = norm_scale(q);
         v0 = r * v0;
         v1 = r * v1;
       }
       StoreFast(a, m0 + tok, n, v0, v1, epilogue_of(idx, m0 + tok, n));
     }
-    cluster.sync();
+    TimelinePoint(4);  // the block's outputs stored
     return;
   }
+  TimelinePoint(2);  // the warps' sums in shared memory
   for (int idx = tid; idx < kPairs * S::kToks; idx += kThreads) {
     const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
     if (tok >= mcount || n >= rows) continue;
@@ -441,21 +476,21 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
 
 template <int RT, int NTK>
 int64_t FastBlocks(const LinearArgs& a, int32_t splits) {
-  using S = FastShape<RT, NTK, false>;
+  using S = FastShape<RT, NTK, false, false>;
   return static_cast<int64_t>((a.w.rows + S::kRows - 1) / S::kRows) * splits *
          ((a.tokens + S::kToks - 1) / S::kToks);
 }
 
-template <int RT, int NTK, bool NORM>
+template <int RT, int NTK, bool NORM, bool SLICED>
 cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
-  using S = FastShape<RT, NTK, NORM>;
+  using S = FastShape<RT, NTK, NORM, SLICED>;
   const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, splits);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
   static const cudaError_t prepared = [] {
-    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          S::kSmemBytes);
     if (e == cudaSuccess)  // clusters of up to 16 slices (more than the portable 8)
-      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     return e;
   }();
   if (prepared != cudaSuccess) return prepared;
@@ -467,20 +502,25 @@ cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[0].val.programmaticStreamSerializationAllowed = ProgrammaticLaunch() ? 1 : 0;
   attr[1].id = cudaLaunchAttributeClusterDimension;
   attr[1].val.clusterDim.x = 1;
   attr[1].val.clusterDim.y = 1;
   attr[1].val.clusterDim.z = static_cast<unsigned>(splits);
   cfg.attrs = attr;
   cfg.numAttrs = splits > 1 ? 2 : 1;  // unsliced products launch no clusters
-  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM>, a, splits);
+  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM, SLICED>, a, splits);
 }
 
 template <int RT, int NTK>
 cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
-  return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true>(a, splits, stream)
-                                  : LaunchFastCompiled<RT, NTK, false>(a, splits, stream);
+  // Sliced products (a cluster per tile) and the others are compiled apart: only the first need
+  // the inbox and its code (registers).
+  if (splits > 1)
+    return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, true>(a, splits, stream)
+                                    : LaunchFastCompiled<RT, NTK, false, true>(a, splits, stream);
+  return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false>(a, splits, stream)
+                                  : LaunchFastCompiled<RT, NTK, false, false>(a, splits, stream);
 }
 
 // Benchmarking only: block shapes forced for matrices of a given number of rows
@@ -530,6 +570,9 @@ cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, cudaStream_t str
 }  // namespace
 
 int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) {
+  for (int i = 0; i < g_split_override_count; ++i)
+    if (g_split_overrides[i].rows == rows && g_split_overrides[i].cols_padded == cols_padded)
+      return std::clamp(g_split_overrides[i].splits, 1, std::min(kFastMaxSplits, cols_padded / kStepCols));
   return FastLinearSplitsFor(rows, cols_padded, g_split_target);
 }
 
@@ -585,6 +628,25 @@ bool SetFastLinearShapeForRowsForBenchmark(int rows, int cols, int row_tiles, in
   if (g_shape_override_count == kMaxShapeOverrides) return false;
   g_shape_overrides[g_shape_override_count++] = {rows, cols, row_tiles, token_groups};
   return true;
+}
+
+bool SetFastLinearSplitsForBenchmark(int rows, int cols_padded, int splits) {
+  if (rows <= 0) {
+    g_split_override_count = 0;
+    return true;
+  }
+  if (g_split_override_count == kMaxSplitOverrides) return false;
+  g_split_overrides[g_split_override_count++] = {rows, cols_padded, splits};
+  return true;
+}
+
+cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t stream) {
+#ifdef ROTE_CUDA_TIMELINE
+  return cudaMemcpyToSymbolAsync(g_timeline, &device_buffer, sizeof(device_buffer), 0, cudaMemcpyHostToDevice, stream);
+#else
+  (void)stream;
+  return device_buffer == nullptr ? cudaSuccess : cudaErrorNotSupported;
+#endif
 }
 
 void SetFastLinearShapeRuleForBenchmark(int rule) { g_shape_rule = rule; }

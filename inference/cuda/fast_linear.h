@@ -42,6 +42,9 @@ bool CanRunFastLinear(const LinearArgs& args);
 // (fast_shapes.h) with this matrix's slices. Host code.
 FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors);
 cudaError_t LaunchFastLinear(const LinearArgs& args, cudaStream_t stream);
+// Benchmarks, ROTE_CUDA_TIMELINE builds (kernels.h, SetKernelTimeline calls it): this file's
+// kernels record into device_buffer.
+cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t stream);
 // Tests: launches issued so far (graph captures count once).
 int64_t FastLinearLaunches();
 // Benchmarking and tests only: 16-row tiles per block (1 to 6; 0, the default: by size; above 4,
@@ -54,6 +57,10 @@ void SetFastLinearTokenTile(int tokens);
 // Benchmarking only, and NOT the same bits: the slice target of FastLinearSplits (0: the
 // default, 32).
 void SetFastLinearSplitTargetForBenchmark(int target);
+// Benchmarking only, and NOT the same bits: matrices of `rows` rows and `cols_padded` padded
+// columns run in `splits` K slices (1 to 16, at most one 16-column step each), whatever the
+// target. rows <= 0 clears every override; false when the table is full.
+bool SetFastLinearSplitsForBenchmark(int rows, int cols_padded, int splits);
 // Benchmarking only: matrices of `rows` rows (and `cols` columns, unless 0) run blocks of row_tiles 16-row tiles by
 // token_groups 8-token groups (among the instantiated shapes; others fail with
 // cudaErrorInvalidValue). rows <= 0 clears every override; false when the table is full. Same bits.

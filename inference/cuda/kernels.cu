@@ -3,7 +3,9 @@
 // is the order docs/numerics.md gives and the CPU backend follows.
 #include "inference/cuda/kernels.h"
 #include "inference/cuda/attention_parts.h"
+#include "inference/cuda/fast_linear.h"
 #include "inference/cuda/launch.cuh"
+#include "inference/cuda/timeline.cuh"
 
 #include <cuda_fp16.h>  // __half2float: the exact fp16 -> fp32 widening
 #include <cuda_runtime.h>
@@ -41,61 +43,7 @@ __device__ __forceinline__ float WarpMax(float v) {
 }
 
 
-// The benchmarks' kernel timeline (kernels.h, SetKernelTimeline), in ROTE_CUDA_TIMELINE builds.
-// Declared first in an instrumented kernel: reads the clock at the start and at Waited() (right
-// after WaitForPrevious), and thread 0 appends the block's record to its multiprocessor's log
-// when the scope closes, on whichever path it returns by. Elsewhere an empty struct.
-#ifdef ROTE_CUDA_TIMELINE
-__device__ KernelTimeline* g_timeline = nullptr;
-
-__device__ __forceinline__ unsigned long long TimelineClock() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-struct TimelineScope {
-  KernelTimeline* tl;
-  unsigned long long start = 0, waited = 0;
-  TimelineKind kind;
-  __device__ __forceinline__ explicit TimelineScope(TimelineKind kd) : tl(g_timeline), kind(kd) {
-    if (tl != nullptr) start = TimelineClock();
-  }
-  __device__ __forceinline__ void Waited() {
-    if (tl != nullptr) waited = TimelineClock();
-  }
-  __device__ __forceinline__ ~TimelineScope() {
-    if (tl == nullptr || threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
-    const unsigned long long end = TimelineClock();
-    unsigned long long grid;
-    uint32_t sm;
-    asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    if (sm >= kTimelineMaxSms) return;
-    const uint32_t slot = atomicAdd(&tl->cursor[sm], 1u);
-    if (slot >= kTimelineRecordsPerSm) return;
-    tl->log[sm][slot] = {grid, start, waited, end, static_cast<uint32_t>(kind), gridDim.x * gridDim.y * gridDim.z, 0, 0};
-  }
-};
-// Benchmarks: thread 0 of the block passing point `point` (1..7) of a kernel's body; reductions
-// that return nothing (red), so the thread does not wait for them.
-__device__ __forceinline__ void TimelinePoint(uint32_t point) {
-  KernelTimeline* tl = g_timeline;
-  if (tl == nullptr || threadIdx.x != 0) return;
-  const unsigned long long t = TimelineClock();
-  unsigned long long grid;
-  asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
-  const int g = static_cast<int>(grid % kTimelinePointGrids);
-  asm volatile("red.global.max.u64 [%0], %1;" ::"l"(&tl->point_not_first[g][point]), "l"(~t) : "memory");
-  asm volatile("red.global.max.u64 [%0], %1;" ::"l"(&tl->point_last[g][point]), "l"(t) : "memory");
-}
-#else
-struct TimelineScope {
-  __device__ __forceinline__ explicit TimelineScope(TimelineKind) {}
-  __device__ __forceinline__ void Waited() {}
-};
-__device__ __forceinline__ void TimelinePoint(uint32_t) {}
-#endif
+// The benchmarks' kernel timeline: timeline.cuh.
 
 // Four consecutive weights of a lane, raw, and their exact fp32 values.
 template <WeightType T>
@@ -571,6 +519,12 @@ cudaError_t LaunchGemv(const LinearArgs& a, cudaStream_t stream) {
 
 
 }  // namespace
+
+namespace {
+bool g_programmatic_launch = true;
+}  // namespace
+bool ProgrammaticLaunch() { return g_programmatic_launch; }
+void SetProgrammaticLaunch(bool on) { g_programmatic_launch = on; }
 
 int MultiprocessorCount() {
   static const int count = [] {
@@ -2123,6 +2077,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   float* qs = es + HB * es_stride;                     // [HB][KS]
   float* dn = qs + HB * KS;                            // [HB]: denominators
   int32_t* bt_s = reinterpret_cast<int32_t*>(dn + HB); // (max_context / block_size + 2)
+  TimelineScope timeline(TimelineKind::kAttention);
   LetNextStart();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = blockIdx.x / hsplit, part = blockIdx.x % hsplit, m = blockIdx.y;
@@ -2152,6 +2107,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   if (one_chunk) stage(kv.v, vs, HD, 0, 0, pre_end);
   CpAsyncCommit();
   WaitForPrevious();
+  timeline.Waited();
   for (int i = tid; i < hn * HD; i += kAttnThreads)
     qs[(i / HD) * KS + i % HD] = __ldcg(q + static_cast<int64_t>(m) * q_dim + (h0 + i / HD) * HD + i % HD);
 
@@ -3182,7 +3138,9 @@ void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
 void SetAttentionVariant(int variant) { g_attention_variant = variant; }
 cudaError_t SetKernelTimeline(KernelTimeline* device_buffer, cudaStream_t stream) {
 #ifdef ROTE_CUDA_TIMELINE
-  return cudaMemcpyToSymbolAsync(g_timeline, &device_buffer, sizeof(device_buffer), 0, cudaMemcpyHostToDevice, stream);
+  const cudaError_t e =
+      cudaMemcpyToSymbolAsync(g_timeline, &device_buffer, sizeof(device_buffer), 0, cudaMemcpyHostToDevice, stream);
+  return e != cudaSuccess ? e : SetFastLinearTimeline(device_buffer, stream);
 #else
   (void)stream;
   return device_buffer == nullptr ? cudaSuccess : cudaErrorNotSupported;

@@ -341,4 +341,7 @@ struct KernelTimeline {
 };
 cudaError_t SetKernelTimeline(KernelTimeline* device_buffer, cudaStream_t stream);
 
+// Benchmarks only: false launches every kernel without programmatic dependent launch (launch.cuh).
+void SetProgrammaticLaunch(bool on);
+
 }  // namespace rote::inference::cuda
