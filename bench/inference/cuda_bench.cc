@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -518,6 +519,11 @@ int main(int argc, char** argv) {
       needle_alone = alone[0].tokens;
     }
     const bool invariant = seqs[0].tokens == needle_alone;
+    // FNV-1a of every sequence's tokens: two builds (or flags) that claim the same bits must
+    // print the same value.
+    uint64_t tokens_fnv = 1469598103934665603ull;
+    for (const Seq& q : seqs)
+      for (int32_t tk : q.tokens) tokens_fnv = (tokens_fnv ^ static_cast<uint32_t>(tk)) * 1099511628211ull;
     const double secs = Seconds(s0, s1);
     const double tps = batch * steps / secs;
     const double mean_context = prompt + warm + 1 + steps / 2.0;
@@ -529,10 +535,11 @@ int main(int argc, char** argv) {
     std::printf("{\"what\":\"decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
                 "\"ms_per_step\":%.3f,\"bytes_per_token\":%.0f,\"achieved_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
                 "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d,"
-                "\"numerics\":\"%s\"}\n",
+                "\"numerics\":\"%s\",\"tokens_fnv\":\"%016llx\"}\n",
                 shape.c_str(), batch, steps, tps, 1e3 * secs / steps, bytes_per_token,
                 bytes_per_token * tps / 1e12, bytes_per_token * tps / bw, flops_per_token * tps / 1e12,
-                flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile, profile.c_str());
+                flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile, profile.c_str(),
+                static_cast<unsigned long long>(tokens_fnv));
     std::fflush(stdout);
   }
 

@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
 
   // Each thread finishes row pairs (n, n + 1) of tokens: the warps' sums in warp order.
   auto epilogue_of = [&](int idx, int m, int n) {
-    if (idx == first_idx) return first_epilogue;
+    if (first_ok && idx == first_idx) return first_epilogue;  // planned before the loop
     FastEpilogue e = PlanFastEpilogue(a, m, n);
     LoadFastResidual(a, m, n, &e);
     return e;
