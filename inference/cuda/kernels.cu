@@ -2110,6 +2110,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   timeline.Waited();
   for (int i = tid; i < hn * HD; i += kAttnThreads)
     qs[(i / HD) * KS + i % HD] = __ldcg(q + static_cast<int64_t>(m) * q_dim + (h0 + i / HD) * HD + i % HD);
+  TimelinePoint(1);  // q read
 
   // Pass 1: scores, chunk by chunk.
   for (int c0 = 0; c0 < L; c0 += chunk) {
@@ -2155,6 +2156,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
     __syncthreads();  // the chunk's K rows are free again; the last chunk's scores are complete
   }
 
+  TimelinePoint(2);  // scores
   // Pass 2: one warp per head: max (exact in any order), weights, canonical denominator (each lane
   // sums the weights it wrote itself).
   for (int h = warp; h < hn; h += kAttnWarps) {
@@ -2173,6 +2175,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   }
   CpAsyncWait<0>();  // one chunk: its V rows
   __syncthreads();
+  TimelinePoint(3);  // weights and denominators
 
   // Pass 3: weighted sum of V, a (head, dim pair) per thread, chunk by chunk.
   const bool active = tid < hn * (HD / 2);
@@ -2212,6 +2215,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
     }
     if (!one_chunk) __syncthreads();  // the chunk's V rows are free again
   }
+  TimelinePoint(4);  // V loop done
   if (active) {
     ClassTree(a0);
     ClassTree(a1);
