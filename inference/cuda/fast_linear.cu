@@ -8,12 +8,14 @@
 // 2 to 4 steps ahead with no synchronisation between threads. It splits the activations
 // into three bf16 pieces (truncation: hi + mid + lo == x exactly) and runs mma.m16n8k16 for
 // every (tile, token group): pieces lo, mid, hi in that order. The warps' sums are added through
-// shared memory in warp order. The slices of a tile are one thread-block cluster: each block
-// keeps its sums in its shared memory, and after the cluster's barrier every block finishes a
-// share of the tile's outputs, adding the slices' sums in slice order through distributed shared
-// memory, then applies the epilogue. (Until the fourteenth session the slices went through
-// global scratch, a fence and a ticket counter, the last block adding them alone: the cluster
-// made batch 8 +12%, 32 +9%, 64 +6%, H100.)
+// shared memory in warp order. The slices of a tile are one thread-block cluster: every block
+// finishes a share of the tile's outputs; each pushes its sums of every share into the finishing
+// block's inbox (distributed shared memory), and after one cluster barrier each adds the slices'
+// sums in slice order from its own inbox, then applies the epilogue. (Until the fourteenth
+// session the slices went through global scratch, a fence and a ticket counter, the last block
+// adding them alone: the cluster made batch 8 +12%, 32 +9%, 64 +6%, H100; until the sixteenth
+// the blocks read each other's sums remotely after the barrier and needed a second one: the
+// inbox made batch 32 +7%.)
 #include "inference/cuda/fast_linear.h"
 
 #include <cooperative_groups.h>
