@@ -83,8 +83,15 @@ void SetCudaFastRopeFusedForTesting(bool fused);
 // Benchmarks only: false launches every kernel without programmatic dependent launch (each waits
 // for the previous one to end before it starts). Set before creating the backend. Same bits.
 void SetCudaProgrammaticLaunchForBenchmark(bool on);
-// How many fast-profile products have been launched (a captured graph counts once).
+// How many fast-profile products have been launched (a captured graph counts once), and how many
+// of them ran their K slices in one block (merged slices).
 int64_t CudaFastLinearLaunchesForTesting();
+int64_t CudaFastMergedLaunchesForTesting();
+// Tests and benchmarks only: the fast profile's products of at most `max_slices` K slices (2 or
+// 3) of at most `max_steps_per_warp` steps per warp run them in one block instead of a cluster
+// (fast_linear.h, SetFastLinearMergedSlices; 0: always a cluster; negative: the defaults). Set
+// before creating the backend. Same bits.
+void SetCudaFastMergedSlicesForTesting(int max_slices, int max_steps_per_warp = -1);
 
 // Tests and benchmarks only: the attention kernel's variant (kernels.h, SetAttentionVariant; -1 the
 // default). Same bits; only speed differs. No-op without CUDA.

@@ -19,6 +19,8 @@ void SetCudaMlpBlockMaxWarpsForTesting(int) {}
 int64_t CudaDecodeStepsForTesting() { return 0; }
 int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
 int64_t CudaFastLinearLaunchesForTesting() { return 0; }
+int64_t CudaFastMergedLaunchesForTesting() { return 0; }
+void SetCudaFastMergedSlicesForTesting(int, int) {}
 void SetCudaFastLinearTileForTesting(int, int) {}
 void SetCudaFastSplitTargetForBenchmark(int) {}
 void SetCudaFastSplitsForBenchmark(int, int, int) {}

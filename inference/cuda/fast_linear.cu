@@ -37,8 +37,7 @@ using numerics::canonical_rms_scale;
 using numerics::canonical_rotate;
 using numerics::canonical_silu;
 
-constexpr int kWarps = kFastWarps;
-constexpr int kThreads = kWarps * 32;
+constexpr int kWarps = kFastWarps;  // per slice
 constexpr int kStepCols = kFastTileCols;  // columns per step: one mma's k
 // Slices: a matrix of R rows gets about kSplitTarget / ceil(R / 64) of them, never fewer than
 // 2 steps per warp each. A function of the shape only (it fixes the order of the sums). 32 since
@@ -56,6 +55,11 @@ SplitOverride g_split_overrides[kMaxSplitOverrides];
 int g_split_override_count = 0;
 
 std::atomic<int64_t> g_fast_launches{0};
+std::atomic<int64_t> g_merged_launches{0};
+// Products of at most this many K slices (2 or 3) run them in one block (merged slices); 0 or 1:
+// every sliced product is a cluster. SetFastLinearMergedSlices.
+int g_merge_max_slices = kFastMergeMaxSlices;
+int g_merge_max_steps = kFastMergeMaxStepsPerWarp;  // SetFastLinearMergedSlices
 int g_fast_tile = 0;
 int g_fast_token_tile = 0;
 int g_shape_rule = 0;  // SetFastLinearShapeRuleForBenchmark
@@ -103,8 +107,15 @@ __device__ __forceinline__ void WaitCopies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-template <int RT, int NTK, bool NORM, bool SLICED>
+// SB: the K slices one block runs (merged slices, FastLinearMergedSlices): 8 * SB warps, warps
+// 8 s to 8 s + 7 on slice s, so the slices' sums meet in the block's shared memory instead of a
+// cluster's. 1 for the others (SLICED: the slices are a cluster's blocks).
+template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1>
 struct FastShape {
+  static_assert(SB == 1 || !SLICED, "a block's own slices or a cluster's, not both");
+  static constexpr int kBlockWarps = kWarps * SB;
+  static constexpr int kThreads = kBlockWarps * 32;
+  static constexpr int kBlocksPerSM = SB == 1 ? 2 : 1;
   static constexpr int kRows = kFastTileRows * RT;
   static constexpr int kToks = 8 * NTK;
   // One lane's ring slot: RT weight fragments and NTK activation float4s, 16 bytes each; slot i
@@ -118,15 +129,18 @@ struct FastShape {
   // samples), so the deeper ring pays: 64 rows by 16 tokens went from 3 slots to 4 (batch 32
   // +4%, H100), while 64 rows by 32 tokens stays at 3 (4 would leave one block per
   // multiprocessor: batch 64 -5%).
-  static constexpr int kRingBudget = 110 * 1024;
-  static constexpr int kStages = kRingBudget / (kWarps * kSlotBytes) < 5 ? kRingBudget / (kWarps * kSlotBytes) : 5;
+  // A block of merged slices runs alone on its multiprocessor, with both blocks' budget.
+  static constexpr int kRingBudget = 110 * 1024 * (SB == 1 ? 1 : 2);
+  static constexpr int kFit = kRingBudget / (kBlockWarps * kSlotBytes);
+  static constexpr int kStages = kFit < 5 ? kFit : 5;
+  // (FastMergedShapeFits keeps merged slices to shapes whose ring has 3 slots.)
   static_assert(kStages >= 3, "a ring of fewer than 3 slots has nothing in flight while a step computes");
-  static constexpr int kRingBytes = kWarps * kStages * kSlotBytes;
+  static constexpr int kRingBytes = kBlockWarps * kStages * kSlotBytes;
   // The warps' sums: [warp][row][token], rows padded by one float against bank conflicts; with
   // the norm, then the warps' sums of squares, [warp][token].
   static constexpr int kSumStride = kToks + 1;
-  static constexpr int kSquaresOffset = kWarps * kRows * kSumStride * 4;
-  static constexpr int kSumBytes = kSquaresOffset + (NORM ? kWarps * kToks * 4 : 0);
+  static constexpr int kSquaresOffset = kBlockWarps * kRows * kSumStride * 4;
+  static constexpr int kSumBytes = kSquaresOffset + (NORM ? kBlockWarps * kToks * 4 : 0);
   // A sliced product's inbox, where the cluster's blocks push their sums of the row pairs this
   // block finishes ([slice][pair], float2, at most kPairs * kToks + splits - 1 pairs in all), then
   // with the norm their sums of squares ([slice][token]). Past the ring and the warps' sums: a
@@ -134,8 +148,10 @@ struct FastShape {
   static constexpr int kInboxOffset = (kRingBytes > kSumBytes ? kRingBytes : kSumBytes + 15) / 16 * 16;
   static constexpr int kInboxBytes = (2 * (kRows / 2 * kToks + kFastMaxSplits) + (NORM ? kFastMaxSplits * kToks : 0)) * 4;
   static constexpr int kSmemBytes = SLICED ? kInboxOffset + kInboxBytes : (kRingBytes > kSumBytes ? kRingBytes : kSumBytes);
-  static_assert(2 * (kSmemBytes + 1024) <= 228 * 1024, "two blocks must fit in a multiprocessor");
+  static_assert(kBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024, "two blocks (one of merged slices) must fit in a multiprocessor");
 };
+
+
 
 // What the epilogue of rows (n, n + 1) of token m reads besides the sums. A thread loads it for
 // its first row pair at the start of the kernel (constants and step metadata before waiting for
@@ -240,21 +256,31 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
 // the products (lanes t in an xor butterfly, warps in warp order, slices in slice order) and the
 // scale multiplies the finished sums, before the epilogue. No separate norm launch, no pass over
 // the rows before the loop.
-template <int RT, int NTK, bool NORM, bool SLICED>
-__global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, int32_t splits) {
-  using S = FastShape<RT, NTK, NORM, SLICED>;
+//
+// SB > 1 (merged slices): the block runs all SB = splits slices of its tile, warp w on slice
+// w / 8 as warp w % 8 of a slice's block would, and adds the slices' sums from its own shared
+// memory in slice order: the same order, so the same bits, with no cluster, no push and no
+// cluster barrier.
+template <int RT, int NTK, bool NORM, bool SLICED, int SB>
+__global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads,
+                                  FastShape<RT, NTK, NORM, SLICED, SB>::kBlocksPerSM)
+    FastLinearKernel(LinearArgs a, int32_t splits) {
+  using S = FastShape<RT, NTK, NORM, SLICED, SB>;
+  constexpr int kThreads = S::kThreads;
   constexpr int kStages = S::kStages;
   extern __shared__ __align__(16) unsigned char fast_smem[];
   TimelineScope timeline(TimelineKind::kLinear);
   LetNextStart();
   if constexpr (SLICED) ClusterArriveRelaxed();  // this block has started (the pushes wait for it)
+  // warp: the block's; slice_warp: its place in its slice (which steps it takes).
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int slice_warp = warp % kWarps;
   const int rows = a.w.rows;
   const int steps = a.w.cols_padded / kStepCols;
-  const int split = blockIdx.z;
+  const int split = SB > 1 ? warp / kWarps : static_cast<int>(blockIdx.z);
   const int s_begin = static_cast<int>(static_cast<int64_t>(split) * steps / splits);
   const int s_end = static_cast<int>(static_cast<int64_t>(split + 1) * steps / splits);
-  const int nsteps = s_end - s_begin > warp ? (s_end - s_begin - warp + kWarps - 1) / kWarps : 0;
+  const int nsteps = s_end - s_begin > slice_warp ? (s_end - s_begin - slice_warp + kWarps - 1) / kWarps : 0;
   const int m0 = blockIdx.x * S::kToks;
   const int mcount = min(S::kToks, a.tokens - m0);
   const int tile0 = blockIdx.y * RT;
@@ -274,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   // Tiles past the matrix repeat the last one (their sums are never stored).
   auto issue_weights = [&](int i) {
     unsigned char* slot = ring + (i % kStages) * S::kSlotBytes;
-    const int s = s_begin + warp + kWarps * i;
+    const int s = s_begin + slice_warp + kWarps * i;
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
       const int tile = min(tile0 + r, last_tile);
@@ -283,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   };
   auto issue_acts = [&](int i) {
     unsigned char* slot = ring + (i % kStages) * S::kSlotBytes + RT * 32 * 16;
-    const int s = s_begin + warp + kWarps * i;
+    const int s = s_begin + slice_warp + kWarps * i;
 #pragma unroll
     for (int j = 0; j < NTK; ++j) CopyAsync16(slot + (j * 32 + lane) * 16, a.x + xoff[j] + s * kStepCols);
   };
@@ -308,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   // finishing loops below, sliced (the cluster's ranks interleave) or not.
   constexpr int kPairs = S::kRows / 2;
   const int row0 = tile0 * kFastTileRows;
-  const int first_idx = splits > 1 ? split + splits * tid : tid;
+  const int first_idx = SLICED ? split + splits * tid : tid;
   const int first_tok = first_idx / kPairs, first_n = row0 + 2 * (first_idx % kPairs);
   // Not for 64 x 32 blocks (the lm_head from 17 tokens, prefill): the operands' registers, held
   // through the loop, made them spill.
@@ -329,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
   const float4* norm_weights = reinterpret_cast<const float4*>(a.norm_weight) + t;
   for (int i = 0; i < nsteps; ++i) {
     float4 w = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if constexpr (NORM) w = __ldg(norm_weights + (s_begin + warp + kWarps * i) * (kStepCols / 4));
+    if constexpr (NORM) w = __ldg(norm_weights + (s_begin + slice_warp + kWarps * i) * (kStepCols / 4));
     // Step i's group has landed. Every lane reads only what it copied itself, so no other
     // thread is waited for, and slot (i - 1) % kStages is free for step i + kStages - 1.
     WaitCopies<kStages - 2>();
@@ -398,16 +424,27 @@ __global__ void __launch_bounds__(kThreads, 2) FastLinearKernel(LinearArgs a, in
     LoadFastResidual(a, m, n, &e);
     return e;
   };
+  // Merged slices: each slice's warps in warp order, then the slices in slice order.
   auto block_sum = [&](int row, int tok) {
-    float v = sums[row * S::kSumStride + tok];
+    float v = 0.0f;
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) v = v + sums[(w * S::kRows + row) * S::kSumStride + tok];
+    for (int sl = 0; sl < SB; ++sl) {
+      float u = sums[(kWarps * sl * S::kRows + row) * S::kSumStride + tok];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) u = u + sums[((kWarps * sl + w) * S::kRows + row) * S::kSumStride + tok];
+      v = sl == 0 ? u : v + u;
+    }
     return v;
   };
   auto block_squares = [&](int tok) {
-    float q = warp_squares[tok];
+    float q = 0.0f;
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) q = q + warp_squares[w * S::kToks + tok];
+    for (int sl = 0; sl < SB; ++sl) {
+      float u = warp_squares[kWarps * sl * S::kToks + tok];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) u = u + warp_squares[(kWarps * sl + w) * S::kToks + tok];
+      q = sl == 0 ? u : q + u;
+    }
     return q;
   };
   auto norm_scale = [&](float squares_of_row) {
@@ -483,23 +520,24 @@ int64_t FastBlocks(const LinearArgs& a, int32_t splits) {
          ((a.tokens + S::kToks - 1) / S::kToks);
 }
 
-template <int RT, int NTK, bool NORM, bool SLICED>
+template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1>
 cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
-  using S = FastShape<RT, NTK, NORM, SLICED>;
-  const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, splits);
+  using S = FastShape<RT, NTK, NORM, SLICED, SB>;
+  const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, SB > 1 ? 1 : splits);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
   static const cudaError_t prepared = [] {
-    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         S::kSmemBytes);
-    if (e == cudaSuccess)  // clusters of up to 16 slices (more than the portable 8)
-      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
+    if (e == cudaSuccess && SLICED)  // clusters of up to 16 slices (more than the portable 8)
+      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     return e;
   }();
   if (prepared != cudaSuccess) return prepared;
   g_fast_launches.fetch_add(1, std::memory_order_relaxed);
+  if (SB > 1) g_merged_launches.fetch_add(1, std::memory_order_relaxed);
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
+  cfg.blockDim = dim3(S::kThreads);
   cfg.dynamicSmemBytes = static_cast<size_t>(S::kSmemBytes);
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
@@ -510,12 +548,23 @@ cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t
   attr[1].val.clusterDim.y = 1;
   attr[1].val.clusterDim.z = static_cast<unsigned>(splits);
   cfg.attrs = attr;
-  cfg.numAttrs = splits > 1 ? 2 : 1;  // unsliced products launch no clusters
-  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM, SLICED>, a, splits);
+  cfg.numAttrs = SLICED ? 2 : 1;  // unsliced products and merged slices launch no clusters
+  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM, SLICED, SB>, a, splits);
 }
 
 template <int RT, int NTK>
 cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+  // Merged slices where the shape is compiled with them and they are on for this product.
+  if (FastMergesSlices(a.w.cols_padded, splits, g_merge_max_slices, g_merge_max_steps)) {
+    if constexpr (FastMergedShapeFits(RT, NTK, 2))
+      if (splits == 2)
+        return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false, 2>(a, splits, stream)
+                                        : LaunchFastCompiled<RT, NTK, false, false, 2>(a, splits, stream);
+    if constexpr (FastMergedShapeFits(RT, NTK, 3))
+      if (splits == 3)
+        return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false, 3>(a, splits, stream)
+                                        : LaunchFastCompiled<RT, NTK, false, false, 3>(a, splits, stream);
+  }
   // Sliced products (a cluster per tile) and the others are compiled apart: only the first need
   // the inbox and its code (registers).
   if (splits > 1)
@@ -579,7 +628,9 @@ int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) {
 }
 
 FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors) {
-  return ChooseFastLinearShapeFor(rows, tokens, FastLinearSplits(rows, cols_padded), multiprocessors);
+  const int32_t splits = FastLinearSplits(rows, cols_padded);
+  return ChooseFastLinearShapeFor(rows, tokens, splits, multiprocessors,
+                                  FastMergesSlices(cols_padded, splits, g_merge_max_slices, g_merge_max_steps));
 }
 
 bool CanRunFastLinear(const LinearArgs& a) {
@@ -654,6 +705,13 @@ cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t st
 void SetFastLinearShapeRuleForBenchmark(int rule) { g_shape_rule = rule; }
 
 int64_t FastLinearLaunches() { return g_fast_launches.load(std::memory_order_relaxed); }
+
+int64_t FastLinearMergedLaunches() { return g_merged_launches.load(std::memory_order_relaxed); }
+
+void SetFastLinearMergedSlices(int max_slices, int max_steps_per_warp) {
+  g_merge_max_slices = max_slices < 0 ? kFastMergeMaxSlices : max_slices;
+  g_merge_max_steps = max_steps_per_warp < 0 ? kFastMergeMaxStepsPerWarp : max_steps_per_warp;
+}
 
 void SetFastLinearTile(int row_tiles_per_block) { g_fast_tile = row_tiles_per_block; }
 

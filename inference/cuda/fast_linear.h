@@ -45,8 +45,14 @@ cudaError_t LaunchFastLinear(const LinearArgs& args, cudaStream_t stream);
 // Benchmarks, ROTE_CUDA_TIMELINE builds (kernels.h, SetKernelTimeline calls it): this file's
 // kernels record into device_buffer.
 cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t stream);
-// Tests: launches issued so far (graph captures count once).
+// Tests: launches issued so far (graph captures count once), and those of merged slices.
 int64_t FastLinearLaunches();
+int64_t FastLinearMergedLaunches();
+// Benchmarking and tests: products of at most `max_slices` K slices (2 or 3) of at most
+// `max_steps_per_warp` steps per warp run them in one block (merged slices) instead of a cluster;
+// max_slices 0 or 1: always a cluster; negative: the defaults (kFastMergeMaxSlices,
+// kFastMergeMaxStepsPerWarp). Same bits.
+void SetFastLinearMergedSlices(int max_slices, int max_steps_per_warp = -1);
 // Benchmarking and tests only: 16-row tiles per block (1 to 6; 0, the default: by size; above 4,
 // blocks of more than 16 tokens take 16).
 // Same bits.

@@ -15,6 +15,31 @@ inline constexpr int kFastMaxSplits = 16;        // Hopper's non-portable cluste
 inline constexpr int kFastSplitRows = 64;        // the slice target counts 64-row tiles
 inline constexpr int kFastMinStepsPerWarp = 2;
 inline constexpr int kFastSplitTarget = 32;      // the profile's (fast4) slice target
+// Products of 2 or 3 short K slices run them in one block of 16 or 24 warps (merged slices,
+// fast_linear.cu) instead of a cluster of 8-warp blocks: the same order of the sums, so the same
+// bits. Up to this many slices by default, of at most kFastMergeMaxStepsPerWarp steps per warp:
+// where the loop is that short, the chain after it (the push into the cluster's inboxes and the
+// cluster barrier) is what a merged block saves; a long slice (0.5B's down, 13 steps per warp)
+// gains more from a cluster spreading its bytes over three times the multiprocessors (merged,
+// its 16-row blocks read the activations twice as often: batch 32 lost 0.8 us a layer there).
+inline constexpr int kFastMergeMaxSlices = 3;
+inline constexpr int kFastMergeMaxStepsPerWarp = 4;
+
+// Whether a block of `splits` merged slices is compiled for a shape: the accumulators must fit the
+// registers left to 16 (128 per thread) or 24 warps (85) per multiprocessor, and the ring keep 3
+// slots in one multiprocessor's shared memory.
+inline constexpr bool FastMergedShapeFits(int32_t row_tiles, int32_t token_groups, int32_t splits) {
+  return (splits == 2 && row_tiles * token_groups <= 8) || (splits == 3 && row_tiles * token_groups <= 4);
+}
+// Whether a product of `splits` slices over `cols_padded` columns runs them merged when up to
+// `merge_max_slices` slices of up to `max_steps_per_warp` steps per warp may.
+inline constexpr bool FastMergesSlices(int32_t cols_padded, int32_t splits, int32_t merge_max_slices,
+                                       int32_t max_steps_per_warp = kFastMergeMaxStepsPerWarp) {
+  if (splits < 2 || splits > merge_max_slices || splits > kFastMergeMaxSlices) return false;
+  const int32_t steps = cols_padded / kFastTileCols;
+  const int32_t per_warp = (steps + splits * kFastWarps - 1) / (splits * kFastWarps);
+  return per_warp <= max_steps_per_warp;
+}
 
 // K slices of a (rows, cols_padded) matrix: about `target` / ceil(rows / 64), at most 16, at
 // least two 16-column steps per warp each. A function of the shape only: it fixes the order of
@@ -43,20 +68,25 @@ struct FastLinearShape {
 // whenever they gave every multiprocessor one: gate|up at batch 32 ran 304 blocks, a full wave and
 // 40 more, where 80-row blocks fit in one wave (244): batch 32 +7%, batch 64 +4% (0.5B, H100,
 // fifteenth session). The shape never changes the order of the sums.
+// With merged slices (merged: FastMergesSlices), a block holds all the slices of its tile and runs alone on
+// its multiprocessor: one slot per multiprocessor, no factor of `splits` in the blocks, and only
+// the shapes compiled merged (FastMergedShapeFits). A warp copies what it would in a slice's
+// block, so a block's bytes per column are counted the same.
 inline FastLinearShape ChooseFastLinearShapeFor(int32_t rows, int32_t tokens, int32_t splits,
-                                                int32_t multiprocessors) {
+                                                int32_t multiprocessors, bool merged) {
   static constexpr FastLinearShape kCandidates[] = {{1, 1}, {2, 1}, {3, 1}, {4, 1}, {5, 1}, {6, 1},
                                                      {1, 2}, {2, 2}, {3, 2}, {4, 2}, {5, 2}, {6, 2},
                                                      {1, 4}, {2, 4}, {3, 4}, {4, 4}};
-  const int64_t slots = 2 * static_cast<int64_t>(std::max<int32_t>(multiprocessors, 1));
+  const int64_t slots = (merged ? 1 : 2) * static_cast<int64_t>(std::max<int32_t>(multiprocessors, 1));
   const int64_t tiles = (rows + kFastTileRows - 1) / kFastTileRows;
   FastLinearShape best = {1, 1};
   int64_t best_cost = -1;
   for (const FastLinearShape c : kCandidates) {
     // Up to 8 tokens: one group; up to 16: two; beyond, two or four.
     if ((tokens <= 8) != (c.token_groups == 1) || (tokens <= 16 && c.token_groups == 4)) continue;
+    if (merged && !FastMergedShapeFits(c.row_tiles, c.token_groups, splits)) continue;
     const int64_t token_tiles = (tokens + 8 * c.token_groups - 1) / (8 * c.token_groups);
-    const int64_t blocks = (tiles + c.row_tiles - 1) / c.row_tiles * splits * token_tiles;
+    const int64_t blocks = (tiles + c.row_tiles - 1) / c.row_tiles * (merged ? 1 : splits) * token_tiles;
     const int64_t cost = (blocks + slots - 1) / slots * (32 * c.row_tiles + 32 * c.token_groups);
     const bool better = best_cost < 0 || cost < best_cost ||
                         (cost == best_cost && (c.token_groups < best.token_groups ||

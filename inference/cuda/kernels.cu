@@ -2108,9 +2108,13 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
   CpAsyncCommit();
   WaitForPrevious();
   timeline.Waited();
-  for (int i = tid; i < hn * HD; i += kAttnThreads)
-    qs[(i / HD) * KS + i % HD] = __ldcg(q + static_cast<int64_t>(m) * q_dim + (h0 + i / HD) * HD + i % HD);
-  TimelinePoint(1);  // q read
+  // q (the previous kernel wrote it) joins the commit group of this step's K rows below, so both
+  // come in one round trip to L2 (the q read used to finish before those copies were issued).
+  for (int i = tid; i < hn * (HD / 4); i += kAttnThreads) {
+    const int hh = i / (HD / 4), c4 = i % (HD / 4);
+    CpAsync16(qs + hh * KS + 4 * c4, q + static_cast<int64_t>(m) * q_dim + (h0 + hh) * HD + 4 * c4);
+  }
+  TimelinePoint(1);  // q requested
 
   // Pass 1: scores, chunk by chunk.
   for (int c0 = 0; c0 < L; c0 += chunk) {
@@ -2120,7 +2124,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       CpAsyncCommit();
       if (one_chunk) stage(kv.v, vs, HD, 0, pre_end, c1);
       CpAsyncCommit();
-      CpAsyncWait<1>();  // every K row (the last group is V's)
+      CpAsyncWait<1>();  // q and every K row (the last group is V's)
     } else {
       stage(kv.k, ks, KS, c0, c0, c1);
       CpAsyncCommit();

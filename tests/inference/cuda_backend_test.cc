@@ -669,7 +669,7 @@ TEST(CudaFastShapes, WaveModelChoosesWholeWaves) {
   for (const Case c : {Case{9728, 896, 32, 132, 5, 2}, Case{1152, 896, 32, 132, 2, 2}, Case{896, 4864, 32, 132, 2, 2},
                        Case{151936, 896, 32, 132, 4, 4}, Case{9728, 896, 8, 132, 3, 1}, Case{9728, 896, 64, 132, 5, 2}}) {
     const cuda::FastLinearShape got = cuda::ChooseFastLinearShapeFor(
-        c.rows, c.tokens, cuda::FastLinearSplitsFor(c.rows, c.cols, cuda::kFastSplitTarget), c.sms);
+        c.rows, c.tokens, cuda::FastLinearSplitsFor(c.rows, c.cols, cuda::kFastSplitTarget), c.sms, false);
     EXPECT_EQ(got.row_tiles, c.row_tiles) << c.rows << " x " << c.cols << " tokens " << c.tokens;
     EXPECT_EQ(got.token_groups, c.token_groups) << c.rows << " x " << c.cols << " tokens " << c.tokens;
   }
@@ -684,7 +684,7 @@ TEST(CudaFastShapes, WaveModelChoosesWholeWaves) {
       for (int32_t cols : {896, 1536, 4864})
         for (int32_t tokens = 1; tokens <= 64; ++tokens) {
           const cuda::FastLinearShape got = cuda::ChooseFastLinearShapeFor(
-              rows, tokens, cuda::FastLinearSplitsFor(rows, cols, cuda::kFastSplitTarget), sms);
+              rows, tokens, cuda::FastLinearSplitsFor(rows, cols, cuda::kFastSplitTarget), sms, false);
           const int want_groups_max = tokens <= 8 ? 1 : tokens <= 16 ? 2 : 4;
           ASSERT_TRUE(tokens <= 8 ? got.token_groups == 1 : got.token_groups == 2 || got.token_groups == want_groups_max);
           ASSERT_GE(got.row_tiles, 1);
@@ -693,6 +693,55 @@ TEST(CudaFastShapes, WaveModelChoosesWholeWaves) {
           for (int rt = 1; rt <= 4; ++rt)  // every shape of the same token groups, and 64-row blocks above all
             ASSERT_LE(chosen, cost(rows, cols, tokens, sms, rt, got.token_groups))
                 << rows << " x " << cols << " tokens " << tokens << " sms " << sms;
+        }
+}
+
+// Merged slices (2 or 3 short K slices in one block of 16 or 24 warps, alone on its
+// multiprocessor): at 0.5B, q|k|v (2 slices of 28 steps, 4 per warp) and o (3 of 18-19, 3 per
+// warp) merge, down (3 of 101, 13 per warp) stays a cluster, and so does 1.5B's o (2 slices of
+// 48 steps, 6 per warp). The model then counts one slot per multiprocessor and no factor of the
+// slices, and takes only the shapes compiled merged: at batch 32 q|k|v runs 32 x 16 blocks (72),
+// o 16 x 16 (112). Over many shapes, the choice fits and its waves x bytes are never worse than
+// another fitting shape's.
+TEST(CudaFastShapes, MergedSlicesTakeAMultiprocessorEach) {
+  auto merges = [](int32_t rows, int32_t cols) {
+    return cuda::FastMergesSlices(cols, cuda::FastLinearSplitsFor(rows, cols, cuda::kFastSplitTarget),
+                                  cuda::kFastMergeMaxSlices);
+  };
+  EXPECT_TRUE(merges(1152, 896));
+  EXPECT_TRUE(merges(896, 896));
+  EXPECT_FALSE(merges(896, 4864));
+  EXPECT_FALSE(merges(1536, 1536));
+  EXPECT_FALSE(merges(9728, 896));  // one slice
+  EXPECT_FALSE(cuda::FastMergesSlices(896, 3, 2));  // more slices than allowed
+  EXPECT_FALSE(cuda::FastMergesSlices(1024, 4, 16));  // never more than 3
+  EXPECT_TRUE(cuda::FastMergesSlices(4864, 3, 3, 13));
+  struct Case {
+    int32_t rows, cols, tokens, row_tiles, token_groups;
+  };
+  for (const Case c : {Case{1152, 896, 32, 2, 2}, Case{896, 896, 32, 1, 2}}) {
+    const int32_t splits = cuda::FastLinearSplitsFor(c.rows, c.cols, cuda::kFastSplitTarget);
+    const cuda::FastLinearShape got = cuda::ChooseFastLinearShapeFor(c.rows, c.tokens, splits, 132, true);
+    EXPECT_EQ(got.row_tiles, c.row_tiles) << c.rows << " x " << c.cols;
+    EXPECT_EQ(got.token_groups, c.token_groups) << c.rows << " x " << c.cols;
+  }
+  for (int32_t sms : {66, 132})
+    for (int32_t rows : {64, 128, 256, 896, 1152})
+      for (int32_t cols : {704, 896, 4864})
+        for (int32_t tokens = 1; tokens <= 64; ++tokens) {
+          const int32_t splits = cuda::FastLinearSplitsFor(rows, cols, cuda::kFastSplitTarget);
+          if (!cuda::FastMergesSlices(cols, splits, cuda::kFastMergeMaxSlices)) continue;
+          const cuda::FastLinearShape got = cuda::ChooseFastLinearShapeFor(rows, tokens, splits, sms, true);
+          ASSERT_TRUE(cuda::FastMergedShapeFits(got.row_tiles, got.token_groups, splits));
+          auto cost = [&](int rt, int ntk) {
+            const int64_t blocks = ((rows + 15) / 16 + rt - 1) / rt * ((tokens + 8 * ntk - 1) / (8 * ntk));
+            return (blocks + sms - 1) / sms * (32 * rt + 32 * ntk);
+          };
+          for (int rt = 1; rt <= 6; ++rt) {
+            if (!cuda::FastMergedShapeFits(rt, got.token_groups, splits)) continue;
+            ASSERT_LE(cost(got.row_tiles, got.token_groups), cost(rt, got.token_groups))
+                << rows << " x " << cols << " tokens " << tokens << " sms " << sms;
+          }
         }
 }
 
@@ -953,6 +1002,78 @@ TEST(CudaFastProfile, NormAcrossSlicesIsCloseAndInvariant) {
   ExpectFastCloseAndInvariant(model);
 }
 
+// Three sequences of different lengths prefilled in one step, then 24 batched decode steps (each
+// token its own position and block table): the logits of every step.
+std::vector<std::vector<float>> PrefillThreeThenDecode(Backend* backend, int32_t vocab) {
+  std::vector<std::vector<float>> all;
+  Driver d(backend, 64);
+  Seq a, b, c;
+  a.tokens = Prompt(45, vocab, 1);
+  b.tokens = Prompt(17, vocab, 2);
+  c.tokens = Prompt(30, vocab, 3);
+  all.push_back(d.Step({{&a, 45, 1}, {&b, 17, 1}, {&c, 30, 1}}));
+  for (int step = 0; step < 24; ++step) {
+    for (Seq* q : {&a, &b, &c}) q->tokens.push_back((step * 7919 + static_cast<int32_t>(q->tokens.size())) % vocab);
+    all.push_back(d.Step({{&a, 1, 1}, {&b, 1, 1}, {&c, 1, 1}}));
+  }
+  return all;
+}
+
+// Merged slices (fast_shapes.h, FastMergesSlices): a product of 2 or 3 short K slices runs them in
+// one block of 16 or 24 warps instead of a cluster, adding the slices' sums in the same order.
+// Against clusters, on models whose products take each path: 2 slices with the residual (the
+// invariance model's down), with the norm, the rotary epilogue and SiLU (a 512-wide model's
+// q|k|v, gate|up and lm_head), 3 slices with the norm (a 768-wide model's gate|up and lm_head)
+// and with the residual (a 128-wide model's down over 896 columns). Three sequences prefilled in
+// one step (blocks of up to 32 tokens, some merged, 64-row ones still clusters), then 24 batched
+// decode steps: logits identical in every bit, and the merged run did launch merged blocks.
+TEST(CudaFastProfile, MergedSlicesKeepBits) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::shared_ptr<const Model>> models = {InvarianceModel()};
+  {
+    SynthSpec s;
+    s.vocab = 640;
+    s.hidden = 512;
+    s.intermediate = 128;
+    s.heads = 4;
+    s.kv_heads = 1;
+    s.head_dim = 64;
+    models.push_back(SynthModel("fast_merge_512", s));
+    s.vocab = 160;
+    s.hidden = 768;
+    s.intermediate = 64;
+    s.heads = 12;
+    models.push_back(SynthModel("fast_merge_768", s));
+    s.vocab = 512;
+    s.hidden = 128;
+    s.intermediate = 896;
+    s.heads = 2;
+    models.push_back(SynthModel("fast_merge_128", s));
+  }
+  for (const auto& model : models) {
+    ASSERT_TRUE(model);
+    const int32_t vocab = model->config().vocab_size;
+    SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
+    auto run = [&](int merge, int64_t* merged_launches) {
+      SetCudaFastMergedSlicesForTesting(merge);
+      const int64_t before = CudaFastMergedLaunchesForTesting();
+      auto fast = Fast(model);
+      std::vector<std::vector<float>> all;
+      if (fast) all = PrefillThreeThenDecode(fast.get(), vocab);
+      *merged_launches = CudaFastMergedLaunchesForTesting() - before;
+      SetCudaFastMergedSlicesForTesting(-1);
+      return all;
+    };
+    int64_t merged_in_merged = 0, merged_in_clusters = 0;
+    const std::vector<std::vector<float>> merged = run(3, &merged_in_merged), clusters = run(0, &merged_in_clusters);
+    ASSERT_EQ(merged.size(), 25u);
+    ASSERT_EQ(clusters.size(), 25u);
+    EXPECT_GT(merged_in_merged, 0);
+    EXPECT_EQ(merged_in_clusters, 0);
+    for (size_t i = 0; i < merged.size(); ++i) ASSERT_TRUE(SameBits(merged[i], clusters[i])) << "step " << i;
+  }
+}
+
 // The needle alone and inside batches of 1 to 64 others (so token tiles of 16, 32 and 64 rows,
 // and several of them): identical logits and tokens, 256 greedy steps.
 TEST(CudaFastProfile, NeedleAloneEqualsNeedleInBatches) {
@@ -990,19 +1111,7 @@ TEST(CudaFastProfile, RopeInTheProductKeepsBits) {
     SetCudaFastRopeFusedForTesting(fused);
     auto fast = Fast(model);
     SetCudaFastRopeFusedForTesting(true);
-    std::vector<std::vector<float>> all;
-    if (!fast) return all;
-    Driver d(fast.get(), 64);
-    Seq a, b, c;
-    a.tokens = Prompt(45, vocab, 1);
-    b.tokens = Prompt(17, vocab, 2);
-    c.tokens = Prompt(30, vocab, 3);
-    all.push_back(d.Step({{&a, 45, 1}, {&b, 17, 1}, {&c, 30, 1}}));
-    for (int step = 0; step < 24; ++step) {
-      for (Seq* q : {&a, &b, &c}) q->tokens.push_back((step * 7919 + static_cast<int32_t>(q->tokens.size())) % vocab);
-      all.push_back(d.Step({{&a, 1, 1}, {&b, 1, 1}, {&c, 1, 1}}));
-    }
-    return all;
+    return fast ? PrefillThreeThenDecode(fast.get(), vocab) : std::vector<std::vector<float>>{};
   };
   const std::vector<std::vector<float>> fused = run(true), separate = run(false);
   ASSERT_EQ(fused.size(), 25u);
