@@ -1018,6 +1018,24 @@ void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile) {
   cuda::SetFastLinearTokenTile(token_tile);
 }
 int64_t CudaAttentionPartsLaunchesForTesting() { return cuda::AttentionPartsLaunches(); }
+StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>& logits, int32_t rows, int32_t cols) {
+  if (rows <= 0 || cols <= 0 || logits.size() != static_cast<size_t>(rows) * cols)
+    return InvalidArgument("CudaArgmaxForTesting: logits must hold rows x cols values");
+  DeviceBuffer d_logits, d_out, d_scratch;
+  ROTE_RETURN_IF_ERROR(d_logits.Allocate(logits.size() * sizeof(float)));
+  ROTE_RETURN_IF_ERROR(d_out.Allocate(static_cast<size_t>(rows) * sizeof(int32_t)));
+  ROTE_RETURN_IF_ERROR(d_scratch.Allocate(static_cast<size_t>(cuda::ArgmaxScratchBytes(rows))));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemset(d_scratch.as<void>(), 0, d_scratch.bytes()));
+  ROTE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(d_logits.as<void>(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+  for (int round = 0; round < 2; ++round)  // twice: the tickets must be ready again after a launch
+    ROTE_CUDA_RETURN_IF_ERROR(
+        cuda::LaunchArgmax(d_logits.as<float>(), rows, cols, d_out.as<int32_t>(), d_scratch.as<void>(), rows, nullptr));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  std::vector<int32_t> out(static_cast<size_t>(rows));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data(), d_out.as<void>(), out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return out;
+}
 void SetCudaStepTraceForBenchmark(bool on) { g_step_trace = on; }
 void SetCudaStepPrefetchTilesForTesting(int tiles) {
   g_step_prefetch_tiles = tiles < 0 ? kDefaultStepPrefetchTiles : tiles;

@@ -83,6 +83,11 @@ void SetCudaFastRopeFusedForTesting(bool fused);
 // Benchmarks only: false launches every kernel without programmatic dependent launch (each waits
 // for the previous one to end before it starts). Set before creating the backend. Same bits.
 void SetCudaProgrammaticLaunchForBenchmark(bool on);
+// Tests only: the device's greedy argmax (the decode step's, kernels.h LaunchArgmax) of `rows`
+// rows of `cols` logits: per row, the index of the largest value, the lowest on ties, NaN never
+// taken (0 for a row of NaN only). UNIMPLEMENTED in a build without CUDA; the device's error
+// where there is no device.
+StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>& logits, int32_t rows, int32_t cols);
 // How many fast-profile products have been launched (a captured graph counts once), and how many
 // of them ran their K slices in one block (merged slices).
 int64_t CudaFastLinearLaunchesForTesting();

@@ -20,6 +20,9 @@ int64_t CudaDecodeStepsForTesting() { return 0; }
 int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
 int64_t CudaFastLinearLaunchesForTesting() { return 0; }
 int64_t CudaFastMergedLaunchesForTesting() { return 0; }
+StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>&, int32_t, int32_t) {
+  return Unimplemented("this build of rote has no CUDA backend");
+}
 void SetCudaFastMergedSlicesForTesting(int, int) {}
 void SetCudaFastLinearTileForTesting(int, int) {}
 void SetCudaFastSplitTargetForBenchmark(int) {}

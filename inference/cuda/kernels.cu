@@ -3095,16 +3095,32 @@ __global__ void __launch_bounds__(kArgmaxThreads)
   timeline.Waited();
   const int row = blockIdx.y, chunk = blockIdx.x;
   const float* r = logits + static_cast<int64_t>(row) * cols;
-  const int per = (cols + kArgmaxChunks - 1) / kArgmaxChunks;
-  const int c0 = chunk * per, c1 = min(cols, c0 + per);
+  // Rows of a multiple of 4 columns (every vocabulary rote has met) are read as float4, chunks of a
+  // multiple of 4 columns, several loads in flight per thread: the scalar loop's one load per
+  // iteration made this a chain of ~10 round trips to L2 (12.4 us at 0.5B batch 32, H100).
+  const bool by4 = cols % 4 == 0;
+  const int per = by4 ? (cols + 4 * kArgmaxChunks - 1) / (4 * kArgmaxChunks) * 4 : (cols + kArgmaxChunks - 1) / kArgmaxChunks;
+  const int c0 = min(cols, chunk * per), c1 = min(cols, c0 + per);
   float bv = -INFINITY;
   int32_t bi = -1;
-  for (int k = c0 + threadIdx.x; k < c1; k += kArgmaxThreads) {
-    const float v = r[k];
+  auto take = [&](float v, int32_t k) {
     if (v > bv || (bi < 0 && v == v)) {  // strictly greater: the first (lowest) index wins ties
       bv = v;
       bi = k;
     }
+  };
+  if (by4) {
+    const float4* r4 = reinterpret_cast<const float4*>(r);
+#pragma unroll 4
+    for (int k4 = c0 / 4 + threadIdx.x; k4 < c1 / 4; k4 += kArgmaxThreads) {
+      const float4 v = r4[k4];
+      take(v.x, 4 * k4);
+      take(v.y, 4 * k4 + 1);
+      take(v.z, 4 * k4 + 2);
+      take(v.w, 4 * k4 + 3);
+    }
+  } else {
+    for (int k = c0 + threadIdx.x; k < c1; k += kArgmaxThreads) take(r[k], k);
   }
   BlockArgBest(bv, bi);
   if (threadIdx.x == 0) {

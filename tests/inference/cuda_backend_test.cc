@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -839,6 +840,62 @@ TEST(CudaBackend, ForwardGreedyMatchesArgmaxOfLogits) {
   ASSERT_TRUE(b->ForwardGreedy(plan, &greedy).ok());
   ASSERT_EQ(greedy.size(), 4u);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(greedy[r], Argmax(logits.data() + r * vocab, vocab)) << "row " << r;
+}
+
+// The device's argmax kernel on rows built to catch its edge cases, at vocabularies whose rows it
+// reads as float4 (640, 1,000, 151,936: chunks of a multiple of 4 columns, some empty) and as
+// scalars (1,001, 3): ties take the lowest index, also across chunks and inside one float4; NaN is
+// never taken; a row of NaN gives 0, a row of -inf its first index; the maximum in the last
+// column.
+TEST(CudaBackend, ArgmaxTakesTheLowestIndexOfTheLargest) {
+  SKIP_WITHOUT_GPU();
+  for (int32_t cols : {640, 1000, 151936, 1001, 3}) {
+    SCOPED_TRACE("cols=" + std::to_string(cols));
+    std::mt19937 rng(static_cast<uint32_t>(cols));
+    std::uniform_real_distribution<float> uniform(-8.0f, 8.0f);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::vector<std::vector<float>> rows;
+    std::vector<int32_t> want;
+    auto random_row = [&] {
+      std::vector<float> r(static_cast<size_t>(cols));
+      for (float& v : r) v = uniform(rng);
+      return r;
+    };
+    std::vector<float> r = random_row();  // one largest value inside
+    r[static_cast<size_t>(cols / 3)] = 100.0f;
+    rows.push_back(r), want.push_back(cols / 3);
+    r = random_row();  // ties: the lowest index, far apart and inside one float4
+    int32_t lowest = cols;
+    for (int32_t i : {cols - 1, cols / 2, std::min(cols - 1, 5), std::min(cols - 1, 6)}) {
+      r[static_cast<size_t>(i)] = 50.0f;
+      lowest = std::min(lowest, i);
+    }
+    rows.push_back(r), want.push_back(lowest);
+    r = random_row();  // ties at both ends of the row
+    r.front() = 60.0f;
+    r.back() = 60.0f;
+    rows.push_back(r), want.push_back(0);
+    r = random_row();  // NaN everywhere but one value, NaN first
+    for (float& v : r) v = nan;
+    r[static_cast<size_t>(cols - 1)] = -3.0f;
+    rows.push_back(r), want.push_back(cols - 1);
+    r = random_row();  // NaN beside a larger value does not hide it
+    r[0] = nan;
+    r[static_cast<size_t>(cols / 2)] = nan;
+    r[static_cast<size_t>(cols - 1)] = 70.0f;
+    rows.push_back(r), want.push_back(cols - 1);
+    rows.push_back(std::vector<float>(static_cast<size_t>(cols), nan)), want.push_back(0);
+    rows.push_back(std::vector<float>(static_cast<size_t>(cols), -inf)), want.push_back(0);
+    r = random_row();  // +inf wins over every finite value
+    r[static_cast<size_t>(cols / 4)] = inf;
+    rows.push_back(r), want.push_back(cols / 4);
+    std::vector<float> flat;
+    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+    auto got = CudaArgmaxForTesting(flat, static_cast<int32_t>(rows.size()), cols);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ((*got)[i], want[i]) << "row " << i;
+  }
 }
 
 TEST(CudaBackend, RejectsBadPlans) {
