@@ -359,6 +359,8 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     // Step i's group has landed. Every lane reads only what it copied itself, so no other
     // thread is waited for, and slot (i - 1) % kStages is free for step i + kStages - 1.
     WaitCopies<kStages - 2>();
+    if (i == 0) TimelinePoint(5);           // thread 0's first step has landed
+    if (i == nsteps - 1) TimelinePoint(6);  // and its last
     if (i + kStages - 1 < nsteps) {
       issue_weights(i + kStages - 1);
       issue_acts(i + kStages - 1);
