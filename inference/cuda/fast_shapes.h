@@ -19,11 +19,12 @@ inline constexpr int kFastSplitTarget = 32;      // the profile's (fast4) slice 
 // fast_linear.cu) instead of a cluster of 8-warp blocks: the same order of the sums, so the same
 // bits. Up to this many slices by default, of at most kFastMergeMaxStepsPerWarp steps per warp:
 // where the loop is that short, the chain after it (the push into the cluster's inboxes and the
-// cluster barrier) is what a merged block saves; a long slice (0.5B's down, 13 steps per warp)
-// gains more from a cluster spreading its bytes over three times the multiprocessors (merged,
-// its 16-row blocks read the activations twice as often: batch 32 lost 0.8 us a layer there).
+// cluster barrier) is what a merged block saves; a long slice (0.5B's down, 13 steps per warp;
+// 1.5B's, 35) gains more from a cluster spreading its bytes over more multiprocessors (merged,
+// 0.5B's down ran 16-row blocks that read the activations twice as often: batch 32 lost 0.8 us
+// a layer). 6 takes in 1.5B's o (batch 32 +3.0%, 64 +2.7%, H100).
 inline constexpr int kFastMergeMaxSlices = 3;
-inline constexpr int kFastMergeMaxStepsPerWarp = 4;
+inline constexpr int kFastMergeMaxStepsPerWarp = 6;
 
 // Whether a block of `splits` merged slices is compiled for a shape: the accumulators must fit the
 // registers left to 16 (128 per thread) or 24 warps (85) per multiprocessor, and the ring keep 3

@@ -699,11 +699,11 @@ TEST(CudaFastShapes, WaveModelChoosesWholeWaves) {
 
 // Merged slices (2 or 3 short K slices in one block of 16 or 24 warps, alone on its
 // multiprocessor): at 0.5B, q|k|v (2 slices of 28 steps, 4 per warp) and o (3 of 18-19, 3 per
-// warp) merge, down (3 of 101, 13 per warp) stays a cluster, and so does 1.5B's o (2 slices of
-// 48 steps, 6 per warp). The model then counts one slot per multiprocessor and no factor of the
-// slices, and takes only the shapes compiled merged: at batch 32 q|k|v runs 32 x 16 blocks (72),
-// o 16 x 16 (112). Over many shapes, the choice fits and its waves x bytes are never worse than
-// another fitting shape's.
+// warp) merge, and so does 1.5B's o (2 slices of 48 steps, 6 per warp); down stays a cluster at
+// both (3 slices of 101 steps, 13 per warp; 2 of 280, 35). The model then counts one slot per
+// multiprocessor and no factor of the slices, and takes only the shapes compiled merged: at batch
+// 32 q|k|v runs 32 x 16 blocks (72), o 16 x 16 (112). Over many shapes, the choice fits and its
+// waves x bytes are never worse than another fitting shape's.
 TEST(CudaFastShapes, MergedSlicesTakeAMultiprocessorEach) {
   auto merges = [](int32_t rows, int32_t cols) {
     return cuda::FastMergesSlices(cols, cuda::FastLinearSplitsFor(rows, cols, cuda::kFastSplitTarget),
@@ -712,11 +712,13 @@ TEST(CudaFastShapes, MergedSlicesTakeAMultiprocessorEach) {
   EXPECT_TRUE(merges(1152, 896));
   EXPECT_TRUE(merges(896, 896));
   EXPECT_FALSE(merges(896, 4864));
-  EXPECT_FALSE(merges(1536, 1536));
+  EXPECT_TRUE(merges(1536, 1536));
+  EXPECT_FALSE(merges(1536, 8960));
   EXPECT_FALSE(merges(9728, 896));  // one slice
   EXPECT_FALSE(cuda::FastMergesSlices(896, 3, 2));  // more slices than allowed
   EXPECT_FALSE(cuda::FastMergesSlices(1024, 4, 16));  // never more than 3
   EXPECT_TRUE(cuda::FastMergesSlices(4864, 3, 3, 13));
+  EXPECT_FALSE(cuda::FastMergesSlices(4864, 3, 3, 12));
   struct Case {
     int32_t rows, cols, tokens, row_tiles, token_groups;
   };
