@@ -10,7 +10,8 @@
 //     fixed permutation of fast_tiles.h);
 //   - inside a slice, step s belongs to warp (s - first) % 8, which accumulates its steps in
 //     increasing order from zero; the 8 warps' sums are added in warp order;
-//   - the slices' sums are added in increasing slice order (inside the slices' cluster).
+//   - the slices' sums are added in increasing slice order (inside the slices' cluster, or the
+//     block that runs them all: merged slices, fast_shapes.h FastMergesSlices).
 // Which block computes an output, how many rows and tokens share a block, and the rest of the
 // batch never enter that order, so the profile is batch-invariant on one GPU architecture (the
 // tensor cores' accumulation is not specified across architectures). Plain pointers; LinearArgs
@@ -36,7 +37,8 @@ int32_t FastLinearSplits(int32_t rows, int32_t cols_padded);
 // sums before the epilogue. That is the fast profile's norm at every token count (its bits are
 // not the exact profile's norm followed by the product). The slices of a tile run as one thread-block
 // cluster (up to 16 blocks, Hopper's non-portable limit) and add their sums through distributed
-// shared memory: LinearArgs::split_* are not used.
+// shared memory, or, 2 or 3 short ones, in one block of 16 or 24 warps: LinearArgs::split_* are
+// not used.
 bool CanRunFastLinear(const LinearArgs& args);
 // The block shape LaunchFastLinear uses for up to 64 tokens: ChooseFastLinearShapeFor
 // (fast_shapes.h) with this matrix's slices. Host code.
