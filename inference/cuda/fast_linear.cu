@@ -109,7 +109,7 @@ __device__ __forceinline__ void WaitCopies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-// SB: the K slices one block runs (merged slices, FastLinearMergedSlices): 8 * SB warps, warps
+// SB: the K slices one block runs (merged slices, fast_shapes.h FastMergesSlices): 8 * SB warps, warps
 // 8 s to 8 s + 7 on slice s, so the slices' sums meet in the block's shared memory instead of a
 // cluster's. 1 for the others (SLICED: the slices are a cluster's blocks).
 template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1>
@@ -152,8 +152,6 @@ struct FastShape {
   static constexpr int kSmemBytes = SLICED ? kInboxOffset + kInboxBytes : (kRingBytes > kSumBytes ? kRingBytes : kSumBytes);
   static_assert(kBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024, "two blocks (one of merged slices) must fit in a multiprocessor");
 };
-
-
 
 // What the epilogue of rows (n, n + 1) of token m reads besides the sums. A thread loads it for
 // its first row pair at the start of the kernel (constants and step metadata before waiting for
