@@ -110,13 +110,14 @@ struct GraphKey {
   int attention_parts;       // SetCudaAttentionPartsForTesting's
   int fast_tile;             // SetCudaFastLinearTileForTesting's (both arguments)
   int fast_merge;            // SetCudaFastMergedSlicesForTesting's
+  int fast_stream;           // SetCudaFastStreamForTesting's
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
                     step_prefetch, large_batch_tile, attention_variant, weight_evict_first, step_attention_split,
-                    attention_parts, fast_tile, fast_merge) <
+                    attention_parts, fast_tile, fast_merge, fast_stream) <
            std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps, o.step_trace,
                     o.step_prefetch, o.large_batch_tile, o.attention_variant, o.weight_evict_first,
-                    o.step_attention_split, o.attention_parts, o.fast_tile, o.fast_merge);
+                    o.step_attention_split, o.attention_parts, o.fast_tile, o.fast_merge, o.fast_stream);
   }
 };
 
@@ -128,6 +129,7 @@ int g_mlp_block_warps = 16;
 int g_large_batch_tile = -1;
 int g_fast_tile = 0;
 int g_fast_merge = -1001;  // SetCudaFastMergedSlicesForTesting's arguments (the defaults)
+int g_fast_stream = 100;   // SetCudaFastStreamForTesting's arguments (the defaults)
 bool g_fast_rope_fused = true;  // SetCudaFastRopeFusedForTesting
 int g_attention_variant = -1;
 bool g_weight_evict_first = true;
@@ -612,7 +614,7 @@ class CudaBackendImpl final : public CudaBackend {
       const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
                          g_step_trace, g_step_prefetch_tiles, g_large_batch_tile, g_attention_variant,
                          g_weight_evict_first, g_step_attention_split, g_attention_parts, g_fast_tile,
-                         g_fast_merge};
+                         g_fast_merge, g_fast_stream};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph = nullptr;
@@ -998,6 +1000,11 @@ int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_ord
 int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches(); }
 int64_t CudaFastLinearLaunchesForTesting() { return cuda::FastLinearLaunches(); }
 int64_t CudaFastMergedLaunchesForTesting() { return cuda::FastLinearMergedLaunches(); }
+int64_t CudaFastStreamLaunchesForTesting() { return cuda::FastLinearStreamLaunches(); }
+void SetCudaFastStreamForTesting(int mode, int max_warps) {
+  g_fast_stream = (mode < 0 ? 1 : mode) * 100 + max_warps;  // the graph key
+  cuda::SetFastLinearStream(mode, max_warps);
+}
 void SetCudaFastMergedSlicesForTesting(int max_slices, int max_steps_per_warp) {
   g_fast_merge = max_slices * 1000 + max_steps_per_warp;  // the graph key
   cuda::SetFastLinearMergedSlices(max_slices, max_steps_per_warp);

@@ -24,6 +24,8 @@ StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>&, i
   return Unimplemented("this build of rote has no CUDA backend");
 }
 void SetCudaFastMergedSlicesForTesting(int, int) {}
+int64_t CudaFastStreamLaunchesForTesting() { return 0; }
+void SetCudaFastStreamForTesting(int, int) {}
 void SetCudaFastLinearTileForTesting(int, int) {}
 void SetCudaFastSplitTargetForBenchmark(int) {}
 void SetCudaFastSplitsForBenchmark(int, int, int) {}

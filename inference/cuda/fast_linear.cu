@@ -58,6 +58,7 @@ int g_split_override_count = 0;
 
 std::atomic<int64_t> g_fast_launches{0};
 std::atomic<int64_t> g_merged_launches{0};
+std::atomic<int64_t> g_stream_launches{0};
 // Products of at most this many K slices (2 or 3) run them in one block (merged slices); 0 or 1:
 // every sliced product is a cluster. SetFastLinearMergedSlices.
 int g_merge_max_slices = kFastMergeMaxSlices;
@@ -91,6 +92,20 @@ __device__ __forceinline__ Pieces SplitFour(const float4 v) {
     p.lo[i] = __byte_perm(q[2 * i].lo, q[2 * i + 1].lo, 0x7632);
   }
   return p;
+}
+
+// One step of one (tile, token group): the pieces lo, mid, hi in that order (the order of the sums).
+__device__ __forceinline__ void MmaPieces(float (&d)[4], const uint4& w, const Pieces& p) {
+  Mma(d, w, p.lo[0], p.lo[1]);
+  Mma(d, w, p.mid[0], p.mid[1]);
+  Mma(d, w, p.hi[0], p.hi[1]);
+}
+
+// A token's sum of squares over its 4 lanes (t = lane % 4): (t0 + t1) + (t2 + t3) on lane t0,
+// the order the norm adds them in.
+__device__ __forceinline__ float TokenLanesSum(float q) {
+  q = q + __shfl_xor_sync(0xffffffffu, q, 1);
+  return q + __shfl_xor_sync(0xffffffffu, q, 2);
 }
 
 __device__ __forceinline__ uint32_t SharedAddr(const void* p) {
@@ -384,11 +399,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     for (int r = 0; r < RT; ++r) {
       const uint4 w = *reinterpret_cast<const uint4*>(slot + (r * 32 + lane) * 16);
 #pragma unroll
-      for (int j = 0; j < NTK; ++j) {
-        Mma(acc[r][j], w, p[j].lo[0], p[j].lo[1]);
-        Mma(acc[r][j], w, p[j].mid[0], p[j].mid[1]);
-        Mma(acc[r][j], w, p[j].hi[0], p[j].hi[1]);
-      }
+      for (int j = 0; j < NTK; ++j) MmaPieces(acc[r][j], w, p[j]);
     }
   }
   WaitCopies<0>();  // no copy outlives the loop (the trailing groups are empty)
@@ -410,10 +421,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   if constexpr (NORM) {
 #pragma unroll
     for (int j = 0; j < NTK; ++j) {
-      // The 4 lanes of a token: (t0 + t1) + (t2 + t3) on every one of them (commutativity).
-      float q = squares[j];
-      q = q + __shfl_xor_sync(0xffffffffu, q, 1);
-      q = q + __shfl_xor_sync(0xffffffffu, q, 2);
+      const float q = TokenLanesSum(squares[j]);
       if (t == 0) warp_squares[warp * S::kToks + 8 * j + g] = q;
     }
   }
@@ -513,6 +521,305 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     }
     StoreFast(a, m0 + tok, n, v0, v1, epilogue_of(idx, m0 + tok, n));
   }
+}
+
+// Weights streamed past resident activations (eighteenth session). A matrix of very many rows
+// (the lm_head, 151,936 at 0.5B) in FastLinearKernel's 64 x 32 blocks copies each block's tokens'
+// activations again beside its weights: half of what its blocks take in. Here one block per
+// multiprocessor copies its token tile's activations into shared memory once (multiplied by the
+// norm weights, after their squares are summed), and each warp streams whole units of RT row
+// tiles through its lane-private ring. For each unit a warp computes what FastLinearKernel's 8
+// warps would, one after another: virtual warp v's steps v, v + 8, ... from zero, pieces lo, mid,
+// hi per step, and adds the virtual warps' sums in warp order as it goes. The same order, so the
+// same bits, and no barrier after the start. Unsliced products only (the slices' order is not
+// this), and epilogues that finish single outputs (store, bias, residual).
+// Ring slots per warp and warps per block: 12 warps of 8 slots or 16 of 6 (RT = 2) beside 32
+// tokens' activations of 56 steps (0.5B). SetFastLinearStream chooses.
+constexpr int kStreamWarps12 = 12, kStreamWarps16 = 16;
+__host__ __device__ constexpr int StreamStages(int warps) { return warps <= kStreamWarps12 ? 8 : 6; }
+constexpr int kStreamRowTiles = 2;   // RT: units of 32 rows (each activation split serves 6 mma)
+constexpr int kStreamMaxSmem = 227 * 1024;
+// A block asks for at least this much shared memory, so two never share a multiprocessor.
+constexpr int kStreamMinSmem = 116 * 1024;
+int g_stream_mode = 1;  // SetFastLinearStream: 0 never, 1 the lm_head rule, 2 wherever it can
+// SetFastLinearStream: the most warps per block. 12 of 8 slots against 16 of 6: batch 32 +0.3% to
+// +1.0%, batch 64 +1.6% to +1.8% (H200, two rounds side by side).
+int g_stream_warps = kStreamWarps12;
+
+template <int RT, int NTK, int STAGES>
+struct StreamShape {
+  static constexpr int kToks = 8 * NTK;
+  static constexpr int kSlotBytes = RT * 32 * 16;
+  static constexpr int kRingBytes = STAGES * kSlotBytes;  // per warp
+  // [steps][NTK][32 lanes] float4, each lane's four columns of its token, as the ring holds them.
+  __host__ __device__ static int64_t ActBytes(int steps) { return static_cast<int64_t>(steps) * NTK * 32 * 16; }
+  // Activations, the warps' rings, the virtual warps' sums of squares [8][kToks].
+  __host__ __device__ static int64_t SmemBytes(int steps, int warps) {
+    return ActBytes(steps) + static_cast<int64_t>(warps) * kRingBytes + kWarps * kToks * 4;
+  }
+};
+
+template <int RT, int NTK, bool NORM, int MAX_WARPS>
+__global__ void __launch_bounds__(MAX_WARPS * 32, 1) FastStreamKernel(LinearArgs a, int32_t units_per_warp) {
+  constexpr int kStreamStages = StreamStages(MAX_WARPS);
+  using S = StreamShape<RT, NTK, kStreamStages>;
+  extern __shared__ __align__(16) unsigned char fast_smem[];
+  TimelineScope timeline(TimelineKind::kLinear);
+  LetNextStart();
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int nthreads = static_cast<int>(blockDim.x), nwarps = nthreads / 32;
+  const int rows = a.w.rows;
+  const int steps = a.w.cols_padded / kStepCols;
+  const int m0 = static_cast<int>(blockIdx.y) * S::kToks;
+  const int mcount = min(S::kToks, a.tokens - m0);
+  const int last_tile = (rows + kFastTileRows - 1) / kFastTileRows - 1;
+  const int units = (last_tile + RT) / RT;
+  const int unit_begin = min(units, (static_cast<int>(blockIdx.x) * nwarps + warp) * units_per_warp);
+  const int unit_end = min(units, unit_begin + units_per_warp);
+  const uint4* tiles = static_cast<const uint4*>(a.w.fast_tiles);
+  float4* acts = reinterpret_cast<float4*>(fast_smem);
+  unsigned char* ring = fast_smem + S::ActBytes(steps) + warp * S::kRingBytes;
+  float* warp_squares = reinterpret_cast<float*>(fast_smem + S::ActBytes(steps) + nwarps * S::kRingBytes);
+
+  // The warp's stream of steps: its units in order, in each the virtual warps 0 to 7, in each
+  // their steps v, v + 8, ... (none for v >= steps). (p_unit, p_v, p_s): the next one to copy.
+  int p_unit = unit_begin, p_v = 0, p_s = 0, issued = 0;
+  auto issue_next = [&] {
+    if (p_unit < unit_end) {
+      unsigned char* slot = ring + (issued % kStreamStages) * S::kSlotBytes;
+#pragma unroll
+      for (int r = 0; r < RT; ++r) {
+        const int tile = min(p_unit * RT + r, last_tile);  // past the matrix: its sums are never stored
+        CopyAsync16(slot + (r * 32 + lane) * 16, tiles + (static_cast<int64_t>(tile) * steps + p_s) * 32 + lane);
+      }
+      p_s += kWarps;
+      while (p_s >= steps) {
+        if (++p_v == kWarps) {
+          p_v = 0;
+          ++p_unit;
+        }
+        p_s = p_v;
+      }
+    }
+    CommitCopies();  // one group per step, empty past the stream's end
+    ++issued;
+  };
+  // Before the wait: the first steps' weights, this lane's activation rows (step metadata) and,
+  // with the norm, its norm weights of the first 8 steps it copies (constants).
+#pragma unroll 1
+  for (int i = 0; i < kStreamStages - 1; ++i) issue_next();
+  int64_t xoff[NTK];
+#pragma unroll
+  for (int j = 0; j < NTK; ++j) {
+    const int m = m0 + min(8 * j + g, mcount - 1);  // past the batch: the last token again
+    xoff[j] = static_cast<int64_t>(a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride + 4 * t;
+  }
+  constexpr int kEarlyNormSteps = 8;
+  const float4* norm_weights = reinterpret_cast<const float4*>(a.norm_weight) + t;
+  float4 early_norm[kEarlyNormSteps];
+  if constexpr (NORM) {
+#pragma unroll
+    for (int k = 0; k < kEarlyNormSteps; ++k) {
+      const int s = warp + kWarps * k;
+      early_norm[k] = warp < kWarps && s < steps ? __ldg(norm_weights + s * (kStepCols / 4)) : make_float4(0, 0, 0, 0);
+    }
+  }
+  WaitForPrevious();
+  timeline.Waited();
+  // Warp v (< 8) copies virtual warp v's steps v, v + 8, ... and, with the norm, sums their
+  // squares as FastLinearKernel's warp v does (lane t's columns in step order, the token's 4 lanes
+  // in an xor butterfly) and scales them by the norm weights itself: no other warp touches them
+  // before the block's one barrier.
+  for (int v = warp; v < kWarps; v += nwarps)
+    for (int s = v; s < steps; s += kWarps)
+#pragma unroll
+      for (int j = 0; j < NTK; ++j) CopyAsync16(acts + (s * NTK + j) * 32 + lane, a.x + xoff[j] + s * kStepCols);
+  CommitCopies();
+  WaitCopies<0>();
+  TimelinePoint(2);  // this warp's activations have landed
+  if constexpr (NORM) {
+    for (int v = warp; v < kWarps; v += nwarps) {
+      float q[NTK];
+#pragma unroll
+      for (int j = 0; j < NTK; ++j) q[j] = 0.0f;
+      auto square_and_scale = [&](int s, const float4 w) {
+#pragma unroll
+        for (int j = 0; j < NTK; ++j) {
+          float4& x = acts[(s * NTK + j) * 32 + lane];
+          const float4 r = x;
+          q[j] = fmaf(r.x, r.x, q[j]);
+          q[j] = fmaf(r.y, r.y, q[j]);
+          q[j] = fmaf(r.z, r.z, q[j]);
+          q[j] = fmaf(r.w, r.w, q[j]);
+          x = make_float4(r.x * w.x, r.y * w.y, r.z * w.z, r.w * w.w);
+        }
+      };
+      int s = v;
+      if (v == warp) {  // the norm weights loaded before the wait
+#pragma unroll
+        for (int k = 0; k < kEarlyNormSteps; ++k, s += kWarps)
+          if (s < steps) square_and_scale(s, early_norm[k]);
+      }
+      for (; s < steps; s += kWarps) square_and_scale(s, __ldg(norm_weights + s * (kStepCols / 4)));
+#pragma unroll
+      for (int j = 0; j < NTK; ++j) {
+        const float u = TokenLanesSum(q[j]);
+        if (t == 0) warp_squares[v * S::kToks + 8 * j + g] = u;
+      }
+    }
+  }
+  __syncthreads();
+  TimelinePoint(3);  // the block's activations in place
+  // The norm's scales of the tokens this lane finishes (8 j + 2 t + e): lane l adds token l's
+  // virtual warps' squares in warp order and takes its scale; the lanes that need it read it.
+  float scale[NTK][2] = {};
+  if constexpr (NORM) {
+    float lane_scale = 0.0f;
+    if (lane < S::kToks) {
+      float q = warp_squares[lane];
+      for (int v = 1; v < kWarps; ++v) q = q + warp_squares[v * S::kToks + lane];
+      lane_scale = canonical_rms_scale(q, a.w.cols, a.norm_eps);
+    }
+#pragma unroll
+    for (int j = 0; j < NTK; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) scale[j][e] = __shfl_sync(0xffffffffu, lane_scale, (8 * j + 2 * t + e) % 32);
+  }
+
+  int used = 0;
+  TimelinePoint(5);  // the activations in place: the first warp's loop starts
+#pragma unroll 1
+  for (int unit = unit_begin; unit < unit_end; ++unit) {
+    float total[RT][NTK][4];
+#pragma unroll 1
+    for (int v = 0; v < kWarps; ++v) {
+      float acc[RT][NTK][4];
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int j = 0; j < NTK; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[r][j][e] = 0.0f;
+#pragma unroll 1
+      for (int s = v; s < steps; s += kWarps) {
+        WaitCopies<kStreamStages - 2>();  // this step's group has landed (lane-private, as above)
+        issue_next();
+        const unsigned char* slot = ring + (used % kStreamStages) * S::kSlotBytes;
+        ++used;
+        Pieces p[NTK];
+#pragma unroll
+        for (int j = 0; j < NTK; ++j) p[j] = SplitFour(acts[(s * NTK + j) * 32 + lane]);
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+          const uint4 w = *reinterpret_cast<const uint4*>(slot + (r * 32 + lane) * 16);
+#pragma unroll
+          for (int j = 0; j < NTK; ++j) MmaPieces(acc[r][j], w, p[j]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int j = 0; j < NTK; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) total[r][j][e] = v == 0 ? acc[r][j][e] : total[r][j][e] + acc[r][j][e];
+    }
+    // acc[r][j][e]: row 16 (unit RT + r) + g (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e).
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+      for (int j = 0; j < NTK; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int n = (unit * RT + r) * kFastTileRows + g + 8 * (e / 2), tok = 8 * j + 2 * t + (e % 2);
+          if (n >= rows || tok >= mcount) continue;
+          float v = total[r][j][e];
+          if constexpr (NORM) v = scale[j][e % 2] * v;
+          float* out = a.out + static_cast<int64_t>(m0 + tok) * a.out_stride +
+                       (a.out_lane_rows ? static_cast<int>(PermutedIndex(n)) : n);
+          if (a.epilogue == LinearEpilogue::kAddBias) {
+            *out = v + a.bias[n];
+          } else if (a.epilogue == LinearEpilogue::kAddResidual) {
+            *out = *out + v;
+          } else {
+            *out = v;
+          }
+        }
+  }
+  WaitCopies<0>();  // the trailing groups are empty
+  TimelinePoint(1);
+}
+
+// Whether FastStreamKernel computes `a` (splits: its K slices) with NTK token groups per tile.
+template <int NTK>
+bool CanStream(const LinearArgs& a, int32_t splits, int max_warps) {
+  if (splits != 1) return false;
+  if (a.epilogue != LinearEpilogue::kStore && a.epilogue != LinearEpilogue::kAddResidual &&
+      !(a.epilogue == LinearEpilogue::kAddBias && a.bias != nullptr))
+    return false;
+  const int64_t smem = max_warps <= kStreamWarps12
+                           ? StreamShape<kStreamRowTiles, NTK, StreamStages(kStreamWarps12)>::SmemBytes(a.w.cols_padded / kStepCols, max_warps)
+                           : StreamShape<kStreamRowTiles, NTK, StreamStages(kStreamWarps16)>::SmemBytes(a.w.cols_padded / kStepCols, max_warps);
+  return smem <= kStreamMaxSmem;
+}
+
+template <int NTK, bool NORM, int MAX_WARPS>
+cudaError_t LaunchStreamCompiled(const LinearArgs& a, cudaStream_t stream) {
+  constexpr int RT = kStreamRowTiles;
+  constexpr int kStreamMaxWarps = MAX_WARPS;
+  using S = StreamShape<RT, NTK, StreamStages(MAX_WARPS)>;
+  static const cudaError_t prepared = cudaFuncSetAttribute(
+      FastStreamKernel<RT, NTK, NORM, MAX_WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamMaxSmem);
+  if (prepared != cudaSuccess) return prepared;
+  const int steps = a.w.cols_padded / kStepCols;
+  const int token_tiles = (a.tokens + S::kToks - 1) / S::kToks;
+  // A block per multiprocessor, shared out over the token tiles; the units (RT row tiles) dealt
+  // out evenly: as few per warp as kStreamMaxWarps warps allow, then as few warps as that needs.
+  const int per_tile = std::max(1, MultiprocessorCount() / token_tiles);
+  const int units = (((a.w.rows + kFastTileRows - 1) / kFastTileRows) + RT - 1) / RT;
+  const int units_per_warp = (units + per_tile * kStreamMaxWarps - 1) / (per_tile * kStreamMaxWarps);
+  const int warps = (units + per_tile * units_per_warp - 1) / (per_tile * units_per_warp);
+  const int blocks = (units + warps * units_per_warp - 1) / (warps * units_per_warp);
+  g_fast_launches.fetch_add(1, std::memory_order_relaxed);
+  g_stream_launches.fetch_add(1, std::memory_order_relaxed);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(token_tiles));
+  cfg.blockDim = dim3(static_cast<unsigned>(32 * warps));
+  cfg.dynamicSmemBytes = static_cast<size_t>(std::max<int64_t>(S::SmemBytes(steps, warps), kStreamMinSmem));
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = ProgrammaticLaunch() ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, FastStreamKernel<RT, NTK, NORM, MAX_WARPS>, a, units_per_warp);
+}
+
+// FastStreamKernel where g_stream_mode asks for it and it can run `a`: tiles of 8 tokens for up
+// to 8, 16 for up to 16, else 32 (where 32 tokens' activations do not fit, as at 1.5B, it does
+// not run: 16-token tiles read the weights twice, and 1.5B's batch 32 lost 2%). 1: matrices of so many rows that 64-row blocks
+// would give every multiprocessor 8 of them (the lm_head). Returns false where it does not run.
+template <int NTK>
+cudaError_t LaunchStreamWith(const LinearArgs& a, cudaStream_t stream) {
+  const bool norm = a.norm_weight != nullptr;
+  if (g_stream_warps <= kStreamWarps12)
+    return norm ? LaunchStreamCompiled<NTK, true, kStreamWarps12>(a, stream) : LaunchStreamCompiled<NTK, false, kStreamWarps12>(a, stream);
+  return norm ? LaunchStreamCompiled<NTK, true, kStreamWarps16>(a, stream) : LaunchStreamCompiled<NTK, false, kStreamWarps16>(a, stream);
+}
+
+bool LaunchFastStream(const LinearArgs& a, int32_t splits, cudaStream_t stream, cudaError_t* result) {
+  if (g_stream_mode == 0 || a.tokens > 64) return false;
+  if (g_stream_mode == 1 && static_cast<int64_t>(a.w.rows) < int64_t{8} * 64 * MultiprocessorCount()) return false;
+  if (a.tokens <= 8) {
+    if (!CanStream<1>(a, splits, g_stream_warps)) return false;
+    *result = LaunchStreamWith<1>(a, stream);
+  } else if (a.tokens <= 16) {
+    if (!CanStream<2>(a, splits, g_stream_warps)) return false;
+    *result = LaunchStreamWith<2>(a, stream);
+  } else {
+    if (!CanStream<4>(a, splits, g_stream_warps)) return false;
+    *result = LaunchStreamWith<4>(a, stream);
+  }
+  return true;
 }
 
 template <int RT, int NTK>
@@ -652,6 +959,7 @@ bool CanRunFastLinear(const LinearArgs& a) {
 cudaError_t LaunchFastLinear(const LinearArgs& a, cudaStream_t stream) {
   if (!CanRunFastLinear(a)) return cudaErrorInvalidValue;
   const int32_t splits = FastLinearSplits(a.w.rows, a.w.cols_padded);
+  if (cudaError_t e; LaunchFastStream(a, splits, stream, &e)) return e;
   for (int i = 0; i < g_shape_override_count; ++i)
     if (g_shape_overrides[i].rows == a.w.rows && (g_shape_overrides[i].cols == 0 || g_shape_overrides[i].cols == a.w.cols))
       return LaunchFastShape(g_shape_overrides[i].rt, g_shape_overrides[i].ntk, a, splits, stream);
@@ -709,6 +1017,13 @@ void SetFastLinearShapeRuleForBenchmark(int rule) { g_shape_rule = rule; }
 int64_t FastLinearLaunches() { return g_fast_launches.load(std::memory_order_relaxed); }
 
 int64_t FastLinearMergedLaunches() { return g_merged_launches.load(std::memory_order_relaxed); }
+
+int64_t FastLinearStreamLaunches() { return g_stream_launches.load(std::memory_order_relaxed); }
+
+void SetFastLinearStream(int mode, int max_warps) {
+  g_stream_mode = mode < 0 ? 1 : mode;
+  g_stream_warps = max_warps <= 0 || max_warps <= kStreamWarps12 ? kStreamWarps12 : kStreamWarps16;
+}
 
 void SetFastLinearMergedSlices(int max_slices, int max_steps_per_warp) {
   g_merge_max_slices = max_slices < 0 ? kFastMergeMaxSlices : max_slices;

@@ -50,6 +50,14 @@ cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t st
 // Tests: launches issued so far (graph captures count once), and those of merged slices.
 int64_t FastLinearLaunches();
 int64_t FastLinearMergedLaunches();
+// Tests: launches of FastStreamKernel (weights streamed past resident activations, the lm_head)
+// issued so far.
+int64_t FastLinearStreamLaunches();
+// Benchmarking and tests: where FastStreamKernel runs unsliced products of up to 64 tokens
+// (store, bias or residual epilogues): 0 never, 1 (the default; negative: the default) matrices
+// of at least 8 x 64 rows per multiprocessor (the lm_head), 2 wherever it can; max_warps per
+// block, 12 or 16 (0: the default, 12). Same bits.
+void SetFastLinearStream(int mode, int max_warps = 0);
 // Benchmarking and tests: products of at most `max_slices` K slices (2 or 3) of at most
 // `max_steps_per_warp` steps per warp run them in one block (merged slices) instead of a cluster;
 // max_slices 0 or 1: always a cluster; negative: the defaults (kFastMergeMaxSlices,

@@ -1133,6 +1133,91 @@ TEST(CudaFastProfile, MergedSlicesKeepBits) {
   }
 }
 
+// Weights streamed past activations held in shared memory (fast_linear.cu, FastStreamKernel; the
+// lm_head's kernel at the real shapes) against FastLinearKernel, forced onto every product it can
+// run (unsliced, store, bias or residual epilogue, up to 64 tokens; 12 warps of 8 ring slots and 16
+// of 6): each warp computes the 8
+// warps' sums one after another and adds them in warp order, so the bits must not change. Models
+// of 4, 10, 12, 32 and 48 steps (fewer steps than warps, and steps not a multiple of 8), with
+// and without the norm (the lm_head, the residual products). 40 sequences prefilled in one step
+// (the lm_head on 40 tokens: two 32-token tiles), then decode steps of 40, 12 and 5 sequences
+// (tiles of 32, 16 and 8 tokens) and a 16-token chunk with every position's logits.
+TEST(CudaFastProfile, StreamedWeightsKeepBits) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::shared_ptr<const Model>> models = {InvarianceModel()};
+  {
+    SynthSpec s;
+    models.push_back(SynthModel("fast_stream_160", s));
+    s.vocab = 300;
+    s.hidden = 64;
+    s.intermediate = 96;
+    s.heads = 1;
+    s.kv_heads = 1;
+    s.head_dim = 64;
+    models.push_back(SynthModel("fast_stream_64", s));
+    s.vocab = 1000;
+    s.hidden = 192;
+    s.heads = 3;
+    models.push_back(SynthModel("fast_stream_192", s));
+    s.vocab = 640;
+    s.hidden = 512;
+    s.intermediate = 128;
+    s.heads = 4;
+    models.push_back(SynthModel("fast_stream_512", s));
+    s.vocab = 2048;  // an unsliced lm_head over 48 steps
+    s.hidden = 768;
+    s.intermediate = 64;
+    s.heads = 12;
+    models.push_back(SynthModel("fast_stream_768", s));
+  }
+  for (const auto& model : models) {
+    ASSERT_TRUE(model);
+    const int32_t vocab = model->config().vocab_size;
+    SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
+    auto run = [&](int mode, int max_warps, int64_t* stream_launches) {
+      SetCudaFastStreamForTesting(mode, max_warps);
+      const int64_t before = CudaFastStreamLaunchesForTesting();
+      std::vector<std::vector<float>> all;
+      if (auto fast = Fast(model)) {
+        Driver d(fast.get(), 256);
+        std::vector<Seq> seqs(40);
+        std::vector<Driver::Part> prefill;
+        for (int i = 0; i < 40; ++i) {
+          const int32_t n = 3 + (i * 13) % 38;
+          seqs[i].tokens = Prompt(n, vocab, 300 + i);
+          prefill.push_back({&seqs[i], n, 1});
+        }
+        all.push_back(d.Step(prefill));
+        for (int32_t count : {40, 12, 5}) {
+          std::vector<Driver::Part> parts;
+          for (int i = 0; i < count; ++i) {
+            seqs[i].tokens.push_back((count * 7919 + static_cast<int32_t>(seqs[i].tokens.size())) % vocab);
+            parts.push_back({&seqs[i], 1, 1});
+          }
+          all.push_back(d.Step(parts));
+        }
+        for (int k = 0; k < 16; ++k) seqs[39].tokens.push_back((k * 31 + 7) % vocab);
+        all.push_back(d.Step({{&seqs[39], 16, 16}}));
+      }
+      *stream_launches = CudaFastStreamLaunchesForTesting() - before;
+      SetCudaFastStreamForTesting(-1);
+      return all;
+    };
+    int64_t never = 0;
+    const std::vector<std::vector<float>> without = run(0, 0, &never);
+    ASSERT_EQ(without.size(), 5u);
+    EXPECT_EQ(never, 0);
+    for (int max_warps : {12, 16}) {
+      SCOPED_TRACE("max_warps=" + std::to_string(max_warps));
+      int64_t streamed = 0;
+      const std::vector<std::vector<float>> with = run(2, max_warps, &streamed);
+      ASSERT_EQ(with.size(), 5u);
+      EXPECT_GT(streamed, 0);
+      for (size_t i = 0; i < with.size(); ++i) ASSERT_TRUE(SameBits(with[i], without[i])) << "step " << i;
+    }
+  }
+}
+
 // The needle alone and inside batches of 1 to 64 others (so token tiles of 16, 32 and 64 rows,
 // and several of them): identical logits and tokens, 256 greedy steps.
 TEST(CudaFastProfile, NeedleAloneEqualsNeedleInBatches) {
