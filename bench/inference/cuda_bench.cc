@@ -9,7 +9,7 @@
 //              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
 //              [--numerics exact|fast] [--fast-split-target 128] [--fast-shape 9728:4:4] [--fast-shape-rule 1] [--fast-rope-fused 0]
-//              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:12|16]]
+//              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:2|3]]
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
 // lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
 // 64 weight rows; 162: 16 tokens by 32 rows; 80: 8 tokens, rows by size).
@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   }
   // --fast-stream 0|1|2: where the fast profile streams weights past activations held in shared
   // memory (0 never, 1 the lm_head, the default, 2 every product it can run; same bits).
-  // :W, the most warps per block (12 or 16).
+  // :RT, the rows of a warp's unit for 32-token tiles in 16-row tiles (2 or 3).
   if (const std::string r = Arg(argc, argv, "--fast-stream", ""); !r.empty()) {
     const size_t colon = r.find(':');
     SetCudaFastStreamForTesting(std::stoi(r.substr(0, colon)), colon == std::string::npos ? 0 : std::stoi(r.substr(colon + 1)));

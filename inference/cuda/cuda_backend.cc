@@ -1001,9 +1001,9 @@ int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches()
 int64_t CudaFastLinearLaunchesForTesting() { return cuda::FastLinearLaunches(); }
 int64_t CudaFastMergedLaunchesForTesting() { return cuda::FastLinearMergedLaunches(); }
 int64_t CudaFastStreamLaunchesForTesting() { return cuda::FastLinearStreamLaunches(); }
-void SetCudaFastStreamForTesting(int mode, int max_warps) {
-  g_fast_stream = (mode < 0 ? 1 : mode) * 100 + max_warps;  // the graph key
-  cuda::SetFastLinearStream(mode, max_warps);
+void SetCudaFastStreamForTesting(int mode, int row_tiles) {
+  g_fast_stream = (mode < 0 ? 1 : mode) * 100 + row_tiles;  // the graph key
+  cuda::SetFastLinearStream(mode, row_tiles);
 }
 void SetCudaFastMergedSlicesForTesting(int max_slices, int max_steps_per_warp) {
   g_fast_merge = max_slices * 1000 + max_steps_per_warp;  // the graph key

@@ -99,9 +99,9 @@ int64_t CudaFastMergedLaunchesForTesting();
 void SetCudaFastMergedSlicesForTesting(int max_slices, int max_steps_per_warp = -1);
 // Tests and benchmarks only: where the fast profile streams a product's weights past its tokens'
 // activations held in shared memory (fast_linear.h, SetFastLinearStream: 0 never, 1 the
-// default, the lm_head, 2 every product it can run; max_warps per block 12 or 16, 0 the default),
-// and how many such launches were issued. Same bits.
-void SetCudaFastStreamForTesting(int mode, int max_warps = 0);
+// default, the lm_head, 2 every product it can run; row_tiles per warp's unit for 32-token tiles, 2
+// or 3, 0 the default), and how many such launches were issued. Same bits.
+void SetCudaFastStreamForTesting(int mode, int row_tiles = 0);
 int64_t CudaFastStreamLaunchesForTesting();
 
 // Tests and benchmarks only: the attention kernel's variant (kernels.h, SetAttentionVariant; -1 the

@@ -533,18 +533,16 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
 // hi per step, and adds the virtual warps' sums in warp order as it goes. The same order, so the
 // same bits, and no barrier after the start. Unsliced products only (the slices' order is not
 // this), and epilogues that finish single outputs (store, bias, residual).
-// Ring slots per warp and warps per block: 12 warps of 8 slots or 16 of 6 (RT = 2) beside 32
-// tokens' activations of 56 steps (0.5B). SetFastLinearStream chooses.
-constexpr int kStreamWarps12 = 12, kStreamWarps16 = 16;
-__host__ __device__ constexpr int StreamStages(int warps) { return warps <= kStreamWarps12 ? 8 : 6; }
-constexpr int kStreamRowTiles = 2;   // RT: units of 32 rows (each activation split serves 6 mma)
+// 12 warps per block (16 of 6 slots each were slower: batch 32 -0.3% to -1.0%, batch 64 -1.6% to
+// -1.8%, H200), each with a ring of STAGES slots of RT row tiles: units of 32 rows in rings of 8
+// slots, or for 32-token tiles, where splitting the activations is most of a step's instructions
+// (4 float4 for 24 mma), units of 48 rows in rings of 6 (one split serves 36 mma).
+constexpr int kStreamWarps = 12;
 constexpr int kStreamMaxSmem = 227 * 1024;
 // A block asks for at least this much shared memory, so two never share a multiprocessor.
 constexpr int kStreamMinSmem = 116 * 1024;
 int g_stream_mode = 1;  // SetFastLinearStream: 0 never, 1 the lm_head rule, 2 wherever it can
-// SetFastLinearStream: the most warps per block. 12 of 8 slots against 16 of 6: batch 32 +0.3% to
-// +1.0%, batch 64 +1.6% to +1.8% (H200, two rounds side by side).
-int g_stream_warps = kStreamWarps12;
+int g_stream_row_tiles = 3;  // SetFastLinearStream: RT of 32-token tiles (2 or 3)
 
 template <int RT, int NTK, int STAGES>
 struct StreamShape {
@@ -559,9 +557,9 @@ struct StreamShape {
   }
 };
 
-template <int RT, int NTK, bool NORM, int MAX_WARPS>
-__global__ void __launch_bounds__(MAX_WARPS * 32, 1) FastStreamKernel(LinearArgs a, int32_t units_per_warp) {
-  constexpr int kStreamStages = StreamStages(MAX_WARPS);
+template <int RT, int NTK, bool NORM, int STAGES>
+__global__ void __launch_bounds__(kStreamWarps * 32, 1) FastStreamKernel(LinearArgs a, int32_t units_per_warp) {
+  constexpr int kStreamStages = STAGES;
   using S = StreamShape<RT, NTK, kStreamStages>;
   extern __shared__ __align__(16) unsigned char fast_smem[];
   TimelineScope timeline(TimelineKind::kLinear);
@@ -750,33 +748,28 @@ __global__ void __launch_bounds__(MAX_WARPS * 32, 1) FastStreamKernel(LinearArgs
 }
 
 // Whether FastStreamKernel computes `a` (splits: its K slices) with NTK token groups per tile.
-template <int NTK>
-bool CanStream(const LinearArgs& a, int32_t splits, int max_warps) {
+template <int RT, int NTK, int STAGES>
+bool CanStream(const LinearArgs& a, int32_t splits) {
   if (splits != 1) return false;
   if (a.epilogue != LinearEpilogue::kStore && a.epilogue != LinearEpilogue::kAddResidual &&
       !(a.epilogue == LinearEpilogue::kAddBias && a.bias != nullptr))
     return false;
-  const int64_t smem = max_warps <= kStreamWarps12
-                           ? StreamShape<kStreamRowTiles, NTK, StreamStages(kStreamWarps12)>::SmemBytes(a.w.cols_padded / kStepCols, max_warps)
-                           : StreamShape<kStreamRowTiles, NTK, StreamStages(kStreamWarps16)>::SmemBytes(a.w.cols_padded / kStepCols, max_warps);
-  return smem <= kStreamMaxSmem;
+  return StreamShape<RT, NTK, STAGES>::SmemBytes(a.w.cols_padded / kStepCols, kStreamWarps) <= kStreamMaxSmem;
 }
 
-template <int NTK, bool NORM, int MAX_WARPS>
+template <int RT, int NTK, bool NORM, int STAGES>
 cudaError_t LaunchStreamCompiled(const LinearArgs& a, cudaStream_t stream) {
-  constexpr int RT = kStreamRowTiles;
-  constexpr int kStreamMaxWarps = MAX_WARPS;
-  using S = StreamShape<RT, NTK, StreamStages(MAX_WARPS)>;
+  using S = StreamShape<RT, NTK, STAGES>;
   static const cudaError_t prepared = cudaFuncSetAttribute(
-      FastStreamKernel<RT, NTK, NORM, MAX_WARPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamMaxSmem);
+      FastStreamKernel<RT, NTK, NORM, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamMaxSmem);
   if (prepared != cudaSuccess) return prepared;
   const int steps = a.w.cols_padded / kStepCols;
   const int token_tiles = (a.tokens + S::kToks - 1) / S::kToks;
   // A block per multiprocessor, shared out over the token tiles; the units (RT row tiles) dealt
-  // out evenly: as few per warp as kStreamMaxWarps warps allow, then as few warps as that needs.
+  // out evenly: as few per warp as kStreamWarps warps allow, then as few warps as that needs.
   const int per_tile = std::max(1, MultiprocessorCount() / token_tiles);
   const int units = (((a.w.rows + kFastTileRows - 1) / kFastTileRows) + RT - 1) / RT;
-  const int units_per_warp = (units + per_tile * kStreamMaxWarps - 1) / (per_tile * kStreamMaxWarps);
+  const int units_per_warp = (units + per_tile * kStreamWarps - 1) / (per_tile * kStreamWarps);
   const int warps = (units + per_tile * units_per_warp - 1) / (per_tile * units_per_warp);
   const int blocks = (units + warps * units_per_warp - 1) / (warps * units_per_warp);
   g_fast_launches.fetch_add(1, std::memory_order_relaxed);
@@ -791,35 +784,29 @@ cudaError_t LaunchStreamCompiled(const LinearArgs& a, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = ProgrammaticLaunch() ? 1 : 0;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, FastStreamKernel<RT, NTK, NORM, MAX_WARPS>, a, units_per_warp);
+  return cudaLaunchKernelEx(&cfg, FastStreamKernel<RT, NTK, NORM, STAGES>, a, units_per_warp);
 }
 
-// FastStreamKernel where g_stream_mode asks for it and it can run `a`: tiles of 8 tokens for up
-// to 8, 16 for up to 16, else 32 (where 32 tokens' activations do not fit, as at 1.5B, it does
-// not run: 16-token tiles read the weights twice, and 1.5B's batch 32 lost 2%). 1: matrices of so many rows that 64-row blocks
-// would give every multiprocessor 8 of them (the lm_head). Returns false where it does not run.
-template <int NTK>
-cudaError_t LaunchStreamWith(const LinearArgs& a, cudaStream_t stream) {
-  const bool norm = a.norm_weight != nullptr;
-  if (g_stream_warps <= kStreamWarps12)
-    return norm ? LaunchStreamCompiled<NTK, true, kStreamWarps12>(a, stream) : LaunchStreamCompiled<NTK, false, kStreamWarps12>(a, stream);
-  return norm ? LaunchStreamCompiled<NTK, true, kStreamWarps16>(a, stream) : LaunchStreamCompiled<NTK, false, kStreamWarps16>(a, stream);
+// FastStreamKernel where g_stream_mode asks for it and it can run `a` (1: matrices of so many rows
+// that 64-row blocks would give every multiprocessor 8 of them, the lm_head): tiles of 8 tokens
+// for up to 8, 16 for up to 16, else 32. Where 32 tokens' activations do not fit beside the rings,
+// as at 1.5B, it does not run: 16-token tiles would read the weights twice (1.5B's batch 32
+// lost 2%). Returns false where it does not run.
+template <int RT, int NTK, int STAGES>
+bool LaunchStreamIf(const LinearArgs& a, int32_t splits, cudaStream_t stream, cudaError_t* result) {
+  if (!CanStream<RT, NTK, STAGES>(a, splits)) return false;
+  *result = a.norm_weight != nullptr ? LaunchStreamCompiled<RT, NTK, true, STAGES>(a, stream)
+                                     : LaunchStreamCompiled<RT, NTK, false, STAGES>(a, stream);
+  return true;
 }
 
 bool LaunchFastStream(const LinearArgs& a, int32_t splits, cudaStream_t stream, cudaError_t* result) {
   if (g_stream_mode == 0 || a.tokens > 64) return false;
   if (g_stream_mode == 1 && static_cast<int64_t>(a.w.rows) < int64_t{8} * 64 * MultiprocessorCount()) return false;
-  if (a.tokens <= 8) {
-    if (!CanStream<1>(a, splits, g_stream_warps)) return false;
-    *result = LaunchStreamWith<1>(a, stream);
-  } else if (a.tokens <= 16) {
-    if (!CanStream<2>(a, splits, g_stream_warps)) return false;
-    *result = LaunchStreamWith<2>(a, stream);
-  } else {
-    if (!CanStream<4>(a, splits, g_stream_warps)) return false;
-    *result = LaunchStreamWith<4>(a, stream);
-  }
-  return true;
+  if (a.tokens <= 8) return LaunchStreamIf<2, 1, 8>(a, splits, stream, result);
+  if (a.tokens <= 16) return LaunchStreamIf<2, 2, 8>(a, splits, stream, result);
+  return g_stream_row_tiles == 3 ? LaunchStreamIf<3, 4, 6>(a, splits, stream, result)
+                                 : LaunchStreamIf<2, 4, 8>(a, splits, stream, result);
 }
 
 template <int RT, int NTK>
@@ -1020,9 +1007,9 @@ int64_t FastLinearMergedLaunches() { return g_merged_launches.load(std::memory_o
 
 int64_t FastLinearStreamLaunches() { return g_stream_launches.load(std::memory_order_relaxed); }
 
-void SetFastLinearStream(int mode, int max_warps) {
+void SetFastLinearStream(int mode, int row_tiles) {
   g_stream_mode = mode < 0 ? 1 : mode;
-  g_stream_warps = max_warps <= 0 || max_warps <= kStreamWarps12 ? kStreamWarps12 : kStreamWarps16;
+  g_stream_row_tiles = row_tiles == 2 ? 2 : 3;
 }
 
 void SetFastLinearMergedSlices(int max_slices, int max_steps_per_warp) {

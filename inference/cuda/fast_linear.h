@@ -55,9 +55,9 @@ int64_t FastLinearMergedLaunches();
 int64_t FastLinearStreamLaunches();
 // Benchmarking and tests: where FastStreamKernel runs unsliced products of up to 64 tokens
 // (store, bias or residual epilogues): 0 never, 1 (the default; negative: the default) matrices
-// of at least 8 x 64 rows per multiprocessor (the lm_head), 2 wherever it can; max_warps per
-// block, 12 or 16 (0: the default, 12). Same bits.
-void SetFastLinearStream(int mode, int max_warps = 0);
+// of at least 8 x 64 rows per multiprocessor (the lm_head), 2 wherever it can; row_tiles, the
+// rows per warp's unit for 32-token tiles in 16-row tiles, 2 or 3 (0: the default, 3). Same bits.
+void SetFastLinearStream(int mode, int row_tiles = 0);
 // Benchmarking and tests: products of at most `max_slices` K slices (2 or 3) of at most
 // `max_steps_per_warp` steps per warp run them in one block (merged slices) instead of a cluster;
 // max_slices 0 or 1: always a cluster; negative: the defaults (kFastMergeMaxSlices,

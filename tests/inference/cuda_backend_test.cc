@@ -1135,8 +1135,8 @@ TEST(CudaFastProfile, MergedSlicesKeepBits) {
 
 // Weights streamed past activations held in shared memory (fast_linear.cu, FastStreamKernel; the
 // lm_head's kernel at the real shapes) against FastLinearKernel, forced onto every product it can
-// run (unsliced, store, bias or residual epilogue, up to 64 tokens; 12 warps of 8 ring slots and 16
-// of 6): each warp computes the 8
+// run (unsliced, store, bias or residual epilogue, up to 64 tokens; 32-token tiles in units of 2
+// and 3 row tiles): each warp computes the 8
 // warps' sums one after another and adds them in warp order, so the bits must not change. Models
 // of 4, 10, 12, 32 and 48 steps (fewer steps than warps, and steps not a multiple of 8), with
 // and without the norm (the lm_head, the residual products). 40 sequences prefilled in one step
@@ -1174,8 +1174,8 @@ TEST(CudaFastProfile, StreamedWeightsKeepBits) {
     ASSERT_TRUE(model);
     const int32_t vocab = model->config().vocab_size;
     SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
-    auto run = [&](int mode, int max_warps, int64_t* stream_launches) {
-      SetCudaFastStreamForTesting(mode, max_warps);
+    auto run = [&](int mode, int row_tiles, int64_t* stream_launches) {
+      SetCudaFastStreamForTesting(mode, row_tiles);
       const int64_t before = CudaFastStreamLaunchesForTesting();
       std::vector<std::vector<float>> all;
       if (auto fast = Fast(model)) {
@@ -1207,10 +1207,10 @@ TEST(CudaFastProfile, StreamedWeightsKeepBits) {
     const std::vector<std::vector<float>> without = run(0, 0, &never);
     ASSERT_EQ(without.size(), 5u);
     EXPECT_EQ(never, 0);
-    for (int max_warps : {12, 16}) {
-      SCOPED_TRACE("max_warps=" + std::to_string(max_warps));
+    for (int row_tiles : {2, 3}) {
+      SCOPED_TRACE("row_tiles=" + std::to_string(row_tiles));
       int64_t streamed = 0;
-      const std::vector<std::vector<float>> with = run(2, max_warps, &streamed);
+      const std::vector<std::vector<float>> with = run(2, row_tiles, &streamed);
       ASSERT_EQ(with.size(), 5u);
       EXPECT_GT(streamed, 0);
       for (size_t i = 0; i < with.size(); ++i) ASSERT_TRUE(SameBits(with[i], without[i])) << "step " << i;
