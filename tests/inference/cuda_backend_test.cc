@@ -891,12 +891,21 @@ TEST(CudaBackend, ArgmaxTakesTheLowestIndexOfTheLargest) {
     r = random_row();  // +inf wins over every finite value
     r[static_cast<size_t>(cols / 4)] = inf;
     rows.push_back(r), want.push_back(cols / 4);
-    std::vector<float> flat;
-    for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
-    auto got = CudaArgmaxForTesting(flat, static_cast<int32_t>(rows.size()), cols);
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    ASSERT_EQ(got->size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ((*got)[i], want[i]) << "row " << i;
+    // The rows 1, 5 and 17 times over: 8, 40 and 136 rows, so 64, 26 and 7 chunks per row on a
+    // 132-multiprocessor card (LaunchArgmax gives a row fewer chunks the more rows there are).
+    for (int repeat : {1, 5, 17}) {
+      SCOPED_TRACE("rows=" + std::to_string(repeat * rows.size()));
+      std::vector<float> flat;
+      std::vector<int32_t> want_all;
+      for (int k = 0; k < repeat; ++k) {
+        for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
+        want_all.insert(want_all.end(), want.begin(), want.end());
+      }
+      auto got = CudaArgmaxForTesting(flat, static_cast<int32_t>(want_all.size()), cols);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_EQ(got->size(), want_all.size());
+      for (size_t i = 0; i < want_all.size(); ++i) EXPECT_EQ((*got)[i], want_all[i]) << "row " << i;
+    }
   }
 }
 
