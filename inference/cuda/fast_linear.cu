@@ -533,6 +533,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
 // hi per step, and adds the virtual warps' sums in warp order as it goes. The same order, so the
 // same bits, and no barrier after the start. Unsliced products only (the slices' order is not
 // this), and epilogues that finish single outputs (store, bias, residual).
+//
 // 12 warps per block (16 of 6 slots each were slower: batch 32 -0.3% to -1.0%, batch 64 -1.6% to
 // -1.8%, H200), each with a ring of STAGES slots of RT row tiles: units of 32 rows in rings of 8
 // slots, or for 32-token tiles, where splitting the activations is most of a step's instructions
