@@ -525,8 +525,23 @@ void Engine::Impl::Step() {
     st.num_logits = p.wants_logits ? 1 : 0;
     plan.sequences.push_back(st);
   }
+  // A step whose every sampled row is greedy, with no logits captured, needs only each row's
+  // argmax: the backend picks the tokens where the logits are (ForwardGreedy; on a GPU they then
+  // never cross to the host). SampleToken at temperature 0 is the same argmax, so the tokens are
+  // the same either way.
+  bool greedy_step = !options.capture_logits;
+  for (const Part& p : parts)
+    if (p.wants_logits && p.seq->sampling.temperature > 0.0f) greedy_step = false;
   std::vector<float> logits;
-  Status status = backend->Forward(plan, &logits);
+  std::vector<int32_t> greedy_tokens;
+  Status status = greedy_step ? backend->ForwardGreedy(plan, &greedy_tokens) : backend->Forward(plan, &logits);
+  if (status.ok() && greedy_step) {
+    size_t rows = 0;
+    for (const Part& p : parts) rows += p.wants_logits ? 1 : 0;
+    if (greedy_tokens.size() != rows)
+      status = Internal("backend returned " + std::to_string(greedy_tokens.size()) + " greedy tokens for " +
+                        std::to_string(rows) + " rows");
+  }
   if (!status.ok()) {
     for (const Part& p : parts) Fail(p.seq, status);
     return;
@@ -538,12 +553,17 @@ void Engine::Impl::Step() {
     p.seq->computed += p.n;
     RegisterFullBlocks(*p.seq, before);
     if (!p.wants_logits) continue;
-    const std::span<const float> l(logits.data() + row * vocab, vocab);
-    ++row;
     const uint64_t position = p.seq->all.size();  // where the chosen token will sit
-    const int32_t token = SampleToken(l, p.seq->sampling, p.seq->sampling_key, position);
+    int32_t token = 0;
     std::vector<float> captured;
-    if (options.capture_logits) captured.assign(l.begin(), l.end());
+    if (greedy_step) {
+      token = greedy_tokens[row];
+    } else {
+      const std::span<const float> l(logits.data() + row * vocab, vocab);
+      token = SampleToken(l, p.seq->sampling, p.seq->sampling_key, position);
+      if (options.capture_logits) captured.assign(l.begin(), l.end());
+    }
+    ++row;
     TokenEvent event;
     const std::optional<FinishReason> finish = Accept(*p.seq, token, &captured, &event);
     // Stream before Finish marks the request done, so Wait never returns ahead of its tokens.

@@ -14,17 +14,21 @@
 // lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
 // 64 weight rows; 162: 16 tokens by 32 rows; 80: 8 tokens, rows by size).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "inference/cuda/cuda_backend.h"
+#include "inference/engine.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
 
@@ -95,6 +99,26 @@ bool Step(CudaBackend* b, std::vector<Seq>& seqs) {
   }
   return true;
 }
+
+// The CUDA backend, with ForwardGreedy either its own (the argmax on the device) or Backend's
+// default (Forward's logits copied to the host, argmax there: what the engine did for every step
+// before it asked for tokens only).
+class GreedySwitch final : public Backend {
+ public:
+  explicit GreedySwitch(std::unique_ptr<CudaBackend> inner) : inner_(std::move(inner)) {}
+  std::string device() const override { return inner_->device(); }
+  std::string numerics_profile() const override { return inner_->numerics_profile(); }
+  int64_t KvBytesPerBlock() const override { return inner_->KvBytesPerBlock(); }
+  Status AllocateKvCache(int32_t n) override { return inner_->AllocateKvCache(n); }
+  Status Forward(const BatchPlan& plan, std::vector<float>* logits) override { return inner_->Forward(plan, logits); }
+  Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
+    return on_device ? inner_->ForwardGreedy(plan, tokens) : Backend::ForwardGreedy(plan, tokens);
+  }
+  std::atomic<bool> on_device{true};
+
+ private:
+  std::unique_ptr<CudaBackend> inner_;
+};
 
 // B sequences with blocks [i * stride, (i + 1) * stride).
 std::vector<Seq> MakeSeqs(int32_t batch, int32_t prompt, int32_t vocab, int32_t stride, const std::vector<int32_t>& needle) {
@@ -506,6 +530,7 @@ int main(int argc, char** argv) {
   // -1 is the default choice, 3 the shared-memory tile everywhere, 4 never it).
   const bool fast = opt.profile == NumericsProfile::kFast;
   const std::string profile = b->numerics_profile();
+  std::map<int32_t, double> direct_tps;  // decode tok/s with the backend driven directly, by batch
   for (int32_t tile : IntList(Arg(argc, argv, "--tiles", "-1"))) {
   if (fast) {
     // 10 * token rows + row tiles: 4 is 64-row blocks, 162 16 tokens by 32 rows, 160 16 tokens.
@@ -541,6 +566,11 @@ int main(int argc, char** argv) {
       for (int32_t tk : q.tokens) tokens_fnv = (tokens_fnv ^ static_cast<uint32_t>(tk)) * 1099511628211ull;
     const double secs = Seconds(s0, s1);
     const double tps = batch * steps / secs;
+    direct_tps[batch] = tps;
+    // The last step's graph replayed back to back: the device's time per step without the host's
+    // turn between steps (which the figure above includes, as a user's steps do).
+    auto replay = b->TimeLastGraphForBenchmark(steps);
+    const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;
     const double mean_context = prompt + warm + 1 + steps / 2.0;
     const double bytes_per_step =
         static_cast<double>(b->WeightBytesPerStep()) + batch * mean_context * kv_bytes_per_position;
@@ -550,11 +580,11 @@ int main(int argc, char** argv) {
     std::printf("{\"what\":\"decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
                 "\"ms_per_step\":%.3f,\"bytes_per_token\":%.0f,\"achieved_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
                 "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d,"
-                "\"numerics\":\"%s\",\"tokens_fnv\":\"%016llx\"}\n",
+                "\"numerics\":\"%s\",\"tokens_fnv\":\"%016llx\",\"graph_replay_ms_per_step\":%.3f}\n",
                 shape.c_str(), batch, steps, tps, 1e3 * secs / steps, bytes_per_token,
                 bytes_per_token * tps / 1e12, bytes_per_token * tps / bw, flops_per_token * tps / 1e12,
                 flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile, profile.c_str(),
-                static_cast<unsigned long long>(tokens_fnv));
+                static_cast<unsigned long long>(tokens_fnv), graph_ms);
     std::fflush(stdout);
   }
 
@@ -588,6 +618,88 @@ int main(int argc, char** argv) {
                 flops_per_token * tps / (2 * fma), first_tokens.size() == 1 ? "true" : "false", tile, profile.c_str());
     std::fflush(stdout);
   }
+  }
+
+  // --engine-batches 8,32: the same decode through the engine (scheduler, paged-KV allocator,
+  // stream decoding, stop checks) that `rote generate` and the service use: `batch` greedy
+  // requests of the same prompts submitted at once, timed from the step that gives every request
+  // its token `warm` to the one that gives token `warm + steps`. Each batch runs twice, tokens
+  // chosen on the device (ForwardGreedy) and from logits copied to the host, side by side; the
+  // ratio is against the backend driven directly above. The engine takes the backend, so this
+  // comes last.
+  const std::vector<int32_t> engine_batches = IntList(Arg(argc, argv, "--engine-batches", ""));
+  if (!engine_batches.empty()) {
+    // --tokenizer DIR: the engine's tokenizer (the synthesized model has none); ids past its
+    // vocabulary decode to nothing. Relative to the working directory, the repository's root.
+    auto tokenizer = Tokenizer::Load(Arg(argc, argv, "--tokenizer", "tests/fixtures/qwen2"));
+    if (!tokenizer.ok()) {
+      std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", tokenizer.status().ToString().c_str());
+      return 1;
+    }
+    const int32_t max_batch = *std::max_element(engine_batches.begin(), engine_batches.end());
+    EngineOptions eo;
+    eo.device = Device::kCuda;
+    eo.numerics_profile = opt.profile;
+    eo.max_batch = max_batch;
+    eo.max_context = prompt + warm + steps + 2 * kKvBlockSize;
+    eo.kv_cache_bytes = static_cast<int64_t>(max_batch) * ((eo.max_context + kKvBlockSize - 1) / kKvBlockSize + 1) *
+                        b->KvBytesPerBlock();
+    eo.prefix_sharing = false;
+    auto switched = std::make_unique<GreedySwitch>(std::move(created).value());
+    GreedySwitch* greedy_switch = switched.get();
+    auto engine = Engine::Create(*model, std::move(*tokenizer), std::move(switched), eo);
+    if (!engine.ok()) {
+      std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", engine.status().ToString().c_str());
+      return 1;
+    }
+    for (int32_t batch : engine_batches) {
+      for (bool on_device : {true, false}) {
+        greedy_switch->on_device = on_device;  // the engine is idle between runs
+        std::mutex mu;
+        int32_t at_warm = 0, at_end = 0;
+        Clock::time_point e0{}, e1{};
+        std::vector<RequestId> ids;
+        for (int32_t i = 0; i < batch; ++i) {
+          GenerationRequest r;
+          r.prompt_tokens = i == 0 ? needle : RandomTokens(prompt, c.vocab_size, 1000 + i);
+          r.sampling.max_tokens = warm + steps + 1;
+          r.sampling.ignore_eos = true;
+          r.on_token = [&](const TokenEvent& ev) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (ev.index == warm && ++at_warm == batch) e0 = Clock::now();
+            if (ev.index == warm + steps && ++at_end == batch) e1 = Clock::now();
+          };
+          auto id = (*engine)->Submit(std::move(r));
+          if (!id.ok()) {
+            std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", id.status().ToString().c_str());
+            return 1;
+          }
+          ids.push_back(*id);
+        }
+        std::vector<int32_t> needle_tokens;
+        for (RequestId id : ids) {
+          auto res = (*engine)->Wait(id);
+          if (!res.ok()) {
+            std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", res.status().ToString().c_str());
+            return 1;
+          }
+          if (id == ids[0]) needle_tokens = res->tokens;
+        }
+        const double tps = batch * steps / Seconds(e0, e1);
+        // The direct runs' needle: its prompt, then its generated tokens.
+        const bool same_needle =
+            !needle_alone.empty() && needle_tokens.size() <= needle_alone.size() - needle.size() &&
+            std::equal(needle_tokens.begin(), needle_tokens.end(), needle_alone.begin() + needle.size());
+        const auto direct = direct_tps.find(batch);
+        std::printf("{\"what\":\"engine_decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,"
+                    "\"greedy_on_device\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
+                    "\"ratio_to_backend_direct\":%.3f,\"needle_tokens_equal_direct\":%s,\"numerics\":\"%s\"}\n",
+                    shape.c_str(), batch, steps, on_device ? "true" : "false", tps, 1e3 * batch / tps,
+                    direct == direct_tps.end() ? 0.0 : tps / direct->second, same_needle ? "true" : "false",
+                    profile.c_str());
+        std::fflush(stdout);
+      }
+    }
   }
   return 0;
 }

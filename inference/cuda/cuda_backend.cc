@@ -307,6 +307,24 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   int64_t WeightBytes() const override { return weight_bytes_; }
+  StatusOr<double> TimeLastGraphForBenchmark(int32_t replays) override {
+    if (last_graph_ == nullptr) return FailedPrecondition("the last step ran without a CUDA graph");
+    if (replays < 1) return InvalidArgument("replays must be at least 1");
+    cudaEvent_t start = nullptr, end = nullptr;
+    ROTE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+    ROTE_CUDA_RETURN_IF_ERROR(cudaEventCreate(&end));
+    cudaError_t e = cudaEventRecord(start, stream_);
+    for (int32_t i = 0; e == cudaSuccess && i < replays; ++i) e = cudaGraphLaunch(last_graph_, stream_);
+    if (e == cudaSuccess) e = cudaEventRecord(end, stream_);
+    if (e == cudaSuccess) e = cudaEventSynchronize(end);
+    float ms = 0.0f;
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, start, end);
+    cudaEventDestroy(start);
+    cudaEventDestroy(end);
+    ROTE_CUDA_RETURN_IF_ERROR(e);
+    return 1e-3 * ms / replays;
+  }
+
   int64_t WeightBytesPerStep() const override {
     auto bytes = [&](const DeviceMatrix& m) {
       const int64_t rows = fast_ ? cuda::FastTileRowsPadded(m.rows) : m.rows;
@@ -518,6 +536,7 @@ class CudaBackendImpl final : public CudaBackend {
   void DropGraphs() {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     graphs_.clear();
+    last_graph_ = nullptr;
   }
 
   // Device pointers of one step's metadata inside meta_.
@@ -633,8 +652,10 @@ class CudaBackendImpl final : public CudaBackend {
         it = graphs_.emplace(key, exec).first;
       }
       ROTE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, stream_));
+      last_graph_ = it->second;
     } else {
       ROTE_RETURN_IF_ERROR(Launch(lay, greedy, decode_step));
+      last_graph_ = nullptr;
     }
     if (greedy) {
       ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, greedy_.as<int32_t>(), lay.logit_rows * sizeof(int32_t),
@@ -987,6 +1008,7 @@ class CudaBackendImpl final : public CudaBackend {
   void* host_out_ = nullptr;      // pinned: logits or greedy tokens of the last step
   int32_t num_logit_rows_ = 0;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
+  cudaGraphExec_t last_graph_ = nullptr;  // the last step's graph (TimeLastGraphForBenchmark)
 };
 
 }  // namespace

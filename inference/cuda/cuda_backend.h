@@ -31,15 +31,20 @@ class CudaBackend : public Backend {
   // activations and logits, capped at max_kv_bytes of KV storage (0: no cap).
   virtual int32_t KvBlocksForFreeMemory(int64_t max_kv_bytes, int64_t reserve_bytes) const = 0;
 
-  // Forward, but the logits stay on the device: writes the greedy token (argmax, lowest index
-  // on ties) of each logits row to `tokens`. Same bits as argmax over Forward's logits.
-  virtual Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) = 0;
+  // ForwardGreedy (Backend) keeps the logits on the device: the argmax runs there and only the
+  // tokens are copied back. Same tokens as argmax over Forward's logits.
 
   // Bytes of device memory the weights take (permuted and padded).
   virtual int64_t WeightBytes() const = 0;
   // Bytes of weights one decode step reads: every layer's matrices and the lm_head, as the
   // profile's kernels read them (the embedding's rows, looked up a few at a time, not counted).
   virtual int64_t WeightBytesPerStep() const = 0;
+
+  // Benchmarks only: launches the last step's CUDA graph `replays` times back to back, with no
+  // host turn between them, and returns the seconds per replay. A replay repeats the step on the
+  // same inputs, so it rewrites the same K/V rows and logits with the same bits. FAILED_PRECONDITION
+  // when the last step ran without a graph.
+  virtual StatusOr<double> TimeLastGraphForBenchmark(int32_t replays) = 0;
 };
 
 // FAILED_PRECONDITION when no CUDA device is present; UNIMPLEMENTED in builds without CUDA;

@@ -769,7 +769,7 @@ TEST(CudaInvariance, WideRowsEqualCpu) {
 TEST(CudaEngine, SameTokensAndLogitsAsCpuEngine) {
   SKIP_WITHOUT_GPU();
   const std::string dir = std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/qwen2";
-  auto run = [&](Device device) {
+  auto run = [&](Device device, bool capture = true) {
     EngineOptions o;
     o.device = device;
     o.threads = 2;
@@ -777,7 +777,7 @@ TEST(CudaEngine, SameTokensAndLogitsAsCpuEngine) {
     o.prefill_chunk = 7;
     o.max_step_tokens = 16;
     o.max_context = 512;
-    o.capture_logits = true;
+    o.capture_logits = capture;
     auto engine = Engine::Load(dir, o);
     EXPECT_TRUE(engine.ok()) << engine.status().ToString();
     std::vector<GenerationResult> results;
@@ -818,6 +818,50 @@ TEST(CudaEngine, SameTokensAndLogitsAsCpuEngine) {
     EXPECT_EQ(gpu[i].provenance.device.rfind("cuda:", 0), 0u) << gpu[i].provenance.device;
     EXPECT_EQ(cpu[i].provenance.model_digest, gpu[i].provenance.model_digest);
   }
+  // Without captured logits, steps of greedy requests only take their tokens from the device
+  // (ForwardGreedy) and the others copy logits to the host: the same tokens.
+  const std::vector<GenerationResult> uncaptured = run(Device::kCuda, false);
+  ASSERT_EQ(uncaptured.size(), 6u);
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(cpu[i].tokens, uncaptured[i].tokens) << "request " << i;
+}
+
+// The benchmarks' graph replay: refused before any step ran as a graph; afterwards each replay
+// repeats the last step on its inputs, so the next step's token is the one it gives without them.
+TEST(CudaBackend, GraphReplayRepeatsTheLastStep) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  auto run = [&](int replays) {
+    auto b = Cuda(model);
+    EXPECT_TRUE(b && b->AllocateKvCache(8).ok());
+    if (!b) return std::vector<int32_t>{};
+    std::vector<int32_t> tokens = Prompt(9, model->config().vocab_size, 5);
+    const std::vector<int32_t> blocks = {0, 1};
+    int32_t cached = 0;
+    if (replays > 0) {
+      auto none = b->TimeLastGraphForBenchmark(replays);
+      EXPECT_FALSE(none.ok());
+      EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+    }
+    for (int step = 0; step < 4; ++step) {
+      BatchPlan plan;
+      plan.sequences.push_back({std::span<const int32_t>(tokens).subspan(cached), cached, blocks, 1});
+      std::vector<int32_t> next;
+      EXPECT_TRUE(b->ForwardGreedy(plan, &next).ok());
+      if (next.size() != 1) return tokens;
+      cached = static_cast<int32_t>(tokens.size());
+      tokens.push_back(next[0]);
+      if (replays > 0 && step >= 1) {  // step 0 is the prefill, without a graph
+        auto secs = b->TimeLastGraphForBenchmark(replays);
+        EXPECT_TRUE(secs.ok()) << secs.status().ToString();
+        if (secs.ok()) {
+          EXPECT_GT(*secs, 0.0);
+        }
+      }
+    }
+    return tokens;
+  };
+  EXPECT_EQ(run(0), run(3));
 }
 
 // ForwardGreedy's tokens are the argmax of Forward's logits (lowest index on ties).

@@ -163,6 +163,111 @@ TEST(EngineTest, GreedyAloneEqualsAmongOthers) {
   CheckAloneVersusBatched(l, 0.0f, 16, 256 << 20, 6);
 }
 
+// Counts which of the backend's entry points the engine calls; `drop_token` makes ForwardGreedy
+// return one token too few, as a broken backend would.
+class CountingBackend final : public Backend {
+ public:
+  CountingBackend(std::unique_ptr<Backend> inner, std::atomic<int>* forward, std::atomic<int>* greedy,
+                  bool drop_token = false)
+      : inner_(std::move(inner)), forward_(forward), greedy_(greedy), drop_token_(drop_token) {}
+  std::string device() const override { return inner_->device(); }
+  int64_t KvBytesPerBlock() const override { return inner_->KvBytesPerBlock(); }
+  Status AllocateKvCache(int32_t n) override { return inner_->AllocateKvCache(n); }
+  Status Forward(const BatchPlan& plan, std::vector<float>* logits) override {
+    ++*forward_;
+    return inner_->Forward(plan, logits);
+  }
+  Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
+    ++*greedy_;
+    Status s = inner_->ForwardGreedy(plan, tokens);
+    if (s.ok() && drop_token_ && !tokens->empty()) tokens->pop_back();
+    return s;
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  std::atomic<int>*forward_, *greedy_;
+  bool drop_token_;
+};
+
+std::unique_ptr<Engine> MakeCountingEngine(const Loaded& l, EngineOptions o, std::atomic<int>* forward,
+                                           std::atomic<int>* greedy, bool drop_token = false) {
+  CpuBackendOptions b;
+  b.max_positions = 512;
+  o.max_context = 512;
+  auto backend = CreateCpuBackend(l.model, b);
+  EXPECT_TRUE(backend.ok());
+  auto e = Engine::Create(l.model, l.tokenizer,
+                          std::make_unique<CountingBackend>(std::move(backend).value(), forward, greedy, drop_token),
+                          o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return std::move(e).value();
+}
+
+// Steps whose every sampled row is greedy, with no logits captured, go through ForwardGreedy
+// (on a GPU the logits then stay on the device); the tokens are those of the logits path
+// (capture_logits, Forward and the host's argmax). A step with a sampled row takes Forward.
+TEST(EngineTest, GreedyStepsAskTheBackendForTokensOnly) {
+  Loaded l = LoadTiny();
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back(RandomTokens(rng, 3 + 11 * i));
+  auto run = [&](EngineOptions o, std::atomic<int>* forward, std::atomic<int>* greedy, bool sampled_one) {
+    o.prefill_chunk = 6;
+    o.max_batch = 8;
+    auto engine = MakeCountingEngine(l, o, forward, greedy);
+    std::vector<RequestId> ids;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      ids.push_back(
+          engine->Submit(TokensRequest(prompts[i], 9, sampled_one && i == 2 ? 0.8f : 0.0f, 70 + i)).value());
+    std::vector<std::vector<int32_t>> tokens;
+    for (RequestId id : ids) {
+      auto r = engine->Wait(id);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      tokens.push_back(r.ok() ? r->tokens : std::vector<int32_t>{});
+    }
+    return tokens;
+  };
+  std::atomic<int> f_logits{0}, g_logits{0}, f_greedy{0}, g_greedy{0}, f_mixed{0}, g_mixed{0};
+  EngineOptions capture;
+  capture.capture_logits = true;
+  const auto by_logits = run(capture, &f_logits, &g_logits, false);
+  const auto by_tokens = run(EngineOptions{}, &f_greedy, &g_greedy, false);
+  EXPECT_GT(f_logits.load(), 0);
+  EXPECT_EQ(g_logits.load(), 0) << "captured logits need Forward";
+  EXPECT_EQ(f_greedy.load(), 0) << "an all-greedy run without captured logits called Forward";
+  EXPECT_EQ(g_greedy.load(), f_logits.load()) << "the same steps";
+  EXPECT_EQ(by_logits, by_tokens);
+  for (const auto& t : by_tokens) EXPECT_EQ(t.size(), 9u);
+
+  // One sampled request among greedy ones: its steps take Forward, and the greedy requests keep
+  // their tokens.
+  const auto mixed = run(EngineOptions{}, &f_mixed, &g_mixed, true);
+  EXPECT_GT(f_mixed.load(), 0);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (i != 2) {
+      EXPECT_EQ(mixed[i], by_tokens[i]) << "request " << i;
+    }
+  }
+}
+
+// A backend that returns the wrong number of greedy tokens fails the step's requests with
+// INTERNAL instead of reading past its answer.
+TEST(EngineTest, AShortGreedyAnswerFailsTheRequests) {
+  Loaded l = LoadTiny();
+  std::mt19937 rng(12);
+  std::atomic<int> forward{0}, greedy{0};
+  auto engine = MakeCountingEngine(l, EngineOptions{}, &forward, &greedy, /*drop_token=*/true);
+  const RequestId a = engine->Submit(TokensRequest(RandomTokens(rng, 7), 4)).value();
+  const RequestId b = engine->Submit(TokensRequest(RandomTokens(rng, 9), 4)).value();
+  for (RequestId id : {a, b}) {
+    auto r = engine->Wait(id);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("greedy tokens"), std::string::npos) << r.status().ToString();
+  }
+}
+
 TEST(EngineTest, SampledAloneEqualsAmongOthers) {
   Loaded l = LoadTiny(ModelFamily::kLlama);  // untied embeddings: a flatter distribution
   CheckAloneVersusBatched(l, 1.0f, 8, 256 << 20, 7);
