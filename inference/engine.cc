@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "inference/cpu/thread_pool.h"
 #include "inference/cuda/cuda_backend.h"
 #include "inference/kv_block_manager.h"
 
@@ -59,6 +60,13 @@ struct Engine::Impl {
   int32_t max_context = 0;
   std::vector<int32_t> stop_tokens;  // sorted
   std::unique_ptr<KvBlockManager> blocks;  // scheduler thread only
+  std::vector<float> step_logits;          // scheduler thread only: the last step's logits
+  std::unique_ptr<ThreadPool> sample_pool;  // scheduler thread only: sampled rows in parallel
+  // Threads that sample a step's rows: the machine's cores, at most 16 (a step has at most
+  // max_batch rows).
+  int SamplingThreads() const {
+    return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 16u));
+  }
   // Prefix sharing (scheduler thread only): a full block is known by its parent block id and
   // its 16 tokens. Blocks keep their key after their last user leaves (a cache) until they are
   // allocated again; then their key and every descendant's key are forgotten, so a key never
@@ -532,7 +540,7 @@ void Engine::Impl::Step() {
   bool greedy_step = !options.capture_logits;
   for (const Part& p : parts)
     if (p.wants_logits && p.seq->sampling.temperature > 0.0f) greedy_step = false;
-  std::vector<float> logits;
+  std::vector<float>& logits = step_logits;  // kept across steps: no fresh pages each step
   std::vector<int32_t> greedy_tokens;
   Status status = greedy_step ? backend->ForwardGreedy(plan, &greedy_tokens) : backend->Forward(plan, &logits);
   if (status.ok() && greedy_step) {
@@ -547,21 +555,44 @@ void Engine::Impl::Step() {
     return;
   }
   const int32_t vocab = model->config().vocab_size;
+  // The sampled rows' tokens, rows in parallel: each row's rule reads only its own logits and
+  // keys, so the tokens do not depend on the threads (a row of a 152k vocabulary takes a few ms).
+  std::vector<int32_t> sampled_tokens;
+  if (!greedy_step) {
+    std::vector<const Part*> rows;
+    for (const Part& p : parts)
+      if (p.wants_logits) rows.push_back(&p);
+    sampled_tokens.resize(rows.size());
+    auto sample = [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const Sequence& s = *rows[static_cast<size_t>(r)]->seq;
+        const std::span<const float> l(logits.data() + r * vocab, vocab);
+        const uint64_t position = s.all.size();  // where the chosen token will sit
+        sampled_tokens[static_cast<size_t>(r)] = SampleToken(l, s.sampling, s.sampling_key, position);
+      }
+    };
+    size_t sampling_rows = 0;
+    for (const Part* p : rows) sampling_rows += p->seq->sampling.temperature > 0.0f ? 1 : 0;
+    if (sampling_rows >= 2) {
+      if (!sample_pool) sample_pool = std::make_unique<ThreadPool>(SamplingThreads());
+      sample_pool->ParallelFor(static_cast<int64_t>(rows.size()), sample);
+    } else {
+      sample(0, static_cast<int64_t>(rows.size()));
+    }
+  }
   size_t row = 0;
   for (const Part& p : parts) {
     const int32_t before = p.seq->computed;
     p.seq->computed += p.n;
     RegisterFullBlocks(*p.seq, before);
     if (!p.wants_logits) continue;
-    const uint64_t position = p.seq->all.size();  // where the chosen token will sit
     int32_t token = 0;
     std::vector<float> captured;
     if (greedy_step) {
       token = greedy_tokens[row];
     } else {
-      const std::span<const float> l(logits.data() + row * vocab, vocab);
-      token = SampleToken(l, p.seq->sampling, p.seq->sampling_key, position);
-      if (options.capture_logits) captured.assign(l.begin(), l.end());
+      token = sampled_tokens[row];
+      if (options.capture_logits) captured.assign(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
     }
     ++row;
     TokenEvent event;

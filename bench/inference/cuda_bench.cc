@@ -629,6 +629,16 @@ int main(int argc, char** argv) {
   // ratio is against the backend driven directly above. The engine takes the backend, so this
   // comes last.
   const std::vector<int32_t> engine_batches = IntList(Arg(argc, argv, "--engine-batches", ""));
+  SamplingParams engine_sampling;
+  if (const std::string es = Arg(argc, argv, "--engine-sampling", ""); !es.empty()) {
+    if (std::sscanf(es.c_str(), "%f:%d:%f", &engine_sampling.temperature, &engine_sampling.top_k,
+                    &engine_sampling.top_p) != 3 ||
+        !(engine_sampling.temperature > 0.0f)) {
+      std::printf("{\"what\":\"error\",\"message\":\"--engine-sampling wants T:K:P with T > 0, got %s\"}\n", es.c_str());
+      return 1;
+    }
+    engine_sampling.seed = 3;
+  }
   if (!engine_batches.empty()) {
     // --tokenizer DIR: the engine's tokenizer (the synthesized model has none); ids past its
     // vocabulary decode to nothing. Relative to the working directory, the repository's root.
@@ -658,7 +668,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (int32_t batch : engine_batches) {
-      for (bool on_device : {true, false}) {
+      // Runs: 0 greedy, tokens on the device; 1 greedy, logits to the host; 2 sampled
+      // (--engine-sampling T:K:P, temperature, top-k, top-p), logits to the host.
+      for (int run = 0; run < (engine_sampling.temperature > 0.0f ? 3 : 2); ++run) {
+        const bool on_device = run == 0;
         greedy_switch->on_device = on_device;  // the engine is idle between runs
         std::mutex mu;
         int32_t at_warm = 0, at_end = 0;
@@ -667,6 +680,10 @@ int main(int argc, char** argv) {
         for (int32_t i = 0; i < batch; ++i) {
           GenerationRequest r;
           r.prompt_tokens = i == 0 ? needle : RandomTokens(prompt, c.vocab_size, 1000 + i);
+          if (run == 2) {
+            r.sampling = engine_sampling;
+            r.sampling_key = static_cast<uint64_t>(i);
+          }
           r.sampling.max_tokens = warm + steps + 1;
           r.sampling.ignore_eos = true;
           r.on_token = [&](const TokenEvent& ev) {
@@ -699,11 +716,13 @@ int main(int argc, char** argv) {
             std::equal(needle_tokens.begin(), needle_tokens.end(), needle_alone.begin() + needle.size());
         const auto direct = direct_tps.find(batch);
         std::printf("{\"what\":\"engine_decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,"
-                    "\"greedy_on_device\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
+                    "\"greedy_on_device\":%s,\"sampled\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
                     "\"ratio_to_backend_direct\":%.3f,\"needle_tokens_equal_direct\":%s,\"numerics\":\"%s\","
                     "\"graph_replay_ms_per_step\":%.3f}\n",
-                    shape.c_str(), batch, steps, on_device ? "true" : "false", tps, 1e3 * batch / tps,
-                    direct == direct_tps.end() ? 0.0 : tps / direct->second, same_needle ? "true" : "false",
+                    shape.c_str(), batch, steps, on_device ? "true" : "false", run == 2 ? "true" : "false", tps,
+                    1e3 * batch / tps,
+                    direct == direct_tps.end() ? 0.0 : tps / direct->second,
+                    run == 2 ? "null" : same_needle ? "true" : "false",
                     profile.c_str(), graph_ms);
         std::fflush(stdout);
       }
