@@ -83,6 +83,28 @@ class Backend {
       tokens->push_back(ArgmaxLowestIndex(std::span<const float>(logits.data() + r * vocab, vocab)));
     return OkStatus();
   }
+  // Forward, keeping only each logits row's token chosen by `rules` (one per row, in Forward's
+  // row order; temperature <= 0: greedy): the same token as SampleTokenWithUniform over that
+  // row. This default samples Forward's logits on the host, one row after another; a backend
+  // that samples where its logits are (samples_on_device) overrides it, and the engine calls it
+  // only then (otherwise it samples Forward's rows itself, several at once).
+  virtual bool samples_on_device() const { return false; }
+  virtual Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
+                                std::vector<int32_t>* tokens) {
+    size_t rows = 0;
+    for (const SequenceStep& st : plan.sequences) rows += static_cast<size_t>(st.num_logits);
+    if (rules.size() != rows)
+      return InvalidArgument("ForwardSampled: " + std::to_string(rules.size()) + " rules for " + std::to_string(rows) +
+                             " logits rows");
+    std::vector<float> logits;
+    if (Status s = Forward(plan, &logits); !s.ok()) return s;
+    tokens->clear();
+    if (rows == 0) return OkStatus();
+    const size_t vocab = logits.size() / rows;
+    for (size_t r = 0; r < rules.size(); ++r)
+      tokens->push_back(SampleTokenWithUniform(std::span<const float>(logits.data() + r * vocab, vocab), rules[r]));
+    return OkStatus();
+  }
 };
 
 // Bytes of one KV block in the exact profile: K and V, every layer, kv_dim fp32 per position.

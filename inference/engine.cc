@@ -540,14 +540,27 @@ void Engine::Impl::Step() {
   bool greedy_step = !options.capture_logits;
   for (const Part& p : parts)
     if (p.wants_logits && p.seq->sampling.temperature > 0.0f) greedy_step = false;
+  // Sampled rows too are chosen where the logits are when the backend can (the CUDA backend's
+  // device sampler: the same token as SampleToken, docs/numerics.md section 6).
+  const bool device_sampled = !greedy_step && !options.capture_logits && backend->samples_on_device();
   std::vector<float>& logits = step_logits;  // kept across steps: no fresh pages each step
   std::vector<int32_t> greedy_tokens;
-  Status status = greedy_step ? backend->ForwardGreedy(plan, &greedy_tokens) : backend->Forward(plan, &logits);
-  if (status.ok() && greedy_step) {
+  Status status;
+  if (greedy_step) {
+    status = backend->ForwardGreedy(plan, &greedy_tokens);
+  } else if (device_sampled) {
+    std::vector<RowSampling> rules;
+    for (const Part& p : parts)
+      if (p.wants_logits) rules.push_back(RowSamplingFor(p.seq->sampling, p.seq->sampling_key, p.seq->all.size()));
+    status = backend->ForwardSampled(plan, rules, &greedy_tokens);
+  } else {
+    status = backend->Forward(plan, &logits);
+  }
+  if (status.ok() && (greedy_step || device_sampled)) {
     size_t rows = 0;
     for (const Part& p : parts) rows += p.wants_logits ? 1 : 0;
     if (greedy_tokens.size() != rows)
-      status = Internal("backend returned " + std::to_string(greedy_tokens.size()) + " greedy tokens for " +
+      status = Internal("backend returned " + std::to_string(greedy_tokens.size()) + " tokens for " +
                         std::to_string(rows) + " rows");
   }
   if (!status.ok()) {
@@ -558,7 +571,7 @@ void Engine::Impl::Step() {
   // The sampled rows' tokens, rows in parallel: each row's rule reads only its own logits and
   // keys, so the tokens do not depend on the threads (a row of a 152k vocabulary takes a few ms).
   std::vector<int32_t> sampled_tokens;
-  if (!greedy_step) {
+  if (!greedy_step && !device_sampled) {
     std::vector<const Part*> rows;
     for (const Part& p : parts)
       if (p.wants_logits) rows.push_back(&p);
@@ -588,7 +601,7 @@ void Engine::Impl::Step() {
     if (!p.wants_logits) continue;
     int32_t token = 0;
     std::vector<float> captured;
-    if (greedy_step) {
+    if (greedy_step || device_sampled) {
       token = greedy_tokens[row];
     } else {
       token = sampled_tokens[row];

@@ -123,8 +123,21 @@ size_t FirstTrue(size_t n, Pred pred) {
 
 }  // namespace
 
+RowSampling RowSamplingFor(const SamplingParams& params, uint64_t request_key, uint64_t position) {
+  RowSampling r;
+  r.temperature = params.temperature;
+  r.top_k = params.top_k;
+  r.top_p = params.top_p;
+  r.uniform = params.temperature > 0.0f ? SamplingUniform(params.seed, request_key, position) : 0.0f;
+  return r;
+}
+
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, uint64_t request_key,
                     uint64_t position) {
+  return SampleTokenWithUniform(logits, RowSamplingFor(params, request_key, position));
+}
+
+int32_t SampleTokenWithUniform(std::span<const float> logits, const RowSampling& params) {
   if (!(params.temperature > 0.0f) || logits.empty()) return ArgmaxLowestIndex(logits);
   const size_t n = logits.size();
   std::vector<float> z(n);
@@ -158,7 +171,7 @@ int32_t SampleToken(std::span<const float> logits, const SamplingParams& params,
     const size_t r = FirstTrue(kept, [&](size_t i) { return prefix(i) >= target; });
     if (r < kept) cut = r + 1;
   }
-  const float t = SamplingUniform(params.seed, request_key, position) * prefix(cut - 1);
+  const float t = params.uniform * prefix(cut - 1);
   const size_t r = FirstTrue(cut, [&](size_t i) { return prefix(i) > t; });
   return order[r < cut ? r : cut - 1];
 }

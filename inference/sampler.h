@@ -31,4 +31,18 @@ float SamplingUniform(uint64_t seed, uint64_t request_key, uint64_t position);
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, uint64_t request_key,
                     uint64_t position);
 
+// One logits row's rule with its uniform already drawn (SamplingUniform): what a backend that
+// samples where the logits are needs from the host.
+struct RowSampling {
+  float temperature = 0.0f;  // <= 0: greedy
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float uniform = 0.0f;
+};
+RowSampling RowSamplingFor(const SamplingParams& params, uint64_t request_key, uint64_t position);
+
+// SampleToken's rule with the uniform given: SampleToken(l, p, key, pos) ==
+// SampleTokenWithUniform(l, RowSamplingFor(p, key, pos)).
+int32_t SampleTokenWithUniform(std::span<const float> logits, const RowSampling& rule);
+
 }  // namespace rote::inference

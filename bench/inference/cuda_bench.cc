@@ -102,7 +102,7 @@ bool Step(CudaBackend* b, std::vector<Seq>& seqs) {
 
 // The CUDA backend, with ForwardGreedy either its own (the argmax on the device) or Backend's
 // default (Forward's logits copied to the host, argmax there: what the engine did for every step
-// before it asked for tokens only).
+// before it asked for tokens only), and sampled steps on the device or on the host.
 class GreedySwitch final : public Backend {
  public:
   explicit GreedySwitch(std::unique_ptr<CudaBackend> inner) : inner_(std::move(inner)) {}
@@ -113,6 +113,12 @@ class GreedySwitch final : public Backend {
   Status Forward(const BatchPlan& plan, std::vector<float>* logits) override { return inner_->Forward(plan, logits); }
   Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
     return on_device ? inner_->ForwardGreedy(plan, tokens) : Backend::ForwardGreedy(plan, tokens);
+  }
+  // Sampled steps likewise: the device sampler, or the engine's own (logits to the host).
+  bool samples_on_device() const override { return on_device; }
+  Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
+                        std::vector<int32_t>* tokens) override {
+    return inner_->ForwardSampled(plan, rules, tokens);
   }
   std::atomic<bool> on_device{true};
 
@@ -667,11 +673,14 @@ int main(int argc, char** argv) {
       std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", engine.status().ToString().c_str());
       return 1;
     }
+    std::vector<std::vector<int32_t>> sampled_on_device;
     for (int32_t batch : engine_batches) {
-      // Runs: 0 greedy, tokens on the device; 1 greedy, logits to the host; 2 sampled
-      // (--engine-sampling T:K:P, temperature, top-k, top-p), logits to the host.
-      for (int run = 0; run < (engine_sampling.temperature > 0.0f ? 3 : 2); ++run) {
-        const bool on_device = run == 0;
+      // Runs: 0 greedy, tokens on the device; 1 greedy, logits to the host; with
+      // --engine-sampling T:K:P (temperature, top-k, top-p), 2 sampled on the device and 3 sampled
+      // on the host.
+      for (int run = 0; run < (engine_sampling.temperature > 0.0f ? 4 : 2); ++run) {
+        const bool on_device = run == 0 || run == 2;
+        const bool sampled = run >= 2;
         greedy_switch->on_device = on_device;  // the engine is idle between runs
         std::mutex mu;
         int32_t at_warm = 0, at_end = 0;
@@ -680,7 +689,7 @@ int main(int argc, char** argv) {
         for (int32_t i = 0; i < batch; ++i) {
           GenerationRequest r;
           r.prompt_tokens = i == 0 ? needle : RandomTokens(prompt, c.vocab_size, 1000 + i);
-          if (run == 2) {
+          if (sampled) {
             r.sampling = engine_sampling;
             r.sampling_key = static_cast<uint64_t>(i);
           }
@@ -699,6 +708,7 @@ int main(int argc, char** argv) {
           ids.push_back(*id);
         }
         std::vector<int32_t> needle_tokens;
+        std::vector<std::vector<int32_t>> all_tokens;
         for (RequestId id : ids) {
           auto res = (*engine)->Wait(id);
           if (!res.ok()) {
@@ -706,7 +716,11 @@ int main(int argc, char** argv) {
             return 1;
           }
           if (id == ids[0]) needle_tokens = res->tokens;
+          all_tokens.push_back(res->tokens);
         }
+        // Sampled on the device (run 2) against on the host (run 3): every request's tokens.
+        if (run == 2) sampled_on_device = all_tokens;
+        const char* sampled_equal = run != 3 ? "null" : sampled_on_device == all_tokens ? "true" : "false";
         const double tps = batch * steps / Seconds(e0, e1);
         auto replay = b->TimeLastGraphForBenchmark(steps);  // the engine's last step (all requests), replayed
         const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;
@@ -716,14 +730,14 @@ int main(int argc, char** argv) {
             std::equal(needle_tokens.begin(), needle_tokens.end(), needle_alone.begin() + needle.size());
         const auto direct = direct_tps.find(batch);
         std::printf("{\"what\":\"engine_decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,"
-                    "\"greedy_on_device\":%s,\"sampled\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
+                    "\"on_device\":%s,\"sampled\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
                     "\"ratio_to_backend_direct\":%.3f,\"needle_tokens_equal_direct\":%s,\"numerics\":\"%s\","
-                    "\"graph_replay_ms_per_step\":%.3f}\n",
-                    shape.c_str(), batch, steps, on_device ? "true" : "false", run == 2 ? "true" : "false", tps,
+                    "\"graph_replay_ms_per_step\":%.3f,\"sampled_tokens_equal_on_device\":%s}\n",
+                    shape.c_str(), batch, steps, on_device ? "true" : "false", sampled ? "true" : "false", tps,
                     1e3 * batch / tps,
                     direct == direct_tps.end() ? 0.0 : tps / direct->second,
-                    run == 2 ? "null" : same_needle ? "true" : "false",
-                    profile.c_str(), graph_ms);
+                    sampled ? "null" : same_needle ? "true" : "false",
+                    profile.c_str(), graph_ms, sampled_equal);
         std::fflush(stdout);
       }
     }

@@ -21,6 +21,7 @@
 #include "inference/cuda/fast_linear.h"
 #include "inference/cuda/fast_tiles.h"
 #include "inference/cuda/kernels.h"
+#include "inference/cuda/sampling.h"
 #include "inference/numerics/rope.h"
 
 namespace rote::inference {
@@ -374,6 +375,20 @@ class CudaBackendImpl final : public CudaBackend {
     return OkStatus();
   }
 
+  // The logits stay on the device and are sampled there (sampling.cu), rows by their rules.
+  bool samples_on_device() const override { return true; }
+  Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
+                        std::vector<int32_t>* tokens) override {
+    sample_rules_ = rules;
+    sampling_ = true;
+    Status s = Step(plan, /*greedy=*/false);
+    sampling_ = false;
+    sample_rules_ = {};
+    if (!s.ok()) return s;
+    tokens->assign(static_cast<const int32_t*>(host_out_), static_cast<const int32_t*>(host_out_) + num_logit_rows_);
+    return OkStatus();
+  }
+
  private:
   // Copies `parts` (same cols) into one device matrix, permuting each row into lane order and
   // zero-padding it. Parts of different dtypes are widened to fp32 (exact).
@@ -657,7 +672,9 @@ class CudaBackendImpl final : public CudaBackend {
       ROTE_RETURN_IF_ERROR(Launch(lay, greedy, decode_step));
       last_graph_ = nullptr;
     }
-    if (greedy) {
+    if (sampling_) {
+      ROTE_RETURN_IF_ERROR(LaunchSampling(lay));
+    } else if (greedy) {
       ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, greedy_.as<int32_t>(), lay.logit_rows * sizeof(int32_t),
                                                 cudaMemcpyDeviceToHost, stream_));
     } else {
@@ -667,6 +684,39 @@ class CudaBackendImpl final : public CudaBackend {
     }
     ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     num_logit_rows_ = lay.logit_rows;
+    return OkStatus();
+  }
+
+  // ForwardSampled's tail: each logits row's token by its rule, on the device, into host_out_.
+  Status LaunchSampling(const StepLayout& lay) {
+    const int32_t rows = lay.logit_rows, cols = config_.vocab_size;
+    if (static_cast<int64_t>(sample_rules_.size()) != rows)
+      return InvalidArgument("ForwardSampled: " + std::to_string(sample_rules_.size()) + " rules for " +
+                             std::to_string(rows) + " logits rows");
+    if (rows == 0) return OkStatus();
+    if (!cuda::CanSampleRows(rows, cols))
+      return InvalidArgument("ForwardSampled: " + std::to_string(rows) + " rows of " + std::to_string(cols) +
+                             " logits are more than the device sampler takes (256 rows of 262,144)");
+    const int64_t need = cuda::SampleRowsScratchBytes(rows, cols);
+    if (static_cast<int64_t>(sample_scratch_.bytes()) < need) {
+      ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      ROTE_RETURN_IF_ERROR(sample_scratch_.Allocate(static_cast<size_t>(need)));
+    }
+    if (static_cast<int64_t>(sample_rules_dev_.bytes()) < static_cast<int64_t>(rows) * static_cast<int64_t>(sizeof(cuda::RowRule)))
+      ROTE_RETURN_IF_ERROR(sample_rules_dev_.Allocate(std::max<size_t>(64, rows) * sizeof(cuda::RowRule)));
+    sample_rules_host_.resize(static_cast<size_t>(rows));
+    for (int32_t r = 0; r < rows; ++r) {
+      const RowSampling& in = sample_rules_[static_cast<size_t>(r)];
+      sample_rules_host_[static_cast<size_t>(r)] = {in.temperature, in.top_k, in.top_p, in.uniform};
+    }
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rules_dev_.as<void>(), sample_rules_host_.data(),
+                                              static_cast<size_t>(rows) * sizeof(cuda::RowRule), cudaMemcpyHostToDevice,
+                                              stream_));
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::SampleRows(logits_.as<float>(), rows, cols, sample_rules_dev_.as<cuda::RowRule>(),
+                                               greedy_.as<int32_t>(), sample_scratch_.as<void>(),
+                                               static_cast<int64_t>(sample_scratch_.bytes()), stream_));
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, greedy_.as<int32_t>(), static_cast<size_t>(rows) * sizeof(int32_t),
+                                              cudaMemcpyDeviceToHost, stream_));
     return OkStatus();
   }
 
@@ -992,6 +1042,11 @@ class CudaBackendImpl final : public CudaBackend {
 
   // x_, h_, att_, act_ hold lane rows (kernels.h); qkv_, q_ and logits_ plain rows.
   DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, argmax_scratch_, meta_;
+  // ForwardSampled: the rules of the step being run, and the device sampler's buffers.
+  bool sampling_ = false;
+  std::span<const RowSampling> sample_rules_;
+  std::vector<cuda::RowRule> sample_rules_host_;
+  DeviceBuffer sample_rules_dev_, sample_scratch_;
   DeviceBuffer split_scratch_, split_tickets_;  // LinearArgs::split_*: see WithSplitScratch
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter
@@ -1060,6 +1115,30 @@ StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>& lo
   for (int round = 0; round < 2; ++round)  // twice: the tickets must be ready again after a launch
     ROTE_CUDA_RETURN_IF_ERROR(
         cuda::LaunchArgmax(d_logits.as<float>(), rows, cols, d_out.as<int32_t>(), d_scratch.as<void>(), rows, nullptr));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  std::vector<int32_t> out(static_cast<size_t>(rows));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data(), d_out.as<void>(), out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+  return out;
+}
+StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>& logits, int32_t rows, int32_t cols,
+                                                       const std::vector<RowSampling>& rules) {
+  if (rows <= 0 || cols <= 0 || logits.size() != static_cast<size_t>(rows) * cols || rules.size() != static_cast<size_t>(rows))
+    return InvalidArgument("CudaSampleRowsForTesting: logits must hold rows x cols values and rules one per row");
+  if (!cuda::CanSampleRows(rows, cols)) return InvalidArgument("CudaSampleRowsForTesting: too many rows or columns");
+  DeviceBuffer d_logits, d_rules, d_out, d_scratch;
+  ROTE_RETURN_IF_ERROR(d_logits.Allocate(logits.size() * sizeof(float)));
+  ROTE_RETURN_IF_ERROR(d_rules.Allocate(rules.size() * sizeof(cuda::RowRule)));
+  ROTE_RETURN_IF_ERROR(d_out.Allocate(static_cast<size_t>(rows) * sizeof(int32_t)));
+  ROTE_RETURN_IF_ERROR(d_scratch.Allocate(static_cast<size_t>(cuda::SampleRowsScratchBytes(rows, cols))));
+  std::vector<cuda::RowRule> host_rules;
+  for (const RowSampling& r : rules) host_rules.push_back({r.temperature, r.top_k, r.top_p, r.uniform});
+  ROTE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(d_logits.as<void>(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_rules.as<void>(), host_rules.data(), host_rules.size() * sizeof(cuda::RowRule),
+                                       cudaMemcpyHostToDevice));
+  ROTE_CUDA_RETURN_IF_ERROR(cuda::SampleRows(d_logits.as<float>(), rows, cols, d_rules.as<cuda::RowRule>(),
+                                             d_out.as<int32_t>(), d_scratch.as<void>(),
+                                             static_cast<int64_t>(d_scratch.bytes()), nullptr));
   ROTE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   std::vector<int32_t> out(static_cast<size_t>(rows));
   ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data(), d_out.as<void>(), out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));

@@ -93,6 +93,10 @@ void SetCudaProgrammaticLaunchForBenchmark(bool on);
 // taken (0 for a row of NaN only). UNIMPLEMENTED in a build without CUDA; the device's error
 // where there is no device.
 StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>& logits, int32_t rows, int32_t cols);
+// Tests: the device sampler (sampling.cu) over `rows` rows of `cols` logits, row r by rules[r].
+// UNIMPLEMENTED in a build without CUDA; the device's error where there is no device.
+StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>& logits, int32_t rows, int32_t cols,
+                                                       const std::vector<RowSampling>& rules);
 // How many fast-profile products have been launched (a captured graph counts once), and how many
 // of them ran their K slices in one block (merged slices).
 int64_t CudaFastLinearLaunchesForTesting();

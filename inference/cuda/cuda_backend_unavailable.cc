@@ -23,6 +23,10 @@ int64_t CudaFastMergedLaunchesForTesting() { return 0; }
 StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>&, int32_t, int32_t) {
   return Unimplemented("this build of rote has no CUDA backend");
 }
+StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>&, int32_t, int32_t,
+                                                       const std::vector<RowSampling>&) {
+  return Unimplemented("this build of rote has no CUDA backend");
+}
 void SetCudaFastMergedSlicesForTesting(int, int) {}
 int64_t CudaFastStreamLaunchesForTesting() { return 0; }
 void SetCudaFastStreamForTesting(int, int) {}

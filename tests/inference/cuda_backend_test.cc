@@ -865,6 +865,56 @@ TEST(CudaBackend, GraphReplayRepeatsTheLastStep) {
 }
 
 // ForwardGreedy's tokens are the argmax of Forward's logits (lowest index on ties).
+// The device sampler chooses what the host's rule (SampleTokenWithUniform) chooses, row by row
+// with different rules in one call: ties, signed zeros, NaN (and rows of NaN only), infinities,
+// temperatures that overflow, greedy rows, every top-k regime and top-p from 1e-6 to 1, 1 to
+// 151,936 columns.
+TEST(CudaSampler, ChoosesWhatTheHostRuleChooses) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(77);
+  const float kInf = std::numeric_limits<float>::infinity(), kNaN = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> temperatures = {1.0f, 0.7f, 2.5f, 1e-30f, 0.0f};
+  const std::vector<float> top_ps = {1.0f, 0.95f, 0.5f, 1e-6f, 0.999999f};
+  int compared = 0;
+  for (int32_t cols : {1, 2, 33, 100, 4099, 151936}) {
+    const int32_t rows = cols > 10000 ? 6 : 40;
+    std::vector<float> logits(static_cast<size_t>(rows) * cols);
+    std::vector<RowSampling> rules(static_cast<size_t>(rows));
+    for (int32_t r = 0; r < rows; ++r) {
+      const int kind = r % 7;
+      std::normal_distribution<float> normal(0.0f, kind == 5 ? 40.0f : 3.0f);
+      for (int32_t c = 0; c < cols; ++c) {
+        float v = normal(rng);
+        if (kind == 1) v = std::round(v);
+        if (kind == 2 && rng() % 7 == 0) v = rng() % 2 ? 0.0f : -0.0f;
+        if (kind == 3 && rng() % 50 == 0) v = kNaN;
+        if (kind == 4 && rng() % 40 == 0) v = rng() % 2 ? kInf : -kInf;
+        if (kind == 6 && r % 2 == 0) v = kNaN;  // a row of NaN only
+        logits[static_cast<size_t>(r) * cols + c] = v;
+      }
+      SamplingParams p;
+      p.temperature = temperatures[static_cast<size_t>(r) % temperatures.size()];
+      p.top_p = top_ps[static_cast<size_t>(r / 3) % top_ps.size()];
+      const int k_choice = r % 5;
+      p.top_k = k_choice == 0 ? 0 : k_choice == 1 ? 1 : k_choice == 2 ? 5 : k_choice == 3 ? cols - 1 : cols + 3;
+      p.seed = static_cast<uint64_t>(r);
+      rules[static_cast<size_t>(r)] = RowSamplingFor(p, 11, static_cast<uint64_t>(cols + r));
+    }
+    auto got = CudaSampleRowsForTesting(logits, rows, cols, rules);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size(), static_cast<size_t>(rows));
+    for (int32_t r = 0; r < rows; ++r) {
+      const std::span<const float> row(logits.data() + static_cast<size_t>(r) * cols, static_cast<size_t>(cols));
+      const RowSampling& rule = rules[static_cast<size_t>(r)];
+      EXPECT_EQ((*got)[static_cast<size_t>(r)], SampleTokenWithUniform(row, rule))
+          << "cols " << cols << " row " << r << " T " << rule.temperature << " top_k " << rule.top_k << " top_p "
+          << rule.top_p << " u " << rule.uniform;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 5 * 40 + 6);
+}
+
 TEST(CudaBackend, ForwardGreedyMatchesArgmaxOfLogits) {
   SKIP_WITHOUT_GPU();
   auto model = InvarianceModel();

@@ -264,7 +264,7 @@ TEST(EngineTest, AShortGreedyAnswerFailsTheRequests) {
     auto r = engine->Wait(id);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
-    EXPECT_NE(r.status().message().find("greedy tokens"), std::string::npos) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("tokens for"), std::string::npos) << r.status().ToString();
   }
 }
 
