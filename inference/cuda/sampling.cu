@@ -6,10 +6,11 @@
 //      up: the input is in column order, so ties stay in column order) orders each row by (z
 //      descending, column ascending), NaN last. A sort of these keys has one answer, whichever
 //      algorithm produces it.
-//   2. One block per row: e_r = canonical_expf(z_r - z_0) for the kept ranks; warp 0's lane l adds
-//      the terms of ranks l, l + 32, ... in rank order, keeping its running sum at every rank, so
-//      P(r) is the canonical tree over 32 stored values; the top-p cut and the draw bisect P as
-//      the host does. The same additions in the same order: the same token.
+//   2. e_r = canonical_expf(z_r - z_0) for every row's kept ranks, over the whole grid.
+//   3. One warp per row: lane l adds the terms of ranks l, l + 32, ... in rank order, keeping its
+//      running sum at every rank, so P(r) is the canonical tree over 32 stored values; the top-p
+//      cut and the draw bisect P as the host does. The same additions in the same order: the
+//      same token.
 #include "inference/cuda/sampling.h"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -25,7 +26,6 @@ constexpr int kColumnBits = 18;
 constexpr int kRowBits = 8;
 constexpr int kKeyBits = 32;
 constexpr int kKeysThreads = 256;
-constexpr int kRowThreads = 1024;
 
 __device__ __forceinline__ uint32_t DescendingKey(float v) {
   if (v != v) return 0xFFFFFFFFu;
@@ -78,37 +78,87 @@ __device__ __forceinline__ int FirstTrue(int n, Pred pred) {
   return lo;
 }
 
-__global__ void __launch_bounds__(kRowThreads) SampleRowKernel(const float* logits, int32_t cols, const RowRule* rules,
-                                                               const uint64_t* sorted, float* weights,
-                                                               float* lane_sums, int32_t* out) {
-  const int row = blockIdx.x, tid = threadIdx.x, lane = tid % 32;
+// Each row's weights e_r = canonical_expf(z_r - z_0) for its kept ranks, over the whole grid
+// (blocks of ranks by rows); greedy rows have none.
+__global__ void __launch_bounds__(kKeysThreads) SampleWeightsKernel(const float* logits, int32_t cols,
+                                                                     const RowRule* rules, const uint64_t* sorted,
+                                                                     int64_t stride, float* weights) {
+  const int row = blockIdx.y;
+  const int r = blockIdx.x * kKeysThreads + threadIdx.x;
+  const RowRule rule = rules[row];
+  const int kept = rule.top_k > 0 && rule.top_k < cols ? rule.top_k : cols;
+  if (!(rule.temperature > 0.0f) || r >= kept) return;
+  const float* l = logits + static_cast<int64_t>(row) * cols;
+  const uint64_t* order = sorted + static_cast<int64_t>(row) * cols;
+  const float m = ScaledLogit(l, ColumnOf(order[0]), rule.temperature);
+  weights[row * stride + r] = canonical_expf(ScaledLogit(l, ColumnOf(order[r]), rule.temperature) - m);
+}
+
+__device__ __forceinline__ unsigned SmemAddr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// One warp per row. Lane l adds the weights of ranks l, l + 32, ... in rank order from +0 (the
+// host's acc[l]) and keeps its running sum at every rank; the weights come through a ring of
+// kChainChunks chunks of 1,024 ranks in shared memory (cp.async, kChainChunks - 1 in flight), so
+// the chain of additions does not wait on a round trip to L2 per rank. Then the top-p cut and the
+// draw bisect P as the host does.
+constexpr int kChainChunk = 1024;  // ranks per chunk: 32 per lane
+constexpr int kChainChunks = 8;
+
+__global__ void __launch_bounds__(32) SampleRowKernel(const float* logits, int32_t cols, const RowRule* rules,
+                                                      const uint64_t* sorted, int64_t stride, const float* weights,
+                                                      float* lane_sums, int32_t* out) {
+  __shared__ __align__(16) float ring[kChainChunks][kChainChunk];
+  const int row = blockIdx.x, lane = threadIdx.x;
   const RowRule rule = rules[row];
   const float* l = logits + static_cast<int64_t>(row) * cols;
   const uint64_t* order = sorted + static_cast<int64_t>(row) * cols;
-  float* e = weights + static_cast<int64_t>(row) * cols;
-  float* sums = lane_sums + static_cast<int64_t>(row) * cols;
   if (!(rule.temperature > 0.0f)) {
     // Greedy: the first column in (logit descending, column ascending) order; a row of NaN only
     // gives 0, as ArgmaxLowestIndex.
-    if (tid == 0) {
+    if (lane == 0) {
       const int c = ColumnOf(order[0]);
       out[row] = l[c] != l[c] ? 0 : c;
     }
     return;
   }
   const int kept = rule.top_k > 0 && rule.top_k < cols ? rule.top_k : cols;
-  const float m = ScaledLogit(l, ColumnOf(order[0]), rule.temperature);
-  for (int r = tid; r < kept; r += kRowThreads)
-    e[r] = canonical_expf(ScaledLogit(l, ColumnOf(order[r]), rule.temperature) - m);
-  __syncthreads();
-  if (tid >= 32) return;
-  // Lane l: ranks l, l + 32, ... in order, from +0, as the host's acc[l].
+  const float* e = weights + row * stride;  // 16-byte aligned, whole chunks allocated
+  float* sums = lane_sums + row * stride;
+  const int chunks = (kept + kChainChunk - 1) / kChainChunk;
+  auto issue = [&](int c) {
+    if (c < chunks) {
+#pragma unroll
+      for (int k = 0; k < kChainChunk / 4 / 32; ++k) {
+        const int piece = lane + 32 * k;  // 16-byte pieces of the chunk
+        const unsigned dst = SmemAddr(&ring[c % kChainChunks][4 * piece]);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
+                     "l"(e + static_cast<int64_t>(c) * kChainChunk + 4 * piece)
+                     : "memory");
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  for (int c = 0; c < kChainChunks - 1; ++c) issue(c);
   float run = 0.0f;
+  for (int c = 0; c < chunks; ++c) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kChainChunks - 2) : "memory");
+    __syncwarp();  // every lane's pieces of chunk c have landed
+    const float* chunk = ring[c % kChainChunks];
+    const int r0 = c * kChainChunk;
 #pragma unroll 8
-  for (int r = lane; r < kept; r += 32) {
-    run = run + e[r];
-    sums[r] = run;
+    for (int j = 0; j < kChainChunk / 32; ++j) {
+      const int r = r0 + 32 * j + lane;
+      if (r < kept) {
+        run = run + chunk[32 * j + lane];
+        sums[r] = run;
+      }
+    }
+    __syncwarp();  // chunk c's slot is free again
+    issue(c + kChainChunks - 1);
   }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   __syncwarp();
   int cut = kept;
   if (rule.top_p > 0.0f && rule.top_p < 1.0f) {
@@ -143,31 +193,36 @@ bool CanSampleRows(int32_t rows, int32_t cols) {
   return rows >= 1 && rows <= (1 << kRowBits) && cols >= 1 && cols <= (1 << kColumnBits);
 }
 
+// The weights' and running sums' rows: whole chunks of the chain, 16-byte aligned.
+static int64_t RowStride(int32_t cols) { return (static_cast<int64_t>(cols) + kChainChunk - 1) / kChainChunk * kChainChunk; }
+
 int64_t SampleRowsScratchBytes(int32_t rows, int32_t cols) {
   if (!CanSampleRows(rows, cols)) return 0;
-  const int64_t n = static_cast<int64_t>(rows) * cols;
-  return 2 * Align256(n * 8) + 2 * Align256(n * 4) + Align256(static_cast<int64_t>(SortTempBytes(rows, cols)));
+  const int64_t n = static_cast<int64_t>(rows) * cols, padded = rows * RowStride(cols);
+  return 2 * Align256(n * 8) + 2 * Align256(padded * 4) + Align256(static_cast<int64_t>(SortTempBytes(rows, cols)));
 }
 
 cudaError_t SampleRows(const float* logits, int32_t rows, int32_t cols, const RowRule* rules, int32_t* out, void* scratch,
                        int64_t scratch_bytes, cudaStream_t stream) {
   if (!CanSampleRows(rows, cols) || scratch_bytes < SampleRowsScratchBytes(rows, cols)) return cudaErrorInvalidValue;
-  const int64_t n = static_cast<int64_t>(rows) * cols;
+  const int64_t n = static_cast<int64_t>(rows) * cols, stride = RowStride(cols), padded = rows * stride;
   char* p = static_cast<char*>(scratch);
   uint64_t* keys_in = reinterpret_cast<uint64_t*>(p);
   uint64_t* keys_out = reinterpret_cast<uint64_t*>(p + Align256(n * 8));
   float* weights = reinterpret_cast<float*>(p + 2 * Align256(n * 8));
-  float* lane_sums = reinterpret_cast<float*>(p + 2 * Align256(n * 8) + Align256(n * 4));
-  void* temp = p + 2 * Align256(n * 8) + 2 * Align256(n * 4);
+  float* lane_sums = reinterpret_cast<float*>(p + 2 * Align256(n * 8) + Align256(padded * 4));
+  void* temp = p + 2 * Align256(n * 8) + 2 * Align256(padded * 4);
   size_t temp_bytes = SortTempBytes(rows, cols);
-  SampleKeysKernel<<<dim3((cols + kKeysThreads - 1) / kKeysThreads, rows), kKeysThreads, 0, stream>>>(logits, cols,
-                                                                                                       rules, keys_in);
+  const dim3 grid((cols + kKeysThreads - 1) / kKeysThreads, rows);
+  SampleKeysKernel<<<grid, kKeysThreads, 0, stream>>>(logits, cols, rules, keys_in);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   if (cudaError_t e = cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys_in, keys_out, n, kColumnBits,
                                                      kColumnBits + kKeyBits + RowBitsFor(rows), stream);
       e != cudaSuccess)
     return e;
-  SampleRowKernel<<<rows, kRowThreads, 0, stream>>>(logits, cols, rules, keys_out, weights, lane_sums, out);
+  SampleWeightsKernel<<<grid, kKeysThreads, 0, stream>>>(logits, cols, rules, keys_out, stride, weights);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  SampleRowKernel<<<rows, 32, 0, stream>>>(logits, cols, rules, keys_out, stride, weights, lane_sums, out);
   return cudaGetLastError();
 }
 
