@@ -379,6 +379,13 @@ class CudaBackendImpl final : public CudaBackend {
   bool samples_on_device() const override { return true; }
   Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
                         std::vector<int32_t>* tokens) override {
+    // Where the device sampler cannot take the step (more rows than its keys hold, or no memory
+    // left for its scratch once the KV cache took the rest), the host samples Forward's logits:
+    // the same tokens, more slowly.
+    int32_t rows = 0;
+    for (const SequenceStep& st : plan.sequences) rows += st.num_logits;
+    if (!cuda::CanSampleRows(rows, config_.vocab_size) || !EnsureSampleScratch(rows).ok())
+      return Backend::ForwardSampled(plan, rules, tokens);
     sample_rules_ = rules;
     sampling_ = true;
     Status s = Step(plan, /*greedy=*/false);
@@ -687,6 +694,17 @@ class CudaBackendImpl final : public CudaBackend {
     return OkStatus();
   }
 
+  // The device sampler's scratch for `rows` rows (grown, never shrunk). A failed allocation
+  // leaves no error behind (cudaMalloc's is not sticky; cleared here).
+  Status EnsureSampleScratch(int32_t rows) {
+    const int64_t need = cuda::SampleRowsScratchBytes(rows, config_.vocab_size);
+    if (static_cast<int64_t>(sample_scratch_.bytes()) >= need) return OkStatus();
+    ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    Status s = sample_scratch_.Allocate(static_cast<size_t>(need));
+    if (!s.ok()) cudaGetLastError();
+    return s;
+  }
+
   // ForwardSampled's tail: each logits row's token by its rule, on the device, into host_out_.
   Status LaunchSampling(const StepLayout& lay) {
     const int32_t rows = lay.logit_rows, cols = config_.vocab_size;
@@ -697,11 +715,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (!cuda::CanSampleRows(rows, cols))
       return InvalidArgument("ForwardSampled: " + std::to_string(rows) + " rows of " + std::to_string(cols) +
                              " logits are more than the device sampler takes (256 rows of 262,144)");
-    const int64_t need = cuda::SampleRowsScratchBytes(rows, cols);
-    if (static_cast<int64_t>(sample_scratch_.bytes()) < need) {
-      ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-      ROTE_RETURN_IF_ERROR(sample_scratch_.Allocate(static_cast<size_t>(need)));
-    }
+    ROTE_RETURN_IF_ERROR(EnsureSampleScratch(rows));
     if (static_cast<int64_t>(sample_rules_dev_.bytes()) < static_cast<int64_t>(rows) * static_cast<int64_t>(sizeof(cuda::RowRule)))
       ROTE_RETURN_IF_ERROR(sample_rules_dev_.Allocate(std::max<size_t>(64, rows) * sizeof(cuda::RowRule)));
     sample_rules_host_.resize(static_cast<size_t>(rows));

@@ -915,6 +915,59 @@ TEST(CudaSampler, ChoosesWhatTheHostRuleChooses) {
   EXPECT_EQ(compared, 5 * 40 + 6);
 }
 
+// ForwardSampled's tokens are the host's rule over Forward's logits, row by row with mixed
+// rules (greedy rows among them); a step of more rows than the device sampler's keys hold (257)
+// falls back to the host and gives the same tokens; a wrong number of rules is refused.
+TEST(CudaBackend, ForwardSampledMatchesTheHostRule) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  auto run = [&](int32_t sequences) {
+    SCOPED_TRACE(std::to_string(sequences) + " sequences");
+    auto a = Cuda(model);
+    auto b = Cuda(model);
+    ASSERT_TRUE(a && b);
+    ASSERT_TRUE(a->AllocateKvCache(2 * sequences + 8).ok());
+    ASSERT_TRUE(b->AllocateKvCache(2 * sequences + 8).ok());
+    std::vector<std::vector<int32_t>> prompts, blocks;
+    for (int32_t i = 0; i < sequences; ++i) {
+      prompts.push_back(Prompt(1 + i % 20, vocab, 100 + static_cast<uint32_t>(i)));
+      blocks.push_back({2 * i, 2 * i + 1});
+    }
+    BatchPlan plan;
+    std::vector<RowSampling> rules;
+    for (int32_t i = 0; i < sequences; ++i) {
+      const int32_t n = static_cast<int32_t>(prompts[static_cast<size_t>(i)].size());
+      const int32_t logits_rows = i % 3 == 0 ? std::min(n, 2) : 1;
+      plan.sequences.push_back({prompts[static_cast<size_t>(i)], 0, blocks[static_cast<size_t>(i)], logits_rows});
+      for (int32_t k = 0; k < logits_rows; ++k) {
+        SamplingParams p;
+        p.temperature = (i + k) % 4 == 0 ? 0.0f : 0.5f + 0.25f * static_cast<float>((i + k) % 3);
+        p.top_k = (i + k) % 5 == 1 ? 7 : 0;
+        p.top_p = (i + k) % 2 == 0 ? 0.9f : 1.0f;
+        p.seed = 5;
+        rules.push_back(RowSamplingFor(p, static_cast<uint64_t>(i), static_cast<uint64_t>(n + k)));
+      }
+    }
+    std::vector<float> logits;
+    std::vector<int32_t> sampled;
+    ASSERT_TRUE(a->Forward(plan, &logits).ok());
+    Status s = b->ForwardSampled(plan, rules, &sampled);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_EQ(sampled.size(), rules.size());
+    for (size_t r = 0; r < rules.size(); ++r) {
+      const std::span<const float> row(logits.data() + r * vocab, static_cast<size_t>(vocab));
+      EXPECT_EQ(sampled[r], SampleTokenWithUniform(row, rules[r])) << "row " << r;
+    }
+    std::vector<RowSampling> short_rules(rules.begin(), rules.end() - 1);
+    Status bad = b->ForwardSampled(plan, short_rules, &sampled);
+    EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument) << bad.ToString();
+  };
+  run(6);
+  run(257);
+}
+
 TEST(CudaBackend, ForwardGreedyMatchesArgmaxOfLogits) {
   SKIP_WITHOUT_GPU();
   auto model = InvarianceModel();
