@@ -900,19 +900,30 @@ TEST(CudaSampler, ChoosesWhatTheHostRuleChooses) {
       p.seed = static_cast<uint64_t>(r);
       rules[static_cast<size_t>(r)] = RowSamplingFor(p, 11, static_cast<uint64_t>(cols + r));
     }
-    auto got = CudaSampleRowsForTesting(logits, rows, cols, rules);
-    ASSERT_TRUE(got.ok()) << got.status().ToString();
-    ASSERT_EQ(got->size(), static_cast<size_t>(rows));
-    for (int32_t r = 0; r < rows; ++r) {
-      const std::span<const float> row(logits.data() + static_cast<size_t>(r) * cols, static_cast<size_t>(cols));
-      const RowSampling& rule = rules[static_cast<size_t>(r)];
-      EXPECT_EQ((*got)[static_cast<size_t>(r)], SampleTokenWithUniform(row, rule))
-          << "cols " << cols << " row " << r << " T " << rule.temperature << " top_k " << rule.top_k << " top_p "
-          << rule.top_p << " u " << rule.uniform;
-      ++compared;
+    // Twice: these rules, then every row greedy or keeping a top-k of 1 to 2,048.
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) {
+        for (int32_t r = 0; r < rows; ++r) {
+          RowSampling& rule = rules[static_cast<size_t>(r)];
+          rule.top_k = std::vector<int32_t>{1, 5, 40, 2048}[static_cast<size_t>(r) % 4];
+          if (r % 5 == 0) rule.temperature = 0.0f;
+          if (rule.temperature > 0.0f && rule.uniform == 0.0f) rule.uniform = 0.5f;
+        }
+      }
+      auto got = CudaSampleRowsForTesting(logits, rows, cols, rules);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_EQ(got->size(), static_cast<size_t>(rows));
+      for (int32_t r = 0; r < rows; ++r) {
+        const std::span<const float> row(logits.data() + static_cast<size_t>(r) * cols, static_cast<size_t>(cols));
+        const RowSampling& rule = rules[static_cast<size_t>(r)];
+        EXPECT_EQ((*got)[static_cast<size_t>(r)], SampleTokenWithUniform(row, rule))
+            << "pass " << pass << " cols " << cols << " row " << r << " T " << rule.temperature << " top_k "
+            << rule.top_k << " top_p " << rule.top_p << " u " << rule.uniform;
+        ++compared;
+      }
     }
   }
-  EXPECT_EQ(compared, 5 * 40 + 6);
+  EXPECT_EQ(compared, 2 * (5 * 40 + 6));
 }
 
 // ForwardSampled's tokens are the host's rule over Forward's logits, row by row with mixed
