@@ -12,7 +12,7 @@
 #include <optional>
 #include <thread>
 
-#include "inference/cpu/thread_pool.h"
+#include "inference/util/thread_pool.h"
 #include "inference/cuda/cuda_backend.h"
 #include "inference/kv_block_manager.h"
 
@@ -544,23 +544,23 @@ void Engine::Impl::Step() {
   // device sampler: the same token as SampleToken, docs/numerics.md section 6).
   const bool device_sampled = !greedy_step && !options.capture_logits && backend->samples_on_device();
   std::vector<float>& logits = step_logits;  // kept across steps: no fresh pages each step
-  std::vector<int32_t> greedy_tokens;
+  std::vector<int32_t> backend_tokens;
   Status status;
   if (greedy_step) {
-    status = backend->ForwardGreedy(plan, &greedy_tokens);
+    status = backend->ForwardGreedy(plan, &backend_tokens);
   } else if (device_sampled) {
     std::vector<RowSampling> rules;
     for (const Part& p : parts)
       if (p.wants_logits) rules.push_back(RowSamplingFor(p.seq->sampling, p.seq->sampling_key, p.seq->all.size()));
-    status = backend->ForwardSampled(plan, rules, &greedy_tokens);
+    status = backend->ForwardSampled(plan, rules, &backend_tokens);
   } else {
     status = backend->Forward(plan, &logits);
   }
   if (status.ok() && (greedy_step || device_sampled)) {
     size_t rows = 0;
     for (const Part& p : parts) rows += p.wants_logits ? 1 : 0;
-    if (greedy_tokens.size() != rows)
-      status = Internal("backend returned " + std::to_string(greedy_tokens.size()) + " tokens for " +
+    if (backend_tokens.size() != rows)
+      status = Internal("backend returned " + std::to_string(backend_tokens.size()) + " tokens for " +
                         std::to_string(rows) + " rows");
   }
   if (!status.ok()) {
@@ -602,7 +602,7 @@ void Engine::Impl::Step() {
     int32_t token = 0;
     std::vector<float> captured;
     if (greedy_step || device_sampled) {
-      token = greedy_tokens[row];
+      token = backend_tokens[row];
     } else {
       token = sampled_tokens[row];
       if (options.capture_logits) captured.assign(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);

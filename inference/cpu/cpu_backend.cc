@@ -8,7 +8,7 @@
 
 #include "inference/backend.h"
 #include "inference/cpu/kernels.h"
-#include "inference/cpu/thread_pool.h"
+#include "inference/util/thread_pool.h"
 #include "inference/numerics/canonical.h"
 #include "inference/numerics/rope.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "inference/cpu/kernels.h"
-#include "inference/cpu/thread_pool.h"
+#include "inference/util/thread_pool.h"
 #include "inference/numerics/canonical.h"
 #include "inference/numerics/rope.h"
 #include "inference/util/sha256.h"

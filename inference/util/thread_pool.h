@@ -1,6 +1,7 @@
-// A small fixed pool for the CPU backend. Work is always split across independent outputs
-// (matrix rows, (token, head) pairs), never across the terms of one reduction, so results do
-// not depend on the number of threads or on which thread ran which range.
+// A small fixed pool for the CPU backend and the engine's host sampling. Work is always split
+// across independent outputs (matrix rows, (token, head) pairs, sampled rows), never across the
+// terms of one reduction, so results do not depend on the number of threads or on which thread
+// ran which range.
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "inference/cpu/thread_pool.h"
+#include "inference/util/thread_pool.h"
 
 #include <algorithm>
 
