@@ -2,7 +2,10 @@
 // Prints one JSON object per line: the card's measured ceilings (copy bandwidth, fp32 FMA
 // rate), decode tokens/s at batch 1, 8, 32, 64 with bytes read per token and the fraction of
 // the relevant ceiling reached, prefill tokens/s for 1,000-token prompts, and for every decode
-// figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held).
+// figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held) and
+// the device's time per step with the step's graph replayed back to back. --engine-batches runs
+// the same decode through the engine (greedy tokens on the device, then from logits copied to the
+// host), --engine-sampling T:K:P adds sampled runs (on the device, then on the host, compared).
 //
 //   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
 //              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
@@ -10,6 +13,7 @@
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
 //              [--numerics exact|fast] [--fast-split-target 128] [--fast-shape 9728:4:4] [--fast-shape-rule 1] [--fast-rope-fused 0]
 //              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:2|3]]
+//              [--engine-batches 8,32] [--engine-sampling 0.8:40:1] [--tokenizer tests/fixtures/qwen2]
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
 // lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
 // 64 weight rows; 162: 16 tokens by 32 rows; 80: 8 tokens, rows by size).
