@@ -27,7 +27,7 @@ int64_t SampleRowsScratchBytes(int32_t rows, int32_t cols);
 // out[r] (device) = the token rule r (device array) chooses from logits row r (device, rows x
 // cols, row-major). Returns the launch's error (cudaErrorInvalidValue where CanSampleRows is
 // false or the scratch is too small).
-cudaError_t SampleRows(const float* logits, int32_t rows, int32_t cols, const RowRule* rules, int32_t* out, void* scratch,
-               int64_t scratch_bytes, cudaStream_t stream);
+cudaError_t SampleRows(const float* logits, int32_t rows, int32_t cols, const RowRule* rules, int32_t* out,
+                       void* scratch, int64_t scratch_bytes, cudaStream_t stream);
 
 }  // namespace rote::inference::cuda
