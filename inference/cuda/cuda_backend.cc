@@ -694,15 +694,20 @@ class CudaBackendImpl final : public CudaBackend {
     return OkStatus();
   }
 
-  // The device sampler's scratch for `rows` rows (grown, never shrunk). A failed allocation
-  // leaves no error behind (cudaMalloc's is not sticky; cleared here).
+  // The device sampler's scratch for `rows` rows (grown, never shrunk), zeroed once: the chain's
+  // last chunk of a row copies weights past its kept ranks, never used, but never uninitialized
+  // either. A failed allocation leaves no error behind (cudaMalloc's is not sticky; cleared here).
   Status EnsureSampleScratch(int32_t rows) {
     const int64_t need = cuda::SampleRowsScratchBytes(rows, config_.vocab_size);
     if (static_cast<int64_t>(sample_scratch_.bytes()) >= need) return OkStatus();
     ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     Status s = sample_scratch_.Allocate(static_cast<size_t>(need));
-    if (!s.ok()) cudaGetLastError();
-    return s;
+    if (!s.ok()) {
+      cudaGetLastError();
+      return s;
+    }
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sample_scratch_.as<void>(), 0, sample_scratch_.bytes(), stream_));
+    return OkStatus();
   }
 
   // ForwardSampled's tail: each logits row's token by its rule, on the device, into host_out_.
@@ -1144,6 +1149,7 @@ StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>
   ROTE_RETURN_IF_ERROR(d_rules.Allocate(rules.size() * sizeof(cuda::RowRule)));
   ROTE_RETURN_IF_ERROR(d_out.Allocate(static_cast<size_t>(rows) * sizeof(int32_t)));
   ROTE_RETURN_IF_ERROR(d_scratch.Allocate(static_cast<size_t>(cuda::SampleRowsScratchBytes(rows, cols))));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemset(d_scratch.as<void>(), 0, d_scratch.bytes()));
   std::vector<cuda::RowRule> host_rules;
   for (const RowSampling& r : rules) host_rules.push_back({r.temperature, r.top_k, r.top_p, r.uniform});
   ROTE_CUDA_RETURN_IF_ERROR(
