@@ -13,7 +13,7 @@
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
 //              [--numerics exact|fast] [--fast-split-target 128] [--fast-shape 9728:4:4] [--fast-shape-rule 1] [--fast-rope-fused 0]
 //              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:2|3]]
-//              [--engine-batches 8,32] [--engine-sampling 0.8:40:1] [--tokenizer tests/fixtures/qwen2]
+//              [--engine-batches 8,32] [--engine-sampling 0.8:40:1] [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
 // lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
 // 64 weight rows; 162: 16 tokens by 32 rows; 80: 8 tokens, rows by size).
@@ -131,11 +131,14 @@ class GreedySwitch final : public Backend {
 };
 
 // B sequences with blocks [i * stride, (i + 1) * stride).
+// --kv-interleave 1: sequence i's k-th block is k * batch + i instead (the blocks of a batch's
+// sequences interleaved, as an engine's allocator hands them out while they grow together).
+bool g_kv_interleave = false;
 std::vector<Seq> MakeSeqs(int32_t batch, int32_t prompt, int32_t vocab, int32_t stride, const std::vector<int32_t>& needle) {
   std::vector<Seq> seqs(batch);
   for (int32_t i = 0; i < batch; ++i) {
     seqs[i].tokens = i == 0 ? needle : RandomTokens(prompt, vocab, 1000 + i);
-    for (int32_t k = 0; k < stride; ++k) seqs[i].blocks.push_back(i * stride + k);
+    for (int32_t k = 0; k < stride; ++k) seqs[i].blocks.push_back(g_kv_interleave ? k * batch + i : i * stride + k);
   }
   return seqs;
 }
@@ -144,6 +147,7 @@ std::vector<Seq> MakeSeqs(int32_t batch, int32_t prompt, int32_t vocab, int32_t 
 
 int main(int argc, char** argv) {
   const std::string shape = Arg(argc, argv, "--shape", "0.5b");
+  g_kv_interleave = Arg(argc, argv, "--kv-interleave", "0") == "1";
   const std::string dir = Arg(argc, argv, "--dir", "/tmp/rote_synth_" + shape);
   const int32_t steps = std::stoi(Arg(argc, argv, "--steps", "128"));
   // --prompt N: the decode runs' prompt length (64 by default; prefill figures use 1,000 tokens).
