@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -763,6 +764,24 @@ TEST(CudaInvariance, WideRowsEqualCpu) {
   ExpectCpuEqualsCuda(model, 40, 3);
 }
 
+// Submits every request to `engine` at once, then waits for each: their results in order (a
+// failed Submit or Wait is a test failure and leaves its result out).
+std::vector<GenerationResult> SubmitAndWait(Engine& engine, std::vector<GenerationRequest> requests) {
+  std::vector<RequestId> ids;
+  for (GenerationRequest& r : requests) {
+    auto id = engine.Submit(std::move(r));
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    if (id.ok()) ids.push_back(*id);
+  }
+  std::vector<GenerationResult> results;
+  for (RequestId id : ids) {
+    auto res = engine.Wait(id);
+    EXPECT_TRUE(res.ok()) << res.status().ToString();
+    if (res.ok()) results.push_back(std::move(*res));
+  }
+  return results;
+}
+
 // The engine (continuous batching, chunked prefill, paged KV, the same scheduler) on CUDA and on
 // the CPU: concurrent greedy and seeded-sampling requests give the same tokens and the same
 // logits at every step; provenance names the device.
@@ -780,9 +799,8 @@ TEST(CudaEngine, SameTokensAndLogitsAsCpuEngine) {
     o.capture_logits = capture;
     auto engine = Engine::Load(dir, o);
     EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-    std::vector<GenerationResult> results;
-    if (!engine.ok()) return results;
-    std::vector<RequestId> ids;
+    if (!engine.ok()) return std::vector<GenerationResult>{};
+    std::vector<GenerationRequest> requests;
     for (int i = 0; i < 6; ++i) {
       GenerationRequest r;
       r.prompt_tokens = Prompt(5 + 9 * i, (*engine)->model().config().vocab_size, 300 + i);
@@ -794,16 +812,9 @@ TEST(CudaEngine, SameTokensAndLogitsAsCpuEngine) {
         r.sampling.seed = 17;
         r.sampling_key = 1000 + i;
       }
-      auto id = (*engine)->Submit(std::move(r));
-      EXPECT_TRUE(id.ok()) << id.status().ToString();
-      if (id.ok()) ids.push_back(*id);
+      requests.push_back(std::move(r));
     }
-    for (RequestId id : ids) {
-      auto res = (*engine)->Wait(id);
-      EXPECT_TRUE(res.ok()) << res.status().ToString();
-      if (res.ok()) results.push_back(std::move(*res));
-    }
-    return results;
+    return SubmitAndWait(**engine, std::move(requests));
   };
   const std::vector<GenerationResult> cpu = run(Device::kCpu);
   const std::vector<GenerationResult> gpu = run(Device::kCuda);
@@ -1502,24 +1513,16 @@ TEST(CudaFastProfile, EngineRecordsTheProfileAndKeepsRequestsApart) {
     o.capture_logits = true;
     auto engine = Engine::Load(dir, o);
     EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-    std::vector<GenerationResult> results;
-    if (!engine.ok()) return results;
-    std::vector<RequestId> ids;
+    if (!engine.ok()) return std::vector<GenerationResult>{};
+    std::vector<GenerationRequest> batch;
     for (int i = 0; i < requests; ++i) {
       GenerationRequest r;
       r.prompt_tokens = Prompt(i == 0 ? 19 : 5 + 9 * i, (*engine)->model().config().vocab_size, i == 0 ? 7 : 300 + i);
       r.sampling.max_tokens = 24;
       r.sampling.ignore_eos = true;
-      auto id = (*engine)->Submit(std::move(r));
-      EXPECT_TRUE(id.ok()) << id.status().ToString();
-      if (id.ok()) ids.push_back(*id);
+      batch.push_back(std::move(r));
     }
-    for (RequestId id : ids) {
-      auto res = (*engine)->Wait(id);
-      EXPECT_TRUE(res.ok()) << res.status().ToString();
-      if (res.ok()) results.push_back(std::move(*res));
-    }
-    return results;
+    return SubmitAndWait(**engine, std::move(batch));
   };
   const std::vector<GenerationResult> alone = run(1);
   const std::vector<GenerationResult> crowd = run(6);
@@ -1530,6 +1533,67 @@ TEST(CudaFastProfile, EngineRecordsTheProfileAndKeepsRequestsApart) {
   ASSERT_EQ(alone[0].step_logits.size(), crowd[0].step_logits.size());
   for (size_t t = 0; t < alone[0].step_logits.size(); ++t)
     ASSERT_TRUE(SameBits(alone[0].step_logits[t], crowd[0].step_logits[t])) << "token " << t;
+}
+
+// Sampled on the device (no logits captured), a request's tokens do not depend on the others
+// in its steps either: request 0 sampled alone and among 7 others (sampled and greedy), in both
+// profiles, on a synthesized model with untied embeddings (random weights: a flat enough
+// distribution that sampling picks among many tokens, which the fixture's does not).
+TEST(CudaEngine, DeviceSampledRequestAloneEqualsAmongOthers) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec spec;  // untied embeddings: tied ones make each token predict itself
+  spec.vocab = 640;
+  spec.hidden = 256;
+  spec.intermediate = 704;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 64;
+  spec.tied = false;
+  auto model = SynthModel("device_sampled", spec);
+  ASSERT_TRUE(model);
+  auto tokenizer = Tokenizer::Load(std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/qwen2");  // ids < 640 only
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const int32_t vocab = model->config().vocab_size;
+  for (NumericsProfile profile : {NumericsProfile::kExact, NumericsProfile::kFast}) {
+    SCOPED_TRACE(profile == NumericsProfile::kFast ? "fast" : "exact");
+    auto run = [&](int requests) {
+      std::vector<std::vector<int32_t>> tokens;
+      auto backend = Cuda(model, /*graphs=*/true, profile);
+      if (!backend) return tokens;
+      EngineOptions o;
+      o.max_batch = 8;
+      o.prefill_chunk = 7;
+      o.max_step_tokens = 32;
+      o.max_context = 512;
+      o.kv_cache_bytes = 64 * backend->KvBytesPerBlock();
+      auto engine = Engine::Create(model, *tokenizer, std::move(backend), o);
+      EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+      if (!engine.ok()) return tokens;
+      std::vector<GenerationRequest> batch;
+      for (int i = 0; i < requests; ++i) {
+        GenerationRequest r;
+        r.prompt_tokens = Prompt(i == 0 ? 19 : 4 + 7 * i, vocab, i == 0 ? 7 : 500 + static_cast<uint32_t>(i));
+        r.sampling.max_tokens = 20;
+        r.sampling.ignore_eos = true;
+        if (i % 3 != 2) {
+          r.sampling.temperature = 1.5f;
+          r.sampling.top_p = i % 2 == 0 ? 0.97f : 1.0f;
+          r.sampling.top_k = i == 1 ? 30 : 0;
+          r.sampling.seed = 11;
+          r.sampling_key = 100 + static_cast<uint64_t>(i);
+        }
+        batch.push_back(std::move(r));
+      }
+      for (GenerationResult& res : SubmitAndWait(**engine, std::move(batch))) tokens.push_back(res.tokens);
+      return tokens;
+    };
+    const std::vector<std::vector<int32_t>> alone = run(1), crowd = run(8);
+    ASSERT_EQ(alone.size(), 1u);
+    ASSERT_EQ(crowd.size(), 8u);
+    EXPECT_EQ(alone[0], crowd[0]);
+    // Sampling must really be choosing among several tokens, or this proves little.
+    EXPECT_GE(std::set<int32_t>(alone[0].begin(), alone[0].end()).size(), 5u);
+  }
 }
 
 }  // namespace
