@@ -50,7 +50,7 @@ class Backend {
   // "cpu" or e.g. "cuda:0 NVIDIA H100 80GB HBM3"; recorded in provenance.
   virtual std::string device() const = 0;
 
-  // The profile's name as provenance records it: "exact", or "fast4-sm90" (the fast profile on
+  // The profile's name as provenance records it: "exact", or "fast5-sm90" (the fast profile on
   // compute capability 9.0). Two runs can be compared bit for bit only under the same name.
   virtual std::string numerics_profile() const { return "exact"; }
 

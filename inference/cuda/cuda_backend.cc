@@ -189,7 +189,7 @@ class CudaBackendImpl final : public CudaBackend {
     device_name_ = "cuda:" + std::to_string(options_.device) + " " + prop.name;
     // The fast profile's sums are the tensor cores' accumulation, which is the architecture's:
     // its name carries the compute capability, so provenance tells runs that may differ apart.
-    if (fast_) profile_name_ = "fast4-sm" + std::to_string(prop.major) + std::to_string(prop.minor);
+    if (fast_) profile_name_ = "fast5-sm" + std::to_string(prop.major) + std::to_string(prop.minor);
     ROTE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
     const ModelConfig& c = config_;

@@ -42,10 +42,10 @@ using numerics::canonical_silu;
 constexpr int kWarps = kFastWarps;  // per slice
 constexpr int kStepCols = kFastTileCols;  // columns per step: one mma's k
 // Slices: a matrix of R rows gets about kSplitTarget / ceil(R / 64) of them, never fewer than
-// 2 steps per warp each. A function of the shape only (it fixes the order of the sums). 32 since
-// the slices meet in a cluster (fast3, before the norm moved in): at 0.5B batch 32 it gave 22,812-22,822 tok/s against
-// 19,753-19,848 for 128 (the fast2 value, best while the slices met in global scratch), 21,817
-// for 16, 22,736-22,774 for 48 and 22,333 for 64 (H100).
+// kFastMinStepsPerWarp steps per warp each (fast_shapes.h). A function of the shape only (it
+// fixes the order of the sums). 32 from fast3 (the slices meeting in a cluster; at 0.5B batch 32
+// 22,812-22,822 tok/s against 19,753-19,848 for 128, the fast2 value) to fast4; 48 with at least
+// 3 steps per warp since fast5 (fast_shapes.h).
 constexpr int kSplitTarget = kFastSplitTarget;
 int g_split_target = kSplitTarget;  // SetFastLinearSplitTargetForBenchmark
 // SetFastLinearSplitsForBenchmark: slices forced for matrices of a given shape.

@@ -13,8 +13,13 @@ namespace rote::inference::cuda {
 inline constexpr int kFastWarps = 8;             // warps per block (they split a slice's steps)
 inline constexpr int kFastMaxSplits = 16;        // Hopper's non-portable cluster limit
 inline constexpr int kFastSplitRows = 64;        // the slice target counts 64-row tiles
-inline constexpr int kFastMinStepsPerWarp = 2;
-inline constexpr int kFastSplitTarget = 32;      // the profile's (fast4) slice target
+// The profile's (fast5) slice rule: about kFastSplitTarget / (64-row tiles) slices, each giving
+// every warp at least kFastMinStepsPerWarp steps. fast4 had 32 and 2: 0.5B's o ran 3 slices of
+// 2-3 steps per warp and down 3 of 12-13; fast5 runs o in 2 (3-4 per warp, merged) and down in 4
+// (9-10 per warp). 0.5B batch 32 +2.4% / +3.2%, 64 +2.6%, batch 1 +19%, 1,000-token prefill
+// +1.8-2.6%, batch 8 -0.4% (H100, twentieth session); 1.5B's slices are unchanged.
+inline constexpr int kFastMinStepsPerWarp = 3;
+inline constexpr int kFastSplitTarget = 48;
 // Products of 2 or 3 short K slices run them in one block of 16 or 24 warps (merged slices,
 // fast_linear.cu) instead of a cluster of 8-warp blocks: the same order of the sums, so the same
 // bits. Up to this many slices by default, of at most kFastMergeMaxStepsPerWarp steps per warp:
@@ -43,7 +48,7 @@ inline constexpr bool FastMergesSlices(int32_t cols_padded, int32_t splits, int3
 }
 
 // K slices of a (rows, cols_padded) matrix: about `target` / ceil(rows / 64), at most 16, at
-// least two 16-column steps per warp each. A function of the shape only: it fixes the order of
+// least kFastMinStepsPerWarp 16-column steps per warp each. A function of the shape only: it fixes the order of
 // the sums (the profile's version names the target).
 inline int32_t FastLinearSplitsFor(int32_t rows, int32_t cols_padded, int32_t target) {
   const int32_t steps = cols_padded / kFastTileCols;

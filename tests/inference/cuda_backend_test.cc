@@ -660,6 +660,36 @@ TEST(CudaFastTiles, PiecesAreBf16AndSumExactly) {
   }
 }
 
+// The fast profile's K slices (FastLinearSplitsFor, fast_shapes.h, plain C++) fix the order of
+// its sums, so they are part of the profile's version (fast5): 0.5B's q|k|v and o in 2 slices,
+// down in 4, gate|up and the lm_head in 1; 1.5B's q|k|v, o and down in 2; never more than 16, and
+// every warp gets at least 3 steps of 16 columns.
+TEST(CudaFastShapes, SlicesAreTheProfilesRule) {
+  auto splits = [](int32_t rows, int32_t cols) {
+    return cuda::FastLinearSplitsFor(rows, cols, cuda::kFastSplitTarget);
+  };
+  EXPECT_EQ(splits(1152, 896), 2);
+  EXPECT_EQ(splits(896, 896), 2);
+  EXPECT_EQ(splits(896, 4864), 4);
+  EXPECT_EQ(splits(9728, 896), 1);
+  EXPECT_EQ(splits(151936, 896), 1);
+  EXPECT_EQ(splits(1792, 1536), 2);
+  EXPECT_EQ(splits(1536, 1536), 2);
+  EXPECT_EQ(splits(1536, 8960), 2);
+  EXPECT_EQ(splits(17920, 1536), 1);
+  EXPECT_EQ(splits(64, 6144), 16);
+  EXPECT_EQ(splits(64, 4096), 10);
+  for (int32_t rows : {16, 64, 128, 896, 4096})
+    for (int32_t cols = 16; cols <= 8192; cols += 16) {
+      const int32_t s = splits(rows, cols);
+      ASSERT_GE(s, 1);
+      ASSERT_LE(s, cuda::kFastMaxSplits);
+      if (s > 1) {
+        ASSERT_GE(cols / 16 / (8 * s), 3) << rows << " x " << cols;
+      }
+    }
+}
+
 // The fast profile's block shapes for decode-sized products (ChooseFastLinearShapeFor,
 // fast_shapes.h, plain C++): 0.5B's gate|up (9,728 x 896) at batch 32 takes 80-row blocks, one wave of 244 on 132
 // multiprocessors where 64-row ones ran 304; and over many shapes the choice is an instantiated
@@ -699,9 +729,9 @@ TEST(CudaFastShapes, WaveModelChoosesWholeWaves) {
 }
 
 // Merged slices (2 or 3 short K slices in one block of 16 or 24 warps, alone on its
-// multiprocessor): at 0.5B, q|k|v (2 slices of 28 steps, 4 per warp) and o (3 of 18-19, 3 per
-// warp) merge, and so does 1.5B's o (2 slices of 48 steps, 6 per warp); down stays a cluster at
-// both (3 slices of 101 steps, 13 per warp; 2 of 280, 35). The model then counts one slot per
+// multiprocessor): at 0.5B, q|k|v and o (2 slices of 28 steps, 4 per warp) merge, and so does
+// 1.5B's o (2 slices of 48 steps, 6 per warp); down stays a cluster at both (4 slices of 76
+// steps, 10 per warp; 2 of 280, 35). The model then counts one slot per
 // multiprocessor and no factor of the slices, and takes only the shapes compiled merged: at batch
 // 32 q|k|v runs 32 x 16 blocks (72), o 16 x 16 (112). Over many shapes, the choice fits and its
 // waves x bytes are never worse than another fitting shape's.
@@ -1141,7 +1171,7 @@ TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
   auto fast = Fast(model);
   ASSERT_TRUE(cpu && fast);
   EXPECT_EQ(cpu->numerics_profile(), "exact");
-  EXPECT_EQ(fast->numerics_profile().rfind("fast4-sm", 0), 0u) << fast->numerics_profile();
+  EXPECT_EQ(fast->numerics_profile().rfind("fast5-sm", 0), 0u) << fast->numerics_profile();
   const int64_t launches = CudaFastLinearLaunchesForTesting();
   const int32_t vocab = model->config().vocab_size;
   Driver dc(cpu.get(), 64), dg(fast.get(), 64);
@@ -1204,15 +1234,15 @@ void ExpectFastCloseAndInvariant(std::shared_ptr<const Model> model) {
     ASSERT_TRUE(SameBits(alone_logits[i], batched_logits[i])) << "step " << i;
 }
 
-// The down product of a 64-wide model with 4,096 intermediate columns has one 64-row tile and
-// 256 steps of 16 columns, so it runs in FastLinearSplits' most slices, 16: a cluster of 16
-// blocks adding their sums through distributed shared memory.
+// The down product of a 64-wide model with 6,144 intermediate columns has one 64-row tile and
+// 384 steps of 16 columns (3 per warp in 16 slices), so it runs in FastLinearSplits' most slices,
+// 16: a cluster of 16 blocks adding their sums through distributed shared memory.
 TEST(CudaFastProfile, SixteenSliceClustersAreCloseAndInvariant) {
   SKIP_WITHOUT_GPU();
   SynthSpec s;
   s.vocab = 640;
   s.hidden = 64;
-  s.intermediate = 4096;
+  s.intermediate = 6144;
   s.heads = 2;
   s.kv_heads = 1;
   s.head_dim = 32;
@@ -1222,15 +1252,15 @@ TEST(CudaFastProfile, SixteenSliceClustersAreCloseAndInvariant) {
   ExpectFastCloseAndInvariant(model);
 }
 
-// A 512-wide model: q|k|v (384 rows), gate|up (256) and the lm_head (640) each run in 2 slices
-// of 16 steps, so the norm's sums of squares are added across a cluster as well as across warps.
+// A 768-wide model: q|k|v (896 rows), gate|up (256) and the lm_head (640) each run in 2 slices
+// of 24 steps, so the norm's sums of squares are added across slices as well as across warps.
 TEST(CudaFastProfile, NormAcrossSlicesIsCloseAndInvariant) {
   SKIP_WITHOUT_GPU();
   SynthSpec s;
   s.vocab = 640;
-  s.hidden = 512;
+  s.hidden = 768;
   s.intermediate = 128;
-  s.heads = 4;
+  s.heads = 12;
   s.kv_heads = 1;
   s.head_dim = 64;
   s.layers = 2;
@@ -1258,10 +1288,10 @@ std::vector<std::vector<float>> PrefillThreeThenDecode(Backend* backend, int32_t
 
 // Merged slices (fast_shapes.h, FastMergesSlices): a product of 2 or 3 short K slices runs them in
 // one block of 16 or 24 warps instead of a cluster, adding the slices' sums in the same order.
-// Against clusters, on models whose products take each path: 2 slices with the residual (the
-// invariance model's down), with the norm, the rotary epilogue and SiLU (a 512-wide model's
-// q|k|v, gate|up and lm_head), 3 slices with the norm (a 768-wide model's gate|up and lm_head)
-// and with the residual (a 128-wide model's down over 896 columns). Three sequences prefilled in
+// Against clusters, on models whose products take each path: 2 slices with the residual (a
+// 768-wide model's o), with the norm, the rotary epilogue and SiLU (its q|k|v, gate|up and
+// lm_head), 3 slices with the norm (a 1,152-wide model's q|k|v, gate|up and lm_head) and with the
+// residual (a 128-wide model's down over 1,152 columns); and the invariance model. Three sequences prefilled in
 // one step (blocks of up to 32 tokens, some merged, 64-row ones still clusters), then 24 batched
 // decode steps: logits identical in every bit, and the merged run did launch merged blocks.
 TEST(CudaFastProfile, MergedSlicesKeepBits) {
@@ -1270,20 +1300,20 @@ TEST(CudaFastProfile, MergedSlicesKeepBits) {
   {
     SynthSpec s;
     s.vocab = 640;
-    s.hidden = 512;
+    s.hidden = 768;
     s.intermediate = 128;
-    s.heads = 4;
+    s.heads = 12;
     s.kv_heads = 1;
     s.head_dim = 64;
-    models.push_back(SynthModel("fast_merge_512", s));
-    s.vocab = 160;
-    s.hidden = 768;
-    s.intermediate = 64;
-    s.heads = 12;
     models.push_back(SynthModel("fast_merge_768", s));
+    s.vocab = 160;
+    s.hidden = 1152;
+    s.intermediate = 64;
+    s.heads = 18;
+    models.push_back(SynthModel("fast_merge_1152", s));
     s.vocab = 512;
     s.hidden = 128;
-    s.intermediate = 896;
+    s.intermediate = 1152;
     s.heads = 2;
     models.push_back(SynthModel("fast_merge_128", s));
   }
@@ -1528,7 +1558,7 @@ TEST(CudaFastProfile, EngineRecordsTheProfileAndKeepsRequestsApart) {
   const std::vector<GenerationResult> crowd = run(6);
   ASSERT_EQ(alone.size(), 1u);
   ASSERT_EQ(crowd.size(), 6u);
-  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast4-sm", 0), 0u) << alone[0].provenance.numerics_profile;
+  EXPECT_EQ(alone[0].provenance.numerics_profile.rfind("fast5-sm", 0), 0u) << alone[0].provenance.numerics_profile;
   EXPECT_EQ(alone[0].tokens, crowd[0].tokens);
   ASSERT_EQ(alone[0].step_logits.size(), crowd[0].step_logits.size());
   for (size_t t = 0; t < alone[0].step_logits.size(); ++t)
