@@ -5,7 +5,8 @@
 // figure whether the needle sequence's tokens equal its tokens at batch 1 (invariance held) and
 // the device's time per step with the step's graph replayed back to back. --engine-batches runs
 // the same decode through the engine (greedy tokens on the device, then from logits copied to the
-// host), --engine-sampling T:K:P adds sampled runs (on the device, then on the host, compared).
+// host), --engine-sampling T:K:P adds sampled runs (on the device, on the host, and on the device
+// with every column sorted, compared).
 //
 //   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
 //              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
@@ -684,12 +685,14 @@ int main(int argc, char** argv) {
     std::vector<std::vector<int32_t>> sampled_on_device;
     for (int32_t batch : engine_batches) {
       // Runs: 0 greedy, tokens on the device; 1 greedy, logits to the host; with
-      // --engine-sampling T:K:P (temperature, top-k, top-p), 2 sampled on the device and 3 sampled
-      // on the host.
-      for (int run = 0; run < (engine_sampling.temperature > 0.0f ? 4 : 2); ++run) {
-        const bool on_device = run == 0 || run == 2;
+      // --engine-sampling T:K:P (temperature, top-k, top-p), 2 sampled on the device, 3 sampled
+      // on the host, 4 sampled on the device with every column sorted (the candidate path off:
+      // the same as 2 where the rule keeps more than its 1,024 ranks).
+      for (int run = 0; run < (engine_sampling.temperature > 0.0f ? 5 : 2); ++run) {
+        const bool on_device = run == 0 || run == 2 || run == 4;
         const bool sampled = run >= 2;
         greedy_switch->on_device = on_device;  // the engine is idle between runs
+        SetCudaSampleCandidatesForTesting(run == 4 ? 0 : 1);
         std::mutex mu;
         int32_t at_warm = 0, at_end = 0;
         Clock::time_point e0{}, e1{};
@@ -726,9 +729,10 @@ int main(int argc, char** argv) {
           if (id == ids[0]) needle_tokens = res->tokens;
           all_tokens.push_back(res->tokens);
         }
-        // Sampled on the device (run 2) against on the host (run 3): every request's tokens.
+        // Sampled on the device (run 2) against on the host (run 3) and with every column sorted
+        // (run 4): every request's tokens.
         if (run == 2) sampled_on_device = all_tokens;
-        const char* sampled_equal = run != 3 ? "null" : sampled_on_device == all_tokens ? "true" : "false";
+        const char* sampled_equal = run < 3 ? "null" : sampled_on_device == all_tokens ? "true" : "false";
         const double tps = batch * steps / Seconds(e0, e1);
         auto replay = b->TimeLastGraphForBenchmark(steps);  // the engine's last step (all requests), replayed
         const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;
@@ -740,12 +744,13 @@ int main(int argc, char** argv) {
         std::printf("{\"what\":\"engine_decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,"
                     "\"on_device\":%s,\"sampled\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
                     "\"ratio_to_backend_direct\":%.3f,\"needle_tokens_equal_direct\":%s,\"numerics\":\"%s\","
-                    "\"graph_replay_ms_per_step\":%.3f,\"sampled_tokens_equal_on_device\":%s}\n",
+                    "\"graph_replay_ms_per_step\":%.3f,\"sampled_tokens_equal_on_device\":%s,\"sample_candidates\":%s}\n",
                     shape.c_str(), batch, steps, on_device ? "true" : "false", sampled ? "true" : "false", tps,
                     1e3 * batch / tps,
                     direct == direct_tps.end() ? 0.0 : tps / direct->second,
                     sampled ? "null" : same_needle ? "true" : "false",
-                    profile.c_str(), graph_ms, sampled_equal);
+                    profile.c_str(), graph_ms, sampled_equal,
+                    !sampled || !on_device ? "null" : run == 4 ? "false" : "true");
         std::fflush(stdout);
       }
     }

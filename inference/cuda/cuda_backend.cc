@@ -134,6 +134,7 @@ int g_fast_stream = 100;   // SetCudaFastStreamForTesting's arguments (the defau
 bool g_fast_rope_fused = true;  // SetCudaFastRopeFusedForTesting
 int g_attention_variant = -1;
 bool g_weight_evict_first = true;
+int g_sample_candidates = 1;  // SetCudaSampleCandidatesForTesting
 // Tiles DecodeStepKernel's producer asks L2 for ahead of its ring (kernels.h, SetStepPrefetchTiles).
 constexpr int kDefaultStepPrefetchTiles = 0;
 // Steps run as one DecodeStepKernel (CudaDecodeStepsForTesting).
@@ -389,6 +390,11 @@ class CudaBackendImpl final : public CudaBackend {
     sample_rules_ = rules;
     sampling_ = true;
     Status s = Step(plan, /*greedy=*/false);
+    // A row with more candidates than the candidate path holds (ties, NaN): every column sorted,
+    // from the logits still on the device.
+    if (s.ok() && sampled_by_candidates_ &&
+        (static_cast<const int32_t*>(host_out_)[num_logit_rows_] != 0 || g_sample_candidates == 2))
+      s = SampleAndCopy(num_logit_rows_, /*by_candidates=*/false, /*synchronize=*/true);
     sampling_ = false;
     sample_rules_ = {};
     if (!s.ok()) return s;
@@ -731,11 +737,26 @@ class CudaBackendImpl final : public CudaBackend {
     ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rules_dev_.as<void>(), sample_rules_host_.data(),
                                               static_cast<size_t>(rows) * sizeof(cuda::RowRule), cudaMemcpyHostToDevice,
                                               stream_));
-    ROTE_CUDA_RETURN_IF_ERROR(cuda::SampleRows(logits_.as<float>(), rows, cols, sample_rules_dev_.as<cuda::RowRule>(),
-                                               greedy_.as<int32_t>(), sample_scratch_.as<void>(),
-                                               static_cast<int64_t>(sample_scratch_.bytes()), stream_));
+    return SampleAndCopy(rows, g_sample_candidates != 0 && cuda::SampleByCandidates(sample_rules_host_.data(), rows, cols),
+                         /*synchronize=*/false);
+  }
+
+  // The device sampler over the step's logits rows (rules already on the device), the tokens into
+  // host_out_ and, on the candidate path, its overflow flag after them (host_out_ holds rows x
+  // vocab floats).
+  Status SampleAndCopy(int32_t rows, bool by_candidates, bool synchronize) {
+    sampled_by_candidates_ = by_candidates;
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::SampleRows(logits_.as<float>(), rows, config_.vocab_size,
+                                               sample_rules_dev_.as<cuda::RowRule>(), greedy_.as<int32_t>(),
+                                               sample_scratch_.as<void>(), static_cast<int64_t>(sample_scratch_.bytes()),
+                                               stream_, by_candidates));
     ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, greedy_.as<int32_t>(), static_cast<size_t>(rows) * sizeof(int32_t),
                                               cudaMemcpyDeviceToHost, stream_));
+    if (by_candidates)
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<int32_t*>(host_out_) + rows,
+                                                cuda::SampleRowsOverflow(sample_scratch_.as<void>()), sizeof(int32_t),
+                                                cudaMemcpyDeviceToHost, stream_));
+    if (synchronize) ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
     return OkStatus();
   }
 
@@ -1063,6 +1084,7 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, argmax_scratch_, meta_;
   // ForwardSampled: the rules of the step being run, and the device sampler's buffers.
   bool sampling_ = false;
+  bool sampled_by_candidates_ = false;  // the last SampleAndCopy's path
   std::span<const RowSampling> sample_rules_;
   std::vector<cuda::RowRule> sample_rules_host_;
   DeviceBuffer sample_rules_dev_, sample_scratch_;
@@ -1140,7 +1162,7 @@ StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>& lo
   return out;
 }
 StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>& logits, int32_t rows, int32_t cols,
-                                                       const std::vector<RowSampling>& rules) {
+                                                       const std::vector<RowSampling>& rules, int* path) {
   if (rows <= 0 || cols <= 0 || logits.size() != static_cast<size_t>(rows) * cols || rules.size() != static_cast<size_t>(rows))
     return InvalidArgument("CudaSampleRowsForTesting: logits must hold rows x cols values and rules one per row");
   if (!cuda::CanSampleRows(rows, cols)) return InvalidArgument("CudaSampleRowsForTesting: too many rows or columns");
@@ -1156,10 +1178,25 @@ StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>
       cudaMemcpy(d_logits.as<void>(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice));
   ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(d_rules.as<void>(), host_rules.data(), host_rules.size() * sizeof(cuda::RowRule),
                                        cudaMemcpyHostToDevice));
+  const bool by_candidates = g_sample_candidates != 0 && cuda::SampleByCandidates(host_rules.data(), rows, cols);
+  int taken = by_candidates ? 1 : 0;
   ROTE_CUDA_RETURN_IF_ERROR(cuda::SampleRows(d_logits.as<float>(), rows, cols, d_rules.as<cuda::RowRule>(),
                                              d_out.as<int32_t>(), d_scratch.as<void>(),
-                                             static_cast<int64_t>(d_scratch.bytes()), nullptr));
+                                             static_cast<int64_t>(d_scratch.bytes()), nullptr, by_candidates));
   ROTE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  if (by_candidates) {
+    int32_t overflow = 0;
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(&overflow, cuda::SampleRowsOverflow(d_scratch.as<void>()), sizeof(overflow),
+                                         cudaMemcpyDeviceToHost));
+    if (overflow != 0) {
+      taken = 2;
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::SampleRows(d_logits.as<float>(), rows, cols, d_rules.as<cuda::RowRule>(),
+                                                 d_out.as<int32_t>(), d_scratch.as<void>(),
+                                                 static_cast<int64_t>(d_scratch.bytes()), nullptr, false));
+      ROTE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    }
+  }
+  if (path != nullptr) *path = taken;
   std::vector<int32_t> out(static_cast<size_t>(rows));
   ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data(), d_out.as<void>(), out.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
   return out;
@@ -1175,6 +1212,7 @@ void SetCudaStepAttentionSplitForTesting(int min_context) {
 }
 void SetCudaAttentionPartsForTesting(int parts) { g_attention_parts = parts; }
 void SetCudaKernelTimelineForBenchmark(bool on) { g_kernel_timeline = on; }
+void SetCudaSampleCandidatesForTesting(int mode) { g_sample_candidates = mode; }
 void SetCudaAttentionVariantForTesting(int variant) {
   g_attention_variant = variant;
   cuda::SetAttentionVariant(variant);

@@ -93,10 +93,17 @@ void SetCudaProgrammaticLaunchForBenchmark(bool on);
 // taken (0 for a row of NaN only). UNIMPLEMENTED in a build without CUDA; the device's error
 // where there is no device.
 StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>& logits, int32_t rows, int32_t cols);
-// Tests: the device sampler (sampling.cu) over `rows` rows of `cols` logits, row r by rules[r].
-// UNIMPLEMENTED in a build without CUDA; the device's error where there is no device.
+// Tests: the device sampler (sampling.cu) over `rows` rows of `cols` logits, row r by rules[r],
+// as ForwardSampled runs it (the candidate path where every rule allows it and it is on, every
+// column sorted again where a row overflowed it). *path, where given: 0 every column sorted, 1 the
+// candidate path, 2 the candidate path overflowed and every column was sorted. UNIMPLEMENTED in a
+// build without CUDA; the device's error where there is no device.
 StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>& logits, int32_t rows, int32_t cols,
-                                                       const std::vector<RowSampling>& rules);
+                                                       const std::vector<RowSampling>& rules, int* path = nullptr);
+// Tests and benchmarks only: whether the device sampler may take its candidate path (sampling.h):
+// 0 never, 1 where the rules allow it (the default), 2 as 1 and then every column sorted again as
+// after an overflow (ForwardSampled only: its fallback, tested). Same tokens in every mode.
+void SetCudaSampleCandidatesForTesting(int mode);
 // How many fast-profile products have been launched (a captured graph counts once), and how many
 // of them ran their K slices in one block (merged slices).
 int64_t CudaFastLinearLaunchesForTesting();

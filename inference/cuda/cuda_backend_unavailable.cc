@@ -24,9 +24,10 @@ StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>&, i
   return Unimplemented("this build of rote has no CUDA backend");
 }
 StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>&, int32_t, int32_t,
-                                                       const std::vector<RowSampling>&) {
+                                                       const std::vector<RowSampling>&, int*) {
   return Unimplemented("this build of rote has no CUDA backend");
 }
+void SetCudaSampleCandidatesForTesting(int) {}
 void SetCudaFastMergedSlicesForTesting(int, int) {}
 int64_t CudaFastStreamLaunchesForTesting() { return 0; }
 void SetCudaFastStreamForTesting(int, int) {}

@@ -11,9 +11,19 @@
 //      running sum at every rank, so P(r) is the canonical tree over 32 stored values; the top-p
 //      cut and the draw bisect P as the host does. The same additions in the same order: the
 //      same token.
+// Rows that keep at most kSampleCandidateMaxTopK ranks (top-k rules, greedy rows) read only
+// their first k ranks, so step 1 can sort fewer keys (the candidate path): a histogram of each
+// row's keys by their top kHistBits bits; per row, the first bin b* where the count reaches k;
+// every key of the bins up to b* (they hold the first k ranks, whatever the ties) gathered in any
+// order and sorted, column bits included, by a segmented sort. Its first k keys are the full
+// sort's first k. Where a row has more than kSampleCandidateCap such keys, the call says so and
+// the caller sorts every column instead.
 #include "inference/cuda/sampling.h"
 
+#include <algorithm>
+
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include "inference/numerics/canonical.h"
 
@@ -26,6 +36,9 @@ constexpr int kColumnBits = 18;
 constexpr int kRowBits = 8;
 constexpr int kKeyBits = 32;
 constexpr int kKeysThreads = 256;
+constexpr int kHistBits = 12;  // the candidate path's bins: a descending key's top bits
+constexpr int kHistBins = 1 << kHistBits;
+constexpr int kHistColumnsPerThread = 8;
 
 __device__ __forceinline__ uint32_t DescendingKey(float v) {
   if (v != v) return 0xFFFFFFFFu;
@@ -53,6 +66,84 @@ __global__ void __launch_bounds__(kKeysThreads) SampleKeysKernel(const float* lo
 }
 
 __device__ __forceinline__ int ColumnOf(uint64_t key) { return static_cast<int>(key & ((1u << kColumnBits) - 1)); }
+
+// Ranks a row's rule reads: 1 for a greedy row, else its kept top_k (the candidate path runs
+// only where every row keeps at most kSampleCandidateMaxTopK).
+__host__ __device__ __forceinline__ int RanksRead(const RowRule& rule, int32_t cols) {
+  if (!(rule.temperature > 0.0f)) return 1;
+  return rule.top_k > 0 && rule.top_k < cols ? rule.top_k : cols;
+}
+
+// hist[row][bin] += the row's keys whose top kHistBits bits are bin (hist zeroed by the caller):
+// a block's counts in shared memory first, then one global add per bin it saw.
+__global__ void __launch_bounds__(kKeysThreads) SampleHistogramKernel(const float* logits, int32_t cols,
+                                                                       const RowRule* rules, uint32_t* hist) {
+  __shared__ uint32_t counts[kHistBins];
+  const int row = blockIdx.y;
+  for (int b = threadIdx.x; b < kHistBins; b += kKeysThreads) counts[b] = 0;
+  __syncthreads();
+  const float* l = logits + static_cast<int64_t>(row) * cols;
+  const float temperature = rules[row].temperature;
+  const int c0 = blockIdx.x * kKeysThreads * kHistColumnsPerThread;
+  for (int i = 0; i < kHistColumnsPerThread; ++i) {
+    const int c = c0 + i * kKeysThreads + threadIdx.x;
+    if (c < cols) atomicAdd(&counts[DescendingKey(ScaledLogit(l, c, temperature)) >> (kKeyBits - kHistBits)], 1u);
+  }
+  __syncthreads();
+  uint32_t* h = hist + static_cast<int64_t>(row) * kHistBins;
+  for (int b = threadIdx.x; b < kHistBins; b += kKeysThreads)
+    if (counts[b] != 0) atomicAdd(h + b, counts[b]);
+}
+
+// One block per row: the first bin b* at which the row's count reaches the ranks its rule reads,
+// and the number of keys in bins 0..b* (the row's candidates, at most kSampleCandidateCap: else the
+// overflow flag). seg_begin/seg_end bound the row's candidates in the gathered keys; fill counts
+// the gathered ones (zeroed here).
+__global__ void __launch_bounds__(kKeysThreads) SampleThresholdKernel(const RowRule* rules, int32_t cols,
+                                                                       const uint32_t* hist, int32_t* bin_limit,
+                                                                       int32_t* seg_begin, int32_t* seg_end,
+                                                                       uint32_t* fill, int32_t* overflow) {
+  constexpr int kPerThread = kHistBins / kKeysThreads;
+  __shared__ uint32_t partial[kKeysThreads];
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const uint32_t need = static_cast<uint32_t>(RanksRead(rules[row], cols));
+  const uint32_t* h = hist + static_cast<int64_t>(row) * kHistBins;
+  uint32_t mine = 0;
+  for (int i = 0; i < kPerThread; ++i) mine += h[tid * kPerThread + i];
+  partial[tid] = mine;
+  __syncthreads();
+  if (tid == 0) {
+    uint32_t before = 0;  // keys in the bins of the threads before t
+    int t = 0;
+    while (t < kKeysThreads - 1 && before + partial[t] < need) before += partial[t++];
+    int b = t * kPerThread;
+    uint32_t through = before + h[b];
+    while (through < need && b < kHistBins - 1) through += h[++b];
+    const int64_t base = static_cast<int64_t>(row) * kSampleCandidateCap;
+    bin_limit[row] = b;
+    seg_begin[row] = static_cast<int32_t>(base);
+    seg_end[row] = static_cast<int32_t>(base + min(through, static_cast<uint32_t>(kSampleCandidateCap)));
+    fill[row] = 0;
+    if (through > static_cast<uint32_t>(kSampleCandidateCap)) *overflow = 1;
+  }
+}
+
+// Every key of a row whose bin is at most the row's b*, gathered (in any order: the sort that
+// follows includes the column bits) into the row's kSampleCandidateCap slots. The key without the
+// row: descending key << 18 | column.
+__global__ void __launch_bounds__(kKeysThreads) SampleGatherKernel(const float* logits, int32_t cols,
+                                                                    const RowRule* rules, const int32_t* bin_limit,
+                                                                    uint32_t* fill, uint64_t* candidates) {
+  const int row = blockIdx.y;
+  const int c = blockIdx.x * kKeysThreads + threadIdx.x;
+  if (c >= cols) return;
+  const uint32_t key = DescendingKey(ScaledLogit(logits + static_cast<int64_t>(row) * cols, c, rules[row].temperature));
+  if (static_cast<int>(key >> (kKeyBits - kHistBits)) > bin_limit[row]) return;
+  const uint32_t slot = atomicAdd(fill + row, 1u);
+  if (slot < static_cast<uint32_t>(kSampleCandidateCap))
+    candidates[static_cast<int64_t>(row) * kSampleCandidateCap + slot] =
+        static_cast<uint64_t>(key) << kColumnBits | static_cast<uint64_t>(c);
+}
 
 // P(i), the canonical tree over the lanes' running sums after i + 1 terms (lanes not reached yet:
 // 0), in every lane of the warp.
@@ -82,14 +173,14 @@ __device__ __forceinline__ int FirstTrue(int n, Pred pred) {
 // (blocks of ranks by rows); greedy rows have none.
 __global__ void __launch_bounds__(kKeysThreads) SampleWeightsKernel(const float* logits, int32_t cols,
                                                                      const RowRule* rules, const uint64_t* sorted,
-                                                                     int64_t stride, float* weights) {
+                                                                     int64_t order_stride, int64_t stride, float* weights) {
   const int row = blockIdx.y;
   const int r = blockIdx.x * kKeysThreads + threadIdx.x;
   const RowRule rule = rules[row];
   const int kept = rule.top_k > 0 && rule.top_k < cols ? rule.top_k : cols;
   if (!(rule.temperature > 0.0f) || r >= kept) return;
   const float* l = logits + static_cast<int64_t>(row) * cols;
-  const uint64_t* order = sorted + static_cast<int64_t>(row) * cols;
+  const uint64_t* order = sorted + static_cast<int64_t>(row) * order_stride;
   const float m = ScaledLogit(l, ColumnOf(order[0]), rule.temperature);
   weights[row * stride + r] = canonical_expf(ScaledLogit(l, ColumnOf(order[r]), rule.temperature) - m);
 }
@@ -107,13 +198,13 @@ constexpr int kChainChunk = 1024;  // ranks per chunk: 32 per lane
 constexpr int kChainChunks = 8;
 
 __global__ void __launch_bounds__(32) SampleRowKernel(const float* logits, int32_t cols, const RowRule* rules,
-                                                      const uint64_t* sorted, int64_t stride, const float* weights,
-                                                      float* lane_sums, int32_t* out) {
+                                                      const uint64_t* sorted, int64_t order_stride, int64_t stride,
+                                                      const float* weights, float* lane_sums, int32_t* out) {
   __shared__ __align__(16) float ring[kChainChunks][kChainChunk];
   const int row = blockIdx.x, lane = threadIdx.x;
   const RowRule rule = rules[row];
   const float* l = logits + static_cast<int64_t>(row) * cols;
-  const uint64_t* order = sorted + static_cast<int64_t>(row) * cols;
+  const uint64_t* order = sorted + static_cast<int64_t>(row) * order_stride;
   if (!(rule.temperature > 0.0f)) {
     // Greedy: the first column in (logit descending, column ascending) order; a row of NaN only
     // gives 0, as ArgmaxLowestIndex.
@@ -185,7 +276,33 @@ size_t SortTempBytes(int32_t rows, int32_t cols) {
   return bytes;
 }
 
+// The candidate path's segmented sort: every row's kSampleCandidateCap slots, bits 0 to 50.
+size_t SegmentedSortTempBytes(int32_t rows) {
+  size_t bytes = 0;
+  cub::DeviceSegmentedRadixSort::SortKeys(nullptr, bytes, static_cast<const uint64_t*>(nullptr),
+                                          static_cast<uint64_t*>(nullptr), static_cast<int64_t>(rows) * kSampleCandidateCap,
+                                          rows, static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0,
+                                          kColumnBits + kKeyBits);
+  return bytes;
+}
+
 constexpr int64_t Align256(int64_t x) { return (x + 255) / 256 * 256; }
+
+// Scratch, in order: a 256-byte header (the overflow flag), the keys twice (the candidate path's
+// gathered and sorted keys use the same space: rows x cap <= rows x cols where it runs), the
+// weights, the lanes' running sums, the candidate path's histogram and per-row ints, the sorts'
+// temporary storage.
+struct SampleScratch {
+  int32_t* overflow;
+  uint64_t *keys_in, *keys_out;
+  float *weights, *lane_sums;
+  uint32_t* hist;
+  int32_t *bin_limit, *seg_begin, *seg_end;
+  uint32_t* fill;
+  void* temp;
+  size_t temp_bytes;
+  int64_t total;
+};
 
 }  // namespace
 
@@ -193,36 +310,91 @@ bool CanSampleRows(int32_t rows, int32_t cols) {
   return rows >= 1 && rows <= (1 << kRowBits) && cols >= 1 && cols <= (1 << kColumnBits);
 }
 
+bool SampleByCandidates(const RowRule* rules, int32_t rows, int32_t cols) {
+  if (!CanSampleRows(rows, cols) || cols <= kSampleCandidateCap) return false;
+  for (int32_t r = 0; r < rows; ++r)
+    if (RanksRead(rules[r], cols) > kSampleCandidateMaxTopK) return false;
+  return true;
+}
+
 // The weights' and running sums' rows: whole chunks of the chain, 16-byte aligned.
 static int64_t RowStride(int32_t cols) { return (static_cast<int64_t>(cols) + kChainChunk - 1) / kChainChunk * kChainChunk; }
 
-int64_t SampleRowsScratchBytes(int32_t rows, int32_t cols) {
-  if (!CanSampleRows(rows, cols)) return 0;
+static SampleScratch LayOutScratch(void* scratch, int32_t rows, int32_t cols) {
+  SampleScratch s{};
   const int64_t n = static_cast<int64_t>(rows) * cols, padded = rows * RowStride(cols);
-  return 2 * Align256(n * 8) + 2 * Align256(padded * 4) + Align256(static_cast<int64_t>(SortTempBytes(rows, cols)));
+  char* base = static_cast<char*>(scratch);
+  int64_t at = 0;
+  auto take = [&](int64_t bytes) {
+    char* p = base == nullptr ? nullptr : base + at;
+    at += Align256(bytes);
+    return p;
+  };
+  s.overflow = reinterpret_cast<int32_t*>(take(4));
+  s.keys_in = reinterpret_cast<uint64_t*>(take(n * 8));
+  s.keys_out = reinterpret_cast<uint64_t*>(take(n * 8));
+  s.weights = reinterpret_cast<float*>(take(padded * 4));
+  s.lane_sums = reinterpret_cast<float*>(take(padded * 4));
+  s.hist = reinterpret_cast<uint32_t*>(take(static_cast<int64_t>(rows) * kHistBins * 4));
+  s.bin_limit = reinterpret_cast<int32_t*>(take(rows * 4));
+  s.seg_begin = reinterpret_cast<int32_t*>(take(rows * 4));
+  s.seg_end = reinterpret_cast<int32_t*>(take(rows * 4));
+  s.fill = reinterpret_cast<uint32_t*>(take(rows * 4));
+  s.temp_bytes = std::max(SortTempBytes(rows, cols), SegmentedSortTempBytes(rows));
+  s.temp = take(static_cast<int64_t>(s.temp_bytes));
+  s.total = at;
+  return s;
 }
 
+int64_t SampleRowsScratchBytes(int32_t rows, int32_t cols) {
+  if (!CanSampleRows(rows, cols)) return 0;
+  return LayOutScratch(nullptr, rows, cols).total;
+}
+
+int32_t* SampleRowsOverflow(void* scratch) { return static_cast<int32_t*>(scratch); }
+
 cudaError_t SampleRows(const float* logits, int32_t rows, int32_t cols, const RowRule* rules, int32_t* out, void* scratch,
-                       int64_t scratch_bytes, cudaStream_t stream) {
+                       int64_t scratch_bytes, cudaStream_t stream, bool by_candidates) {
   if (!CanSampleRows(rows, cols) || scratch_bytes < SampleRowsScratchBytes(rows, cols)) return cudaErrorInvalidValue;
-  const int64_t n = static_cast<int64_t>(rows) * cols, stride = RowStride(cols), padded = rows * stride;
-  char* p = static_cast<char*>(scratch);
-  uint64_t* keys_in = reinterpret_cast<uint64_t*>(p);
-  uint64_t* keys_out = reinterpret_cast<uint64_t*>(p + Align256(n * 8));
-  float* weights = reinterpret_cast<float*>(p + 2 * Align256(n * 8));
-  float* lane_sums = reinterpret_cast<float*>(p + 2 * Align256(n * 8) + Align256(padded * 4));
-  void* temp = p + 2 * Align256(n * 8) + 2 * Align256(padded * 4);
-  size_t temp_bytes = SortTempBytes(rows, cols);
+  if (by_candidates && cols <= kSampleCandidateCap) return cudaErrorInvalidValue;
+  const int64_t n = static_cast<int64_t>(rows) * cols, stride = RowStride(cols);
+  SampleScratch sc = LayOutScratch(scratch, rows, cols);
+  size_t temp_bytes = sc.temp_bytes;
   const dim3 grid((cols + kKeysThreads - 1) / kKeysThreads, rows);
-  SampleKeysKernel<<<grid, kKeysThreads, 0, stream>>>(logits, cols, rules, keys_in);
+  const uint64_t* order = sc.keys_out;
+  int64_t order_stride = cols;
+  if (by_candidates) {
+    if (cudaError_t e = cudaMemsetAsync(sc.overflow, 0, 4, stream); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaMemsetAsync(sc.hist, 0, static_cast<size_t>(rows) * kHistBins * 4, stream); e != cudaSuccess)
+      return e;
+    const int per_block = kKeysThreads * kHistColumnsPerThread;
+    SampleHistogramKernel<<<dim3((cols + per_block - 1) / per_block, rows), kKeysThreads, 0, stream>>>(logits, cols, rules,
+                                                                                                        sc.hist);
+    SampleThresholdKernel<<<rows, kKeysThreads, 0, stream>>>(rules, cols, sc.hist, sc.bin_limit, sc.seg_begin, sc.seg_end,
+                                                             sc.fill, sc.overflow);
+    SampleGatherKernel<<<grid, kKeysThreads, 0, stream>>>(logits, cols, rules, sc.bin_limit, sc.fill, sc.keys_in);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = cub::DeviceSegmentedRadixSort::SortKeys(
+            sc.temp, temp_bytes, sc.keys_in, sc.keys_out, static_cast<int64_t>(rows) * kSampleCandidateCap, rows,
+            sc.seg_begin, sc.seg_end, 0, kColumnBits + kKeyBits, stream);
+        e != cudaSuccess)
+      return e;
+    order_stride = kSampleCandidateCap;
+  } else {
+    SampleKeysKernel<<<grid, kKeysThreads, 0, stream>>>(logits, cols, rules, sc.keys_in);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = cub::DeviceRadixSort::SortKeys(sc.temp, temp_bytes, sc.keys_in, sc.keys_out, n, kColumnBits,
+                                                       kColumnBits + kKeyBits + RowBitsFor(rows), stream);
+        e != cudaSuccess)
+      return e;
+  }
+  // The candidate path's rows read at most kSampleCandidateMaxTopK ranks.
+  const dim3 weights_grid = by_candidates ? dim3(kSampleCandidateMaxTopK / kKeysThreads, rows) : grid;
+  SampleWeightsKernel<<<weights_grid, kKeysThreads, 0, stream>>>(logits, cols, rules, order, order_stride, stride,
+                                                                  sc.weights);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  if (cudaError_t e = cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys_in, keys_out, n, kColumnBits,
-                                                     kColumnBits + kKeyBits + RowBitsFor(rows), stream);
-      e != cudaSuccess)
-    return e;
-  SampleWeightsKernel<<<grid, kKeysThreads, 0, stream>>>(logits, cols, rules, keys_out, stride, weights);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  SampleRowKernel<<<rows, 32, 0, stream>>>(logits, cols, rules, keys_out, stride, weights, lane_sums, out);
+  SampleRowKernel<<<rows, 32, 0, stream>>>(logits, cols, rules, order, order_stride, stride, sc.weights, sc.lane_sums,
+                                           out);
   return cudaGetLastError();
 }
 

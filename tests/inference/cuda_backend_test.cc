@@ -941,18 +941,23 @@ TEST(CudaSampler, ChoosesWhatTheHostRuleChooses) {
       p.seed = static_cast<uint64_t>(r);
       rules[static_cast<size_t>(r)] = RowSamplingFor(p, 11, static_cast<uint64_t>(cols + r));
     }
-    // Twice: these rules, then every row greedy or keeping a top-k of 1 to 2,048.
-    for (int pass = 0; pass < 2; ++pass) {
-      if (pass == 1) {
+    // Three times: these rules (some keep every column: the full sort), then every row greedy or
+    // keeping a top-k of 1 to 2,048 (2,048 is past the candidate path's limit), then of 1 to 1,024
+    // (the candidate path where there are more columns than its 4,096 slots; the row of NaN only
+    // at 4,099 columns overflows it, and every column is sorted again).
+    for (int pass = 0; pass < 3; ++pass) {
+      if (pass >= 1) {
         for (int32_t r = 0; r < rows; ++r) {
           RowSampling& rule = rules[static_cast<size_t>(r)];
-          rule.top_k = std::vector<int32_t>{1, 5, 40, 2048}[static_cast<size_t>(r) % 4];
+          rule.top_k = std::vector<int32_t>{1, 5, 40, pass == 1 ? 2048 : 1024}[static_cast<size_t>(r) % 4];
           if (r % 5 == 0) rule.temperature = 0.0f;
           if (rule.temperature > 0.0f && rule.uniform == 0.0f) rule.uniform = 0.5f;
         }
       }
-      auto got = CudaSampleRowsForTesting(logits, rows, cols, rules);
+      int path = -1;
+      auto got = CudaSampleRowsForTesting(logits, rows, cols, rules, &path);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(path, pass < 2 || cols <= 4096 ? 0 : cols == 4099 ? 2 : 1) << "pass " << pass << " cols " << cols;
       ASSERT_EQ(got->size(), static_cast<size_t>(rows));
       for (int32_t r = 0; r < rows; ++r) {
         const std::span<const float> row(logits.data() + static_cast<size_t>(r) * cols, static_cast<size_t>(cols));
@@ -964,7 +969,7 @@ TEST(CudaSampler, ChoosesWhatTheHostRuleChooses) {
       }
     }
   }
-  EXPECT_EQ(compared, 2 * (5 * 40 + 6));
+  EXPECT_EQ(compared, 3 * (5 * 40 + 6));
 }
 
 // ForwardSampled's tokens are the host's rule over Forward's logits, row by row with mixed
@@ -1018,6 +1023,63 @@ TEST(CudaBackend, ForwardSampledMatchesTheHostRule) {
   };
   run(6);
   run(257);
+}
+
+// On a vocabulary of more columns than the candidate path's slots (6,000), rows that keep at most
+// 1,024 ranks (greedy, top-k 1 to 1,024, with and without top-p) are sampled from their candidates
+// only: the host's rule over Forward's logits, with the candidate path off, on, and on followed by
+// the overflow fallback (every column sorted again).
+TEST(CudaBackend, ForwardSampledByCandidatesMatchesTheHostRule) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec spec;
+  spec.vocab = 6000;
+  spec.hidden = 128;
+  spec.intermediate = 256;
+  spec.heads = 2;
+  spec.kv_heads = 1;
+  spec.head_dim = 64;
+  spec.layers = 1;
+  auto model = SynthModel("sample_candidates", spec);
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  constexpr int32_t kSequences = 24;
+  std::vector<std::vector<int32_t>> prompts, blocks;
+  for (int32_t i = 0; i < kSequences; ++i) {
+    prompts.push_back(Prompt(1 + i % 9, vocab, 700 + static_cast<uint32_t>(i)));
+    blocks.push_back({i});
+  }
+  BatchPlan plan;
+  std::vector<RowSampling> rules;
+  for (int32_t i = 0; i < kSequences; ++i) {
+    plan.sequences.push_back({prompts[static_cast<size_t>(i)], 0, blocks[static_cast<size_t>(i)], 1});
+    SamplingParams p;
+    p.temperature = i % 6 == 0 ? 0.0f : 0.6f + 0.3f * static_cast<float>(i % 4);
+    p.top_k = std::vector<int32_t>{1, 7, 40, 1024, 300}[static_cast<size_t>(i) % 5];
+    p.top_p = i % 3 == 0 ? 0.9f : 1.0f;
+    p.seed = 23;
+    rules.push_back(RowSamplingFor(p, static_cast<uint64_t>(i), 0));
+  }
+  auto reference = Cuda(model);
+  ASSERT_TRUE(reference && reference->AllocateKvCache(kSequences).ok());
+  std::vector<float> logits;
+  ASSERT_TRUE(reference->Forward(plan, &logits).ok());
+  std::vector<int32_t> want;
+  for (size_t r = 0; r < rules.size(); ++r)
+    want.push_back(SampleTokenWithUniform(std::span<const float>(logits.data() + r * vocab, static_cast<size_t>(vocab)),
+                                          rules[r]));
+  std::set<int32_t> distinct(want.begin(), want.end());
+  EXPECT_GT(distinct.size(), 4u);  // the rows do not all fall on one token
+  for (int mode : {0, 1, 2}) {
+    SCOPED_TRACE("candidates mode " + std::to_string(mode));
+    SetCudaSampleCandidatesForTesting(mode);
+    auto b = Cuda(model);
+    ASSERT_TRUE(b && b->AllocateKvCache(kSequences).ok());
+    std::vector<int32_t> got;
+    Status s = b->ForwardSampled(plan, rules, &got);
+    SetCudaSampleCandidatesForTesting(1);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(got, want);
+  }
 }
 
 TEST(CudaBackend, ForwardGreedyMatchesArgmaxOfLogits) {
