@@ -15,15 +15,14 @@
 // their first k ranks, so step 1 can sort fewer keys (the candidate path): a histogram of each
 // row's keys by their top kHistBits bits; per row, the first bin b* where the count reaches k;
 // every key of the bins up to b* (they hold the first k ranks, whatever the ties) gathered in any
-// order and sorted, column bits included, by a segmented sort. Its first k keys are the full
-// sort's first k. Where a row has more than kSampleCandidateCap such keys, the call says so and
+// order and sorted, column bits included, one block per row (a bitonic sort in shared memory).
+// Its first k keys are the full sort's first k. Where a row has more than kSampleCandidateCap such keys, the call says so and
 // the caller sorts every column instead.
 #include "inference/cuda/sampling.h"
 
 #include <algorithm>
 
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_segmented_radix_sort.cuh>
 
 #include "inference/numerics/canonical.h"
 
@@ -93,6 +92,37 @@ __global__ void __launch_bounds__(kKeysThreads) SampleHistogramKernel(const floa
   uint32_t* h = hist + static_cast<int64_t>(row) * kHistBins;
   for (int b = threadIdx.x; b < kHistBins; b += kKeysThreads)
     if (counts[b] != 0) atomicAdd(h + b, counts[b]);
+}
+
+// One block per row: its candidates (seg_begin to seg_end, at most kSampleCandidateCap) sorted
+// ascending in shared memory by a bitonic sort over the next power of two, padded with the
+// largest key, then written back in order. The keys are distinct (the column is part of them), so
+// the order has one answer.
+__global__ void __launch_bounds__(kKeysThreads) SampleSortCandidatesKernel(const int32_t* seg_begin,
+                                                                            const int32_t* seg_end,
+                                                                            const uint64_t* candidates,
+                                                                            uint64_t* sorted) {
+  __shared__ uint64_t keys[kSampleCandidateCap];
+  const int row = blockIdx.x, tid = threadIdx.x;
+  const int begin = seg_begin[row], n = seg_end[row] - begin;
+  int m = 1;
+  while (m < n) m *= 2;
+  for (int i = tid; i < m; i += kKeysThreads) keys[i] = i < n ? candidates[begin + i] : ~uint64_t{0};
+  __syncthreads();
+  for (int size = 2; size <= m; size *= 2)
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+      for (int i = tid; i < m / 2; i += kKeysThreads) {
+        const int lo = 2 * i - (i & (stride - 1)), hi = lo + stride;  // the pair (lo, hi) of this stride
+        const bool ascending = (lo & size) == 0;
+        const uint64_t a = keys[lo], b = keys[hi];
+        if ((a > b) == ascending) {
+          keys[lo] = b;
+          keys[hi] = a;
+        }
+      }
+      __syncthreads();
+    }
+  for (int i = tid; i < n; i += kKeysThreads) sorted[begin + i] = keys[i];
 }
 
 // One block per row: the first bin b* at which the row's count reaches the ranks its rule reads,
@@ -276,22 +306,13 @@ size_t SortTempBytes(int32_t rows, int32_t cols) {
   return bytes;
 }
 
-// The candidate path's segmented sort: every row's kSampleCandidateCap slots, bits 0 to 50.
-size_t SegmentedSortTempBytes(int32_t rows) {
-  size_t bytes = 0;
-  cub::DeviceSegmentedRadixSort::SortKeys(nullptr, bytes, static_cast<const uint64_t*>(nullptr),
-                                          static_cast<uint64_t*>(nullptr), static_cast<int64_t>(rows) * kSampleCandidateCap,
-                                          rows, static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr), 0,
-                                          kColumnBits + kKeyBits);
-  return bytes;
-}
-
 constexpr int64_t Align256(int64_t x) { return (x + 255) / 256 * 256; }
 
-// Scratch, in order: a 256-byte header (the overflow flag), the keys twice (the candidate path's
+// Scratch, in order: the overflow flag and the candidate path's histogram (zeroed together), the
+// keys twice (the candidate path's
 // gathered and sorted keys use the same space: rows x cap <= rows x cols where it runs), the
-// weights, the lanes' running sums, the candidate path's histogram and per-row ints, the sorts'
-// temporary storage.
+// weights, the lanes' running sums, the candidate path's per-row ints, the sort's temporary
+// storage.
 struct SampleScratch {
   int32_t* overflow;
   uint64_t *keys_in, *keys_out;
@@ -331,16 +352,16 @@ static SampleScratch LayOutScratch(void* scratch, int32_t rows, int32_t cols) {
     return p;
   };
   s.overflow = reinterpret_cast<int32_t*>(take(4));
+  s.hist = reinterpret_cast<uint32_t*>(take(static_cast<int64_t>(rows) * kHistBins * 4));
   s.keys_in = reinterpret_cast<uint64_t*>(take(n * 8));
   s.keys_out = reinterpret_cast<uint64_t*>(take(n * 8));
   s.weights = reinterpret_cast<float*>(take(padded * 4));
   s.lane_sums = reinterpret_cast<float*>(take(padded * 4));
-  s.hist = reinterpret_cast<uint32_t*>(take(static_cast<int64_t>(rows) * kHistBins * 4));
   s.bin_limit = reinterpret_cast<int32_t*>(take(rows * 4));
   s.seg_begin = reinterpret_cast<int32_t*>(take(rows * 4));
   s.seg_end = reinterpret_cast<int32_t*>(take(rows * 4));
   s.fill = reinterpret_cast<uint32_t*>(take(rows * 4));
-  s.temp_bytes = std::max(SortTempBytes(rows, cols), SegmentedSortTempBytes(rows));
+  s.temp_bytes = SortTempBytes(rows, cols);
   s.temp = take(static_cast<int64_t>(s.temp_bytes));
   s.total = at;
   return s;
@@ -364,9 +385,10 @@ cudaError_t SampleRows(const float* logits, int32_t rows, int32_t cols, const Ro
   const uint64_t* order = sc.keys_out;
   int64_t order_stride = cols;
   if (by_candidates) {
-    if (cudaError_t e = cudaMemsetAsync(sc.overflow, 0, 4, stream); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaMemsetAsync(sc.hist, 0, static_cast<size_t>(rows) * kHistBins * 4, stream); e != cudaSuccess)
-      return e;
+    // The flag and the histogram lie together: one memset.
+    const size_t zeroed = static_cast<size_t>(reinterpret_cast<char*>(sc.hist + static_cast<int64_t>(rows) * kHistBins) -
+                                              reinterpret_cast<char*>(sc.overflow));
+    if (cudaError_t e = cudaMemsetAsync(sc.overflow, 0, zeroed, stream); e != cudaSuccess) return e;
     const int per_block = kKeysThreads * kHistColumnsPerThread;
     SampleHistogramKernel<<<dim3((cols + per_block - 1) / per_block, rows), kKeysThreads, 0, stream>>>(logits, cols, rules,
                                                                                                         sc.hist);
@@ -374,11 +396,8 @@ cudaError_t SampleRows(const float* logits, int32_t rows, int32_t cols, const Ro
                                                              sc.fill, sc.overflow);
     SampleGatherKernel<<<grid, kKeysThreads, 0, stream>>>(logits, cols, rules, sc.bin_limit, sc.fill, sc.keys_in);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    if (cudaError_t e = cub::DeviceSegmentedRadixSort::SortKeys(
-            sc.temp, temp_bytes, sc.keys_in, sc.keys_out, static_cast<int64_t>(rows) * kSampleCandidateCap, rows,
-            sc.seg_begin, sc.seg_end, 0, kColumnBits + kKeyBits, stream);
-        e != cudaSuccess)
-      return e;
+    SampleSortCandidatesKernel<<<rows, kKeysThreads, 0, stream>>>(sc.seg_begin, sc.seg_end, sc.keys_in, sc.keys_out);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     order_stride = kSampleCandidateCap;
   } else {
     SampleKeysKernel<<<grid, kKeysThreads, 0, stream>>>(logits, cols, rules, sc.keys_in);
