@@ -117,18 +117,48 @@ class GreedySwitch final : public Backend {
   Status AllocateKvCache(int32_t n) override { return inner_->AllocateKvCache(n); }
   Status Forward(const BatchPlan& plan, std::vector<float>* logits) override { return inner_->Forward(plan, logits); }
   Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
-    return on_device ? inner_->ForwardGreedy(plan, tokens) : Backend::ForwardGreedy(plan, tokens);
+    const Clock::time_point t0 = Clock::now();
+    Status s = on_device ? inner_->ForwardGreedy(plan, tokens) : Backend::ForwardGreedy(plan, tokens);
+    Record(t0);
+    return s;
   }
   // Sampled steps likewise: the device sampler, or the engine's own (logits to the host).
   bool samples_on_device() const override { return on_device; }
   Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
                         std::vector<int32_t>* tokens) override {
-    return inner_->ForwardSampled(plan, rules, tokens);
+    const Clock::time_point t0 = Clock::now();
+    Status s = inner_->ForwardSampled(plan, rules, tokens);
+    Record(t0);
+    return s;
+  }
+  // Seconds spent inside ForwardGreedy / ForwardSampled calls that lie wholly in [a, b], and how
+  // many there were (the engine's time between them is the rest of the window).
+  std::pair<double, int> BackendSecondsWithin(Clock::time_point a, Clock::time_point b) {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    double sum = 0.0;
+    int n = 0;
+    for (const auto& [s, e] : calls_)
+      if (s >= a && e <= b) {
+        sum += Seconds(s, e);
+        ++n;
+      }
+    return {sum, n};
+  }
+  void ClearCalls() {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    calls_.clear();
   }
   std::atomic<bool> on_device{true};
 
  private:
+  void Record(Clock::time_point t0) {
+    const Clock::time_point t1 = Clock::now();
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    calls_.emplace_back(t0, t1);
+  }
   std::unique_ptr<CudaBackend> inner_;
+  std::mutex calls_mu_;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> calls_;
 };
 
 // B sequences with blocks [i * stride, (i + 1) * stride).
@@ -692,6 +722,7 @@ int main(int argc, char** argv) {
         const bool on_device = run == 0 || run == 2 || run == 4;
         const bool sampled = run >= 2;
         greedy_switch->on_device = on_device;  // the engine is idle between runs
+        greedy_switch->ClearCalls();
         SetCudaSampleCandidatesForTesting(run == 4 ? 0 : 1);
         std::mutex mu;
         int32_t at_warm = 0, at_end = 0;
@@ -734,6 +765,11 @@ int main(int argc, char** argv) {
         if (run == 2) sampled_on_device = all_tokens;
         const char* sampled_equal = run < 3 ? "null" : sampled_on_device == all_tokens ? "true" : "false";
         const double tps = batch * steps / Seconds(e0, e1);
+        // Where the window went: inside the backend's calls, or between them (the engine's own
+        // turn: planning, the callbacks, waking its thread).
+        const auto [backend_s, backend_calls] = greedy_switch->BackendSecondsWithin(e0, e1);
+        const double outside_us = backend_calls > 0 ? 1e6 * (Seconds(e0, e1) - backend_s) / backend_calls : 0.0;
+        const double inside_ms = backend_calls > 0 ? 1e3 * backend_s / backend_calls : 0.0;
         auto replay = b->TimeLastGraphForBenchmark(steps);  // the engine's last step (all requests), replayed
         const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;
         // The direct runs' needle: its prompt, then its generated tokens.
@@ -744,13 +780,14 @@ int main(int argc, char** argv) {
         std::printf("{\"what\":\"engine_decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,"
                     "\"on_device\":%s,\"sampled\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
                     "\"ratio_to_backend_direct\":%.3f,\"needle_tokens_equal_direct\":%s,\"numerics\":\"%s\","
-                    "\"graph_replay_ms_per_step\":%.3f,\"sampled_tokens_equal_on_device\":%s,\"sample_candidates\":%s}\n",
+                    "\"graph_replay_ms_per_step\":%.3f,\"sampled_tokens_equal_on_device\":%s,\"sample_candidates\":%s,"
+                    "\"backend_ms_per_call\":%.3f,\"engine_us_between_calls\":%.1f}\n",
                     shape.c_str(), batch, steps, on_device ? "true" : "false", sampled ? "true" : "false", tps,
                     1e3 * batch / tps,
                     direct == direct_tps.end() ? 0.0 : tps / direct->second,
                     sampled ? "null" : same_needle ? "true" : "false",
                     profile.c_str(), graph_ms, sampled_equal,
-                    !sampled || !on_device ? "null" : run == 4 ? "false" : "true");
+                    !sampled || !on_device ? "null" : run == 4 ? "false" : "true", inside_ms, outside_us);
         std::fflush(stdout);
       }
     }
