@@ -389,6 +389,7 @@ class CudaBackendImpl final : public CudaBackend {
       return Backend::ForwardSampled(plan, rules, tokens);
     sample_rules_ = rules;
     sampling_ = true;
+    sampled_by_candidates_ = false;  // set by SampleAndCopy, which a step without rows never reaches
     Status s = Step(plan, /*greedy=*/false);
     // A row with more candidates than the candidate path holds (ties, NaN): every column sorted,
     // from the logits still on the device.

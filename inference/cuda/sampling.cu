@@ -20,8 +20,6 @@
 // the caller sorts every column instead.
 #include "inference/cuda/sampling.h"
 
-#include <algorithm>
-
 #include <cub/device/device_radix_sort.cuh>
 
 #include "inference/numerics/canonical.h"
@@ -134,10 +132,13 @@ __global__ void __launch_bounds__(kKeysThreads) SampleThresholdKernel(const RowR
                                                                        int32_t* seg_begin, int32_t* seg_end,
                                                                        uint32_t* fill, int32_t* overflow) {
   constexpr int kPerThread = kHistBins / kKeysThreads;
+  __shared__ uint32_t h[kHistBins];
   __shared__ uint32_t partial[kKeysThreads];
   const int row = blockIdx.x, tid = threadIdx.x;
-  const uint32_t need = static_cast<uint32_t>(RanksRead(rules[row], cols));
-  const uint32_t* h = hist + static_cast<int64_t>(row) * kHistBins;
+  const int ranks = RanksRead(rules[row], cols);
+  const uint32_t need = static_cast<uint32_t>(ranks);
+  for (int b = tid; b < kHistBins; b += kKeysThreads) h[b] = hist[static_cast<int64_t>(row) * kHistBins + b];
+  __syncthreads();
   uint32_t mine = 0;
   for (int i = 0; i < kPerThread; ++i) mine += h[tid * kPerThread + i];
   partial[tid] = mine;
@@ -154,7 +155,9 @@ __global__ void __launch_bounds__(kKeysThreads) SampleThresholdKernel(const RowR
     seg_begin[row] = static_cast<int32_t>(base);
     seg_end[row] = static_cast<int32_t>(base + min(through, static_cast<uint32_t>(kSampleCandidateCap)));
     fill[row] = 0;
-    if (through > static_cast<uint32_t>(kSampleCandidateCap)) *overflow = 1;
+    // More candidates than slots, or a rule reading past the ranks the later kernels compute
+    // (the caller's SampleByCandidates excludes it): the caller sorts every column instead.
+    if (through > static_cast<uint32_t>(kSampleCandidateCap) || ranks > kSampleCandidateMaxTopK) *overflow = 1;
   }
 }
 

@@ -31,8 +31,9 @@ inline constexpr int32_t kSampleCandidateMaxTopK = 1024;
 inline constexpr int32_t kSampleCandidateCap = 4096;
 // Whether every one of `rows` rules (host memory) can take the candidate path over `cols` columns.
 bool SampleByCandidates(const RowRule* rules, int32_t rows, int32_t cols);
-// Bytes of device scratch SampleRows needs for `rows` x `cols` (the sort's keys twice, the
-// weights and the lanes' running sums, the sort's own temporary storage).
+// Bytes of device scratch SampleRows needs for `rows` x `cols` (the candidate path's overflow
+// flag and histogram, the sort's keys twice, the weights and the lanes' running sums, the
+// candidate path's per-row bounds, the sort's own temporary storage).
 int64_t SampleRowsScratchBytes(int32_t rows, int32_t cols);
 // out[r] (device) = the token rule r (device array) chooses from logits row r (device, rows x
 // cols, row-major). by_candidates (only where SampleByCandidates holds for the same rules): the
