@@ -117,6 +117,13 @@ class GreedySwitch final : public Backend {
   Status AllocateKvCache(int32_t n) override { return inner_->AllocateKvCache(n); }
   Status Forward(const BatchPlan& plan, std::vector<float>* logits) override { return inner_->Forward(plan, logits); }
   Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
+    {
+      std::lock_guard<std::mutex> lock(calls_mu_);
+      last_plan_.clear();
+      for (const SequenceStep& st : plan.sequences)
+        last_plan_.push_back({st.start_pos, static_cast<int32_t>(st.tokens.size()),
+                              std::vector<int32_t>(st.block_table.begin(), st.block_table.end())});
+    }
     const Clock::time_point t0 = Clock::now();
     Status s = on_device ? inner_->ForwardGreedy(plan, tokens) : Backend::ForwardGreedy(plan, tokens);
     Record(t0);
@@ -144,6 +151,15 @@ class GreedySwitch final : public Backend {
       }
     return {sum, n};
   }
+  // The last ForwardGreedy plan: each sequence's start position, token count and block table.
+  struct PlanRow {
+    int32_t start_pos, tokens;
+    std::vector<int32_t> blocks;
+  };
+  std::vector<PlanRow> LastPlan() {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    return last_plan_;
+  }
   void ClearCalls() {
     std::lock_guard<std::mutex> lock(calls_mu_);
     calls_.clear();
@@ -159,6 +175,7 @@ class GreedySwitch final : public Backend {
   std::unique_ptr<CudaBackend> inner_;
   std::mutex calls_mu_;
   std::vector<std::pair<Clock::time_point, Clock::time_point>> calls_;
+  std::vector<PlanRow> last_plan_;
 };
 
 // B sequences with blocks [i * stride, (i + 1) * stride).
@@ -789,6 +806,17 @@ int main(int argc, char** argv) {
                     profile.c_str(), graph_ms, sampled_equal,
                     !sampled || !on_device ? "null" : run == 4 ? "false" : "true", inside_ms, outside_us);
         std::fflush(stdout);
+        if (run == 0) {  // the engine's last greedy plan, for comparison with the direct runs'
+          std::string rows;
+          for (const GreedySwitch::PlanRow& pr : greedy_switch->LastPlan()) {
+            rows += rows.empty() ? "[" : ",[";
+            rows += std::to_string(pr.start_pos) + "," + std::to_string(pr.tokens);
+            for (int32_t blk : pr.blocks) rows += "," + std::to_string(blk);
+            rows += "]";
+          }
+          std::printf("{\"what\":\"engine_last_plan\",\"batch\":%d,\"rows\":[%s]}\n", batch, rows.c_str());
+          std::fflush(stdout);
+        }
       }
     }
     // The first engine batch driven directly again, on the same backend after the engine's runs
