@@ -303,13 +303,15 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   const uint4* tiles = static_cast<const uint4*>(a.w.fast_tiles);
   unsigned char* ring = fast_smem + warp * kStages * S::kSlotBytes;
 
-  // This lane's activation rows. A token past the batch repeats the batch's last one: its
-  // sums are never stored, and every lane copies unconditionally (no divergent branches).
+  // This lane's activation rows. A token past the batch takes one of the tile's tokens again
+  // (its sums are never stored, and every lane copies unconditionally: no divergent branches).
+  // Cycling through the tile's tokens rather than repeating its last one keeps the lanes of a
+  // copy on distinct rows (the repeated row left batches of 17-24 slower than 32).
   // Offsets in floats (32 bits: fewer registers than pointers; CanRunFastLinear checks the range).
   int32_t xoff[NTK];
 #pragma unroll
   for (int j = 0; j < NTK; ++j) {
-    const int m = m0 + min(8 * j + g, mcount - 1);
+    const int m = m0 + (8 * j + g) % mcount;
     xoff[j] = (a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride + 4 * t;
   }
   // Tiles past the matrix repeat the last one (their sums are never stored).
@@ -610,7 +612,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) FastStreamKernel(LinearA
   int64_t xoff[NTK];
 #pragma unroll
   for (int j = 0; j < NTK; ++j) {
-    const int m = m0 + min(8 * j + g, mcount - 1);  // past the batch: the last token again
+    const int m = m0 + (8 * j + g) % mcount;  // past the batch: one of the tile's tokens again
     xoff[j] = static_cast<int64_t>(a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride + 4 * t;
   }
   constexpr int kEarlyNormSteps = 8;
