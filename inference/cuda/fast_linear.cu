@@ -156,10 +156,8 @@ struct FastShape {
   // The warps' sums: [warp][row][token], rows padded by one float against bank conflicts; with
   // the norm, then the warps' sums of squares, [warp][token].
   static constexpr int kSumStride = kToks + 1;
-  // With the norm, then each token's scale, taken once per block (not once per row pair).
   static constexpr int kSquaresOffset = kBlockWarps * kRows * kSumStride * 4;
-  static constexpr int kScalesOffset = kSquaresOffset + (NORM ? kBlockWarps * kToks * 4 : 0);
-  static constexpr int kSumBytes = kScalesOffset + (NORM ? kToks * 4 : 0);
+  static constexpr int kSumBytes = kSquaresOffset + (NORM ? kBlockWarps * kToks * 4 : 0);
   // A sliced product's inbox, where the cluster's blocks push their sums of the row pairs this
   // block finishes ([slice][pair], float2, at most kPairs * kToks + splits - 1 pairs in all), then
   // with the norm their sums of squares ([slice][token]). Past the ring and the warps' sums: a
@@ -461,7 +459,6 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     }
     return q;
   };
-  float* token_scale = reinterpret_cast<float*>(fast_smem + S::kScalesOffset);
   auto norm_scale = [&](float squares_of_row) {
     return canonical_rms_scale(squares_of_row, a.w.cols, a.norm_eps);
   };
@@ -493,16 +490,6 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     TimelinePoint(2);  // the block's sums pushed
     cluster.sync();    // every push has landed
     TimelinePoint(3);  // the cluster's barrier passed
-    if constexpr (NORM) {
-      // Each token's scale once: the slices' squares in slice order (this block's own shared
-      // memory past its warps' sums, which no other block touches).
-      if (tid < S::kToks) {
-        float q = inbox_squares[tid];
-        for (int sl = 1; sl < splits; ++sl) q = q + inbox_squares[sl * S::kToks + tid];
-        token_scale[tid] = norm_scale(q);
-      }
-      __syncthreads();
-    }
     for (int idx = split + splits * tid; idx < kPairs * S::kToks; idx += splits * kThreads) {
       const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
       if (tok >= mcount || n >= rows) continue;
@@ -513,7 +500,9 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
         v1 = v1 + in[sl * per_owner].y;
       }
       if constexpr (NORM) {
-        const float r = token_scale[tok];
+        float q = inbox_squares[tok];
+        for (int sl = 1; sl < splits; ++sl) q = q + inbox_squares[sl * S::kToks + tok];
+        const float r = norm_scale(q);
         v0 = r * v0;
         v1 = r * v1;
       }
@@ -523,18 +512,12 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     return;
   }
   TimelinePoint(2);  // the warps' sums in shared memory
-  if constexpr (NORM) {
-    // Each token's scale once, where every row pair used to take its own (a divide, a square
-    // root and a divide in each pair's chain).
-    if (tid < S::kToks) token_scale[tid] = norm_scale(block_squares(tid));
-    __syncthreads();
-  }
   for (int idx = tid; idx < kPairs * S::kToks; idx += kThreads) {
     const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
     if (tok >= mcount || n >= rows) continue;
     float v0 = block_sum(row, tok), v1 = n + 1 < rows ? block_sum(row + 1, tok) : 0.0f;
     if constexpr (NORM) {
-      const float r = token_scale[tok];
+      const float r = norm_scale(block_squares(tok));
       v0 = r * v0;
       v1 = r * v1;
     }
