@@ -87,6 +87,11 @@ struct Engine::Impl {
 
   Impl(std::shared_ptr<const Model> m, Tokenizer t) : model(std::move(m)), tokenizer(std::move(t)) {}
 
+  // Validates a request and builds its sequence (no id yet); errors as Submit's.
+  StatusOr<std::shared_ptr<Sequence>> Prepare(GenerationRequest request);
+  // Gives the sequences their ids and queues them together, under one lock: the scheduler sees
+  // all of them or none.
+  void Enqueue(const std::vector<std::shared_ptr<Sequence>>& seqs, std::vector<RequestId>* ids);
   void SchedulerLoop();
   void Step();
   void Finish(const std::shared_ptr<Sequence>& s, FinishReason reason);
@@ -183,7 +188,7 @@ const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
 std::string Engine::device() const { return impl_->backend->device(); }
 std::string Engine::numerics_profile() const { return impl_->backend->numerics_profile(); }
 
-StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
+StatusOr<std::shared_ptr<Sequence>> Engine::Impl::Prepare(GenerationRequest request) {
   const int forms = !request.prompt_tokens.empty() + !request.messages.empty() + !request.prompt.empty();
   if (forms != 1) {
     return InvalidArgument("a generation request needs exactly one of prompt_tokens, messages or prompt (got " +
@@ -203,15 +208,15 @@ StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
   } else {
     const std::string text = request.messages.empty()
                                  ? request.prompt
-                                 : impl_->tokenizer.ApplyChatTemplate(request.messages, /*add_generation_prompt=*/true);
+                                 : tokenizer.ApplyChatTemplate(request.messages, /*add_generation_prompt=*/true);
     // A raw prompt starts with the family's BOS when it has one (Llama 3), as HF's encode does;
     // the chat template writes its own markers.
-    if (request.messages.empty() && impl_->tokenizer.bos_id().has_value()) seq->all.push_back(*impl_->tokenizer.bos_id());
-    const std::vector<int32_t> ids = impl_->tokenizer.Encode(text, /*parse_special=*/true);
+    if (request.messages.empty() && tokenizer.bos_id().has_value()) seq->all.push_back(*tokenizer.bos_id());
+    const std::vector<int32_t> ids = tokenizer.Encode(text, /*parse_special=*/true);
     seq->all.insert(seq->all.end(), ids.begin(), ids.end());
   }
   if (seq->all.empty()) return InvalidArgument("the prompt encodes to no tokens");
-  const int32_t vocab = impl_->model->config().vocab_size;
+  const int32_t vocab = model->config().vocab_size;
   for (int32_t id : seq->all) {
     if (id < 0 || id >= vocab) {
       return InvalidArgument("prompt token id " + std::to_string(id) + " is outside the vocabulary of " +
@@ -219,37 +224,62 @@ StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
     }
   }
   const int64_t len = static_cast<int64_t>(seq->all.size());
-  if (len >= impl_->max_context) {
+  if (len >= max_context) {
     return InvalidArgument("the prompt has " + std::to_string(len) + " tokens; the context holds " +
-                           std::to_string(impl_->max_context));
+                           std::to_string(max_context));
   }
-  const int64_t longest = std::min<int64_t>(len + sp.max_tokens, impl_->max_context);
-  if (BlocksFor(longest) > impl_->blocks->num_blocks()) {
+  const int64_t longest = std::min<int64_t>(len + sp.max_tokens, max_context);
+  if (BlocksFor(longest) > blocks->num_blocks()) {
     return ResourceExhausted("the request needs up to " + std::to_string(BlocksFor(longest)) +
-                             " KV blocks; the cache has " + std::to_string(impl_->blocks->num_blocks()) +
+                             " KV blocks; the cache has " + std::to_string(blocks->num_blocks()) +
                              " (raise kv_cache_bytes or lower max_tokens)");
   }
   seq->prompt_len = seq->all.size();
   seq->sampling = sp;
   seq->sampling_key = request.sampling_key;
   seq->on_token = std::move(request.on_token);
-  seq->decoder = std::make_unique<StreamDecoder>(impl_->tokenizer);
+  seq->decoder = std::make_unique<StreamDecoder>(tokenizer);
   seq->result.prompt_tokens = seq->all;
-  seq->result.provenance.model_digest = impl_->model->digest();
-  seq->result.provenance.device = impl_->backend->device();
-  seq->result.provenance.numerics_profile = impl_->backend->numerics_profile();
+  seq->result.provenance.model_digest = model->digest();
+  seq->result.provenance.device = backend->device();
+  seq->result.provenance.numerics_profile = backend->numerics_profile();
   seq->result.provenance.decoding = sp;
   seq->result.provenance.sampling_key = request.sampling_key;
-  RequestId id;
+  return seq;
+}
+
+void Engine::Impl::Enqueue(const std::vector<std::shared_ptr<Sequence>>& seqs, std::vector<RequestId>* ids) {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    id = impl_->next_id++;
-    seq->id = id;
-    impl_->active[id] = seq;
-    impl_->waiting.push_back(seq);
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& seq : seqs) {
+      seq->id = next_id++;
+      ids->push_back(seq->id);
+      active[seq->id] = seq;
+      waiting.push_back(seq);
+    }
   }
-  impl_->work_cv.notify_all();
-  return id;
+  work_cv.notify_all();
+}
+
+StatusOr<RequestId> Engine::Submit(GenerationRequest request) {
+  ROTE_ASSIGN_OR_RETURN(std::shared_ptr<Sequence> seq, impl_->Prepare(std::move(request)));
+  std::vector<RequestId> ids;
+  impl_->Enqueue({seq}, &ids);
+  return ids[0];
+}
+
+StatusOr<std::vector<RequestId>> Engine::SubmitAll(std::vector<GenerationRequest> requests) {
+  std::vector<std::shared_ptr<Sequence>> seqs;
+  seqs.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    StatusOr<std::shared_ptr<Sequence>> seq = impl_->Prepare(std::move(requests[i]));
+    if (!seq.ok()) return Status(seq.status().code(), "request " + std::to_string(i) + ": " + seq.status().message());
+    seqs.push_back(std::move(seq).value());
+  }
+  std::vector<RequestId> ids;
+  ids.reserve(seqs.size());
+  impl_->Enqueue(seqs, &ids);
+  return ids;
 }
 
 void Engine::Cancel(RequestId id) {

@@ -110,6 +110,11 @@ class Engine {
   // Queues a request. Errors: no or several prompt forms, empty prompt, token ids outside the
   // vocabulary, a prompt that does not fit the context or the whole KV cache.
   StatusOr<RequestId> Submit(GenerationRequest request);
+  // Queues several requests at once: the scheduler takes them up together (the first step holds
+  // as many of them as its limits allow), where separate Submit calls may each start a step of
+  // their own. All or nothing: if request i is invalid, none is queued and the error (Submit's)
+  // starts with "request i: ". Ids in the requests' order.
+  StatusOr<std::vector<RequestId>> SubmitAll(std::vector<GenerationRequest> requests);
   // Ends the request at the next step boundary (finish reason kCancelled). Unknown ids: no-op.
   void Cancel(RequestId id);
   // Blocks until the request finishes; each id can be waited for once.

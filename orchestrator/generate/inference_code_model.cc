@@ -100,6 +100,8 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
 
   std::vector<absl::StatusOr<Completion>> results(n, absl::InternalError("not submitted"));
   std::vector<std::optional<inference::RequestId>> ids(n);
+  std::vector<inference::GenerationRequest> built;
+  built.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     inference::GenerationRequest r;
     r.messages = ToChat(requests[i].messages);
@@ -117,11 +119,22 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
       }
       shared->cv.notify_all();
     };
-    inference::StatusOr<inference::RequestId> id = engine_->Submit(std::move(r));
-    if (id.ok()) {
-      ids[i] = *id;
-    } else {
-      results[i] = FromInference(id.status());
+    built.push_back(std::move(r));
+  }
+  // Together, so that the engine's first step holds every candidate; if one is refused, each
+  // alone, so that the others still run and the refused one gets its own error.
+  std::vector<inference::GenerationRequest> copies = built;
+  inference::StatusOr<std::vector<inference::RequestId>> together = engine_->SubmitAll(std::move(copies));
+  if (together.ok()) {
+    for (size_t i = 0; i < n; ++i) ids[i] = (*together)[i];
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      inference::StatusOr<inference::RequestId> id = engine_->Submit(std::move(built[i]));
+      if (id.ok()) {
+        ids[i] = *id;
+      } else {
+        results[i] = FromInference(id.status());
+      }
     }
   }
 

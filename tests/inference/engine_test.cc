@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <set>
 
@@ -420,6 +421,109 @@ TEST(EngineTest, SubmitRejectsBadRequests) {
   const GenerationResult r = RunToEnd(*engine, TokensRequest(std::vector<int32_t>(60, 1), 100));
   EXPECT_EQ(r.tokens.size(), 4u);
   EXPECT_EQ(r.finish_reason, FinishReason::kLength);
+}
+
+// Records how many sequences each of the backend's steps holds.
+class PlanSizeBackend final : public Backend {
+ public:
+  PlanSizeBackend(std::unique_ptr<Backend> inner, std::vector<size_t>* sizes, std::mutex* mu)
+      : inner_(std::move(inner)), sizes_(sizes), mu_(mu) {}
+  std::string device() const override { return inner_->device(); }
+  int64_t KvBytesPerBlock() const override { return inner_->KvBytesPerBlock(); }
+  Status AllocateKvCache(int32_t n) override { return inner_->AllocateKvCache(n); }
+  Status Forward(const BatchPlan& plan, std::vector<float>* logits) override {
+    Record(plan);
+    return inner_->Forward(plan, logits);
+  }
+  Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
+    Record(plan);
+    return inner_->ForwardGreedy(plan, tokens);
+  }
+
+ private:
+  void Record(const BatchPlan& plan) {
+    std::lock_guard<std::mutex> lock(*mu_);
+    sizes_->push_back(plan.sequences.size());
+  }
+  std::unique_ptr<Backend> inner_;
+  std::vector<size_t>* sizes_;
+  std::mutex* mu_;
+};
+
+// Requests submitted together start together: the first step holds every one of them (where
+// separate Submit calls race the scheduler), with the tokens each gets alone; an invalid request
+// queues none of its batch.
+TEST(EngineTest, SubmitAllStartsTheRequestsTogether) {
+  Loaded l = LoadTiny();
+  std::vector<size_t> sizes;
+  std::mutex mu;
+  EngineOptions o;
+  o.max_batch = 8;
+  o.max_context = 512;
+  o.prefill_chunk = 64;
+  o.max_step_tokens = 8 * 64;
+  CpuBackendOptions b;
+  b.max_positions = 512;
+  auto backend = CreateCpuBackend(l.model, b);
+  ASSERT_TRUE(backend.ok());
+  auto created = Engine::Create(l.model, l.tokenizer,
+                                std::make_unique<PlanSizeBackend>(std::move(backend).value(), &sizes, &mu), o);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Engine& engine = **created;
+
+  std::mt19937 rng(23);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(RandomTokens(rng, 5 + 7 * i));
+  std::vector<GenerationRequest> requests;
+  for (const auto& p : prompts) requests.push_back(TokensRequest(p, 5));
+  auto ids = engine.SubmitAll(std::move(requests));
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  ASSERT_EQ(ids->size(), prompts.size());
+  std::vector<std::vector<int32_t>> together;
+  for (RequestId id : *ids) {
+    auto r = engine.Wait(id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    together.push_back(r->tokens);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_FALSE(sizes.empty());
+    EXPECT_EQ(sizes.front(), prompts.size()) << "the first step did not hold every request submitted together";
+    for (size_t n : sizes) EXPECT_EQ(n, prompts.size());  // they also finish together
+  }
+  // Each request's tokens are its tokens alone.
+  auto alone_engine = MakeEngine(l, EngineOptions{});
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(RunToEnd(*alone_engine, TokensRequest(prompts[i], 5)).tokens, together[i]) << "request " << i;
+
+  // Request 2 is invalid: an error that names it, and requests 0 and 1 are not queued either
+  // (every later step holds only the one request submitted after).
+  std::vector<GenerationRequest> bad;
+  bad.push_back(TokensRequest(prompts[0], 5));
+  bad.push_back(TokensRequest(prompts[1], 5));
+  bad.push_back(TokensRequest({1, 100000}, 5));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    sizes.clear();
+  }
+  auto refused = engine.SubmitAll(std::move(bad));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message().rfind("request 2: ", 0), 0u) << refused.status().message();
+  std::vector<GenerationRequest> one;
+  one.push_back(TokensRequest(prompts[3], 4));
+  auto one_id = engine.SubmitAll(std::move(one));
+  ASSERT_TRUE(one_id.ok());
+  auto r = engine.Wait(one_id->at(0));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens.size(), 4u);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(sizes.size(), 4u);  // a prefill step and three decode steps
+  for (size_t n : sizes) EXPECT_EQ(n, 1u);
+  // An empty batch is no error and queues nothing.
+  auto none = engine.SubmitAll({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
 }
 
 // The fast profile is the tensor cores' (CUDA only): asking for it on the CPU is an error that
