@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "inference/cuda/cuda_backend.h"
+#include "rote_source_revision.h"  // generated at build time (cmake/source_revision.cmake)
 #include "inference/engine.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
@@ -307,10 +308,10 @@ int main(int argc, char** argv) {
     const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), h = c.intermediate_size;
     matrix_params = c.num_layers * (d * (qd + 2 * kvd) + qd * d + 3 * d * h) + static_cast<int64_t>(c.vocab_size) * d;
   }
-  std::printf("{\"what\":\"model\",\"shape\":\"%s\",\"device\":\"%s\",\"numerics\":\"%s\",\"weight_bytes_on_device\":%lld,"
-              "\"matrix_params\":%lld,\"synth_s\":%.1f,\"load_s\":%.1f,\"upload_s\":%.1f,"
+  std::printf("{\"what\":\"model\",\"source_revision\":\"%s\",\"shape\":\"%s\",\"device\":\"%s\",\"numerics\":\"%s\","
+              "\"weight_bytes_on_device\":%lld,\"matrix_params\":%lld,\"synth_s\":%.1f,\"load_s\":%.1f,\"upload_s\":%.1f,"
               "\"kv_blocks_fitting_free_memory\":%d}\n",
-              shape.c_str(), b->device().c_str(), b->numerics_profile().c_str(), static_cast<long long>(b->WeightBytes()),
+              ROTE_SOURCE_REVISION, shape.c_str(), b->device().c_str(), b->numerics_profile().c_str(), static_cast<long long>(b->WeightBytes()),
               static_cast<long long>(matrix_params), Seconds(t0, t1), Seconds(t1, t2), Seconds(t2, t3),
               b->KvBlocksForFreeMemory(0, int64_t{4} << 30));
   std::fflush(stdout);
