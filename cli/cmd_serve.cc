@@ -1,6 +1,9 @@
 // `rote serve`: runs the gRPC server until SIGINT or SIGTERM, then shuts down gracefully.
 #include <csignal>
+#include <cstdint>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
@@ -36,18 +39,47 @@ const char kUsage[] =
     "  --model DIR                 load this Hugging Face model directory and generate code for\n"
     "                              unbound generation points (runs with --allow-generation)\n"
     "  --device cpu|cuda           where the model runs (default cpu)\n"
+    "  --numerics exact|fast       exact (default): the same bits on the CPU and any CUDA GPU;\n"
+    "                              fast: CUDA tensor cores, batch-invariant on one GPU\n"
+    "                              architecture (docs/fast_profile.md)\n"
+    "  --kv-cache-mb N             KV cache memory: on CUDA a cap (default: all the free device\n"
+    "                              memory after the weights, less 1 GiB); on the CPU the size\n"
+    "                              (default 256)\n"
     "  --attempts N                attempts per generation point, 1..10 (default 3)\n"
     "  --max-tokens N              tokens per attempt (default 512)\n"
     "  --review-policy MODE        auto: generated code whose tests pass runs at once;\n"
     "                              approval (default): a reviewer other than the principal who\n"
     "                              asked for it must approve it first\n"
     "  --review-policy-for LIST    per blueprint: NAME=MODE[,NAME=MODE...]\n";
+// A flag's integer value in [lo, hi], or nullopt after printing what is wrong (a usage error,
+// where std::stoi would have thrown out of main).
+std::optional<int64_t> IntFlag(const ParsedFlags& flags, const std::string& name, int64_t fallback, int64_t lo,
+                               int64_t hi) {
+  const std::optional<std::string> text = flags.Get(name);
+  if (!text) return fallback;
+  int64_t v = 0;
+  try {
+    size_t used = 0;
+    v = std::stoll(*text, &used);
+    if (used != text->size()) throw std::invalid_argument(*text);
+  } catch (const std::exception&) {
+    std::cerr << "rote serve: --" << name << " needs an integer, got `" << *text << "`\n\n" << kUsage;
+    return std::nullopt;
+  }
+  if (v < lo || v > hi) {
+    std::cerr << "rote serve: --" << name << " must be between " << lo << " and " << hi << ", got " << v << "\n\n"
+              << kUsage;
+    return std::nullopt;
+  }
+  return v;
+}
+
 }  // namespace
 
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "max-message-bytes", "tls-cert",
-                 "tls-key", "drain-ms", "grace-ms", "log-level", "model", "device", "attempts", "max-tokens",
-                 "review-policy", "review-policy-for"},
+                 "tls-key", "drain-ms", "grace-ms", "log-level", "model", "device", "numerics", "kv-cache-mb",
+                 "attempts", "max-tokens", "review-policy", "review-policy-for"},
                 {"help"}};
   auto flags = ParseFlags(args, spec);
   if (!flags.ok()) {
@@ -69,21 +101,45 @@ int CmdServe(const Args& args) {
   opt.data_dir = flags->GetOr("data", opt.data_dir);
   opt.keys_file = flags->GetOr("keys", "");
   opt.metrics_listen = flags->GetOr("metrics-listen", opt.metrics_listen);
-  opt.max_message_bytes = std::stoi(flags->GetOr("max-message-bytes", std::to_string(opt.max_message_bytes)));
+  const std::optional<int64_t> max_message_bytes =
+      IntFlag(*flags, "max-message-bytes", opt.max_message_bytes, 1024, int64_t{1} << 30);
+  const std::optional<int64_t> drain_ms = IntFlag(*flags, "drain-ms", 0, 0, int64_t{24} * 3600 * 1000);
+  const std::optional<int64_t> grace_ms = IntFlag(*flags, "grace-ms", 10000, 0, int64_t{24} * 3600 * 1000);
+  const std::optional<int64_t> attempts = IntFlag(*flags, "attempts", opt.generation_attempts, 1, 10);
+  const std::optional<int64_t> max_tokens = IntFlag(*flags, "max-tokens", opt.generation_max_tokens, 1, 1 << 20);
+  const std::optional<int64_t> kv_cache_mb = IntFlag(*flags, "kv-cache-mb", 0, 1, int64_t{1} << 30);
+  if (!max_message_bytes || !drain_ms || !grace_ms || !attempts || !max_tokens || !kv_cache_mb) return kExitUsage;
+  opt.max_message_bytes = static_cast<int>(*max_message_bytes);
   opt.tls_cert_file = flags->GetOr("tls-cert", "");
   opt.tls_key_file = flags->GetOr("tls-key", "");
-  opt.drain = std::chrono::milliseconds(std::stoll(flags->GetOr("drain-ms", "0")));
-  opt.grace = std::chrono::milliseconds(std::stoll(flags->GetOr("grace-ms", "10000")));
+  opt.drain = std::chrono::milliseconds(*drain_ms);
+  opt.grace = std::chrono::milliseconds(*grace_ms);
   opt.model_dir = flags->GetOr("model", "");
   opt.device = flags->GetOr("device", opt.device);
-  opt.generation_attempts = std::stoi(flags->GetOr("attempts", std::to_string(opt.generation_attempts)));
-  opt.generation_max_tokens = std::stoi(flags->GetOr("max-tokens", std::to_string(opt.generation_max_tokens)));
+  opt.numerics = flags->GetOr("numerics", opt.numerics);
+  opt.kv_cache_mb = *kv_cache_mb;
+  opt.generation_attempts = static_cast<int>(*attempts);
+  opt.generation_max_tokens = static_cast<int>(*max_tokens);
+  if (opt.device != "cpu" && opt.device != "cuda") {
+    std::cerr << "rote serve: --device must be cpu or cuda, got `" << opt.device << "`\n\n" << kUsage;
+    return kExitUsage;
+  }
+  if (opt.numerics != "exact" && opt.numerics != "fast") {
+    std::cerr << "rote serve: --numerics must be exact or fast, got `" << opt.numerics << "`\n\n" << kUsage;
+    return kExitUsage;
+  }
+  if (opt.numerics == "fast" && opt.device != "cuda") {
+    std::cerr << "rote serve: --numerics fast needs --device cuda (tensor cores)\n\n" << kUsage;
+    return kExitUsage;
+  }
   opt.review_policy = flags->GetOr("review-policy", opt.review_policy);
   if (auto per_blueprint = flags->Get("review-policy-for")) {
     opt.review_policy_per_blueprint = absl::StrSplit(*per_blueprint, ',', absl::SkipEmpty());
   }
-  if (opt.model_dir.empty() && (flags->Has("device") || flags->Has("attempts") || flags->Has("max-tokens"))) {
-    std::cerr << "rote serve: --device, --attempts and --max-tokens need --model DIR\n\n" << kUsage;
+  if (opt.model_dir.empty() && (flags->Has("device") || flags->Has("numerics") || flags->Has("kv-cache-mb") ||
+                                 flags->Has("attempts") || flags->Has("max-tokens"))) {
+    std::cerr << "rote serve: --device, --numerics, --kv-cache-mb, --attempts and --max-tokens need --model DIR\n\n"
+              << kUsage;
     return kExitUsage;
   }
 

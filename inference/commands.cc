@@ -229,8 +229,12 @@ Status GenerateCommand(const std::vector<std::string>& args, std::ostream& out, 
     ROTE_ASSIGN_OR_RETURN(int64_t v, ParseInt(f.Get("threads"), "threads", kGenerateUsage));
     eo.threads = static_cast<int>(v);
   }
+  // KV memory: on CUDA every block free device memory holds unless capped; on the CPU 256 MiB
+  // unless set (EngineOptions::kv_cache_bytes).
+  if (eo.device == Device::kCuda) eo.kv_cache_bytes = 0;
   if (f.Has("kv-cache-mb")) {
     ROTE_ASSIGN_OR_RETURN(int64_t v, ParseInt(f.Get("kv-cache-mb"), "kv-cache-mb", kGenerateUsage));
+    if (v < 1 || v > (int64_t{1} << 30)) return Usage(kGenerateUsage, "--kv-cache-mb must be between 1 and 2^30");
     eo.kv_cache_bytes = v << 20;
   }
   eo.max_context = 4096;
@@ -289,7 +293,8 @@ Status GenerateCommand(const std::vector<std::string>& args, std::ostream& out, 
   err << "[" << FinishReasonName(res.finish_reason) << "; prompt " << res.prompt_tokens.size() << " tokens, generated "
       << res.tokens.size() << "; load " << secs(t_load, t_start) << " s, first token " << secs(t_start, t_first)
       << " s, decode " << (decode_s > 0 ? (streamed - 1) / decode_s : 0.0) << " tok/s; " << res.provenance.device
-      << ", profile " << res.provenance.numerics_profile << ", model sha256:" << res.provenance.model_digest << "]\n";
+      << ", profile " << res.provenance.numerics_profile << ", KV cache " << (engine->kv_cache_bytes() >> 20) << " MiB"
+      << ", model sha256:" << res.provenance.model_digest << "]\n";
   return OkStatus();
 }
 

@@ -129,11 +129,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir, con
     o.max_positions = context;
     o.profile = options.numerics_profile;
     ROTE_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CreateCudaBackend(model, o));
-    // kv_cache_bytes 0 on CUDA: as many KV blocks as free device memory holds, less 1 GiB
-    // kept for activations, logits and graphs (the CUDA backend hook; a positive value sets it).
-    if (options.kv_cache_bytes <= 0) {
-      kv_cache_bytes = int64_t{cuda->KvBlocksForFreeMemory(0, int64_t{1} << 30)} * cuda->KvBytesPerBlock();
-    }
+    // As many KV blocks as free device memory holds, less 1 GiB kept for activations, logits and
+    // graphs, and at most kv_cache_bytes when that is positive (a cap: a server sharing the
+    // device, or a test). Nothing fitting is an error here rather than a zero-block cache.
+    const int32_t fitting = cuda->KvBlocksForFreeMemory(std::max<int64_t>(options.kv_cache_bytes, 0), int64_t{1} << 30);
+    if (fitting < 1)
+      return ResourceExhausted("CUDA device: no free memory left for the KV cache after the weights (" +
+                               std::to_string(cuda->KvBytesPerBlock()) + " bytes a block, 1 GiB kept for activations)");
+    kv_cache_bytes = int64_t{fitting} * cuda->KvBytesPerBlock();
     backend = std::move(cuda);
   }
   EngineOptions opts = options;
@@ -187,6 +190,8 @@ const Model& Engine::model() const { return *impl_->model; }
 const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
 std::string Engine::device() const { return impl_->backend->device(); }
 std::string Engine::numerics_profile() const { return impl_->backend->numerics_profile(); }
+int32_t Engine::kv_blocks() const { return impl_->blocks->num_blocks(); }  // never resized after Create
+int64_t Engine::kv_cache_bytes() const { return int64_t{kv_blocks()} * impl_->backend->KvBytesPerBlock(); }
 
 StatusOr<std::shared_ptr<Sequence>> Engine::Impl::Prepare(GenerationRequest request) {
   const int forms = !request.prompt_tokens.empty() + !request.messages.empty() + !request.prompt.empty();

@@ -28,7 +28,11 @@ struct EngineOptions {
   // kFast runs on CUDA only (Load fails with INVALID_ARGUMENT on the CPU). Provenance records the
   // profile the backend ran (Backend::numerics_profile).
   NumericsProfile numerics_profile = NumericsProfile::kExact;
-  int64_t kv_cache_bytes = 256ll << 20;    // KV storage (fp32); blocks = bytes / KvBytesPerBlock
+  // KV storage (fp32); blocks = bytes / KvBytesPerBlock. On CUDA, Engine::Load sizes it from free
+  // device memory: 0 takes every block that fits after the weights, less 1 GiB kept for
+  // activations, logits and graphs; a positive value caps it (at most that many bytes, and at
+  // most what fits). On the CPU, and in Engine::Create, it is the size.
+  int64_t kv_cache_bytes = 256ll << 20;
   int32_t max_batch = 16;                  // sequences in one step
   int32_t prefill_chunk = 256;             // prompt tokens one sequence feeds per step
   int32_t max_step_tokens = 512;           // tokens in one step (decodes first, then prefill)
@@ -126,6 +130,9 @@ class Engine {
   const Tokenizer& tokenizer() const;
   std::string device() const;
   std::string numerics_profile() const;  // Backend::numerics_profile()
+  // The KV cache the engine holds: its blocks and their bytes (fixed at creation).
+  int32_t kv_blocks() const;
+  int64_t kv_cache_bytes() const;
 
   struct Impl;
 

@@ -166,6 +166,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     // cached in the store under the files' identity (names, sizes, mtimes) and reused while
     // the files are unchanged.
     inference::EngineOptions load_options;
+    if (opt.numerics == "fast") {
+      load_options.numerics_profile = inference::NumericsProfile::kFast;
+    } else if (opt.numerics != "exact") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown numerics profile '", opt.numerics, "': use exact or fast"));
+    }
+    if (opt.kv_cache_mb < 0 || opt.kv_cache_mb > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat("kv_cache_mb ", opt.kv_cache_mb, " is out of range (0 to 2^30)"));
+    }
+    if (opt.kv_cache_mb > 0) {
+      load_options.kv_cache_bytes = opt.kv_cache_mb << 20;
+    } else if (opt.device == "cuda") {
+      load_options.kv_cache_bytes = 0;  // every block free device memory holds (Engine::Load)
+    }
     std::string identity_key;
     if (auto identity = inference::Model::FileIdentity(opt.model_dir); identity.ok()) {
       identity_key = store::Sha256Digest(*identity);
@@ -173,7 +186,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
         load_options.known_model_digest = *cached;
       }
     }
-    spdlog::info("loading model from {} on {} ({})", opt.model_dir, opt.device,
+    spdlog::info("loading model from {} on {}, {} numerics ({})", opt.model_dir, opt.device, opt.numerics,
                  load_options.known_model_digest.empty()
                      ? "reading and hashing every tensor"
                      : "files unchanged since their digest was cached: not re-hashing");
@@ -192,9 +205,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
       }
     }
     const generate::ModelDescription m = state->model->Describe();
-    spdlog::info("model loaded in {:.1f}s: {}, {} layers, hidden {}, vocab {}, {} parameters, {} on {}, digest {}",
+    spdlog::info("model loaded in {:.1f}s: {}, {} layers, hidden {}, vocab {}, {} parameters, {} on {}, digest {}; "
+                 "KV cache {} MiB ({} blocks)",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(), m.family,
-                 m.num_layers, m.hidden_size, m.vocab_size, m.parameter_count, m.numerics_profile, m.device, m.digest);
+                 m.num_layers, m.hidden_size, m.vocab_size, m.parameter_count, m.numerics_profile, m.device, m.digest,
+                 state->model->engine().kv_cache_bytes() >> 20, state->model->engine().kv_blocks());
     state->pipeline = std::make_unique<generate::GenerationPipeline>(
         state->store.get(), state->model.get(), state->lua_runner.get(), state->review_policy, pipeline_options);
   }

@@ -40,6 +40,12 @@ struct ServerOptions {
   // by lockfiles or approved artifacts.
   std::string model_dir;
   std::string device = "cpu";
+  // The numerics profile: "exact" (CPU or CUDA, the same bits on both) or "fast" (CUDA's tensor
+  // cores: batch-invariant on one GPU architecture; docs/fast_profile.md).
+  std::string numerics = "exact";
+  // KV cache memory in MiB. 0: on CUDA every block free device memory holds after the weights
+  // (less 1 GiB), on the CPU 256 MiB; positive: on CUDA a cap, on the CPU the size.
+  int64_t kv_cache_mb = 0;
   // Attempts per generation point (1..10) and tokens per attempt.
   int generation_attempts = 3;
   int generation_max_tokens = 512;

@@ -64,7 +64,7 @@ struct Completion {
 // What the provenance of a generated artifact says about the model.
 struct ModelIdentity {
   std::string digest;                      // over config, tokenizer and weights
-  std::string numerics_profile = "exact";  // "exact" or "fast"
+  std::string numerics_profile = "exact";  // "exact", or the fast profile's versioned name ("fast5-sm90")
   std::string device;                      // "cpu", "cuda:0", ...
 };
 

@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<InferenceCodeModel>> InferenceCodeModel::Load(con
 ModelIdentity InferenceCodeModel::identity() const {
   ModelIdentity id;
   id.digest = absl::StrCat("sha256:", engine_->model().digest());
-  id.numerics_profile = "exact";
+  id.numerics_profile = engine_->numerics_profile();  // "exact", or the fast profile's versioned name
   id.device = engine_->device();
   return id;
 }

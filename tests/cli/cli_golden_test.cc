@@ -121,6 +121,35 @@ TEST(CliHelpTest, UnknownCommandIsAUsageError) {
   EXPECT_THAT(f.err, HasSubstr("unknown flag --no-such-flag"));
 }
 
+// Bad values of `rote serve`'s flags are usage errors (exit 2, the flag named), found before
+// anything starts: a number that does not parse used to throw out of main (abort, exit 134).
+TEST(CliHelpTest, ServeFlagValuesAreCheckedBeforeStarting) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"serve", "--grace-ms", "soon"}, "--grace-ms needs an integer, got `soon`"},
+      {{"serve", "--drain-ms", "5x"}, "--drain-ms needs an integer, got `5x`"},
+      {{"serve", "--max-message-bytes", "99999999999999999999"}, "--max-message-bytes needs an integer"},
+      {{"serve", "--max-message-bytes", "12"}, "--max-message-bytes must be between 1024 and"},
+      {{"serve", "--model", "/nonexistent", "--attempts", "11"}, "--attempts must be between 1 and 10, got 11"},
+      {{"serve", "--model", "/nonexistent", "--kv-cache-mb", "0"}, "--kv-cache-mb must be between 1 and"},
+      {{"serve", "--model", "/nonexistent", "--device", "tpu"}, "--device must be cpu or cuda, got `tpu`"},
+      {{"serve", "--model", "/nonexistent", "--numerics", "approximate"}, "--numerics must be exact or fast"},
+      {{"serve", "--model", "/nonexistent", "--numerics", "fast"}, "--numerics fast needs --device cuda"},
+      {{"serve", "--kv-cache-mb", "512"}, "need --model DIR"},
+      {{"serve", "--numerics", "exact"}, "need --model DIR"},
+  };
+  for (const Case& c : cases) {
+    Result r = RunRote(c.args);
+    SCOPED_TRACE(c.args.back());
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.says));
+    EXPECT_EQ(r.out, "");  // nothing started: no "listening" line
+  }
+}
+
 TEST(CliHelpTest, UnreachableServerSaysHowToStartOne) {
   Result r = RunRote({"health", "--server", "127.0.0.1:1"});
   EXPECT_EQ(r.exit_code, 3);

@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "inference/backend.h"
+#include "inference/engine.h"
 #include "orchestrator/generate/inference_code_model.h"
 #include "orchestrator/generate/pipeline.h"
 #include "store/store.h"
@@ -149,6 +151,56 @@ TEST_F(GenerateRealModelTest, BatchDoesNotChangeAttempts) {
   }
   // The other points really were different requests (their outputs are their own).
   EXPECT_NE(AttemptsOf(*together, "other_0")[0].prompt_digest, b[0].prompt_digest);
+}
+
+// The CPU backend under another profile's name, as the CUDA backend reports its fast profile
+// ("fast5-sm90"): what the model's identity, and so every artifact's provenance, must carry.
+class RenamedProfileBackend final : public inference::Backend {
+ public:
+  RenamedProfileBackend(std::unique_ptr<inference::Backend> inner, std::string profile)
+      : inner_(std::move(inner)), profile_(std::move(profile)) {}
+  std::string device() const override { return inner_->device(); }
+  std::string numerics_profile() const override { return profile_; }
+  int64_t KvBytesPerBlock() const override { return inner_->KvBytesPerBlock(); }
+  inference::Status AllocateKvCache(int32_t n) override { return inner_->AllocateKvCache(n); }
+  inference::Status Forward(const inference::BatchPlan& plan, std::vector<float>* logits) override {
+    return inner_->Forward(plan, logits);
+  }
+
+ private:
+  std::unique_ptr<inference::Backend> inner_;
+  std::string profile_;
+};
+
+// identity() used to say "exact" whatever the engine ran, so artifacts made under the fast
+// profile would have been recorded, and accepted for re-derivation, as exact ones.
+TEST(InferenceCodeModelTest, IdentityNamesTheProfileTheEngineRuns) {
+  auto model = inference::Model::Load(FixtureDir());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  auto tokenizer = inference::Tokenizer::Load(FixtureDir());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  auto cpu = inference::CreateCpuBackend(*model, inference::CpuBackendOptions{});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  inference::EngineOptions o;
+  o.kv_cache_bytes = 4 << 20;
+  auto engine = inference::Engine::Create(
+      *model, std::move(*tokenizer), std::make_unique<RenamedProfileBackend>(std::move(*cpu), "fast9-test"), o);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  EXPECT_EQ((*engine)->kv_cache_bytes(), int64_t{(*engine)->kv_blocks()} * inference::KvBytesPerBlock((*model)->config()));
+  EXPECT_LE((*engine)->kv_cache_bytes(), int64_t{4} << 20);
+  EXPECT_GT((*engine)->kv_blocks(), 0);
+  InferenceCodeModel renamed(std::move(*engine));
+  EXPECT_EQ(renamed.identity().numerics_profile, "fast9-test");
+  EXPECT_EQ(renamed.Describe().numerics_profile, "fast9-test");
+  // The loaded CPU model says exact.
+  inference::EngineOptions plain;
+  plain.threads = 1;
+  plain.kv_cache_bytes = 4 << 20;
+  auto loaded = InferenceCodeModel::Load(FixtureDir(), "cpu", plain);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)->identity().numerics_profile, "exact");
+  const int64_t per_block = inference::KvBytesPerBlock((*model)->config());
+  EXPECT_EQ((*loaded)->engine().kv_cache_bytes(), (int64_t{4} << 20) / per_block * per_block);  // the CPU: the size
 }
 
 }  // namespace

@@ -75,6 +75,55 @@ TEST(ModelDigestCacheTest, ReusedWhileFilesAreUnchangedAndRecomputedAfterARewrit
   fs::remove_all(root);
 }
 
+// The generation model's numerics and KV options: a profile the device cannot run, or a value out
+// of range, stops the start with INVALID_ARGUMENT (nothing listens); the model's description
+// names the profile it runs.
+TEST(ServerModelOptionsTest, NumericsAndKvCacheAreCheckedAndReported) {
+  const fs::path root = fs::temp_directory_path() / ("rote-model-options-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "off";
+  o.data_dir = (root / "data").string();
+  o.run_workers = 1;
+  o.model_dir = (fs::path(__FILE__).parent_path().parent_path() / "fixtures" / "qwen2").string();
+  {
+    ServerOptions fast_on_cpu = o;
+    fast_on_cpu.numerics = "fast";
+    auto server = Server::Start(fast_on_cpu);
+    ASSERT_FALSE(server.ok());
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+    EXPECT_NE(std::string(server.status().message()).find("CUDA only"), std::string::npos) << server.status();
+  }
+  {
+    ServerOptions unknown = o;
+    unknown.numerics = "approximate";
+    auto server = Server::Start(unknown);
+    ASSERT_FALSE(server.ok());
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+  }
+  {
+    ServerOptions negative = o;
+    negative.kv_cache_mb = -1;
+    auto server = Server::Start(negative);
+    ASSERT_FALSE(server.ok());
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+  }
+  ServerOptions small_kv = o;
+  small_kv.kv_cache_mb = 8;
+  auto server = Server::Start(small_kv);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials());
+  rote::v1::GenerationService::Stub stub(channel);
+  grpc::ClientContext ctx;
+  rote::v1::Model model;
+  ASSERT_TRUE(stub.GetModel(&ctx, rote::v1::GetModelRequest(), &model).ok());
+  EXPECT_EQ(model.numerics_profile(), "exact");
+  (*server)->Shutdown();
+  server->reset();
+  fs::remove_all(root);
+}
+
 TEST(ModelDigestCacheTest, FileIdentityCoversJsonAndSafetensorsOnly) {
   const fs::path dir = fs::temp_directory_path() / ("rote-model-identity-" + std::to_string(::getpid()));
   fs::remove_all(dir);
