@@ -11,6 +11,7 @@
 #include <set>
 
 #include "inference/engine.h"
+#include "tests/inference/test_backend.h"
 #include "tests/inference/test_models.h"
 
 namespace rote::inference {
@@ -33,7 +34,7 @@ Loaded LoadTiny(ModelFamily family = ModelFamily::kQwen2, const std::string& sha
 std::unique_ptr<Engine> MakeEngine(const Loaded& l, EngineOptions o, CpuBackendOptions b = {}) {
   b.max_positions = 512;
   if (o.max_context == 0) o.max_context = 512;
-  auto backend = CreateCpuBackend(l.model, b);
+  auto backend = testing::CreateTestBackend(l.model, b);
   EXPECT_TRUE(backend.ok());
   auto e = Engine::Create(l.model, l.tokenizer, std::move(backend).value(), o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -87,7 +88,7 @@ TEST(EngineTest, GreedyEqualsBackendArgmaxLoop) {
   // The reference: one sequence, the backend driven by hand.
   CpuBackendOptions bo;
   bo.max_positions = 512;
-  auto backend = CreateCpuBackend(l.model, bo).value();
+  auto backend = testing::CreateTestBackend(l.model, bo).value();
   ASSERT_TRUE(backend->AllocateKvCache(8).ok());
   std::vector<int32_t> all = prompt, blocks = {0, 1, 2, 3};
   std::vector<int32_t> expected;
@@ -111,7 +112,11 @@ TEST(EngineTest, GreedyEqualsBackendArgmaxLoop) {
   EXPECT_EQ(r.finish_reason, FinishReason::kLength);
   EXPECT_EQ(r.provenance.model_digest, l.model->digest());
   EXPECT_EQ(r.provenance.numerics_profile, "exact");
-  EXPECT_EQ(r.provenance.device, "cpu");
+  if (testing::CudaTestBackend()) {
+    EXPECT_EQ(r.provenance.device.rfind("cuda:", 0), 0u) << r.provenance.device;
+  } else {
+    EXPECT_EQ(r.provenance.device, "cpu");
+  }
   EXPECT_EQ(r.prompt_tokens, prompt);
 }
 
@@ -196,7 +201,7 @@ std::unique_ptr<Engine> MakeCountingEngine(const Loaded& l, EngineOptions o, std
   CpuBackendOptions b;
   b.max_positions = 512;
   o.max_context = 512;
-  auto backend = CreateCpuBackend(l.model, b);
+  auto backend = testing::CreateTestBackend(l.model, b);
   EXPECT_TRUE(backend.ok());
   auto e = Engine::Create(l.model, l.tokenizer,
                           std::make_unique<CountingBackend>(std::move(backend).value(), forward, greedy, drop_token),
@@ -464,7 +469,7 @@ TEST(EngineTest, SubmitAllStartsTheRequestsTogether) {
   o.max_step_tokens = 8 * 64;
   CpuBackendOptions b;
   b.max_positions = 512;
-  auto backend = CreateCpuBackend(l.model, b);
+  auto backend = testing::CreateTestBackend(l.model, b);
   ASSERT_TRUE(backend.ok());
   auto created = Engine::Create(l.model, l.tokenizer,
                                 std::make_unique<PlanSizeBackend>(std::move(backend).value(), &sizes, &mu), o);

@@ -18,6 +18,7 @@
 
 #include "inference/engine.h"
 #include "inference/model/safetensors.h"
+#include "tests/inference/test_backend.h"
 
 namespace rote::inference {
 namespace {
@@ -46,7 +47,7 @@ TEST_P(ReferenceTest, LogitsWithinBoundOfFp32Reference) {
   ASSERT_TRUE(logits_file.ok()) << logits_file.status().ToString();
   CpuBackendOptions o;
   o.max_positions = 256;
-  auto backend = CreateCpuBackend(*model, o).value();
+  auto backend = testing::CreateTestBackend(*model, o).value();
   ASSERT_TRUE(backend->AllocateKvCache(16).ok());
   const int vocab = (*model)->config().vocab_size;
   double worst = 0;
