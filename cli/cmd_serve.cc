@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
+#include "inference/engine.h"
 #include "orchestrator/server.h"
 #include "spdlog/spdlog.h"
 
@@ -38,7 +39,7 @@ const char kUsage[] =
     "Generation (docs/generation.md):\n"
     "  --model DIR                 load this Hugging Face model directory and generate code for\n"
     "                              unbound generation points (runs with --allow-generation)\n"
-    "  --device cpu|cuda           where the model runs (default cpu)\n"
+    "  --device cpu|cuda|cuda:N    where the model runs (default cpu; cuda is cuda:0)\n"
     "  --numerics exact|fast       exact (default): the same bits on the CPU and any CUDA GPU;\n"
     "                              fast: CUDA tensor cores, batch-invariant on one GPU\n"
     "                              architecture (docs/fast_profile.md)\n"
@@ -120,15 +121,18 @@ int CmdServe(const Args& args) {
   opt.kv_cache_mb = *kv_cache_mb;
   opt.generation_attempts = static_cast<int>(*attempts);
   opt.generation_max_tokens = static_cast<int>(*max_tokens);
-  if (opt.device != "cpu" && opt.device != "cuda") {
-    std::cerr << "rote serve: --device must be cpu or cuda, got `" << opt.device << "`\n\n" << kUsage;
+  inference::EngineOptions device_check;
+  if (!inference::ParseDeviceName(opt.device, &device_check).ok()) {
+    std::cerr << "rote serve: --device must be cpu, cuda or cuda:N (N a device ordinal), got `" << opt.device
+              << "`\n\n"
+              << kUsage;
     return kExitUsage;
   }
   if (opt.numerics != "exact" && opt.numerics != "fast") {
     std::cerr << "rote serve: --numerics must be exact or fast, got `" << opt.numerics << "`\n\n" << kUsage;
     return kExitUsage;
   }
-  if (opt.numerics == "fast" && opt.device != "cuda") {
+  if (opt.numerics == "fast" && device_check.device != inference::Device::kCuda) {
     std::cerr << "rote serve: --numerics fast needs --device cuda (tensor cores)\n\n" << kUsage;
     return kExitUsage;
   }

@@ -17,7 +17,7 @@ constexpr const char* kModelUsage =
 constexpr const char* kGenerateUsage =
     "usage: generate --model DIR (--prompt TEXT | --chat TEXT | --tokens 1,2,3) [--system TEXT] [--max-tokens N] "
     "[--temperature T] [--top-k K] [--top-p P] [--seed N] [--stop TEXT]... [--ignore-eos] [--threads N] "
-    "[--device cpu|cuda] [--numerics exact|fast] [--kv-cache-mb N] [--max-context N]";
+    "[--device cpu|cuda|cuda:N] [--numerics exact|fast] [--kv-cache-mb N] [--max-context N]";
 
 Status Usage(const char* usage, const std::string& problem) {
   return InvalidArgument(std::string(usage) + "\n" + problem);
@@ -212,12 +212,8 @@ Status GenerateCommand(const std::vector<std::string>& args, std::ostream& out, 
   const int forms = f.Has("prompt") + f.Has("chat") + f.Has("tokens");
   if (forms != 1) return Usage(kGenerateUsage, "give exactly one of --prompt, --chat, --tokens");
   EngineOptions eo;
-  const std::string device = f.Get("device", "cpu");
-  if (device == "cuda") {
-    eo.device = Device::kCuda;
-  } else if (device != "cpu") {
-    return Usage(kGenerateUsage, "--device must be cpu or cuda");
-  }
+  if (!ParseDeviceName(f.Get("device", "cpu"), &eo).ok())
+    return Usage(kGenerateUsage, "--device must be cpu, cuda or cuda:N (N a device ordinal)");
   const std::string numerics = f.Get("numerics", "exact");
   if (numerics == "fast") {
     if (eo.device != Device::kCuda) return Usage(kGenerateUsage, "--numerics fast needs --device cuda (tensor cores)");

@@ -18,6 +18,31 @@
 
 namespace rote::inference {
 
+Status ParseDeviceName(std::string_view name, EngineOptions* options) {
+  const auto bad = [&] {
+    return InvalidArgument("unknown device '" + std::string(name) + "': use cpu, cuda or cuda:N (N a device ordinal)");
+  };
+  if (name == "cpu") {
+    options->device = Device::kCpu;
+    options->cuda_device = 0;
+    return OkStatus();
+  }
+  if (name.substr(0, 4) != "cuda") return bad();
+  std::string_view rest = name.substr(4);
+  int ordinal = 0;
+  if (!rest.empty()) {
+    // ":N", N decimal digits without a sign, at most 4 of them (ordinals are small).
+    if (rest[0] != ':' || rest.size() < 2 || rest.size() > 5) return bad();
+    for (char ch : rest.substr(1)) {
+      if (ch < '0' || ch > '9') return bad();
+      ordinal = ordinal * 10 + (ch - '0');
+    }
+  }
+  options->device = Device::kCuda;
+  options->cuda_device = ordinal;
+  return OkStatus();
+}
+
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
     case FinishReason::kEndOfSequence: return "eos";

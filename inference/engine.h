@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "inference/backend.h"
@@ -48,6 +49,11 @@ struct EngineOptions {
   // skips re-hashing the weights.
   std::string known_model_digest;
 };
+
+// Where `name` says the model runs: "cpu", "cuda" (device 0) or "cuda:N" (device N, a decimal
+// ordinal). Sets options->device and options->cuda_device; anything else is INVALID_ARGUMENT,
+// naming the forms. (Whether device N exists is Engine::Load's question.)
+Status ParseDeviceName(std::string_view name, EngineOptions* options);
 
 enum class FinishReason {
   kEndOfSequence,  // the model produced one of its stop tokens

@@ -166,6 +166,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     // cached in the store under the files' identity (names, sizes, mtimes) and reused while
     // the files are unchanged.
     inference::EngineOptions load_options;
+    if (inference::Status s = inference::ParseDeviceName(opt.device, &load_options); !s.ok())
+      return absl::InvalidArgumentError(s.message());
     if (opt.numerics == "fast") {
       load_options.numerics_profile = inference::NumericsProfile::kFast;
     } else if (opt.numerics != "exact") {
@@ -176,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     }
     if (opt.kv_cache_mb > 0) {
       load_options.kv_cache_bytes = opt.kv_cache_mb << 20;
-    } else if (opt.device == "cuda") {
+    } else if (load_options.device == inference::Device::kCuda) {
       load_options.kv_cache_bytes = 0;  // every block free device memory holds (Engine::Load)
     }
     std::string identity_key;

@@ -36,7 +36,7 @@ struct ServerOptions {
   // Runs executing at once (more wait in a queue).
   int run_workers = 4;
   // Generation (docs/generation.md): a Hugging Face model directory loaded at start and the
-  // device it runs on ("cpu" or "cuda"). Empty: no model; generation points must then be bound
+  // device it runs on ("cpu", "cuda" or "cuda:N"). Empty: no model; generation points must then be bound
   // by lockfiles or approved artifacts.
   std::string model_dir;
   std::string device = "cpu";

@@ -163,6 +163,31 @@ bool g_kernel_timeline = false;
 const void* g_kernel_timeline_last = nullptr;
 bool Skip(CudaKernelKind k) { return (g_skip_kernels & static_cast<uint32_t>(k)) != 0; }
 
+// CUDA's current device belongs to the calling thread: the engine calls the backend from its
+// scheduler thread, an application from its own. Each entry point of the backend makes its
+// device current for the call and gives the thread its own device back afterwards, so a backend
+// on device N works from any thread and leaves the caller's choice alone.
+class DeviceScope {
+ public:
+  DeviceScope() = default;
+  explicit DeviceScope(int device) { Enter(device); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { Leave(); }
+  void Enter(int device) {
+    int current = 0;
+    if (cudaGetDevice(&current) == cudaSuccess && current != device && cudaSetDevice(device) == cudaSuccess)
+      previous_ = current;
+  }
+  void Leave() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+    previous_ = -1;
+  }
+
+ private:
+  int previous_ = -1;  // the thread's device before Enter, where Enter changed it
+};
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(std::shared_ptr<const Model> model, const CudaBackendOptions& options)
@@ -172,6 +197,9 @@ class CudaBackendImpl final : public CudaBackend {
         fast_(options.profile == NumericsProfile::kFast) {}
 
   ~CudaBackendImpl() override {
+    // The members' buffers are freed after this body, with the device still current:
+    // destruction_device_ is the first member, so it gives the thread its device back last.
+    destruction_device_.Enter(options_.device);
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
     if (timeline_set_ && stream_ != nullptr) {  // the kernels must not write into freed memory
       cuda::SetKernelTimeline(nullptr, stream_);
@@ -184,6 +212,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   Status Init() {
+    DeviceScope scope(options_.device);
     ROTE_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
     cudaDeviceProp prop{};
     ROTE_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device));
@@ -310,6 +339,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   int64_t WeightBytes() const override { return weight_bytes_; }
   StatusOr<double> TimeLastGraphForBenchmark(int32_t replays) override {
+    DeviceScope scope(options_.device);
     if (last_graph_ == nullptr) return FailedPrecondition("the last step ran without a CUDA graph");
     if (replays < 1) return InvalidArgument("replays must be at least 1");
     cudaEvent_t start = nullptr, end = nullptr;
@@ -338,6 +368,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   int32_t KvBlocksForFreeMemory(int64_t max_kv_bytes, int64_t reserve_bytes) const override {
+    DeviceScope scope(options_.device);  // free memory of this backend's device
     size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) return 0;
     int64_t usable = static_cast<int64_t>(free_bytes) + static_cast<int64_t>(kv_.bytes()) - reserve_bytes;
@@ -347,6 +378,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   Status AllocateKvCache(int32_t num_blocks) override {
+    DeviceScope scope(options_.device);
     if (num_blocks <= 0) return InvalidArgument("AllocateKvCache: num_blocks must be positive");
     DropGraphs();
     kv_.Reset();
@@ -361,6 +393,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   Status Forward(const BatchPlan& plan, std::vector<float>* logits) override {
+    DeviceScope scope(options_.device);
     Status s = Step(plan, /*greedy=*/false);
     if (!s.ok()) return s;
     const size_t n = static_cast<size_t>(num_logit_rows_) * config_.vocab_size;
@@ -370,6 +403,7 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
+    DeviceScope scope(options_.device);
     Status s = Step(plan, /*greedy=*/true);
     if (!s.ok()) return s;
     tokens->assign(static_cast<const int32_t*>(host_out_), static_cast<const int32_t*>(host_out_) + num_logit_rows_);
@@ -380,6 +414,7 @@ class CudaBackendImpl final : public CudaBackend {
   bool samples_on_device() const override { return true; }
   Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
                         std::vector<int32_t>* tokens) override {
+    DeviceScope scope(options_.device);
     // Where the device sampler cannot take the step (more rows than its keys hold, or no memory
     // left for its scratch once the KV cache took the rest), the host samples Forward's logits:
     // the same tokens, more slowly.
@@ -1060,6 +1095,7 @@ class CudaBackendImpl final : public CudaBackend {
     return OkStatus();
   }
 
+  DeviceScope destruction_device_;  // first: destroyed after every buffer (~CudaBackendImpl)
   std::shared_ptr<const Model> model_;
   CudaBackendOptions options_;
   ModelConfig config_;
@@ -1281,6 +1317,15 @@ int CudaDeviceCount() {
     return 0;
   }
   return n;
+}
+
+int CudaCurrentDeviceForTesting() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
 }
 
 StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const Model> model,

@@ -56,6 +56,10 @@ StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const M
 // Number of CUDA devices, 0 when none or when the driver is missing (never an error).
 int CudaDeviceCount();
 
+// Tests only: the calling thread's current CUDA device (-1 without CUDA). A backend makes its
+// own device current for each call and gives the thread its device back afterwards.
+int CudaCurrentDeviceForTesting();
+
 // Tests and benchmarks only: force the matrix kernels' register tile for batches of more than
 // one token (0: 8 rows x 8 tokens per warp, 1: 4 x 8, 2: 4 x 16; -1, the default: chosen by
 // size). Every choice gives the same bits; only speed differs. No-op without CUDA.

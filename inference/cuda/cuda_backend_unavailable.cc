@@ -9,6 +9,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const M
 }
 
 int CudaDeviceCount() { return 0; }
+int CudaCurrentDeviceForTesting() { return -1; }
 
 void SetCudaLargeBatchTileForTesting(int) {}
 void SetCudaAttentionVariantForTesting(int) {}

@@ -763,8 +763,11 @@ bool CanStream(const LinearArgs& a, int32_t splits) {
 template <int RT, int NTK, bool NORM, int STAGES>
 cudaError_t LaunchStreamCompiled(const LinearArgs& a, cudaStream_t stream) {
   using S = StreamShape<RT, NTK, STAGES>;
-  static const cudaError_t prepared = cudaFuncSetAttribute(
-      FastStreamKernel<RT, NTK, NORM, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStreamMaxSmem);
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
+    return cudaFuncSetAttribute(FastStreamKernel<RT, NTK, NORM, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kStreamMaxSmem);
+  });
   if (prepared != cudaSuccess) return prepared;
   const int steps = a.w.cols_padded / kStepCols;
   const int token_tiles = (a.tokens + S::kToks - 1) / S::kToks;
@@ -824,13 +827,14 @@ cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t
   using S = FastShape<RT, NTK, NORM, SLICED, SB>;
   const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, SB > 1 ? 1 : splits);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
-  static const cudaError_t prepared = [] {
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
     cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
     if (e == cudaSuccess && SLICED)  // clusters of up to 16 slices (more than the portable 8)
       e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     return e;
-  }();
+  });
   if (prepared != cudaSuccess) return prepared;
   g_fast_launches.fetch_add(1, std::memory_order_relaxed);
   if (SB > 1) g_merged_launches.fetch_add(1, std::memory_order_relaxed);

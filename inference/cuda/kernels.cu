@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <type_traits>
 
 #include "inference/numerics/canonical.h"
@@ -509,8 +510,9 @@ constexpr int kGemvMaxSmem = 160 * 1024;
 template <WeightType WT, int ROWS>
 cudaError_t LaunchGemv(const LinearArgs& a, cudaStream_t stream) {
   constexpr int D = kGemvDepth<WT, ROWS>;
-  static const cudaError_t prepared =
-      cudaFuncSetAttribute(GemvKernel<WT, ROWS, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem);
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get(
+      [] { return cudaFuncSetAttribute(GemvKernel<WT, ROWS, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kGemvMaxSmem); });
   if (prepared != cudaSuccess) return prepared;
   const int blocks = (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS);
   return LaunchChained(GemvKernel<WT, ROWS, D>, dim3(blocks), dim3(kThreads),
@@ -527,13 +529,13 @@ bool ProgrammaticLaunch() { return g_programmatic_launch; }
 void SetProgrammaticLaunch(bool on) { g_programmatic_launch = on; }
 
 int MultiprocessorCount() {
-  static const int count = [] {
+  static PerDevice<int> count_on;
+  return count_on.Get([] {
     int device = 0, n = 0;
     if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
       return 132;
     return n;
-  }();
-  return count;
+  });
 }
 
 namespace {
@@ -783,8 +785,11 @@ cudaError_t LaunchStreamGemv(const LinearArgs& a, cudaStream_t stream) {
   if (stages < 1) return cudaErrorInvalidValue;
   const int64_t smem = int64_t{kWarps} * stages * ROWS * a.w.cols_padded * kWeightBytes<WT> +
                        int64_t{a.w.cols_padded} * sizeof(float);
-  static const cudaError_t prepared = cudaFuncSetAttribute(
-      StreamGemvKernel<WT, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStreamRingBytes + 64 * 1024));
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
+    return cudaFuncSetAttribute(StreamGemvKernel<WT, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kStreamRingBytes + 64 * 1024));
+  });
   if (prepared != cudaSuccess) return prepared;
   if (smem > kStreamRingBytes + 64 * 1024) return cudaErrorInvalidValue;
   const int tiles = (a.w.rows + ROWS - 1) / ROWS;
@@ -802,8 +807,10 @@ int64_t TmaGemvSmem(const LinearArgs& a) {
 
 template <WeightType WT, int ROWS>
 cudaError_t LaunchTmaGemv(const LinearArgs& a, cudaStream_t stream) {
-  static const cudaError_t prepared =
-      cudaFuncSetAttribute(TmaGemvKernel<WT, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaGemvMaxSmem);
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
+    return cudaFuncSetAttribute(TmaGemvKernel<WT, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaGemvMaxSmem);
+  });
   if (prepared != cudaSuccess) return prepared;
   const int blocks = (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS);
   return LaunchChained(TmaGemvKernel<WT, ROWS>, dim3(blocks), dim3(kThreads),
@@ -980,8 +987,11 @@ cudaError_t LaunchMlpBlockTyped(const MlpBlockArgs& f, cudaStream_t stream) {
   const MlpBlockPlan p = PlanMlpBlock(f, g_mlp_block_max_warps);
   if (p.warps == 0) return cudaErrorInvalidValue;
   const int64_t smem = int64_t{p.warps} * p.slots * p.slot + p.xs;
-  static const cudaError_t prepared = cudaFuncSetAttribute(MlpBlockKernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                           static_cast<int>(kMlpRingBytes + 48 * 1024));
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
+    return cudaFuncSetAttribute(MlpBlockKernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kMlpRingBytes + 48 * 1024));
+  });
   if (prepared != cudaSuccess) return prepared;
   // One block per multiprocessor, and no more blocks than one per SM can hold: the grid barrier
   // needs every block resident at once. The kernel lets the next one launch only after all its
@@ -1332,8 +1342,11 @@ cudaError_t LaunchTiledLinear(const LinearArgs& a, cudaStream_t stream) {
   if (a.epilogue == LinearEpilogue::kSiluMul && !S::kCanSilu) return cudaErrorInvalidValue;
   if (a.norm_weight != nullptr || a.epilogue == LinearEpilogue::kRopeStore) return cudaErrorInvalidValue;
   if (!TiledSplitFits<WT, R, T, WRW, WTW, KS>(a)) return cudaErrorInvalidValue;
-  static const cudaError_t prepared = cudaFuncSetAttribute(
-      TiledLinearKernel<WT, R, T, WRW, WTW, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
+    return cudaFuncSetAttribute(TiledLinearKernel<WT, R, T, WRW, WTW, KS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                S::kSmemBytes);
+  });
   if (prepared != cudaSuccess) return prepared;
   const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, KS);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
@@ -2932,7 +2945,8 @@ struct DecodeStepPlan {
 };
 
 int StepKernelSmemLimit() {
-  static const int limit = [] {
+  static PerDevice<int> limit_on;
+  return limit_on.Get([] {
     int device = 0, optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
@@ -2941,8 +2955,7 @@ int StepKernelSmemLimit() {
     if (cudaFuncGetAttributes(&attr, DecodeStepKernel<WeightType::kBF16, AttnGroups(kMaxHeadDim)>) != cudaSuccess)
       return 0;
     return optin - static_cast<int>(attr.sharedSizeBytes);
-  }();
-  return limit;
+  });
 }
 
 DecodeStepPlan PlanDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) {
@@ -2970,13 +2983,14 @@ cudaError_t LaunchDecodeStepTyped(const DecodeStepArgs& f, const DecodeStepPlan&
   auto* kernel = hd <= kAttnWarps * 8       ? DecodeStepKernel<WT, 1>
                  : hd <= 2 * kAttnWarps * 8 ? DecodeStepKernel<WT, 2>
                                             : DecodeStepKernel<WT, AttnGroups(kMaxHeadDim)>;
-  static const cudaError_t prepared = [] {
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
     for (auto* k : {DecodeStepKernel<WT, 1>, DecodeStepKernel<WT, 2>, DecodeStepKernel<WT, AttnGroups(kMaxHeadDim)>}) {
       const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, StepKernelSmemLimit());
       if (e != cudaSuccess) return e;
     }
     return cudaSuccess;
-  }();
+  });
   if (prepared != cudaSuccess) return prepared;
   // One block per multiprocessor (its shared memory allows no second), all resident at once, as
   // the grid barrier needs; the kernel lets the next one launch only after every block started.
@@ -2996,13 +3010,14 @@ int64_t AttentionPartsSmem(int32_t max_context, int32_t block_size) {
 }
 
 bool CanRunAttentionPartsImpl(const StepTokens& step, const AttentionShape& shape, int32_t max_context, int32_t parts) {
-  static const int optin = [] {
+  static PerDevice<int> optin_on;
+  const int optin = optin_on.Get([] {
     int device = 0, v = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
       return 0;
     return v;
-  }();
+  });
   return step.tokens == 1 && shape.head_dim % 8 == 0 && shape.head_dim <= kMaxHeadDim && shape.block_size >= 1 &&
          AttentionPartsFor(parts, shape.num_heads, static_cast<int>(MultiprocessorCount())) > 0 &&
          AttentionPartsSmem(max_context, shape.block_size) + 2048 <= optin;
@@ -3029,12 +3044,21 @@ cudaError_t LaunchAttentionPartsImpl(const float* q, const StepTokens& step, con
                  : hd <= 2 * kAttnWarps * 8 ? AttentionPartsKernel<2>
                                             : AttentionPartsKernel<AttnGroups(kMaxHeadDim)>;
   const int64_t smem = AttentionPartsSmem(max_context, shape.block_size);
-  static int64_t prepared_smem[3] = {0, 0, 0};
+  // The largest shared memory each kernel was allowed so far, per device (attributes are the
+  // device's); backends on several threads may launch at once.
+  static std::mutex prepared_mu;
+  static int64_t prepared_smem[kMaxCachedDevices][3] = {};
   const int which = hd <= kAttnWarps * 8 ? 0 : hd <= 2 * kAttnWarps * 8 ? 1 : 2;
-  if (smem > prepared_smem[which]) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (e != cudaSuccess) return e;
-    prepared_smem[which] = smem;
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  {
+    std::lock_guard<std::mutex> lock(prepared_mu);
+    int64_t* prepared = device >= 0 && device < kMaxCachedDevices ? &prepared_smem[device][which] : nullptr;
+    if (prepared == nullptr || smem > *prepared) {
+      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      if (e != cudaSuccess) return e;
+      if (prepared != nullptr) *prepared = smem;
+    }
   }
   g_attention_parts_launches.fetch_add(1, std::memory_order_relaxed);
   // Cooperative: the parts of a head wait for each other, so every block must be resident.

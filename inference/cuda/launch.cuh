@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <mutex>
+
 namespace rote::inference::cuda {
 
 // Programmatic dependent launch: every kernel lets the next one start as soon as all its blocks
@@ -54,5 +56,26 @@ __device__ __forceinline__ unsigned long long EvictFirstPolicy() {
 
 // Multiprocessors of the current device (132 if it cannot be read).
 int MultiprocessorCount();
+
+// A value computed once per device: CUDA's function attributes (cudaFuncSetAttribute) and the
+// device's properties belong to the current device, so a process with backends on two devices
+// must set each kernel's attributes on both. Get(compute) runs compute the first time the
+// calling thread's current device asks, and returns that result on that device afterwards.
+constexpr int kMaxCachedDevices = 64;
+template <typename T>
+class PerDevice {
+ public:
+  template <typename F>
+  T Get(F&& compute) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxCachedDevices) return compute();
+    std::call_once(once_[device], [&] { values_[device] = compute(); });
+    return values_[device];
+  }
+
+ private:
+  std::once_flag once_[kMaxCachedDevices];
+  T values_[kMaxCachedDevices] = {};
+};
 
 }  // namespace rote::inference::cuda

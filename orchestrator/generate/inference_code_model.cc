@@ -21,13 +21,8 @@ absl::StatusOr<std::unique_ptr<InferenceCodeModel>> InferenceCodeModel::Load(con
                                                                              const std::string& device,
                                                                              const inference::EngineOptions& base) {
   inference::EngineOptions options = base;
-  if (device == "cpu") {
-    options.device = inference::Device::kCpu;
-  } else if (device == "cuda") {
-    options.device = inference::Device::kCuda;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown device '", device, "': use cpu or cuda"));
-  }
+  if (inference::Status s = inference::ParseDeviceName(device, &options); !s.ok())
+    return absl::InvalidArgumentError(s.message());
   inference::StatusOr<std::unique_ptr<inference::Engine>> engine = inference::Engine::Load(model_dir, options);
   if (!engine.ok()) return FromInference(engine.status());
   return std::make_unique<InferenceCodeModel>(std::move(*engine));

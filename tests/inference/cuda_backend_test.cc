@@ -866,6 +866,75 @@ TEST(CudaEngine, SameTokensAndLogitsAsCpuEngine) {
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_EQ(cpu[i].tokens, uncaptured[i].tokens) << "request " << i;
 }
 
+// `cuda:N` runs on device N. The engine calls the backend from its scheduler thread, so each
+// call makes the backend's device current there; the thread that loads and destroys the engine
+// keeps its own device. Every device present gives the tokens and logits of device 0 (the exact
+// profile's bits are the CPU's on any card; the fast profile's are the architecture's, and the
+// devices of one machine share it). The fast profile's kernels ask for more than 48 KB of shared
+// memory, an attribute each device needs set, after device 0 set it. A device that does not
+// exist is refused at Load.
+TEST(CudaEngine, RunsOnAnyDeviceAndLeavesTheCallersDeviceAlone) {
+  SKIP_WITHOUT_GPU();
+  const int count = CudaDeviceCount();
+  const std::string dir = std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/qwen2";
+  auto run = [&](int device, NumericsProfile profile) {
+    EngineOptions o;
+    EXPECT_TRUE(ParseDeviceName("cuda:" + std::to_string(device), &o).ok());
+    o.numerics_profile = profile;
+    o.threads = 2;
+    o.max_batch = 4;
+    o.max_context = 512;
+    o.kv_cache_bytes = int64_t{64} << 20;
+    o.capture_logits = true;
+    const int before = CudaCurrentDeviceForTesting();
+    auto engine = Engine::Load(dir, o);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    if (!engine.ok()) return std::vector<GenerationResult>{};
+    EXPECT_EQ(CudaCurrentDeviceForTesting(), before) << "Load changed the caller's device";
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < 3; ++i) {
+      GenerationRequest r;
+      r.prompt_tokens = Prompt(6 + 11 * i, (*engine)->model().config().vocab_size, 500 + i);
+      r.sampling.max_tokens = 12;
+      r.sampling.ignore_eos = true;
+      if (i == 2) {
+        r.sampling.temperature = 0.7f;
+        r.sampling.top_p = 0.9f;
+        r.sampling.seed = 5;
+      }
+      requests.push_back(std::move(r));
+    }
+    std::vector<GenerationResult> results = SubmitAndWait(**engine, std::move(requests));
+    for (const GenerationResult& r : results)
+      EXPECT_EQ(r.provenance.device.rfind("cuda:" + std::to_string(device) + " ", 0), 0u) << r.provenance.device;
+    engine->reset();  // the backend frees its buffers with its device current
+    EXPECT_EQ(CudaCurrentDeviceForTesting(), before) << "destruction changed the caller's device";
+    return results;
+  };
+  for (NumericsProfile profile : {NumericsProfile::kExact, NumericsProfile::kFast}) {
+    SCOPED_TRACE(profile == NumericsProfile::kFast ? "fast" : "exact");
+    const std::vector<GenerationResult> first = run(0, profile);
+    ASSERT_EQ(first.size(), 3u);
+    for (int device = 1; device < count; ++device) {
+      SCOPED_TRACE("cuda:" + std::to_string(device));
+      const std::vector<GenerationResult> other = run(device, profile);
+      ASSERT_EQ(other.size(), first.size());
+      for (size_t i = 0; i < first.size(); ++i) {
+        EXPECT_EQ(other[i].tokens, first[i].tokens) << "request " << i;
+        ASSERT_EQ(other[i].step_logits.size(), first[i].step_logits.size());
+        for (size_t t = 0; t < first[i].step_logits.size(); ++t)
+          ASSERT_TRUE(SameBits(other[i].step_logits[t], first[i].step_logits[t])) << "request " << i << " token " << t;
+      }
+    }
+  }
+  EngineOptions missing;
+  ASSERT_TRUE(ParseDeviceName("cuda:" + std::to_string(count), &missing).ok());
+  auto refused = Engine::Load(dir, missing);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("does not exist"), std::string::npos) << refused.status().message();
+}
+
 // The benchmarks' graph replay: refused before any step ran as a graph; afterwards each replay
 // repeats the last step on its inputs, so the next step's token is the one it gives without them.
 TEST(CudaBackend, GraphReplayRepeatsTheLastStep) {

@@ -81,6 +81,37 @@ bool SameLogits(const GenerationResult& a, const GenerationResult& b) {
   return true;
 }
 
+// Device names: cpu, cuda (device 0) and cuda:N; anything else is refused, naming the forms.
+TEST(EngineTest, DeviceNamesParse) {
+  struct Good {
+    std::string name;
+    Device device;
+    int ordinal;
+  };
+  for (const Good& g : std::vector<Good>{{"cpu", Device::kCpu, 0},
+                                         {"cuda", Device::kCuda, 0},
+                                         {"cuda:0", Device::kCuda, 0},
+                                         {"cuda:3", Device::kCuda, 3},
+                                         {"cuda:12", Device::kCuda, 12},
+                                         {"cuda:0007", Device::kCuda, 7}}) {
+    SCOPED_TRACE(g.name);
+    EngineOptions o;
+    o.cuda_device = 99;
+    ASSERT_TRUE(ParseDeviceName(g.name, &o).ok());
+    EXPECT_EQ(o.device, g.device);
+    EXPECT_EQ(o.cuda_device, g.ordinal);
+  }
+  for (const std::string bad : {"", "gpu", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:+1", "cuda1", "cuda:1:2",
+                                "cuda:12345", " cuda", "cpu:0"}) {
+    SCOPED_TRACE("'" + bad + "'");
+    EngineOptions o;
+    const Status s = ParseDeviceName(bad, &o);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("cpu, cuda or cuda:N"), std::string::npos) << s.message();
+    EXPECT_EQ(o.device, Device::kCpu);  // untouched
+  }
+}
+
 TEST(EngineTest, GreedyEqualsBackendArgmaxLoop) {
   Loaded l = LoadTiny();
   std::mt19937 rng(1);
