@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/fast_tiles.h"
@@ -155,15 +156,22 @@ struct FastShape {
   static constexpr int kRingBytes = kBlockWarps * kStages * kSlotBytes;
   // The warps' sums: [warp][row][token], rows padded by one float against bank conflicts; with
   // the norm, then the warps' sums of squares, [warp][token].
-  static constexpr int kSumStride = kToks + 1;
-  static constexpr int kSquaresOffset = kBlockWarps * kRows * kSumStride * 4;
-  static constexpr int kSumBytes = kSquaresOffset + (NORM ? kBlockWarps * kToks * 4 : 0);
+  // The warps' sums: [warp][token][row], so that the epilogue reads a row pair as one float2;
+  // rows padded by 4 floats so that a warp's stores of one accumulator (lanes g + 8 t) fall in 32
+  // distinct banks (the earlier [warp][row][token] layout conflicted 4 ways: ncu, gate|up).
+  static constexpr int kSumRowStride = kRows + 4;
+  static constexpr int kSquaresOffset = kBlockWarps * kToks * kSumRowStride * 4;
+  // With the norm, each token's scale follows the squares ([token]): computed once per token
+  // instead of once per row pair.
+  static constexpr int kScalesOffset = kSquaresOffset + (NORM ? kBlockWarps * kToks * 4 : 0);
+  static constexpr int kSumBytes = kScalesOffset + (NORM ? kToks * 4 : 0);
   // A sliced product's inbox, where the cluster's blocks push their sums of the row pairs this
   // block finishes ([slice][pair], float2, at most kPairs * kToks + splits - 1 pairs in all), then
   // with the norm their sums of squares ([slice][token]). Past the ring and the warps' sums: a
   // block may push into it while its owner is still in its loop.
   static constexpr int kInboxOffset = (kRingBytes > kSumBytes ? kRingBytes : kSumBytes + 15) / 16 * 16;
-  static constexpr int kInboxBytes = (2 * (kRows / 2 * kToks + kFastMaxSplits) + (NORM ? kFastMaxSplits * kToks : 0)) * 4;
+  static constexpr int kInboxBytes =
+      (2 * (kRows / 2 * kToks + kFastMaxSplits) + (NORM ? kFastMaxSplits * kToks + kToks : 0)) * 4;
   static constexpr int kSmemBytes = SLICED ? kInboxOffset + kInboxBytes : (kRingBytes > kSumBytes ? kRingBytes : kSumBytes);
   static_assert(kBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024, "two blocks (one of merged slices) must fit in a multiprocessor");
 };
@@ -182,14 +190,18 @@ struct FastEpilogue {
 
 // Rows n, n + 1 of q|k|v are in rotary pair order (kernels.h, RopePairRow): dims i and i + half
 // of a q or k head, or two consecutive v dims. Constants and step metadata only.
+// E is a.epilogue as a constant (WithFastEpilogue), so a pair's chain has no branch on it.
+template <LinearEpilogue E>
 __device__ __forceinline__ FastEpilogue PlanFastEpilogue(const LinearArgs& a, int m, int n) {
   FastEpilogue e;
   const int rows = a.w.rows;
-  if ((a.epilogue == LinearEpilogue::kAddBias || a.epilogue == LinearEpilogue::kRopeStore) && a.bias != nullptr) {
-    e.add0 = a.bias[n];
-    if (n + 1 < rows) e.add1 = a.bias[n + 1];
+  if constexpr (E == LinearEpilogue::kAddBias || E == LinearEpilogue::kRopeStore) {
+    if (a.bias != nullptr) {
+      e.add0 = a.bias[n];
+      if (n + 1 < rows) e.add1 = a.bias[n + 1];
+    }
   }
-  if (a.epilogue == LinearEpilogue::kRopeStore && n + 1 < rows) {
+  if (E == LinearEpilogue::kRopeStore && n + 1 < rows) {
     const RopeArgs& ra = a.rope;
     const int hd = ra.head_dim, half = hd / 2;
     const int q_rows = ra.num_heads * hd, qk_rows = q_rows + ra.num_kv_heads * hd, kv_dim = ra.num_kv_heads * hd;
@@ -214,18 +226,21 @@ __device__ __forceinline__ FastEpilogue PlanFastEpilogue(const LinearArgs& a, in
 }
 
 // The residual the pair adds (kAddResidual): written by an earlier kernel, so read after the wait.
+template <LinearEpilogue E>
 __device__ __forceinline__ void LoadFastResidual(const LinearArgs& a, int m, int n, FastEpilogue* e) {
-  if (a.epilogue != LinearEpilogue::kAddResidual) return;
-  const float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
-  e->add0 = out[a.out_lane_rows ? static_cast<int>(PermutedIndex(n)) : n];
-  if (n + 1 < a.w.rows) e->add1 = out[a.out_lane_rows ? static_cast<int>(PermutedIndex(n + 1)) : n + 1];
+  if constexpr (E == LinearEpilogue::kAddResidual) {
+    const float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
+    e->add0 = out[a.out_lane_rows ? static_cast<int>(PermutedIndex(n)) : n];
+    if (n + 1 < a.w.rows) e->add1 = out[a.out_lane_rows ? static_cast<int>(PermutedIndex(n + 1)) : n + 1];
+  }
 }
 
 // out[m][n] and out[m][n + 1] from the finished sums of rows n, n + 1 (n even) and the
 // epilogue's operands (PlanFastEpilogue, LoadFastResidual).
+template <LinearEpilogue E>
 __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, float v0, float v1, const FastEpilogue& e) {
   const int rows = a.w.rows;
-  if (a.epilogue == LinearEpilogue::kRopeStore) {
+  if constexpr (E == LinearEpilogue::kRopeStore) {
     // Bias, rotary (q and k rows), then q to its buffer and k, v into the cache: RopeStoreKernel's
     // arithmetic (no q/k norms), so the same bits.
     if (e.dst == nullptr) return;
@@ -237,31 +252,53 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
     if (e.rotate) canonical_rotate(x0, x1, e.cos, e.sin);
     e.dst[0] = x0;
     e.dst[e.gap] = x1;
-    return;
-  }
-  float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
-  if (a.epilogue == LinearEpilogue::kSiluMul) {
+  } else if constexpr (E == LinearEpilogue::kSiluMul) {
     // Rows 2n' (gate) and 2n' + 1 (up) of the interleaved matrix.
+    float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
     if (n + 1 < rows) {
       const int np = n / 2;
       out[a.out_lane_rows ? PermutedIndex(np) : np] = canonical_silu(v0) * v1;
     }
-    return;
-  }
+  } else {
+    float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const int col = n + k;
-    if (col >= rows) break;
-    const float v = k == 0 ? v0 : v1;
-    const float add = k == 0 ? e.add0 : e.add1;
-    const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(col)) : col;
-    if (a.epilogue == LinearEpilogue::kAddBias) {
-      out[o] = v + add;
-    } else if (a.epilogue == LinearEpilogue::kAddResidual) {
-      out[o] = add + v;
-    } else {
-      out[o] = v;
+    for (int k = 0; k < 2; ++k) {
+      const int col = n + k;
+      if (col >= rows) break;
+      const float v = k == 0 ? v0 : v1;
+      const float add = k == 0 ? e.add0 : e.add1;
+      const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(col)) : col;
+      if constexpr (E == LinearEpilogue::kAddBias) {
+        out[o] = v + add;
+      } else if constexpr (E == LinearEpilogue::kAddResidual) {
+        out[o] = add + v;
+      } else {
+        out[o] = v;
+      }
     }
+  }
+}
+
+// Calls f(std::integral_constant<LinearEpilogue, E>{}) with E = kind: the epilogue's code is
+// compiled once per kind, and the kind is branched on once per block instead of in every pair.
+template <typename F>
+__device__ __forceinline__ void WithFastEpilogue(LinearEpilogue kind, F&& f) {
+  switch (kind) {
+    case LinearEpilogue::kAddBias:
+      f(std::integral_constant<LinearEpilogue, LinearEpilogue::kAddBias>{});
+      break;
+    case LinearEpilogue::kAddResidual:
+      f(std::integral_constant<LinearEpilogue, LinearEpilogue::kAddResidual>{});
+      break;
+    case LinearEpilogue::kSiluMul:
+      f(std::integral_constant<LinearEpilogue, LinearEpilogue::kSiluMul>{});
+      break;
+    case LinearEpilogue::kRopeStore:
+      f(std::integral_constant<LinearEpilogue, LinearEpilogue::kRopeStore>{});
+      break;
+    default:
+      f(std::integral_constant<LinearEpilogue, LinearEpilogue::kStore>{});
+      break;
   }
 }
 
@@ -359,10 +396,14 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   const bool first_ok =
       kEarlyEpilogue && first_idx < kPairs * S::kToks && first_tok < mcount && first_n < rows;
   FastEpilogue first_epilogue;
-  if (first_ok) first_epilogue = PlanFastEpilogue(a, m0 + first_tok, first_n);
+  if (first_ok)
+    WithFastEpilogue(a.epilogue, [&](auto kind) {
+      first_epilogue = PlanFastEpilogue<decltype(kind)::value>(a, m0 + first_tok, first_n);
+    });
   WaitForPrevious();
   timeline.Waited();
-  if (first_ok) LoadFastResidual(a, m0 + first_tok, first_n, &first_epilogue);
+  if (first_ok && a.epilogue == LinearEpilogue::kAddResidual)
+    LoadFastResidual<LinearEpilogue::kAddResidual>(a, m0 + first_tok, first_n, &first_epilogue);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < nsteps) issue_acts(i);
@@ -417,7 +458,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = 16 * r + g + 8 * (e / 2), tok = 8 * j + 2 * t + (e % 2);
-        sums[(warp * S::kRows + row) * S::kSumStride + tok] = acc[r][j][e];
+        sums[(warp * S::kToks + tok) * S::kSumRowStride + row] = acc[r][j][e];
       }
   float* warp_squares = reinterpret_cast<float*>(fast_smem + S::kSquaresOffset);
   if constexpr (NORM) {
@@ -430,21 +471,32 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   __syncthreads();
 
   // Each thread finishes row pairs (n, n + 1) of tokens: the warps' sums in warp order.
-  auto epilogue_of = [&](int idx, int m, int n) {
+  auto epilogue_of = [&](auto kind, int idx, int m, int n) {
     if (first_ok && idx == first_idx) return first_epilogue;  // planned before the loop
-    FastEpilogue e = PlanFastEpilogue(a, m, n);
-    LoadFastResidual(a, m, n, &e);
+    FastEpilogue e = PlanFastEpilogue<decltype(kind)::value>(a, m, n);
+    LoadFastResidual<decltype(kind)::value>(a, m, n, &e);
     return e;
   };
-  // Merged slices: each slice's warps in warp order, then the slices in slice order.
-  auto block_sum = [&](int row, int tok) {
-    float v = 0.0f;
+  // Rows (row, row + 1) of a token (row even): each slice's warps in warp order, then (merged
+  // slices) the slices in slice order, the two rows side by side.
+  auto pair_sum = [&](int row, int tok) {
+    float2 v = make_float2(0.0f, 0.0f);
 #pragma unroll
     for (int sl = 0; sl < SB; ++sl) {
-      float u = sums[(kWarps * sl * S::kRows + row) * S::kSumStride + tok];
+      float2 u = *reinterpret_cast<const float2*>(sums + (kWarps * sl * S::kToks + tok) * S::kSumRowStride + row);
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) u = u + sums[((kWarps * sl + w) * S::kRows + row) * S::kSumStride + tok];
-      v = sl == 0 ? u : v + u;
+      for (int w = 1; w < kWarps; ++w) {
+        const float2 x =
+            *reinterpret_cast<const float2*>(sums + ((kWarps * sl + w) * S::kToks + tok) * S::kSumRowStride + row);
+        u.x = u.x + x.x;
+        u.y = u.y + x.y;
+      }
+      if (sl == 0) {
+        v = u;
+      } else {
+        v.x = v.x + u.x;
+        v.y = v.y + u.y;
+      }
     }
     return v;
   };
@@ -480,7 +532,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
       const int row = 2 * (idx % kPairs), tok = idx / kPairs;
       float2* dst = reinterpret_cast<float2*>(cluster.map_shared_rank(inbox, idx % splits)) +
                     (split * per_owner + idx / splits);
-      *dst = make_float2(block_sum(row, tok), block_sum(row + 1, tok));
+      *dst = pair_sum(row, tok);
     }
     if constexpr (NORM)
       for (int k = tid; k < splits * S::kToks; k += kThreads) {
@@ -490,39 +542,73 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     TimelinePoint(2);  // the block's sums pushed
     cluster.sync();    // every push has landed
     TimelinePoint(3);  // the cluster's barrier passed
-    for (int idx = split + splits * tid; idx < kPairs * S::kToks; idx += splits * kThreads) {
-      const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
-      if (tok >= mcount || n >= rows) continue;
-      const float2* in = reinterpret_cast<const float2*>(inbox) + idx / splits;
-      float v0 = in[0].x, v1 = in[0].y;
-      for (int sl = 1; sl < splits; ++sl) {
-        v0 = v0 + in[sl * per_owner].x;
-        v1 = v1 + in[sl * per_owner].y;
+    // With the norm, each token's scale once (the slices' squares in slice order), not per pair.
+    float* token_scales = inbox_squares + kFastMaxSplits * S::kToks;
+    if constexpr (NORM) {
+      if (tid < S::kToks) {
+        float q = inbox_squares[tid];
+        for (int sl = 1; sl < splits; ++sl) q = q + inbox_squares[sl * S::kToks + tid];
+        token_scales[tid] = norm_scale(q);
       }
-      if constexpr (NORM) {
-        float q = inbox_squares[tok];
-        for (int sl = 1; sl < splits; ++sl) q = q + inbox_squares[sl * S::kToks + tok];
-        const float r = norm_scale(q);
-        v0 = r * v0;
-        v1 = r * v1;
-      }
-      StoreFast(a, m0 + tok, n, v0, v1, epilogue_of(idx, m0 + tok, n));
+      __syncthreads();
     }
+    WithFastEpilogue(a.epilogue, [&](auto kind) {
+      for (int idx = split + splits * tid; idx < kPairs * S::kToks; idx += splits * kThreads) {
+        const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
+        if (tok >= mcount || n >= rows) continue;
+        const float2* in = reinterpret_cast<const float2*>(inbox) + idx / splits;
+        float v0 = in[0].x, v1 = in[0].y;
+        for (int sl = 1; sl < splits; ++sl) {
+          v0 = v0 + in[sl * per_owner].x;
+          v1 = v1 + in[sl * per_owner].y;
+        }
+        if constexpr (NORM) {
+          const float r = token_scales[tok];
+          v0 = r * v0;
+          v1 = r * v1;
+        }
+        StoreFast<decltype(kind)::value>(a, m0 + tok, n, v0, v1, epilogue_of(kind, idx, m0 + tok, n));
+      }
+    });
     TimelinePoint(4);  // the block's outputs stored
     return;
   }
   TimelinePoint(2);  // the warps' sums in shared memory
-  for (int idx = tid; idx < kPairs * S::kToks; idx += kThreads) {
-    const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
-    if (tok >= mcount || n >= rows) continue;
-    float v0 = block_sum(row, tok), v1 = n + 1 < rows ? block_sum(row + 1, tok) : 0.0f;
-    if constexpr (NORM) {
-      const float r = norm_scale(block_squares(tok));
-      v0 = r * v0;
-      v1 = r * v1;
-    }
-    StoreFast(a, m0 + tok, n, v0, v1, epilogue_of(idx, m0 + tok, n));
+  // With the norm, each token's scale once, not per row pair (a block of 80 rows finishes 40
+  // pairs of every token; the scale's divides and square root were most of a pair's chain).
+  float* token_scales = reinterpret_cast<float*>(fast_smem + S::kScalesOffset);
+  if constexpr (NORM) {
+    if (tid < S::kToks) token_scales[tid] = norm_scale(block_squares(tid));
+    __syncthreads();
   }
+  TimelinePoint(3);  // the tokens' norm scales in shared memory
+  // A thread's pairs (up to kIters) as independent chains: every pair's sums first, then every
+  // pair's epilogue, with the epilogue's kind a constant (a pair's chain was one long sequence of
+  // dependent instructions and branches: ncu, gate|up's 2.5 pairs a thread).
+  constexpr int kItems = kPairs * S::kToks;
+  constexpr int kIters = (kItems + kThreads - 1) / kThreads;
+  WithFastEpilogue(a.epilogue, [&](auto kind) {
+    float2 v[kIters];
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int idx = tid + it * kThreads;
+      v[it] = idx < kItems ? pair_sum(2 * (idx % kPairs), idx / kPairs) : make_float2(0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int idx = tid + it * kThreads;
+      const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
+      if (idx >= kItems || tok >= mcount || n >= rows) continue;
+      float v0 = v[it].x, v1 = n + 1 < rows ? v[it].y : 0.0f;
+      if constexpr (NORM) {
+        const float r = token_scales[tok];
+        v0 = r * v0;
+        v1 = r * v1;
+      }
+      StoreFast<decltype(kind)::value>(a, m0 + tok, n, v0, v1, epilogue_of(kind, idx, m0 + tok, n));
+    }
+  });
+  TimelinePoint(4);  // thread 0's outputs stored
 }
 
 // Weights streamed past resident activations (eighteenth session). A matrix of very many rows
