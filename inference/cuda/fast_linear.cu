@@ -176,6 +176,7 @@ struct FastShape {
   static_assert(kBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024, "two blocks (one of merged slices) must fit in a multiprocessor");
 };
 
+static_assert(kGroupCols == kFastLaneGroupCols, "FastLaneIndex is PermutedIndex's order");
 // What the epilogue of rows (n, n + 1) of token m reads besides the sums. A thread loads it for
 // its first row pair at the start of the kernel (constants and step metadata before waiting for
 // the previous kernel, the residual right after), so no round trip to L2 stands between the
@@ -230,8 +231,8 @@ template <LinearEpilogue E>
 __device__ __forceinline__ void LoadFastResidual(const LinearArgs& a, int m, int n, FastEpilogue* e) {
   if constexpr (E == LinearEpilogue::kAddResidual) {
     const float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
-    e->add0 = out[a.out_lane_rows ? static_cast<int>(PermutedIndex(n)) : n];
-    if (n + 1 < a.w.rows) e->add1 = out[a.out_lane_rows ? static_cast<int>(PermutedIndex(n + 1)) : n + 1];
+    e->add0 = out[a.out_lane_rows ? FastLaneIndex(n) : n];
+    if (n + 1 < a.w.rows) e->add1 = out[a.out_lane_rows ? FastLaneIndex(n + 1) : n + 1];
   }
 }
 
@@ -257,7 +258,7 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
     float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
     if (n + 1 < rows) {
       const int np = n / 2;
-      out[a.out_lane_rows ? PermutedIndex(np) : np] = canonical_silu(v0) * v1;
+      out[a.out_lane_rows ? FastLaneIndex(np) : np] = canonical_silu(v0) * v1;
     }
   } else {
     float* out = a.out + static_cast<int64_t>(m) * a.out_stride;
@@ -267,7 +268,7 @@ __device__ __forceinline__ void StoreFast(const LinearArgs& a, int m, int n, flo
       if (col >= rows) break;
       const float v = k == 0 ? v0 : v1;
       const float add = k == 0 ? e.add0 : e.add1;
-      const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(col)) : col;
+      const int o = a.out_lane_rows ? FastLaneIndex(col) : col;
       if constexpr (E == LinearEpilogue::kAddBias) {
         out[o] = v + add;
       } else if constexpr (E == LinearEpilogue::kAddResidual) {
@@ -822,7 +823,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) FastStreamKernel(LinearA
           float v = total[r][j][e];
           if constexpr (NORM) v = scale[j][e % 2] * v;
           float* out = a.out + static_cast<int64_t>(m0 + tok) * a.out_stride +
-                       (a.out_lane_rows ? static_cast<int>(PermutedIndex(n)) : n);
+                       (a.out_lane_rows ? FastLaneIndex(n) : n);
           if (a.epilogue == LinearEpilogue::kAddBias) {
             *out = v + a.bias[n];
           } else if (a.epilogue == LinearEpilogue::kAddResidual) {

@@ -39,6 +39,13 @@ ROTE_HD inline int64_t FastTileIndex(int64_t row, int64_t k, int64_t cols_padded
   return ((tile_row * (cols_padded / kFastTileCols) + step) * 32 + lane) * 8 + reg * 2 + e % 2;
 }
 
+// kernels.h's PermutedIndex (the lane order of a device row: 128-column groups, column
+// 128 g + 32 i + t at 128 g + 4 t + i) for a column k >= 0, in 32-bit arithmetic: the int64
+// form's signed divides were about 20 of the ~110 instructions of a row pair's epilogue (ncu,
+// gate|up at batch 32).
+inline constexpr int kFastLaneGroupCols = 128;
+ROTE_HD inline int32_t FastLaneIndex(int32_t k) { return (k & ~127) + (k & 31) * 4 + ((k & 127) >> 5); }
+
 // x == hi + mid + lo exactly, each a bf16 (the top 16 bits of an fp32): hi is x truncated to
 // bf16; x - hi is exact (same sign, at most 16 significant bits left) and truncated gives mid;
 // the rest has at most 8 significant bits, so it is a bf16 as it stands (for |x| >= 2^-103;

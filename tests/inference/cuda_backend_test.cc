@@ -577,6 +577,20 @@ TEST(CudaAttentionParts, BlocksPerHeadFollowHeadsAndGrid) {
   EXPECT_EQ(AttentionPartsFor(0, 1, 3), 0);
 }
 
+// The 32-bit lane index the fast products' epilogues store through equals the lane order's
+// definition (kernels.h, PermutedIndex) for every column of any model, and beyond.
+TEST(CudaFastTiles, LaneIndexIsThePermutedOrder) {
+  auto permuted = [](int64_t k) { return k / 128 * 128 + (k % 128) % 32 * 4 + (k % 128) / 32; };
+  for (int32_t k = 0; k < (1 << 20); ++k) ASSERT_EQ(cuda::FastLaneIndex(k), permuted(k)) << k;
+  for (int32_t k : {(int32_t{1} << 30) + 77, std::numeric_limits<int32_t>::max()}) EXPECT_EQ(cuda::FastLaneIndex(k), permuted(k)) << k;
+  // A permutation within each group: the 128 columns of group 5 land on its 128 slots.
+  std::set<int32_t> slots;
+  for (int32_t k = 640; k < 768; ++k) slots.insert(cuda::FastLaneIndex(k));
+  EXPECT_EQ(slots.size(), 128u);
+  EXPECT_EQ(*slots.begin(), 640);
+  EXPECT_EQ(*slots.rbegin(), 767);
+}
+
 // The fast profile's tile layout (no device needed): reading every lane's registers of a tile
 // as mma.m16n8k16 defines them (a0..a3 of A; b0, b1 of B with thread t's columns 4t..4t + 3) and
 // multiplying the assembled 16 x 16 and 16 x 8 matrices gives exactly the plain product of
