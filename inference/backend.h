@@ -23,6 +23,7 @@ enum class NumericsProfile { kExact, kFast };
 
 // Tokens per KV-cache block.
 inline constexpr int32_t kKvBlockSize = 16;
+static_assert((kKvBlockSize & (kKvBlockSize - 1)) == 0, "the CUDA kernels index the cache with shifts");
 
 // One sequence's part of a step: a run of new tokens at consecutive positions (a prefill chunk,
 // or one decode token). Attention for token t (position start_pos + t) covers positions

@@ -245,8 +245,7 @@ __device__ __forceinline__ FastEpilogue PlanFastEpilogue(const LinearArgs& a, in
     const int hd = ra.head_dim, half = hd / 2;
     const int q_rows = ra.num_heads * hd, qk_rows = q_rows + ra.num_kv_heads * hd, kv_dim = ra.num_kv_heads * hd;
     const int pos = ra.pos[m];
-    const int block = ra.block_table[static_cast<int64_t>(m) * ra.max_blocks + pos / ra.block_size];
-    const int64_t slot_row = static_cast<int64_t>(block) * ra.block_size + pos % ra.block_size;
+    const int64_t slot_row = CacheRow(ra.block_table + static_cast<int64_t>(m) * ra.max_blocks, pos, ra.block_size);
     if (n < qk_rows) {
       const int head = n / hd, i = (n % hd) / 2;
       e.cos = ra.cos[static_cast<int64_t>(pos) * half + i];

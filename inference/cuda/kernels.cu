@@ -349,8 +349,7 @@ __device__ __forceinline__ RopeTarget PlanRopeStore(const LinearArgs& a, int row
   const int hd = ra.head_dim, half = hd / 2;
   const int q_rows = ra.num_heads * hd, qk_rows = q_rows + ra.num_kv_heads * hd, kv_dim = ra.num_kv_heads * hd;
   const int pos = ra.pos[0];
-  const int block = ra.block_table[pos / ra.block_size];
-  const int64_t slot_row = static_cast<int64_t>(block) * ra.block_size + pos % ra.block_size;
+  const int64_t slot_row = CacheRow(ra.block_table, pos, ra.block_size);
   if (a.bias != nullptr) {
     t.bias0 = a.bias[row];
     t.bias1 = a.bias[row + 1];
@@ -1545,8 +1544,7 @@ __global__ void __launch_bounds__(kThreads)
   // Before the wait: the position, KV slot and rotary constants are step metadata (copied in
   // before the step's first kernel) and constants; lane i's cos/sin of pairs i + 32k.
   const int pos = step.pos[m];
-  const int block = step.block_table[static_cast<int64_t>(m) * step.max_blocks + pos / shape.block_size];
-  const int64_t slot_row = static_cast<int64_t>(block) * shape.block_size + pos % shape.block_size;
+  const int64_t slot_row = CacheRow(step.block_table + static_cast<int64_t>(m) * step.max_blocks, pos, shape.block_size);
   const float* cos_row = rope_cos + static_cast<int64_t>(pos) * half;
   const float* sin_row = rope_sin + static_cast<int64_t>(pos) * half;
   constexpr int kPairRegs = kMaxHeadDim / 2 / 32;
@@ -1633,7 +1631,7 @@ __device__ __forceinline__ void LoadAttnFirstBatch(AttnFirstBatch<NG, U>& fb, co
   for (int u = 0; u < U; ++u) {
     const int j = warp * 4 + lane / 8 + kAttnWarps * 4 * u;
     const bool ok = j < end;
-    const float* kp = kv.k + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + g * hd + 4 * r;
+    const float* kp = kv.k + (ok ? CacheRow(bt_s, j, bs) : 0) * kv_dim + g * hd + 4 * r;
 #pragma unroll
     for (int k = 0; k < 2 * NG; ++k)
       fb.k[u][k] = ok && 32 * k + 4 * r < hd ? *reinterpret_cast<const float4*>(kp + 32 * k)
@@ -1644,7 +1642,7 @@ __device__ __forceinline__ void LoadAttnFirstBatch(AttnFirstBatch<NG, U>& fb, co
   for (int u = 0; u < U; ++u) {
     const int j = c + 32 * u;
     const bool ok = j < end;
-    const float* vrow = kv.v + g * hd + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + 8 * r;
+    const float* vrow = kv.v + g * hd + (ok ? CacheRow(bt_s, j, bs) : 0) * kv_dim + 8 * r;
 #pragma unroll
     for (int n = 0; n < NG; ++n) {
       const bool in = ok && 8 * r + 64 * n < hd;
@@ -1685,7 +1683,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
     for (int j = c; j < L; j += 32) {
       const float p = weights[j];
       const float* vrow = SM ? vs + j * hd + 8 * r
-                             : vbase + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + 8 * r;
+                             : vbase + (CacheRow(bt_s, j, bs)) * kv_dim + 8 * r;
       const bool fresh = !SM && j >= old_end;
 #pragma unroll
       for (int n = 0; n < NG; ++n) {
@@ -1727,7 +1725,7 @@ __device__ __forceinline__ void AttendValues(const float* vbase, int kv_dim, int
           continue;
         }
         const float* vrow = SM ? vs + (ok ? j : 0) * hd + 8 * r
-                               : vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + 8 * r;
+                               : vbase + (ok ? CacheRow(bt_s, j, bs) : 0) * kv_dim + 8 * r;
         const bool fresh = !SM && j >= old_end;
 #pragma unroll
         for (int n = 0; n < NG; ++n) {
@@ -1857,7 +1855,7 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
       const bool ok = j < L;
       const float* kp =
           SM ? ks + (ok ? j : 0) * hd + 4 * r
-             : kv.k + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + g * hd + 4 * r;
+             : kv.k + (ok ? CacheRow(bt_s, j, bs) : 0) * kv_dim + g * hd + 4 * r;
       const bool fresh = !SM && j >= old_end;
 #pragma unroll
       for (int k = 0; k < 2 * NG; ++k) {
@@ -1949,7 +1947,7 @@ template <bool kL1, bool kEvictLast = false>
 __device__ __forceinline__ void PrefetchKvRows(const LayerKv& kv, const int32_t* bt_s, int bs, int kv_dim, int hd,
                                                int g, int end, int tid, int threads) {
   for (int j = tid; j < end; j += threads) {
-    const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+    const int64_t row = (CacheRow(bt_s, j, bs)) * kv_dim + g * hd;
     const char* kp = reinterpret_cast<const char*>(kv.k + row);
     const char* vp = reinterpret_cast<const char*>(kv.v + row);
     for (int off = 0; off < hd * 4; off += 128) {
@@ -2010,7 +2008,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int chunks = hd / 4;  // 16-byte pieces of a row
     for (int i = threadIdx.x; i < max(old_end, 0) * chunks; i += kAttnThreads) {
       const int j = i / chunks, c4 = i % chunks;
-      const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + 4 * c4;
+      const int64_t row = (CacheRow(bt_s, j, bs)) * kv_dim + g * hd + 4 * c4;
       CpAsync16(ks + j * hd + 4 * c4, kv.k + row);
       CpAsync16(vs + j * hd + 4 * c4, kv.v + row);
     }
@@ -2021,7 +2019,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     PrefetchKvRows<false, true>(kv, bt_s, bs, kv_dim, hd, g, old_end, threadIdx.x, kAttnThreads);
   // (In a prefill, old_end is negative: every row is this step's.)
   for (int j = max(old_end, 0) + threadIdx.x; j < L; j += kAttnThreads) {
-    const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd;
+    const int64_t row = (CacheRow(bt_s, j, bs)) * kv_dim + g * hd;
     for (int off = 0; off < hd * 4; off += 128) {
       asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kv.k + row) + off));
       asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(kv.v + row) + off));
@@ -2035,7 +2033,7 @@ __global__ void __launch_bounds__(kAttnThreads)
     const int j0 = max(old_end, 0);
     for (int i = threadIdx.x; i < (L - j0) * hd; i += kAttnThreads) {
       const int j = j0 + i / hd, d = i % hd;
-      const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd + d;
+      const int64_t row = (CacheRow(bt_s, j, bs)) * kv_dim + g * hd + d;
       ks[j * hd + d] = __ldcg(kv.k + row);
       vs[j * hd + d] = __ldcg(kv.v + row);
     }
@@ -2108,7 +2106,7 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
     constexpr int kPieces = HD / 4;  // 16-byte pieces of a row
     for (int i = tid; i < (j1 - j0) * kPieces; i += kAttnThreads) {
       const int j = j0 + i / kPieces, c4 = i % kPieces;
-      const int64_t row = (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * HD + 4 * c4;
+      const int64_t row = (CacheRow(bt_s, j, bs)) * kv_dim + g * HD + 4 * c4;
       CpAsync16(dst + (j - c0) * stride + 4 * c4, src + row);
     }
   };
@@ -2451,7 +2449,7 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
       for (int u = 0; u < U; ++u) {
         const int j = jb + kStepWarps * 4 * u;
         const bool ok = j < j1;
-        const float* kp = kv.k + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim + g * hd + 4 * r;
+        const float* kp = kv.k + (ok ? CacheRow(bt_s, j, bs) : 0) * kv_dim + g * hd + 4 * r;
 #pragma unroll
         for (int k = 0; k < 2 * NG; ++k) {
           k4[u][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -2532,7 +2530,7 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
           const int j = jb + 32 * u;
           const bool ok = j < L;
           w[u] = ok ? weights[j] : 0.0f;
-          const float* vrow = vbase + (ok ? static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs : 0) * kv_dim;
+          const float* vrow = vbase + (ok ? CacheRow(bt_s, j, bs) : 0) * kv_dim;
 #pragma unroll
           for (int n = 0; n < KD; ++n)
             va[u][n] = ok && d0 + 128 * n < hd ? LoadKv2(vrow + 128 * n, j >= old_end) : make_float2(0.0f, 0.0f);
@@ -2876,14 +2874,14 @@ __global__ void __launch_bounds__(kStepThreads, 1)
       const int g = h / (shape.num_heads / shape.num_kv_heads);
       const int chunk = (L + parts - 1) / parts;
       for (int j = p * chunk + threadIdx.x; j < min(L - 1, (p + 1) * chunk); j += kStepWarps * 32) {
-        const char* kp = reinterpret_cast<const char*>(ly.kv.k + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd);
+        const char* kp = reinterpret_cast<const char*>(ly.kv.k + (CacheRow(bt_s, j, bs)) * kv_dim + g * hd);
         for (int off = 0; off < hd * 4; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + off));
       }
       const int classes = 32 / parts;  // the part's position classes p + parts k
       for (int i = threadIdx.x; i < (L - 1 + parts - 1) / parts; i += kStepWarps * 32) {
         const int j = 32 * (i / classes) + p + parts * (i % classes);
         if (j >= L - 1) continue;
-        const char* vp = reinterpret_cast<const char*>(ly.kv.v + (static_cast<int64_t>(bt_s[j / bs]) * bs + j % bs) * kv_dim + g * hd);
+        const char* vp = reinterpret_cast<const char*>(ly.kv.v + (CacheRow(bt_s, j, bs)) * kv_dim + g * hd);
         for (int off = 0; off < hd * 4; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
       }
     }

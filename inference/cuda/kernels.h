@@ -30,6 +30,19 @@ ROTE_HD inline int64_t PermutedIndex(int64_t k) {
   return g * kGroupCols + (w % 32) * 4 + w / 32;
 }
 
+// The KV cache row of position j of a sequence whose block table is bt: entry j / block_size,
+// slot j % block_size. Block sizes are powers of two (kKvBlockSize, backend.h), so a shift and a
+// mask instead of two integer divides (the attention kernels' staging did them for every 16-byte
+// piece of every row, before their wait).
+ROTE_HD inline int64_t CacheRow(const int32_t* bt, int j, int block_size) {
+#ifdef __CUDA_ARCH__
+  const int shift = __ffs(block_size) - 1;
+#else
+  const int shift = __builtin_ctz(static_cast<unsigned>(block_size));
+#endif
+  return (static_cast<int64_t>(bt[j >> shift]) << shift) + (j & (block_size - 1));
+}
+
 // A matrix (rows, cols) in device memory, rows permuted as above and zero-padded to
 // cols_padded (zeros are neutral in the canonical order: docs/numerics.md section 2).
 struct DeviceMatrix {
@@ -211,7 +224,7 @@ struct AttentionShape {
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  int32_t block_size = 0;
+  int32_t block_size = 0;  // a power of two (CacheRow)
 };
 
 // One decode step of one token as one persistent launch (DecodeStepKernel): for every layer the
