@@ -122,7 +122,7 @@ __device__ __forceinline__ void ClusterWait() { asm volatile("barrier.cluster.wa
 // cluster's blocks write their sums into the inbox with st.async, each store completing its share
 // of the barrier's transaction bytes, so the owner waits for exactly its data; no fence and no
 // cluster barrier stand between the pushes and the sums (cluster.sync() compiled to a GPU-scope
-// memory barrier and an L1 invalidate: ncu put 13% of down's stall samples there).
+// memory barrier and an L1 invalidate: ncu put 14% of down's stall samples there).
 __device__ __forceinline__ void InboxBarrierInit(uint64_t* bar, uint32_t bytes) {
   const uint32_t a = SharedAddr(bar);
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
@@ -190,11 +190,10 @@ struct FastShape {
   // (FastMergedShapeFits keeps merged slices to shapes whose ring has 3 slots.)
   static_assert(kStages >= 3, "a ring of fewer than 3 slots has nothing in flight while a step computes");
   static constexpr int kRingBytes = kBlockWarps * kStages * kSlotBytes;
-  // The warps' sums: [warp][row][token], rows padded by one float against bank conflicts; with
-  // the norm, then the warps' sums of squares, [warp][token].
   // The warps' sums: [warp][token][row], so that the epilogue reads a row pair as one float2;
   // rows padded by 4 floats so that a warp's stores of one accumulator (lanes g + 8 t) fall in 32
-  // distinct banks (the earlier [warp][row][token] layout conflicted 4 ways: ncu, gate|up).
+  // distinct banks (the earlier [warp][row][token] layout conflicted 4 ways: ncu, gate|up). With
+  // the norm, then the warps' sums of squares, [warp][token].
   static constexpr int kSumRowStride = kRows + 4;
   static constexpr int kSquaresOffset = kBlockWarps * kToks * kSumRowStride * 4;
   // With the norm, each token's scale follows the squares ([token]): computed once per token
@@ -215,6 +214,7 @@ struct FastShape {
 };
 
 static_assert(kGroupCols == kFastLaneGroupCols, "FastLaneIndex is PermutedIndex's order");
+
 // What the epilogue of rows (n, n + 1) of token m reads besides the sums. A thread loads it for
 // its first row pair at the start of the kernel (constants and step metadata before waiting for
 // the previous kernel, the residual right after), so no round trip to L2 stands between the
@@ -566,11 +566,13 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   if constexpr (SLICED) {
     // The K slices of a tile are one cluster (blockIdx.z is the rank), and block `split` finishes
     // the row pairs idx = split (mod splits). Each block pushes its sums of those pairs into their
-    // finishing block's inbox (distributed shared memory, slot `split`), so after one cluster
-    // barrier every block reads its inbox locally and adds the slices' sums in slice order. No
-    // block reads another's shared memory after the barrier, so none waits for the others to
-    // finish (the fourteenth session's version read the slices' sums remotely after a first
-    // barrier and kept its shared memory alive for them with a second one).
+    // finishing block's inbox (distributed shared memory, slot `split`) with st.async, completing
+    // the bytes the owner's inbox barrier expects; each block waits on its own barrier, reads its
+    // inbox locally and adds the slices' sums in slice order. No block reads another's shared
+    // memory, and none waits for another to finish its epilogue. (The fourteenth session's
+    // version read the slices' sums remotely after a first cluster barrier and kept its shared
+    // memory alive for them with a second one; the sixteenth to twenty-third sessions' had one
+    // cluster barrier between the pushes and the sums.)
     float* inbox = reinterpret_cast<float*>(fast_smem + S::kInboxOffset);
     float* inbox_squares = inbox + 2 * (kPairs * S::kToks + kFastMaxSplits);
     const int per_owner = (kPairs * S::kToks + splits - 1) / splits;  // pairs each block finishes
