@@ -10,12 +10,13 @@
 // every (tile, token group): pieces lo, mid, hi in that order. The warps' sums are added through
 // shared memory in warp order. The slices of a tile are one thread-block cluster: every block
 // finishes a share of the tile's outputs; each pushes its sums of every share into the finishing
-// block's inbox (distributed shared memory), and after one cluster barrier each adds the slices'
-// sums in slice order from its own inbox, then applies the epilogue. (Until the fourteenth
-// session the slices went through global scratch, a fence and a ticket counter, the last block
-// adding them alone: the cluster made batch 8 +12%, 32 +9%, 64 +6%, H100; until the sixteenth
-// the blocks read each other's sums remotely after the barrier and needed a second one: the
-// inbox made batch 32 +7%.) Two or three short slices (at most 6 steps per warp) run in one
+// block's inbox (distributed shared memory, st.async onto the inbox's mbarrier), and once its
+// inbox is complete each adds the slices' sums in slice order, then applies the epilogue. (Until
+// the fourteenth session the slices went through global scratch, a fence and a ticket counter,
+// the last block adding them alone: the cluster made batch 8 +12%, 32 +9%, 64 +6%, H100; until
+// the sixteenth the blocks read each other's sums remotely after the barrier and needed a second
+// one: the inbox made batch 32 +7%; until the twenty-fourth a cluster barrier stood between the
+// pushes and the sums: the mbarrier made batch 8 +1.1-1.6%.) Two or three short slices (at most 6 steps per warp) run in one
 // block instead, warps 8 s to 8 s + 7 on slice s, adding the slices' sums from their own shared
 // memory (merged slices, seventeenth session: batch 32 +3%).
 #include "inference/cuda/fast_linear.h"
