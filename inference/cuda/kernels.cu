@@ -2049,11 +2049,16 @@ __global__ void __launch_bounds__(kAttnThreads)
 // context are staged in shared memory once and serve every query head of the part, where
 // AttentionKernel reads them once per query head (7 times through L2 at Qwen2.5-0.5B's grouping).
 // The arithmetic is AttendHead's, term for term (docs/numerics.md section 5):
-//   - one thread per (head, position) score: the 32 classes of the canonical dot (term d to class
-//     d mod 32, increasing d, from +0) in registers, then the canonical tree, times scale;
-//   - one warp per head for the max, the weights (canonical_expf) and the canonical denominator;
+//   - one thread per (pair of heads, position) score, the K row read once for both: per head the
+//     32 classes of the canonical dot (term d to class d mod 32, increasing d, from +0) in
+//     registers, then the canonical tree, times scale;
+//   - the first warp of each head's warps in the V pass computes the max, the weights
+//     (canonical_expf) and the canonical denominator, and only that head's warps wait for them
+//     (no block barrier between the weights and the V pass);
 //   - one thread per (head, dim pair) of the weighted sum of V: the 32 classes by position
 //     (increasing j), the tree, one divide.
+// (Twenty-fifth session: one thread per (head, position) and a block barrier after the weights
+// were 1.4% slower at batch 32, 1.8% at 64; docs/performance.md.)
 // So its bits are the other variants' and the CPU's. Positions are staged in chunks of `chunk`
 // rows (a multiple of 32, so a chunk starts at class 0); the scores of the whole context stay in
 // shared memory. HD is the head dimension (64 or 128); a part has at most 512 / HD heads, so
@@ -2142,54 +2147,80 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       CpAsyncWait<0>();
     }
     __syncthreads();
-    for (int idx = tid; idx < hn * n; idx += kAttnThreads) {
-      const int h = idx / n, j = c0 + idx % n;
+    // Heads 2p and 2p + 1 (the last alone where hn is odd) of position j, the K row read once.
+    const int pairs = (hn + 1) / 2;
+    for (int idx = tid; idx < pairs * n; idx += kAttnThreads) {
+      const int ha = 2 * (idx / n), hb = min(ha + 1, hn - 1), j = c0 + idx % n;
       const float4* k4 = reinterpret_cast<const float4*>(ks + (j - c0) * KS);
-      const float4* q4 = reinterpret_cast<const float4*>(qs + h * KS);
-      float acc[32];
+      const float4* qa4 = reinterpret_cast<const float4*>(qs + ha * KS);
+      const float4* qb4 = reinterpret_cast<const float4*>(qs + hb * KS);
+      float acc[32], bcc[32];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const float4 kk = k4[i], qq = q4[i];
-        acc[4 * i + 0] = fmaf(qq.x, kk.x, 0.0f);
-        acc[4 * i + 1] = fmaf(qq.y, kk.y, 0.0f);
-        acc[4 * i + 2] = fmaf(qq.z, kk.z, 0.0f);
-        acc[4 * i + 3] = fmaf(qq.w, kk.w, 0.0f);
+        const float4 kk = k4[i], qa = qa4[i], qb = qb4[i];
+        acc[4 * i + 0] = fmaf(qa.x, kk.x, 0.0f);
+        acc[4 * i + 1] = fmaf(qa.y, kk.y, 0.0f);
+        acc[4 * i + 2] = fmaf(qa.z, kk.z, 0.0f);
+        acc[4 * i + 3] = fmaf(qa.w, kk.w, 0.0f);
+        bcc[4 * i + 0] = fmaf(qb.x, kk.x, 0.0f);
+        bcc[4 * i + 1] = fmaf(qb.y, kk.y, 0.0f);
+        bcc[4 * i + 2] = fmaf(qb.z, kk.z, 0.0f);
+        bcc[4 * i + 3] = fmaf(qb.w, kk.w, 0.0f);
       }
 #pragma unroll
       for (int b = 1; b < HD / 32; ++b)
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const float4 kk = k4[8 * b + i], qq = q4[8 * b + i];
-          acc[4 * i + 0] = fmaf(qq.x, kk.x, acc[4 * i + 0]);
-          acc[4 * i + 1] = fmaf(qq.y, kk.y, acc[4 * i + 1]);
-          acc[4 * i + 2] = fmaf(qq.z, kk.z, acc[4 * i + 2]);
-          acc[4 * i + 3] = fmaf(qq.w, kk.w, acc[4 * i + 3]);
+          const float4 kk = k4[8 * b + i], qa = qa4[8 * b + i], qb = qb4[8 * b + i];
+          acc[4 * i + 0] = fmaf(qa.x, kk.x, acc[4 * i + 0]);
+          acc[4 * i + 1] = fmaf(qa.y, kk.y, acc[4 * i + 1]);
+          acc[4 * i + 2] = fmaf(qa.z, kk.z, acc[4 * i + 2]);
+          acc[4 * i + 3] = fmaf(qa.w, kk.w, acc[4 * i + 3]);
+          bcc[4 * i + 0] = fmaf(qb.x, kk.x, bcc[4 * i + 0]);
+          bcc[4 * i + 1] = fmaf(qb.y, kk.y, bcc[4 * i + 1]);
+          bcc[4 * i + 2] = fmaf(qb.z, kk.z, bcc[4 * i + 2]);
+          bcc[4 * i + 3] = fmaf(qb.w, kk.w, bcc[4 * i + 3]);
         }
       ClassTree(acc);
-      es[h * es_stride + j] = acc[0] * scale;
+      ClassTree(bcc);
+      es[ha * es_stride + j] = acc[0] * scale;
+      if (hb != ha) es[hb * es_stride + j] = bcc[0] * scale;
     }
+    // One chunk's V rows (the only copies still in flight at the last chunk) are waited for here,
+    // so that this barrier publishes them for pass 2-3.
+    if (c1 == L) CpAsyncWait<0>();
     __syncthreads();  // the chunk's K rows are free again; the last chunk's scores are complete
   }
 
   TimelinePoint(2);  // scores
-  // Pass 2: one warp per head: max (exact in any order), weights, canonical denominator (each lane
-  // sums the weights it wrote itself).
-  for (int h = warp; h < hn; h += kAttnWarps) {
-    float* e = es + h * es_stride;
-    float mx = -INFINITY;
-    for (int j = lane; j < L; j += 32) mx = fmaxf(mx, e[j]);
-    mx = WarpMax(mx);
-    float den = 0.0f;
-    for (int j = lane; j < L; j += 32) {
-      const float w = canonical_expf(e[j] - mx);
-      e[j] = w;
-      den = den + w;
+  // Pass 2 in the warps of pass 3: the first warp of each head computes its max (exact in any
+  // order), weights and canonical denominator (each lane sums the weights it wrote itself), and
+  // only the head's own warps wait for them; the V rows of one chunk were waited for before the
+  // scores' last barrier.
+  constexpr int kWarpsPerHead = HD / 64;
+  if (tid < hn * (HD / 2)) {
+    const int h = tid / (HD / 2);
+    if (warp % kWarpsPerHead == 0) {
+      float* e = es + h * es_stride;
+      float mx = -INFINITY;
+      for (int j = lane; j < L; j += 32) mx = fmaxf(mx, e[j]);
+      mx = WarpMax(mx);
+      float den = 0.0f;
+#pragma unroll 4
+      for (int j = lane; j < L; j += 32) {
+        const float w = canonical_expf(e[j] - mx);
+        e[j] = w;
+        den = den + w;
+      }
+      den = WarpTree(den);
+      if (lane == 0) dn[h] = den;
     }
-    den = WarpTree(den);
-    if (lane == 0) dn[h] = den;
+    if constexpr (kWarpsPerHead == 1) {
+      __syncwarp();
+    } else {
+      asm volatile("bar.sync %0, %1;" ::"r"(1 + h), "n"(kWarpsPerHead * 32) : "memory");
+    }
   }
-  CpAsyncWait<0>();  // one chunk: its V rows
-  __syncthreads();
   TimelinePoint(3);  // weights and denominators
 
   // Pass 3: weighted sum of V, a (head, dim pair) per thread, chunk by chunk.
