@@ -13,7 +13,7 @@
 //              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
 //              [--numerics exact|fast] [--fast-split-target 128] [--fast-shape 9728:4:4] [--fast-shape-rule 1] [--fast-rope-fused 0]
-//              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:2|3]]
+//              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0]
 //              [--engine-batches 8,32] [--engine-sampling 0.8:40:1] [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
 // lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
@@ -268,6 +268,10 @@ int main(int argc, char** argv) {
     const size_t colon = r.find(':');
     SetCudaFastStreamForTesting(std::stoi(r.substr(0, colon)), colon == std::string::npos ? 0 : std::stoi(r.substr(colon + 1)));
   }
+  // --fast-norm-staged 0: the fast profile's products read their norm weights from global memory
+  // at every step instead of staging them in shared memory (same bits).
+  if (const std::string r = Arg(argc, argv, "--fast-norm-staged", ""); !r.empty())
+    SetCudaFastNormStagedForTesting(r != "0");
   // --pdl 0: no programmatic dependent launch (same bits).
   if (const std::string r = Arg(argc, argv, "--pdl", ""); !r.empty()) SetCudaProgrammaticLaunchForBenchmark(r != "0");
   // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's

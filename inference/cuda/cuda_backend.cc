@@ -1173,6 +1173,8 @@ void SetCudaFastShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int 
   cuda::SetFastLinearShapeForRowsForBenchmark(rows, cols, row_tiles, token_groups);
 }
 void SetCudaFastRopeFusedForTesting(bool fused) { g_fast_rope_fused = fused; }
+void SetCudaFastNormStagedForTesting(bool staged) { cuda::SetFastLinearNormStaged(staged); }
+int64_t CudaFastNormStagedLaunchesForTesting() { return cuda::FastLinearNormStagedLaunches(); }
 void SetCudaFastShapeRuleForBenchmark(int rule) { cuda::SetFastLinearShapeRuleForBenchmark(rule); }
 void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile) {
   g_fast_tile = token_tile * 10 + row_tiles;  // the graph key: captured launches keep their shape

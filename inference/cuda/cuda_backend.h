@@ -89,6 +89,12 @@ void SetCudaFastShapeRuleForBenchmark(int rule);
 // k and v itself (true, the default, for models without q/k norms) or leaves them to the rotary
 // kernel. Set before creating the backend. Same bits.
 void SetCudaFastRopeFusedForTesting(bool fused);
+// Tests and benchmarks only: whether the fast profile's products with the norm stage its weights in
+// shared memory before their wait (true, the default) or read them from global memory at every
+// step. Set before creating the backend. Same bits.
+void SetCudaFastNormStagedForTesting(bool staged);
+// Tests only: FastLinearKernel launches so far that staged their norm weights (0 without CUDA).
+int64_t CudaFastNormStagedLaunchesForTesting();
 // Benchmarks only: false launches every kernel without programmatic dependent launch (each waits
 // for the previous one to end before it starts). Set before creating the backend. Same bits.
 void SetCudaProgrammaticLaunchForBenchmark(bool on);

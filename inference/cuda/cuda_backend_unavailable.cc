@@ -38,6 +38,8 @@ void SetCudaFastSplitsForBenchmark(int, int, int) {}
 void SetCudaFastShapeForRowsForBenchmark(int, int, int, int) {}
 void SetCudaFastShapeRuleForBenchmark(int) {}
 void SetCudaFastRopeFusedForTesting(bool) {}
+void SetCudaFastNormStagedForTesting(bool) {}
+int64_t CudaFastNormStagedLaunchesForTesting() { return 0; }
 void SetCudaProgrammaticLaunchForBenchmark(bool) {}
 int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}

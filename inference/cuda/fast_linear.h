@@ -50,6 +50,8 @@ cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t st
 // Tests: launches issued so far (graph captures count once), and those of merged slices.
 int64_t FastLinearLaunches();
 int64_t FastLinearMergedLaunches();
+// FastLinearKernel launches that staged their norm weights in shared memory (tests).
+int64_t FastLinearNormStagedLaunches();
 // Tests: launches of FastStreamKernel (weights streamed past resident activations, the lm_head)
 // issued so far.
 int64_t FastLinearStreamLaunches();
@@ -63,6 +65,10 @@ void SetFastLinearStream(int mode, int row_tiles = 0);
 // max_slices 0 or 1: always a cluster; negative: the defaults (kFastMergeMaxSlices,
 // kFastMergeMaxStepsPerWarp). Same bits.
 void SetFastLinearMergedSlices(int max_slices, int max_steps_per_warp = -1);
+// Benchmarking and tests: whether products with the norm stage its weights in shared memory
+// before their wait (true, the default, where they fit beside two blocks' rings) or read them from
+// global memory at every step. Set before capturing graphs. Same bits.
+void SetFastLinearNormStaged(bool staged);
 // Benchmarking and tests only: 16-row tiles per block (1 to 6; 0, the default: by size; above 4,
 // blocks of more than 16 tokens take 16).
 // Same bits.

@@ -1486,6 +1486,53 @@ TEST(CudaFastProfile, MergedSlicesKeepBits) {
   }
 }
 
+// Products with the norm (q|k|v, gate|up; the lm_head where FastLinearKernel runs it) stage the
+// norm weights in shared memory before their wait, or read them from global memory at every step
+// (fast_linear.cu, FastShape::kNormOffset): the same values in the same order, so the same bits.
+// Norm rows of 160, 1152 and 1536 floats (1536 does not fit beside the rings of 80 x 32 blocks,
+// which keep the global loads), prefill and decode, unsliced, merged and clustered products.
+TEST(CudaFastProfile, StagedNormWeightsKeepBits) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::shared_ptr<const Model>> models = {InvarianceModel()};
+  {
+    SynthSpec s;
+    s.vocab = 160;
+    s.hidden = 1152;
+    s.intermediate = 64;
+    s.heads = 18;
+    s.kv_heads = 1;
+    s.head_dim = 64;
+    models.push_back(SynthModel("fast_norm_1152", s));
+    s.vocab = 256;
+    s.hidden = 1536;
+    s.intermediate = 128;
+    s.heads = 24;
+    models.push_back(SynthModel("fast_norm_1536", s));
+  }
+  for (const auto& model : models) {
+    ASSERT_TRUE(model);
+    const int32_t vocab = model->config().vocab_size;
+    SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
+    auto run = [&](bool staged, int64_t* staged_launches) {
+      SetCudaFastNormStagedForTesting(staged);
+      const int64_t before = CudaFastNormStagedLaunchesForTesting();
+      auto fast = Fast(model);
+      std::vector<std::vector<float>> all;
+      if (fast) all = PrefillThreeThenDecode(fast.get(), vocab);
+      *staged_launches = CudaFastNormStagedLaunchesForTesting() - before;
+      SetCudaFastNormStagedForTesting(true);
+      return all;
+    };
+    int64_t in_staged = 0, in_global = 0;
+    const std::vector<std::vector<float>> staged = run(true, &in_staged), global = run(false, &in_global);
+    ASSERT_EQ(staged.size(), 25u);
+    ASSERT_EQ(global.size(), 25u);
+    EXPECT_GT(in_staged, 0);
+    EXPECT_EQ(in_global, 0);
+    for (size_t i = 0; i < staged.size(); ++i) ASSERT_TRUE(SameBits(staged[i], global[i])) << "step " << i;
+  }
+}
+
 // Weights streamed past activations held in shared memory (fast_linear.cu, FastStreamKernel; the
 // lm_head's kernel at the real shapes) against FastLinearKernel, forced onto every product it can
 // run (unsliced, store, bias or residual epilogue, up to 64 tokens; 32-token tiles in units of 2
