@@ -14,4 +14,6 @@ if(ROTE_HAVE_CUDA)
                     COMMENT "Source revision for cuda_bench")
   add_dependencies(cuda_bench cuda_bench_source_revision)
   target_include_directories(cuda_bench PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
+  # Whether wgmma gives mma.sync's bits (docs/fast_profile.md, "Next"); JSON lines.
+  add_executable(wgmma_bits_probe ${CMAKE_CURRENT_SOURCE_DIR}/wgmma_bits_probe.cu)
 endif()
