@@ -116,6 +116,22 @@ __device__ __forceinline__ uint32_t SharedAddr(const void* p) {
 __device__ __forceinline__ void CopyAsync16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SharedAddr(dst)), "l"(src) : "memory");
 }
+// To a shared-space address computed once (SharedAddr of a generic pointer into a cluster kernel's
+// shared memory reads the CTA's cluster rank each time).
+__device__ __forceinline__ void CopyAsync16To(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+// Volatile, so that no read of a slot moves above the wait for its copies.
+__device__ __forceinline__ float4 LoadShared16(uint32_t at) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(at));
+  return v;
+}
+__device__ __forceinline__ uint4 LoadShared16u(uint32_t at) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(at));
+  return v;
+}
 __device__ __forceinline__ void CommitCopies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // The cluster's split barrier: a sliced product arrives at the start and waits before its first
 // push into another block's shared memory, which must have started.
@@ -419,21 +435,34 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     const int m = m0 + (8 * j + g) % mcount;
     xoff[j] = (a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride + 4 * t;
   }
-  // Tiles past the matrix repeat the last one (their sums are never stored).
-  auto issue_weights = [&](int i) {
-    unsigned char* slot = ring + (i % kStages) * S::kSlotBytes;
-    const int s = s_begin + slice_warp + kWarps * i;
+  // Each copy's source advances by a fixed stride from one of the warp's steps to the next, and its
+  // destination slot goes round the ring: pointers and offsets kept and advanced, not recomputed
+  // from the step's index (that arithmetic, 64-bit with i % kStages, and the shared window's base
+  // read back at every copy, were about a third of the loop's instructions: SASS, twenty-sixth
+  // session). Tiles past the matrix repeat the last one (their sums are never stored).
+  constexpr int kWeightStride = kWarps * 32 * 16;      // bytes from one of the warp's steps to the next
+  constexpr int kActStride = kWarps * kStepCols * 4;  // the same in an activation row
+  const int s_first = s_begin + slice_warp;
+  const unsigned char* weight_src[RT];
+#pragma unroll
+  for (int r = 0; r < RT; ++r)
+    weight_src[r] = reinterpret_cast<const unsigned char*>(
+        tiles + (static_cast<int64_t>(min(tile0 + r, last_tile)) * steps + s_first) * 32 + lane);
+  const uint32_t ring_s = SharedAddr(ring) + lane * 16;  // this lane's word of slot 0
+  auto issue_weights = [&](uint32_t slot_s) {
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
-      const int tile = min(tile0 + r, last_tile);
-      CopyAsync16(slot + (r * 32 + lane) * 16, tiles + (static_cast<int64_t>(tile) * steps + s) * 32 + lane);
+      CopyAsync16To(slot_s + r * 32 * 16, weight_src[r]);
+      weight_src[r] += kWeightStride;
     }
   };
-  auto issue_acts = [&](int i) {
-    unsigned char* slot = ring + (i % kStages) * S::kSlotBytes + RT * 32 * 16;
-    const int s = s_begin + slice_warp + kWarps * i;
+  const unsigned char* act_src[NTK];  // set after the wait (the activations are the previous kernel's)
+  auto issue_acts = [&](uint32_t slot_s) {
 #pragma unroll
-    for (int j = 0; j < NTK; ++j) CopyAsync16(slot + (j * 32 + lane) * 16, a.x + xoff[j] + s * kStepCols);
+    for (int j = 0; j < NTK; ++j) {
+      CopyAsync16To(slot_s + (RT + j) * 32 * 16, act_src[j]);
+      act_src[j] += kActStride;
+    }
   };
 
   float squares[NTK];  // NORM: this lane's token's sum of squares over its columns
@@ -451,7 +480,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   // activations after it; one commit group per step, the first also holding the early weights.
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i)
-    if (i < nsteps) issue_weights(i);
+    if (i < nsteps) issue_weights(ring_s + i * S::kSlotBytes);
   // The epilogue's operands of this thread's first row pair (FastEpilogue): the pairs of the
   // finishing loops below, sliced (the cluster's ranks interleave) or not.
   constexpr int kPairs = S::kRows / 2;
@@ -487,36 +516,46 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   if (first_ok && a.epilogue == LinearEpilogue::kAddResidual)
     LoadFastResidual<LinearEpilogue::kAddResidual>(a, m0 + first_tok, first_n, &first_epilogue);
 #pragma unroll
+  for (int j = 0; j < NTK; ++j)
+    act_src[j] = reinterpret_cast<const unsigned char*>(a.x + xoff[j] + s_first * kStepCols);
+#pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < nsteps) issue_acts(i);
+    if (i < nsteps) issue_acts(ring_s + i * S::kSlotBytes);
     CommitCopies();
   }
   // Each step's norm weights are read a step ahead (batch 32 +0.7% over reading them in the step).
-  auto norm_weights_of = [&](int i) {
-    const int at = (s_begin + slice_warp + kWarps * i) * (kStepCols / 4);
-    return norm_staged ? staged_norm[at] : __ldg(norm_weights + at);
+  const uint32_t norm_s = SharedAddr(staged_norm + s_first * (kStepCols / 4));
+  const float4* norm_g = norm_weights + s_first * (kStepCols / 4);
+  auto norm_weights_of = [&](int i) {  // the warp's step i: a stride as in an activation row
+    return norm_staged ? LoadShared16(norm_s + i * kActStride) : __ldg(norm_g + i * (kActStride / 16));
   };
   float4 w_next = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if constexpr (NORM)
     if (nsteps > 0) w_next = norm_weights_of(0);
+  // Step i reads slot i % kStages; its copies (step i + kStages - 1) go to slot (i - 1) % kStages.
+  constexpr uint32_t kRingSpan = kStages * S::kSlotBytes;
+  uint32_t read_off = 0, issue_off = (kStages - 1) * S::kSlotBytes;
   for (int i = 0; i < nsteps; ++i) {
     const float4 w = w_next;
-    if constexpr (NORM) w_next = norm_weights_of(min(i + 1, nsteps - 1));
+    if constexpr (NORM)
+      if (i + 1 < nsteps) w_next = norm_weights_of(i + 1);
     // Step i's group has landed. Every lane reads only what it copied itself, so no other
     // thread is waited for, and slot (i - 1) % kStages is free for step i + kStages - 1.
     WaitCopies<kStages - 2>();
     if (i == 0) TimelinePoint(5);           // thread 0's first step has landed
     if (i == nsteps - 1) TimelinePoint(6);  // and its last
     if (i + kStages - 1 < nsteps) {
-      issue_weights(i + kStages - 1);
-      issue_acts(i + kStages - 1);
+      issue_weights(ring_s + issue_off);
+      issue_acts(ring_s + issue_off);
     }
     CommitCopies();
-    const unsigned char* slot = ring + (i % kStages) * S::kSlotBytes;
+    issue_off = issue_off + S::kSlotBytes == kRingSpan ? 0 : issue_off + S::kSlotBytes;
+    const uint32_t slot_s = ring_s + read_off;
+    read_off = read_off + S::kSlotBytes == kRingSpan ? 0 : read_off + S::kSlotBytes;
     Pieces p[NTK];
 #pragma unroll
     for (int j = 0; j < NTK; ++j) {
-      float4 v = *reinterpret_cast<const float4*>(slot + RT * 32 * 16 + (j * 32 + lane) * 16);
+      float4 v = LoadShared16(slot_s + (RT + j) * 32 * 16);
       if constexpr (NORM) {
         squares[j] = fmaf(v.x, v.x, squares[j]);
         squares[j] = fmaf(v.y, v.y, squares[j]);
@@ -528,9 +567,9 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     }
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
-      const uint4 w = *reinterpret_cast<const uint4*>(slot + (r * 32 + lane) * 16);
+      const uint4 wr = LoadShared16u(slot_s + r * 32 * 16);
 #pragma unroll
-      for (int j = 0; j < NTK; ++j) MmaPieces(acc[r][j], w, p[j]);
+      for (int j = 0; j < NTK; ++j) MmaPieces(acc[r][j], wr, p[j]);
     }
   }
   WaitCopies<0>();  // no copy outlives the loop (the trailing groups are empty)
