@@ -803,26 +803,44 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) FastStreamKernel(LinearA
 
   // The warp's stream of steps: its units in order, in each the virtual warps 0 to 7, in each
   // their steps v, v + 8, ... (none for v >= steps). (p_unit, p_v, p_s): the next one to copy.
-  int p_unit = unit_begin, p_v = 0, p_s = 0, issued = 0;
+  // Its sources are pointers advanced by a virtual warp's stride and re-aimed only where a
+  // virtual warp's steps end (every steps / 8 copies); its slots are rotating shared offsets. The
+  // 64-bit index recomputed at every copy, i % STAGES and the shared window's base were about a
+  // fifth of the loop's instructions (SASS, twenty-sixth session), as in FastLinearKernel.
+  constexpr int kWeightStride = kWarps * 32 * 16;  // bytes from one of a virtual warp's steps to the next
+  constexpr uint32_t kRingSpan = kStreamStages * S::kSlotBytes;
+  int p_unit = unit_begin, p_v = 0, p_s = 0;
+  const unsigned char* src[RT];
+  auto aim = [&] {  // src at (p_unit, p_v, p_s)
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+      src[r] = reinterpret_cast<const unsigned char*>(
+          tiles + (static_cast<int64_t>(min(p_unit * RT + r, last_tile)) * steps + p_s) * 32 + lane);
+  };
+  aim();
+  const uint32_t ring_s = SharedAddr(ring) + lane * 16;  // this lane's word of slot 0
+  uint32_t issue_off = 0;
   auto issue_next = [&] {
     if (p_unit < unit_end) {
-      unsigned char* slot = ring + (issued % kStreamStages) * S::kSlotBytes;
 #pragma unroll
-      for (int r = 0; r < RT; ++r) {
-        const int tile = min(p_unit * RT + r, last_tile);  // past the matrix: its sums are never stored
-        CopyAsync16(slot + (r * 32 + lane) * 16, tiles + (static_cast<int64_t>(tile) * steps + p_s) * 32 + lane);
+      for (int r = 0; r < RT; ++r) {  // tiles past the matrix repeat the last: their sums are never stored
+        CopyAsync16To(ring_s + issue_off + r * 32 * 16, src[r]);
+        src[r] += kWeightStride;
       }
       p_s += kWarps;
-      while (p_s >= steps) {
-        if (++p_v == kWarps) {
-          p_v = 0;
-          ++p_unit;
-        }
-        p_s = p_v;
+      if (p_s >= steps) {
+        do {
+          if (++p_v == kWarps) {
+            p_v = 0;
+            ++p_unit;
+          }
+          p_s = p_v;
+        } while (p_s >= steps);
+        aim();
       }
     }
     CommitCopies();  // one group per step, empty past the stream's end
-    ++issued;
+    issue_off = issue_off + S::kSlotBytes == kRingSpan ? 0 : issue_off + S::kSlotBytes;
   };
   // Before the wait: the first steps' weights, this lane's activation rows (step metadata) and,
   // with the norm, its norm weights of the first 8 steps it copies (constants).
@@ -906,7 +924,9 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) FastStreamKernel(LinearA
       for (int e = 0; e < 2; ++e) scale[j][e] = __shfl_sync(0xffffffffu, lane_scale, (8 * j + 2 * t + e) % 32);
   }
 
-  int used = 0;
+  uint32_t read_off = 0;
+  const uint32_t acts_s = SharedAddr(acts) + lane * 16;  // this lane's word of step 0, token group 0
+  constexpr uint32_t kActStepBytes = NTK * 32 * 16;
   TimelinePoint(5);  // the activations in place: the first warp's loop starts
 #pragma unroll 1
   for (int unit = unit_begin; unit < unit_end; ++unit) {
@@ -920,18 +940,19 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) FastStreamKernel(LinearA
         for (int j = 0; j < NTK; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[r][j][e] = 0.0f;
+      uint32_t act_s = acts_s + v * kActStepBytes;
 #pragma unroll 1
-      for (int s = v; s < steps; s += kWarps) {
+      for (int s = v; s < steps; s += kWarps, act_s += kWarps * kActStepBytes) {
         WaitCopies<kStreamStages - 2>();  // this step's group has landed (lane-private, as above)
         issue_next();
-        const unsigned char* slot = ring + (used % kStreamStages) * S::kSlotBytes;
-        ++used;
+        const uint32_t slot_s = ring_s + read_off;
+        read_off = read_off + S::kSlotBytes == kRingSpan ? 0 : read_off + S::kSlotBytes;
         Pieces p[NTK];
 #pragma unroll
-        for (int j = 0; j < NTK; ++j) p[j] = SplitFour(acts[(s * NTK + j) * 32 + lane]);
+        for (int j = 0; j < NTK; ++j) p[j] = SplitFour(LoadShared16(act_s + j * 32 * 16));
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
-          const uint4 w = *reinterpret_cast<const uint4*>(slot + (r * 32 + lane) * 16);
+          const uint4 w = LoadShared16u(slot_s + r * 32 * 16);
 #pragma unroll
           for (int j = 0; j < NTK; ++j) MmaPieces(acc[r][j], w, p[j]);
         }
