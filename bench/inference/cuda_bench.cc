@@ -36,6 +36,7 @@
 #include "rote_source_revision.h"  // generated at build time (cmake/source_revision.cmake)
 #include "inference/engine.h"
 #include "inference/model/weights.h"
+#include "bench/inference/call_times.h"
 #include "tests/inference/cuda_synth_model.h"
 
 namespace rote::bench {
@@ -119,11 +120,17 @@ class GreedySwitch final : public Backend {
   Status Forward(const BatchPlan& plan, std::vector<float>* logits) override { return inner_->Forward(plan, logits); }
   Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
     {
+      // Into the rows' existing storage: this copy lies in the engine's measured turn, so it
+      // allocates nothing once the rows have grown (it used to allocate every row every call).
       std::lock_guard<std::mutex> lock(calls_mu_);
-      last_plan_.clear();
-      for (const SequenceStep& st : plan.sequences)
-        last_plan_.push_back({st.start_pos, static_cast<int32_t>(st.tokens.size()),
-                              std::vector<int32_t>(st.block_table.begin(), st.block_table.end())});
+      last_plan_.resize(plan.sequences.size());
+      for (size_t i = 0; i < plan.sequences.size(); ++i) {
+        const SequenceStep& st = plan.sequences[i];
+        PlanRow& row = last_plan_[i];
+        row.start_pos = st.start_pos;
+        row.tokens = static_cast<int32_t>(st.tokens.size());
+        row.blocks.assign(st.block_table.begin(), st.block_table.end());
+      }
     }
     const Clock::time_point t0 = Clock::now();
     Status s = on_device ? inner_->ForwardGreedy(plan, tokens) : Backend::ForwardGreedy(plan, tokens);
@@ -142,15 +149,7 @@ class GreedySwitch final : public Backend {
   // Seconds spent inside ForwardGreedy / ForwardSampled calls that lie wholly in [a, b], and how
   // many there were (the engine's time between them is the rest of the window).
   std::pair<double, int> BackendSecondsWithin(Clock::time_point a, Clock::time_point b) {
-    std::lock_guard<std::mutex> lock(calls_mu_);
-    double sum = 0.0;
-    int n = 0;
-    for (const auto& [s, e] : calls_)
-      if (s >= a && e <= b) {
-        sum += Seconds(s, e);
-        ++n;
-      }
-    return {sum, n};
+    return calls_.SecondsWithin(a, b);
   }
   // The last ForwardGreedy plan: each sequence's start position, token count and block table.
   struct PlanRow {
@@ -161,21 +160,14 @@ class GreedySwitch final : public Backend {
     std::lock_guard<std::mutex> lock(calls_mu_);
     return last_plan_;
   }
-  void ClearCalls() {
-    std::lock_guard<std::mutex> lock(calls_mu_);
-    calls_.clear();
-  }
+  void ClearCalls() { calls_.Clear(); }
   std::atomic<bool> on_device{true};
 
  private:
-  void Record(Clock::time_point t0) {
-    const Clock::time_point t1 = Clock::now();
-    std::lock_guard<std::mutex> lock(calls_mu_);
-    calls_.emplace_back(t0, t1);
-  }
+  void Record(Clock::time_point t0) { calls_.Record(t0); }
   std::unique_ptr<CudaBackend> inner_;
-  std::mutex calls_mu_;
-  std::vector<std::pair<Clock::time_point, Clock::time_point>> calls_;
+  std::mutex calls_mu_;  // guards last_plan_
+  rote::bench::CallTimes calls_;
   std::vector<PlanRow> last_plan_;
 };
 
@@ -749,9 +741,7 @@ int main(int argc, char** argv) {
         greedy_switch->on_device = on_device;  // the engine is idle between runs
         greedy_switch->ClearCalls();
         SetCudaSampleCandidatesForTesting(run == 4 ? 0 : 1);
-        std::mutex mu;
-        int32_t at_warm = 0, at_end = 0;
-        Clock::time_point e0{}, e1{};
+        rote::bench::StepWindow window(batch, warm, steps);
         // Submitted together (SubmitAll), so the engine's first step holds every prompt, as the
         // direct runs' does (separate Submit calls let the scheduler start on the first few).
         std::vector<GenerationRequest> requests;
@@ -764,11 +754,7 @@ int main(int argc, char** argv) {
           }
           r.sampling.max_tokens = warm + steps + 1;
           r.sampling.ignore_eos = true;
-          r.on_token = [&](const TokenEvent& ev) {
-            std::lock_guard<std::mutex> lock(mu);
-            if (ev.index == warm && ++at_warm == batch) e0 = Clock::now();
-            if (ev.index == warm + steps && ++at_end == batch) e1 = Clock::now();
-          };
+          r.on_token = window.Callback<TokenEvent>();
           requests.push_back(std::move(r));
         }
         auto submitted = (*engine)->SubmitAll(std::move(requests));
@@ -792,11 +778,11 @@ int main(int argc, char** argv) {
         // (run 4): every request's tokens.
         if (run == 2) sampled_on_device = all_tokens;
         const char* sampled_equal = run < 3 ? "null" : sampled_on_device == all_tokens ? "true" : "false";
-        const double tps = batch * steps / Seconds(e0, e1);
+        const double tps = batch * steps / Seconds(window.begin(), window.end());
         // Where the window went: inside the backend's calls, or between them (the engine's own
         // turn: planning, the callbacks, waking its thread).
-        const auto [backend_s, backend_calls] = greedy_switch->BackendSecondsWithin(e0, e1);
-        const double outside_us = backend_calls > 0 ? 1e6 * (Seconds(e0, e1) - backend_s) / backend_calls : 0.0;
+        const auto [backend_s, backend_calls] = greedy_switch->BackendSecondsWithin(window.begin(), window.end());
+        const double outside_us = backend_calls > 0 ? 1e6 * (Seconds(window.begin(), window.end()) - backend_s) / backend_calls : 0.0;
         const double inside_ms = backend_calls > 0 ? 1e3 * backend_s / backend_calls : 0.0;
         auto replay = b->TimeLastGraphForBenchmark(steps);  // the engine's last step (all requests), replayed
         const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;

@@ -1,7 +1,13 @@
 #include "inference/util/sha256.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
 
 namespace rote::inference {
 namespace {
@@ -23,7 +29,9 @@ inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 Sha256::Sha256()
     : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
 
-void Sha256::Block(const uint8_t* p) {
+namespace {
+
+void PortableBlock(uint32_t* state, const uint8_t* p) {
   uint32_t w[64];
   for (int i = 0; i < 16; ++i) {
     w[i] = (uint32_t{p[4 * i]} << 24) | (uint32_t{p[4 * i + 1]} << 16) | (uint32_t{p[4 * i + 2]} << 8) |
@@ -34,7 +42,7 @@ void Sha256::Block(const uint8_t* p) {
     const uint32_t s1 = Rotr(w[i - 2], 17) ^ Rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
-  uint32_t a = h_[0], b = h_[1], c = h_[2], d = h_[3], e = h_[4], f = h_[5], g = h_[6], h = h_[7];
+  uint32_t a = state[0], b = state[1], c = state[2], d = state[3], e = state[4], f = state[5], g = state[6], h = state[7];
   for (int i = 0; i < 64; ++i) {
     const uint32_t s1 = Rotr(e, 6) ^ Rotr(e, 11) ^ Rotr(e, 25);
     const uint32_t ch = (e & f) ^ (~e & g);
@@ -51,14 +59,85 @@ void Sha256::Block(const uint8_t* p) {
     b = a;
     a = t1 + t2;
   }
-  h_[0] += a;
-  h_[1] += b;
-  h_[2] += c;
-  h_[3] += d;
-  h_[4] += e;
-  h_[5] += f;
-  h_[6] += g;
-  h_[7] += h;
+  state[0] += a;
+  state[1] += b;
+  state[2] += c;
+  state[3] += d;
+  state[4] += e;
+  state[5] += f;
+  state[6] += g;
+  state[7] += h;
+}
+
+#if defined(__x86_64__)
+// The SHA extensions: sha256rnds2 does two rounds on the state held as (A, B, E, F) and
+// (C, D, G, H); sha256msg1 / msg2 compute the message schedule four words at a time.
+__attribute__((target("sha,sse4.1,ssse3"))) void ShaNiBlocks(uint32_t* h, const uint8_t* p, size_t count) {
+  // Big-endian words: reverse the bytes of each 32-bit lane.
+  const __m128i kSwap = _mm_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3);
+  __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)), 0xB1);  // C D A B
+  __m128i cdgh = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + 4)), 0x1B);  // E F G H
+  __m128i abef = _mm_alignr_epi8(tmp, cdgh, 8);
+  cdgh = _mm_blend_epi16(cdgh, tmp, 0xF0);
+  for (; count > 0; --count, p += 64) {
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[4];  // message words 4j..4j+3 of group j, in w[j % 4]
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      if (j < 4) {
+        w[j] = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * j)), kSwap);
+      } else {
+        // w[t] = s1(w[t-2]) + w[t-7] + s0(w[t-15]) + w[t-16] for the group's four t.
+        const __m128i partial = _mm_add_epi32(_mm_sha256msg1_epu32(w[j % 4], w[(j + 1) % 4]),
+                                              _mm_alignr_epi8(w[(j + 3) % 4], w[(j + 2) % 4], 4));
+        w[j % 4] = _mm_sha256msg2_epu32(partial, w[(j + 3) % 4]);
+      }
+      __m128i msg = _mm_add_epi32(w[j % 4], _mm_loadu_si128(reinterpret_cast<const __m128i*>(kK + 4 * j)));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, msg);  // rounds 4j, 4j + 1: now (A, B, E, F)
+      msg = _mm_shuffle_epi32(msg, 0x0E);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, msg);  // rounds 4j + 2, 4j + 3
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+  }
+  tmp = _mm_shuffle_epi32(abef, 0x1B);   // A B E F in lanes 0..3
+  cdgh = _mm_shuffle_epi32(cdgh, 0xB1);  // G H C D
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm_blend_epi16(tmp, cdgh, 0xF0));      // A B C D
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), _mm_alignr_epi8(cdgh, tmp, 8));  // E F G H
+}
+
+bool CpuHasShaExtensions() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool ssse3 = (c >> 9) & 1, sse41 = (c >> 19) & 1;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return ssse3 && sse41 && ((b >> 29) & 1);
+}
+#else
+bool CpuHasShaExtensions() { return false; }
+#endif
+
+std::atomic<bool>& UseShaExtensions() {
+  static std::atomic<bool> use{CpuHasShaExtensions()};
+  return use;
+}
+
+}  // namespace
+
+bool Sha256::UsesShaExtensions() { return UseShaExtensions().load(std::memory_order_relaxed); }
+
+void Sha256::SetShaExtensionsForTesting(bool on) {
+  UseShaExtensions().store(on && CpuHasShaExtensions(), std::memory_order_relaxed);
+}
+
+void Sha256::Blocks(const uint8_t* p, size_t count) {
+#if defined(__x86_64__)
+  if (UsesShaExtensions()) {
+    ShaNiBlocks(h_, p, count);
+    return;
+  }
+#endif
+  for (; count > 0; --count, p += 64) PortableBlock(h_, p);
 }
 
 void Sha256::Update(const void* data, size_t size) {
@@ -71,14 +150,13 @@ void Sha256::Update(const void* data, size_t size) {
     p += take;
     size -= take;
     if (buf_len_ < 64) return;
-    Block(buf_);
+    Blocks(buf_, 1);
     buf_len_ = 0;
   }
-  while (size >= 64) {
-    Block(p);
-    p += 64;
-    size -= 64;
-  }
+  const size_t whole = size / 64;
+  if (whole > 0) Blocks(p, whole);
+  p += whole * 64;
+  size -= whole * 64;
   std::memcpy(buf_, p, size);
   buf_len_ = size;
 }

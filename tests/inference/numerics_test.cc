@@ -2,10 +2,12 @@
 // AVX2 kernels equal to the scalar reference bit for bit, rote's own double functions, sha256.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "inference/cpu/kernels.h"
@@ -254,6 +256,49 @@ TEST(Sha256Test, StandardVectors) {
   s1.Update(text);
   for (char ch : text) s2.Update(&ch, 1);
   EXPECT_EQ(s1.FinishHex(), s2.FinishHex());
+}
+
+// The standard vectors through each path this CPU has, and the SHA extensions against the
+// portable code over every length up to 300 bytes and a few MB (many blocks a call), bit for bit.
+TEST(Sha256Test, ShaExtensionsEqualThePortableCode) {
+  const bool hardware = Sha256::UsesShaExtensions();
+  std::vector<uint8_t> data(3 << 20);
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (uint8_t& b : data) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<uint8_t>(x >> 32);
+  }
+  auto digests = [&] {
+    std::vector<std::string> out;
+    out.push_back(Sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"));
+    for (size_t n = 0; n <= 300; ++n) {
+      Sha256 h;
+      h.Update(data.data(), n);
+      out.push_back(h.FinishHex());
+    }
+    Sha256 whole, pieces;
+    whole.Update(data.data(), data.size());
+    out.push_back(whole.FinishHex());
+    for (size_t at = 0; at < data.size();) {  // uneven pieces: partial blocks on both sides
+      const size_t n = std::min<size_t>(data.size() - at, 1 + (at * 7919) % 100000);
+      pieces.Update(data.data() + at, n);
+      at += n;
+    }
+    out.push_back(pieces.FinishHex());
+    return out;
+  };
+  Sha256::SetShaExtensionsForTesting(false);
+  ASSERT_FALSE(Sha256::UsesShaExtensions());
+  const std::vector<std::string> portable = digests();
+  Sha256::SetShaExtensionsForTesting(true);
+  const std::vector<std::string> fast = digests();
+  Sha256::SetShaExtensionsForTesting(hardware);
+  EXPECT_EQ(portable.front(), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  EXPECT_EQ(portable[portable.size() - 1], portable[portable.size() - 2]);
+  EXPECT_EQ(fast, portable);
+  if (!hardware) GTEST_SKIP() << "this CPU has no SHA extensions: only the portable code ran";
 }
 
 }  // namespace
