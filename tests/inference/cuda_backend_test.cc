@@ -21,6 +21,7 @@
 #include "inference/cuda/cuda_backend.h"
 #include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/fast_tiles.h"
+#include "inference/cuda/host_layout.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
 
@@ -589,6 +590,36 @@ TEST(CudaFastTiles, LaneIndexIsThePermutedOrder) {
   EXPECT_EQ(slots.size(), 128u);
   EXPECT_EQ(*slots.begin(), 640);
   EXPECT_EQ(*slots.rbegin(), 767);
+}
+
+// The upload's host-side layout (no device needed): rows into lane order, element by element as
+// PermutedIndex defines it, for 2- and 4-byte elements and row lengths with and without a partial
+// group; and the tiles built on a pool of threads, byte for byte those of FastTiles on one.
+TEST(CudaFastTiles, UploadLayoutMatchesTheDefinitions) {
+  auto permuted = [](int64_t k) { return k / 128 * 128 + (k % 128) % 32 * 4 + (k % 128) / 32; };  // kernels.h
+  std::mt19937 rng(5);
+  for (int esize : {2, 4}) {
+    for (int64_t cols : {1, 31, 127, 128, 129, 200, 896, 1000}) {
+      const int64_t padded = (cols + 127) / 128 * 128;
+      std::vector<uint8_t> src(static_cast<size_t>(cols * esize)), want(static_cast<size_t>(padded * esize), 0xAB);
+      for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
+      std::vector<uint8_t> got = want;
+      for (int64_t k = 0; k < cols; ++k)
+        std::memcpy(want.data() + permuted(k) * esize, src.data() + k * esize, static_cast<size_t>(esize));
+      cuda::RowToLaneOrder(src.data(), cols, esize, got.data());
+      ASSERT_EQ(got, want) << "esize " << esize << " cols " << cols;
+    }
+  }
+  ThreadPool pool(3);
+  for (int64_t rows : {1, 17, 100}) {
+    for (int64_t cols_padded : {16, 128, 144}) {
+      std::vector<uint16_t> w(static_cast<size_t>(rows * cols_padded));
+      for (uint16_t& x : w) x = static_cast<uint16_t>(rng());
+      EXPECT_EQ(cuda::FastTilesOnPool(w.data(), rows, cols_padded, &pool), cuda::FastTiles(w.data(), rows, cols_padded))
+          << rows << " x " << cols_padded;
+      EXPECT_EQ(cuda::FastTilesOnPool(w.data(), rows, cols_padded, nullptr), cuda::FastTiles(w.data(), rows, cols_padded));
+    }
+  }
 }
 
 // The fast profile's tile layout (no device needed): reading every lane's registers of a tile
