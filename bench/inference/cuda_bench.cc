@@ -420,7 +420,8 @@ int main(int argc, char** argv) {
   }
   // --trace-step 1: one batch-1 decode step as one DecodeStepKernel with timer readings at every
   // grid barrier: per phase kind, the mean time from the first block leaving the previous barrier
-  // to the last block arriving (work), and from that arrival to the last block leaving (barrier).
+  // to the last block arriving (work), from that arrival to the last block leaving (barrier), and
+  // from the first block arriving to the last (the blocks' spread, part of the work).
   // --trace-step-kernel 9: with that one-launch variant (SetCudaOneTokenKernelForTesting; 7).
   if (Arg(argc, argv, "--trace-step", "0") == "1") {
     SetCudaOneTokenKernelForTesting(std::stoi(Arg(argc, argv, "--trace-step-kernel", "7")));
@@ -439,20 +440,22 @@ int main(int argc, char** argv) {
     }
     auto at = [&](int32_t blk, int32_t k, int32_t which) { return t[(static_cast<size_t>(blk) * slots + k) * 2 + which]; };
     const char* kinds[] = {"qkv", "attention", "out", "gate_up", "down", "lm_head"};
-    double work[6] = {}, barrier[6] = {};
+    double work[6] = {}, barrier[6] = {}, spread[6] = {};
     int32_t count[6] = {};
     // Slots past the barriers' (timeline builds: attention's points, below) are not pairs.
     const int32_t barrier_slots = 5 * c.num_layers + 2;
     for (int32_t k = 1; k < barrier_slots; ++k) {
-      int64_t first_leave_prev = INT64_MAX, last_arrive = 0, last_leave = 0;
+      int64_t first_leave_prev = INT64_MAX, first_arrive = INT64_MAX, last_arrive = 0, last_leave = 0;
       for (int32_t g = 0; g < grid; ++g) {
         first_leave_prev = std::min(first_leave_prev, at(g, k - 1, 1));
+        first_arrive = std::min(first_arrive, at(g, k, 0));
         last_arrive = std::max(last_arrive, at(g, k, 0));
         last_leave = std::max(last_leave, at(g, k, 1));
       }
       const int kind = k == barrier_slots - 1 ? 5 : (k - 1) % 5;
       work[kind] += static_cast<double>(last_arrive - first_leave_prev) / 1e3;
       barrier[kind] += static_cast<double>(last_leave - last_arrive) / 1e3;
+      spread[kind] += static_cast<double>(last_arrive - first_arrive) / 1e3;
       ++count[kind];
     }
     int64_t start = INT64_MAX, end = 0;
@@ -463,8 +466,9 @@ int main(int argc, char** argv) {
     std::printf("{\"what\":\"step_trace\",\"shape\":\"%s\",\"blocks\":%d,\"kernel_us\":%.1f", shape.c_str(), grid,
                 static_cast<double>(end - start) / 1e3);
     for (int i = 0; i < 6; ++i)
-      std::printf(",\"%s_us\":[%.2f,%.2f]", kinds[i], work[i] / std::max(1, count[i]), barrier[i] / std::max(1, count[i]));
-    std::printf(",\"per_layer_work_and_barrier\":true}\n");
+      std::printf(",\"%s_us\":[%.2f,%.2f,%.2f]", kinds[i], work[i] / std::max(1, count[i]),
+                  barrier[i] / std::max(1, count[i]), spread[i] / std::max(1, count[i]));
+    std::printf(",\"per_layer_work_barrier_and_arrival_spread\":true}\n");
     // ROTE_CUDA_TIMELINE builds: attention's block barriers in the attending blocks, us after the
     // barrier before attention (per layer, the latest attending block; mean over layers).
     const int32_t points = 2 * (slots - barrier_slots) / std::max(1, c.num_layers);
