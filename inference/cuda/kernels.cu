@@ -2744,12 +2744,9 @@ __device__ __forceinline__ StepEpilogueOperands LoadStepEpilogue(const LinearArg
 // the dot product's unrolling or put calls in the tile loop (docs/performance.md, eighth session).
 // Claimed tiles (DYN, variant 11): what the producer tells the consumers. It writes each slot's
 // tile and matrix before arming the slot's barrier (the arrive releases them, the consumer's wait
-// acquires them), and, once its claims on a matrix come back empty, the latest matrix it has
-// finished and the sequence number at which its tiles end (*phase_end = (idx + 1) << 32 | end; 0:
-// none yet). A consumer at sequence i of matrix idx stops when that record is of idx or later and
-// its end is at most i (ends only grow, so idx's end is too); otherwise the producer has issued
-// sequence i or will, and the slot's matrix tells. One record, not one per matrix: a producer with
-// no tiles left may finish several matrices while its consumers still wait in an earlier one.
+// acquires them), and, once its claim on a matrix comes back empty, the sequence number at which
+// the block's tiles of that matrix end, tagged with the matrix (phase_end[idx % 4] = idx << 32 |
+// end), so that consumers stop without waiting for the next matrix's first copy to land.
 struct StepClaims {
   const int* slot_tile = nullptr;
   const int* slot_idx = nullptr;
@@ -2811,8 +2808,8 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
       const uint32_t parity = static_cast<uint32_t>((seq / slots) & 1);
       bool ended = false;
       while (!MbarTryWait(&full[slot], parity)) {
-        const unsigned long long e = *claims.phase_end;
-        if (static_cast<int>(e >> 32) > idx && seq >= static_cast<int>(e & 0xffffffffu)) {
+        const unsigned long long e = claims.phase_end[idx % 4];
+        if (static_cast<int>(e >> 32) == idx && seq >= static_cast<int>(e & 0xffffffffu)) {
           ended = true;
           break;
         }
@@ -2887,7 +2884,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
   // leaves room for it in both).
   __shared__ int slot_tile[kStepMaxSlots];
   __shared__ int slot_idx[kStepMaxSlots];
-  __shared__ volatile unsigned long long phase_end;
+  __shared__ volatile unsigned long long phase_end[4];
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
   // Set from a grid barrier until the next activation row is staged: with hold_copies the producer
@@ -2909,62 +2906,47 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     }
     FenceMbarInit();
     hold = 0;
-    phase_end = 0;  // no matrix finished yet
+    for (int i = 0; i < 4; ++i) phase_end[i] = ~0ull;  // no matrix's tag
   }
   __syncthreads();
 
   if (warp == kStepWarps) {  // the producer: weights only, so it never waits for the previous kernel
     if (lane != 0) return;
     if constexpr (DYN) {
-      // Claim c of a matrix (the counter's old value mod tiles + kClaimsInFlight G) is tile c where
-      // c < tiles. kClaimsInFlight claims are in flight at a time (an atomic's round trip is about
-      // as long as a tile's copy), in issue order; the first that comes back past the tiles ends
-      // the block's share, and the others in flight then are past them too. So every block makes
-      // exactly kClaimsInFlight claims past the tiles, a launch adds tiles + kClaimsInFlight G to
-      // the counter, and the next launch's claims start at a multiple of that.
-      constexpr int kClaimsInFlight = 4;
+      // Claim c of a matrix (the counter's old value mod tiles + G) is tile c where c < tiles;
+      // the block's first claim past them is its last for that matrix. Every block makes exactly
+      // one such claim, so a launch adds tiles + G to the counter and the next launch's claims
+      // start at a multiple of it. The next claim is in flight while the current tile's slot frees.
       const uint64_t policy = weight_evict_first ? EvictFirstPolicy() : 0;
       int seq = 0;
       for (int idx = 0; idx <= 4 * f.num_layers; ++idx) {
         const LinearArgs& a = StepMatrix(f, idx);
         const int tile_rows = StepTileRows(f, idx), rows = a.w.rows;
         const unsigned long long tiles = static_cast<unsigned long long>((rows + tile_rows - 1) / tile_rows);
-        const unsigned long long span = tiles + static_cast<unsigned long long>(kClaimsInFlight) * gridDim.x;
+        const unsigned long long span = tiles + gridDim.x;
         const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
         const char* data = static_cast<const char*>(a.w.data);
         unsigned long long* counter = f.tile_counters + idx;
-        unsigned long long pending[kClaimsInFlight];
-#pragma unroll
-        for (int k = 0; k < kClaimsInFlight; ++k) pending[k] = atomicAdd(counter, 1ull);
-        bool more = true;
-        while (more) {
-          // Unrolled, so that each claim keeps its register and only the oldest is waited for.
-#pragma unroll
-          for (int k = 0; k < kClaimsInFlight; ++k) {
-            if (!more) break;
-            const unsigned long long claim = pending[k] % span;
-            if (claim >= tiles) {
-              more = false;
-              break;
+        unsigned long long claim = atomicAdd(counter, 1ull) % span;
+        while (claim < tiles) {
+          const unsigned long long next = atomicAdd(counter, 1ull);
+          const int slot = seq % slots;
+          if (seq >= slots) MbarWait(&empty[slot], static_cast<uint32_t>((seq / slots - 1) & 1));
+          if (hold_copies)
+            while (hold) {
             }
-            pending[k] = atomicAdd(counter, 1ull);
-            const int slot = seq % slots;
-            if (seq >= slots) MbarWait(&empty[slot], static_cast<uint32_t>((seq / slots - 1) & 1));
-            if (hold_copies)
-              while (hold) {
-              }
-            const int tile = static_cast<int>(claim);
-            slot_tile[slot] = tile;
-            slot_idx[slot] = idx;
-            const uint32_t bytes = static_cast<uint32_t>(min(tile_rows, rows - tile * tile_rows) * row_bytes);
-            MbarExpectTx(&full[slot], bytes);
-            BulkCopyToSharedHinted(ring + static_cast<int64_t>(slot) * slot_bytes,
-                                   data + static_cast<int64_t>(tile) * tile_rows * row_bytes, bytes, &full[slot],
-                                   weight_evict_first != 0, policy);
-            ++seq;
-          }
+          const int tile = static_cast<int>(claim);
+          slot_tile[slot] = tile;
+          slot_idx[slot] = idx;
+          const uint32_t bytes = static_cast<uint32_t>(min(tile_rows, rows - tile * tile_rows) * row_bytes);
+          MbarExpectTx(&full[slot], bytes);
+          BulkCopyToSharedHinted(ring + static_cast<int64_t>(slot) * slot_bytes,
+                                 data + static_cast<int64_t>(tile) * tile_rows * row_bytes, bytes, &full[slot],
+                                 weight_evict_first != 0, policy);
+          ++seq;
+          claim = next % span;
         }
-        phase_end = (static_cast<unsigned long long>(idx + 1) << 32) | static_cast<unsigned>(seq);
+        phase_end[idx % 4] = (static_cast<unsigned long long>(idx) << 32) | static_cast<unsigned>(seq);
         __threadfence_block();
       }
       return;
@@ -3012,7 +2994,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
   }
   ConsumerSync();
   int seq = DYN ? warp : 0;  // DYN: this warp's next tile's sequence number; else the block's tiles so far
-  const StepClaims claims{slot_tile, slot_idx, &phase_end};
+  const StepClaims claims{slot_tile, slot_idx, phase_end};
   for (int layer = 0; layer < f.num_layers; ++layer) {
     const StepLayerArgs& ly = f.layers[layer];
     if (layer > 0) StepGridBarrier(bar, trace, &hold);  // the previous layer's residual stream is complete
