@@ -2880,8 +2880,8 @@ __global__ void __launch_bounds__(kStepThreads, 1)
   extern __shared__ __align__(128) unsigned char step_smem[];
   __shared__ __align__(8) uint64_t full[kStepMaxSlots];
   __shared__ __align__(8) uint64_t empty[kStepMaxSlots];
-  // DYN: StepClaims' shared half (compiled away in the other variant; StepKernelSmemLimit
-  // leaves room for it in both).
+  // DYN: StepClaims' shared half. Sized alike in both variants, so that one shared-memory limit
+  // (StepKernelSmemLimit) holds for every instantiation.
   __shared__ int slot_tile[kStepMaxSlots];
   __shared__ int slot_idx[kStepMaxSlots];
   __shared__ volatile unsigned long long phase_end[4];
@@ -3091,15 +3091,10 @@ int StepKernelSmemLimit() {
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
       return 0;
-    // The claiming variant's static arrays (DYN) are compiled away in the other: the larger of the two.
-    int static_bytes = 0;
-    for (auto* k : {DecodeStepKernel<WeightType::kBF16, AttnGroups(kMaxHeadDim)>,
-                    DecodeStepKernel<WeightType::kBF16, AttnGroups(kMaxHeadDim), true>}) {
-      cudaFuncAttributes attr{};
-      if (cudaFuncGetAttributes(&attr, k) != cudaSuccess) return 0;
-      static_bytes = std::max(static_bytes, static_cast<int>(attr.sharedSizeBytes));
-    }
-    return optin - static_bytes;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, DecodeStepKernel<WeightType::kBF16, AttnGroups(kMaxHeadDim)>) != cudaSuccess)
+      return 0;
+    return optin - static_cast<int>(attr.sharedSizeBytes);
   });
 }
 
