@@ -2880,10 +2880,9 @@ __global__ void __launch_bounds__(kStepThreads, 1)
   extern __shared__ __align__(128) unsigned char step_smem[];
   __shared__ __align__(8) uint64_t full[kStepMaxSlots];
   __shared__ __align__(8) uint64_t empty[kStepMaxSlots];
-  // DYN: StepClaims' shared half. Sized alike in both variants, so that one shared-memory limit
-  // (StepKernelSmemLimit) holds for every instantiation.
-  __shared__ int slot_tile[kStepMaxSlots];
-  __shared__ int slot_idx[kStepMaxSlots];
+  // DYN: StepClaims' shared half.
+  __shared__ int slot_tile[DYN ? kStepMaxSlots : 1];
+  __shared__ int slot_idx[DYN ? kStepMaxSlots : 1];
   __shared__ volatile unsigned long long phase_end[4];
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
