@@ -319,8 +319,6 @@ class CudaBackendImpl final : public CudaBackend {
     scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     ROTE_RETURN_IF_ERROR(AllocateZeroed(&mlp_barrier_, 2 * sizeof(uint32_t)));
     ROTE_RETURN_IF_ERROR(AllocateZeroed(&step_barrier_, sizeof(unsigned long long)));
-    ROTE_RETURN_IF_ERROR(
-        AllocateZeroed(&step_tile_counters_, static_cast<size_t>(4 * c.num_layers + 1) * sizeof(unsigned long long)));
     ROTE_RETURN_IF_ERROR(split_scratch_.Allocate(static_cast<size_t>(kSplitScratchFloats) * sizeof(float)));
     ROTE_RETURN_IF_ERROR(AllocateZeroed(&split_tickets_, static_cast<size_t>(kSplitTickets) * sizeof(uint32_t)));
     return OkStatus();
@@ -969,7 +967,6 @@ class CudaBackendImpl final : public CudaBackend {
     f->q = q_.as<float>();
     f->att = att_.as<float>();
     f->barrier = step_barrier_.as<unsigned long long>();
-    f->tile_counters = step_tile_counters_.as<unsigned long long>();
     // Attention over parts of long contexts (EnsureAttentionParts sized the scratch).
     if (g_step_attention_split > 0 && attn_sync_.as<void>() != nullptr) {
       const cuda::AttentionParts parts = AttentionPartsScratch();
@@ -1141,7 +1138,6 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceBuffer split_scratch_, split_tickets_;  // LinearArgs::split_*: see WithSplitScratch
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter
-  DeviceBuffer step_tile_counters_;  // its tile claims per matrix (DecodeStepArgs::tile_counters)
   // DecodeStepArgs::attn_*: attention over parts of long contexts (scores, maxes, partials, counters).
   DeviceBuffer attn_scores_, attn_maxes_, attn_vpart_, attn_sync_;
   DeviceBuffer step_layers_;   // DecodeStepKernel's per-layer arguments (PrepareDecodeStep)

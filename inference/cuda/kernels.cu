@@ -585,21 +585,6 @@ __device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// One poll of an mbarrier phase (mbarrier.try_wait may suspend the thread for a while first).
-__device__ __forceinline__ bool MbarTryWait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(SmemAddr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
 // acc[r] = canonical dot of row r of a band of ROWS weight rows in shared memory (permuted
 // layout, row_bytes apart) with the activation lane row xs, normalised on the fly when nw is set
 // ((x * rscale) * w, as NormScale). Lane t reads its four terms of group g at the same offsets as
@@ -2742,44 +2727,18 @@ __device__ __forceinline__ StepEpilogueOperands LoadStepEpilogue(const LinearArg
 // kernel's code is about 140 KB and its multiprocessors fetch it again every step: less of it
 // measured faster (182 -> 162 -> 147 KB: 1.5B batch 1 +3.5%, +0.9%), except where the saving cost
 // the dot product's unrolling or put calls in the tile loop (docs/performance.md, eighth session).
-// Variant 11: which matrices keep a claimed tail (long, and with no epilogue operands to load
-// ahead: gate|up and the lm_head), and how many of their tiles are dealt in fixed shares.
-__device__ __forceinline__ bool StepClaimsTail(const DecodeStepArgs& f, int idx) {
-  return idx == 4 * f.num_layers || idx % 4 == 2;
-}
-__device__ __forceinline__ int StepFixedTiles(int tiles, int grid) {
-  const int share = tiles / grid;
-  return max(0, share - (share / 6 + 2)) * grid;  // about a sixth of each block's share, and 2, claimed
-}
-
-// Claimed tiles (DYN, variant 11): what the producer tells the consumers. It writes each slot's
-// tile and matrix before arming the slot's barrier (the arrive releases them, the consumer's wait
-// acquires them), and, once its claims on a matrix come back empty, the latest matrix it has
-// finished and the sequence number at which its tiles end (*phase_end = (idx + 1) << 32 | end; 0:
-// none yet). A consumer at sequence i of matrix idx stops when that record is of idx or later and
-// its end is at most i (ends only grow, so idx's end is too); otherwise the producer has issued
-// sequence i or will, and the slot's matrix tells. One record, not one per matrix: a producer with
-// no tiles left may finish several matrices while its consumers still wait in an earlier one.
-struct StepClaims {
-  const int* slot_tile = nullptr;
-  const int* slot_idx = nullptr;
-  const volatile unsigned long long* phase_end = nullptr;
-};
-
-template <WeightType WT, int ROWS, LinearEpilogue EPI, bool NORM, bool DYN = false>
+template <WeightType WT, int ROWS, LinearEpilogue EPI, bool NORM>
 __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsigned char* ring, int slots,
                                                 int slot_bytes, uint64_t* full, uint64_t* empty, float4* xs,
-                                                int& seq, volatile int* hold, int idx = 0, StepClaims claims = {},
-                                                int* exit_seq = nullptr) {
+                                                int& seq, volatile int* hold) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int groups = a.w.cols_padded / kGroupCols;
   const int tiles = (a.w.rows + ROWS - 1) / ROWS;
-  const int block_tiles =
-      DYN ? 0 : tiles > static_cast<int>(blockIdx.x) ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  const int block_tiles = tiles > static_cast<int>(blockIdx.x) ? (tiles - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
   int t = (warp - seq % kStepWarps + kStepWarps) % kStepWarps;  // this warp's first tile of the matrix
   // Its epilogue operands first: their round trip overlaps the activation row's.
   StepEpilogueOperands next;
-  if (!DYN && t < block_tiles) next = LoadStepEpilogue<ROWS, EPI>(a, blockIdx.x + t * gridDim.x, lane);
+  if (t < block_tiles) next = LoadStepEpilogue<ROWS, EPI>(a, blockIdx.x + t * gridDim.x, lane);
   // The norm's weights (constants) are loaded first, into registers for the first kStepNormRegs
   // chunks of each thread, so their round trip overlaps the activation's.
   constexpr int kStepNormRegs = 2;
@@ -2813,35 +2772,10 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
   }
   if (threadIdx.x == 0) *hold = 0;  // the activation row is staged: the producer may copy again
   const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
-  // DYN: i is this warp's next sequence number (the block's n-th tile goes to warp n mod
-  // kStepWarps), from the first at or after the block's count so far; the loop ends where the
-  // producer's share of the matrix does, and the block's count is then the least of the warps'
-  // next numbers (the warp whose number is the end has it).
-  int i = seq + (warp - seq % kStepWarps + kStepWarps) % kStepWarps;
-  for (;;) {
-    int tile, slot;
-    if constexpr (DYN) {
-      slot = i % slots;
-      const uint32_t parity = static_cast<uint32_t>((i / slots) & 1);
-      bool ended = false;
-      while (!MbarTryWait(&full[slot], parity)) {
-        const unsigned long long e = *claims.phase_end;
-        if (static_cast<int>(e >> 32) > idx && i >= static_cast<int>(e & 0xffffffffu)) {
-          ended = true;
-          break;
-        }
-      }
-      // A full slot of the next matrix is that matrix's first tile for this warp: left for it.
-      if (ended || claims.slot_idx[slot] != idx) break;
-      tile = claims.slot_tile[slot];
-      // The epilogue's operands now that the tile is known: their round trip overlaps the dot.
-      next = LoadStepEpilogue<ROWS, EPI>(a, tile, lane);
-    } else {
-      if (t >= block_tiles) break;
-      tile = blockIdx.x + t * gridDim.x;
-      slot = (seq + t) % slots;
-      MbarWait(&full[slot], static_cast<uint32_t>(((seq + t) / slots) & 1));
-    }
+  for (; t < block_tiles; t += kStepWarps) {
+    const int tile = blockIdx.x + t * gridDim.x;
+    const int slot = (seq + t) % slots;
+    MbarWait(&full[slot], static_cast<uint32_t>(((seq + t) / slots) & 1));
     float acc[ROWS];
     SharedBandDot<WT, ROWS, kStepDotUnroll>(ring + static_cast<int64_t>(slot) * slot_bytes, row_bytes, xs, groups, lane,
                                              nullptr, 0.0f,
@@ -2849,7 +2783,7 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
     __syncwarp();  // every lane has consumed the slot (its FMAs used every value it read)
     if (lane == 0) MbarArrive(&empty[slot]);
     const StepEpilogueOperands e = next;
-    if (!DYN && t + kStepWarps < block_tiles) next = LoadStepEpilogue<ROWS, EPI>(a, tile + kStepWarps * gridDim.x, lane);
+    if (t + kStepWarps < block_tiles) next = LoadStepEpilogue<ROWS, EPI>(a, tile + kStepWarps * gridDim.x, lane);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
     if constexpr (EPI == LinearEpilogue::kRopeStore) {
@@ -2873,33 +2807,13 @@ __device__ __forceinline__ void StepMatrixPhase(const LinearArgs& a, const unsig
         a.out[o] = EPI == LinearEpilogue::kAddResidual ? e.resid + acc[r] : acc[r];
       }
     }
-    if constexpr (DYN) {
-      i += kStepWarps;
-    } else {
-      t += kStepWarps;
-    }
   }
-  if constexpr (DYN) {
-    if (lane == 0) exit_seq[warp] = i;
-    ConsumerSync();
-    int end = exit_seq[0];
-#pragma unroll
-    for (int w = 1; w < kStepWarps; ++w) end = min(end, exit_seq[w]);
-    seq = end;
-    ConsumerSync();  // exit_seq is free for the next claimed matrix
-  } else {
-    seq += block_tiles;
-  }
+  seq += block_tiles;
 }
 
 // NG: attention's V groups per warp for the model's head dimension (AttnGroups), so the batched
 // attention loops (two positions per batch) hold only the registers that dimension needs.
-// DYN (variant 11): the blocks claim each matrix's tiles from f.tile_counters as their rings free
-// up, instead of block b taking tiles b, b + G, ...: multiprocessors do not stream at the same
-// rate (1.5B batch 1, H100: a block's last gate|up tile lands up to 3.3 us after another's, its
-// last lm_head tile 23 us), so the fixed shares end unevenly and every grid barrier waits for the
-// slowest. Which block computes a tile changes no bit (each tile's sums are its own).
-template <WeightType WT, int NG, bool DYN = false>
+template <WeightType WT, int NG>
 __global__ void __launch_bounds__(kStepThreads, 1)
     DecodeStepKernel(const __grid_constant__ DecodeStepArgs f, int32_t slots, int32_t slot_bytes, int32_t union_bytes,
                      int32_t returning_barrier, int32_t prefetch_tiles, int32_t weight_evict_first,
@@ -2907,11 +2821,6 @@ __global__ void __launch_bounds__(kStepThreads, 1)
   extern __shared__ __align__(128) unsigned char step_smem[];
   __shared__ __align__(8) uint64_t full[kStepMaxSlots];
   __shared__ __align__(8) uint64_t empty[kStepMaxSlots];
-  // DYN: StepClaims' shared half (compiled away in the other variant; StepKernelSmemLimit
-  // leaves room for it in both).
-  __shared__ int slot_tile[kStepMaxSlots];
-  __shared__ int slot_idx[kStepMaxSlots];
-  __shared__ volatile unsigned long long phase_end;
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
   // Set from a grid barrier until the next activation row is staged: with hold_copies the producer
@@ -2933,79 +2842,11 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     }
     FenceMbarInit();
     hold = 0;
-    phase_end = 0;  // no matrix finished yet
   }
   __syncthreads();
 
   if (warp == kStepWarps) {  // the producer: weights only, so it never waits for the previous kernel
     if (lane != 0) return;
-    if constexpr (DYN) {
-      // Every matrix's tiles b, b + G, ... as in the other variant, except that the long matrices
-      // without epilogue operands (gate|up, the lm_head: StepClaimsTail) keep back their last
-      // StepTailTiles(share) tiles a block: those are claimed, kClaimTiles at a time, from the
-      // matrix's counter once the block's fixed tiles are issued, so the blocks whose rings drain
-      // fastest take more of them. Claim c (the counter's old value mod span) holds tail tiles c
-      // .. c + kClaimTiles - 1 where c < the tail's tiles; kClaimsInFlight claims are in flight at
-      // a time, in issue order, so the first past the tail ends the block's share and the others
-      // then are past it too: every block makes exactly kClaimsInFlight such claims, a launch adds
-      // span to the counter, and the next launch's claims start at a multiple of it.
-      constexpr int kClaimTiles = 2, kClaimsInFlight = 2;
-      const uint64_t policy = weight_evict_first ? EvictFirstPolicy() : 0;
-      int seq = 0;
-      for (int idx = 0; idx <= 4 * f.num_layers; ++idx) {
-        const LinearArgs& a = StepMatrix(f, idx);
-        const int tile_rows = StepTileRows(f, idx), rows = a.w.rows;
-        const int tiles = (rows + tile_rows - 1) / tile_rows;
-        const int64_t row_bytes = static_cast<int64_t>(a.w.cols_padded) * kWeightBytes<WT>;
-        const char* data = static_cast<const char*>(a.w.data);
-        auto issue = [&](int tile) {
-          const int slot = seq % slots;
-          if (seq >= slots) MbarWait(&empty[slot], static_cast<uint32_t>((seq / slots - 1) & 1));
-          if (hold_copies)
-            while (hold) {
-            }
-          slot_tile[slot] = tile;
-          slot_idx[slot] = idx;
-          const uint32_t bytes = static_cast<uint32_t>(min(tile_rows, rows - tile * tile_rows) * row_bytes);
-          MbarExpectTx(&full[slot], bytes);
-          BulkCopyToSharedHinted(ring + static_cast<int64_t>(slot) * slot_bytes,
-                                 data + static_cast<int64_t>(tile) * tile_rows * row_bytes, bytes, &full[slot],
-                                 weight_evict_first != 0, policy);
-          ++seq;
-        };
-        const bool tail = StepClaimsTail(f, idx);
-        const int fixed = tail ? StepFixedTiles(tiles, gridDim.x) : tiles;  // tiles [0, fixed) dealt
-        for (int tile = blockIdx.x; tile < fixed; tile += gridDim.x) issue(tile);
-        if (tail) {
-          const unsigned long long tail_tiles = static_cast<unsigned long long>(tiles - fixed);
-          const unsigned long long span =
-              ((tail_tiles + kClaimTiles - 1) / kClaimTiles + static_cast<unsigned long long>(kClaimsInFlight) * gridDim.x) *
-              kClaimTiles;
-          unsigned long long* counter = f.tile_counters + idx;
-          unsigned long long pending[kClaimsInFlight];
-#pragma unroll
-          for (int k = 0; k < kClaimsInFlight; ++k) pending[k] = atomicAdd(counter, static_cast<unsigned long long>(kClaimTiles));
-          bool more = true;
-          while (more) {
-            // Unrolled, so that each claim keeps its register and only the oldest is waited for.
-#pragma unroll
-            for (int k = 0; k < kClaimsInFlight; ++k) {
-              if (!more) break;
-              const unsigned long long claim = pending[k] % span;
-              if (claim >= tail_tiles) {
-                more = false;
-                break;
-              }
-              pending[k] = atomicAdd(counter, static_cast<unsigned long long>(kClaimTiles));
-              for (int j = 0; j < kClaimTiles && claim + j < tail_tiles; ++j) issue(fixed + static_cast<int>(claim) + j);
-            }
-          }
-        }
-        phase_end = (static_cast<unsigned long long>(idx + 1) << 32) | static_cast<unsigned>(seq);
-        __threadfence_block();
-      }
-      return;
-    }
     // A second cursor runs prefetch_tiles tiles ahead and asks L2 for them (no shared memory
     // needed), so DRAM keeps streaming while the ring is full: at a barrier, or in attention.
     StepCursor<WT> cur, ahead;
@@ -3048,9 +2889,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
     trace.Record(t, t);
   }
   ConsumerSync();
-  int seq = 0;  // the block's tiles so far
-  const StepClaims claims{slot_tile, slot_idx, &phase_end};
-  __shared__ int exit_seq[kStepWarps];
+  int seq = 0;
   for (int layer = 0; layer < f.num_layers; ++layer) {
     const StepLayerArgs& ly = f.layers[layer];
     if (layer > 0) StepGridBarrier(bar, trace, &hold);  // the previous layer's residual stream is complete
@@ -3077,8 +2916,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
         for (int off = 0; off < hd * 4; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + off));
       }
     }
-    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kRopeStore, true>(ly.qkv, ring, slots, slot_bytes, full, empty, xs,
-                                                                     seq, &hold);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kRopeStore, true>(ly.qkv, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);  // q, and this step's K and V rows, are complete
     if (threadIdx.x == 0) hold = 0;  // (attention reads no activation row)
 #ifdef ROTE_CUDA_TIMELINE
@@ -3112,18 +2950,14 @@ __global__ void __launch_bounds__(kStepThreads, 1)
           attention_sync, max(0, min(slice, hd - dim0)), dim0);
     }
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kAddResidual, false>(ly.out, ring, slots, slot_bytes, full, empty,
-                                                                        xs, seq, &hold);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kAddResidual, false>(ly.out, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kSiluMul, true, DYN>(ly.gate_up, ring, slots, slot_bytes, full, empty,
-                                                                        xs, seq, &hold, 4 * layer + 2, claims, exit_seq);
+    StepMatrixPhase<WT, kStepRows, LinearEpilogue::kSiluMul, true>(ly.gate_up, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
     StepGridBarrier(bar, trace, &hold);
-    StepMatrixPhase<WT, kStepDownRows, LinearEpilogue::kAddResidual, false>(ly.down, ring, slots, slot_bytes, full,
-                                                                            empty, xs, seq, &hold);
+    StepMatrixPhase<WT, kStepDownRows, LinearEpilogue::kAddResidual, false>(ly.down, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
   }
   StepGridBarrier(bar, trace, &hold);
-  StepMatrixPhase<WT, kStepRows, LinearEpilogue::kStore, true, DYN>(f.lm_head, ring, slots, slot_bytes, full, empty, xs,
-                                                                    seq, &hold, 4 * f.num_layers, claims, exit_seq);
+  StepMatrixPhase<WT, kStepRows, LinearEpilogue::kStore, true>(f.lm_head, ring, slots, slot_bytes, full, empty, xs, seq, &hold);
   if (f.trace != nullptr) {
     ConsumerSync();
     const unsigned long long t = GlobalTimer();
@@ -3146,15 +2980,10 @@ int StepKernelSmemLimit() {
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
       return 0;
-    // The claiming variant's static arrays (DYN) are compiled away in the other: the larger of the two.
-    int static_bytes = 0;
-    for (auto* k : {DecodeStepKernel<WeightType::kBF16, AttnGroups(kMaxHeadDim)>,
-                    DecodeStepKernel<WeightType::kBF16, AttnGroups(kMaxHeadDim), true>}) {
-      cudaFuncAttributes attr{};
-      if (cudaFuncGetAttributes(&attr, k) != cudaSuccess) return 0;
-      static_bytes = std::max(static_bytes, static_cast<int>(attr.sharedSizeBytes));
-    }
-    return optin - static_bytes;
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, DecodeStepKernel<WeightType::kBF16, AttnGroups(kMaxHeadDim)>) != cudaSuccess)
+      return 0;
+    return optin - static_cast<int>(attr.sharedSizeBytes);
   });
 }
 
@@ -3180,16 +3009,12 @@ DecodeStepPlan PlanDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) 
 template <WeightType WT>
 cudaError_t LaunchDecodeStepTyped(const DecodeStepArgs& f, const DecodeStepPlan& p, cudaStream_t stream) {
   const int hd = f.shape.head_dim;
-  const bool dyn = g_one_token_kernel == 11;
-  auto* kernel = hd <= kAttnWarps * 8       ? (dyn ? DecodeStepKernel<WT, 1, true> : DecodeStepKernel<WT, 1>)
-                 : hd <= 2 * kAttnWarps * 8 ? (dyn ? DecodeStepKernel<WT, 2, true> : DecodeStepKernel<WT, 2>)
-                                            : (dyn ? DecodeStepKernel<WT, AttnGroups(kMaxHeadDim), true>
-                                                   : DecodeStepKernel<WT, AttnGroups(kMaxHeadDim)>);
+  auto* kernel = hd <= kAttnWarps * 8       ? DecodeStepKernel<WT, 1>
+                 : hd <= 2 * kAttnWarps * 8 ? DecodeStepKernel<WT, 2>
+                                            : DecodeStepKernel<WT, AttnGroups(kMaxHeadDim)>;
   static PerDevice<cudaError_t> prepared_on;
   const cudaError_t prepared = prepared_on.Get([] {
-    for (auto* k : {DecodeStepKernel<WT, 1>, DecodeStepKernel<WT, 2>, DecodeStepKernel<WT, AttnGroups(kMaxHeadDim)>,
-                    DecodeStepKernel<WT, 1, true>, DecodeStepKernel<WT, 2, true>,
-                    DecodeStepKernel<WT, AttnGroups(kMaxHeadDim), true>}) {
+    for (auto* k : {DecodeStepKernel<WT, 1>, DecodeStepKernel<WT, 2>, DecodeStepKernel<WT, AttnGroups(kMaxHeadDim)>}) {
       const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, StepKernelSmemLimit());
       if (e != cudaSuccess) return e;
     }
@@ -3460,10 +3285,8 @@ cudaError_t LaunchMlpBlock(const MlpBlockArgs& f, cudaStream_t stream) {
 }
 
 bool CanRunDecodeStep(const DecodeStepArgs& f, const StepLayerArgs& l0) {
-  if (g_one_token_kernel != 0 && g_one_token_kernel != 7 && g_one_token_kernel != 9 && g_one_token_kernel != 10 &&
-      g_one_token_kernel != 11)
+  if (g_one_token_kernel != 0 && g_one_token_kernel != 7 && g_one_token_kernel != 9 && g_one_token_kernel != 10)
     return false;
-  if (g_one_token_kernel == 11 && f.tile_counters == nullptr) return false;
   if (f.layers == nullptr || f.num_layers < 1 || f.barrier == nullptr || f.step.tokens != 1) return false;
   const WeightType wt = l0.qkv.w.type;
   for (const LinearArgs* a : {&l0.qkv, &l0.out, &l0.gate_up, &l0.down, &f.lm_head})

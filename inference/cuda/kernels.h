@@ -253,10 +253,6 @@ struct DecodeStepArgs {
   const float* q = nullptr;  // the q|k|v epilogue's q_out
   float* att = nullptr;      // attention output: the o product's input (lane rows)
   unsigned long long* barrier = nullptr;  // one zeroed counter, reused by every launch
-  // Variant 11 (SetOneTokenKernel): blocks claim each matrix's tiles from these 4 * num_layers + 1
-  // zeroed counters as they go (null: the fixed assignment). Every launch adds exactly tiles +
-  // blocks to each, so they are never reset (see DecodeStepKernel).
-  unsigned long long* tile_counters = nullptr;
   // Benchmarks only (null otherwise): per block, DecodeStepTraceSlots(num_layers) pairs of
   // global-timer readings (ns): slot 0 after the previous kernel, then every grid barrier's
   // arrival and departure, then the end of the lm_head.
