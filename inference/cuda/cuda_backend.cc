@@ -110,6 +110,7 @@ struct GraphKey {
   int attention_variant;  // SetCudaAttentionVariantForTesting's choice when captured
   bool weight_evict_first;  // SetCudaWeightEvictFirstForTesting's choice when captured
   int step_attention_split;  // SetCudaStepAttentionSplitForTesting's choice when captured
+  bool step_in_parts;        // the one-launch step attends in parts (its context reaches the split)
   int attention_parts;       // SetCudaAttentionPartsForTesting's
   int fast_tile;             // SetCudaFastLinearTileForTesting's (both arguments)
   int fast_merge;            // SetCudaFastMergedSlicesForTesting's
@@ -117,10 +118,11 @@ struct GraphKey {
   bool operator<(const GraphKey& o) const {
     return std::tie(tokens, context_bucket, greedy, skip, one_token_kernel, mlp_block_warps, step_trace,
                     step_prefetch, large_batch_tile, attention_variant, weight_evict_first, step_attention_split,
-                    attention_parts, fast_tile, fast_merge, fast_stream) <
+                    step_in_parts, attention_parts, fast_tile, fast_merge, fast_stream) <
            std::tie(o.tokens, o.context_bucket, o.greedy, o.skip, o.one_token_kernel, o.mlp_block_warps, o.step_trace,
                     o.step_prefetch, o.large_batch_tile, o.attention_variant, o.weight_evict_first,
-                    o.step_attention_split, o.attention_parts, o.fast_tile, o.fast_merge, o.fast_stream);
+                    o.step_attention_split, o.step_in_parts, o.attention_parts, o.fast_tile, o.fast_merge,
+                    o.fast_stream);
   }
 };
 
@@ -141,6 +143,9 @@ int g_sample_candidates = 1;  // SetCudaSampleCandidatesForTesting
 constexpr int kDefaultStepPrefetchTiles = 0;
 // Steps run as one DecodeStepKernel (CudaDecodeStepsForTesting).
 std::atomic<int64_t> g_decode_steps{0};
+// Those of them launched with the code that attends a head over parts of its positions
+// (CudaDecodeStepsInPartsForTesting).
+std::atomic<int64_t> g_decode_steps_in_parts{0};
 // SetCudaStepTraceForBenchmark, and where the last traced step's readings are.
 bool g_step_trace = false;
 int g_step_prefetch_tiles = kDefaultStepPrefetchTiles;
@@ -616,6 +621,7 @@ class CudaBackendImpl final : public CudaBackend {
   // Device pointers of one step's metadata inside meta_.
   struct StepLayout {
     int32_t tokens = 0, logit_rows = 0, max_blocks = 0, context = 0;
+    int32_t longest = 0;  // the most positions any sequence has after this step (context: its bucket)
     int64_t tokens_off = 0, pos_off = 0, table_off = 0, logit_rows_off = 0, total = 0;
   };
 
@@ -652,6 +658,7 @@ class CudaBackendImpl final : public CudaBackend {
     // kernel's shared memory and the block-table width are fixed per bucket.
     const bool use_graph = options_.use_graphs && decode_only;
     lay.context = max_len;
+    lay.longest = max_len;
     if (use_graph) {
       int32_t bucket = 256;
       while (bucket < max_len) bucket *= 2;
@@ -692,7 +699,9 @@ class CudaBackendImpl final : public CudaBackend {
     cuda::DecodeStepArgs decode_step_args;
     ROTE_ASSIGN_OR_RETURN(const bool one_launch, PrepareDecodeStep(lay, &decode_step_args));
     const cuda::DecodeStepArgs* decode_step = one_launch ? &decode_step_args : nullptr;
+    const bool step_in_parts = one_launch && decode_step_args.attn_sync != nullptr;
     if (one_launch) g_decode_steps.fetch_add(1, std::memory_order_relaxed);
+    if (step_in_parts) g_decode_steps_in_parts.fetch_add(1, std::memory_order_relaxed);
     if (g_kernel_timeline || timeline_set_) {  // benchmarks only (SetCudaKernelTimelineForBenchmark)
       if (g_kernel_timeline && timeline_.bytes() == 0)
         ROTE_RETURN_IF_ERROR(AllocateZeroed(&timeline_, sizeof(cuda::KernelTimeline)));
@@ -706,7 +715,7 @@ class CudaBackendImpl final : public CudaBackend {
     if (use_graph) {
       const GraphKey key{lay.tokens, lay.context, greedy, g_skip_kernels, g_one_token_kernel, g_mlp_block_warps,
                          g_step_trace, g_step_prefetch_tiles, g_large_batch_tile, g_attention_variant,
-                         g_weight_evict_first, g_step_attention_split, g_attention_parts, g_fast_tile,
+                         g_weight_evict_first, g_step_attention_split, step_in_parts, g_attention_parts, g_fast_tile,
                          g_fast_merge, g_fast_stream};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
@@ -967,8 +976,10 @@ class CudaBackendImpl final : public CudaBackend {
     f->q = q_.as<float>();
     f->att = att_.as<float>();
     f->barrier = step_barrier_.as<unsigned long long>();
-    // Attention over parts of long contexts (EnsureAttentionParts sized the scratch).
-    if (g_step_attention_split > 0 && attn_sync_.as<void>() != nullptr) {
+    // Attention over parts of long contexts (EnsureAttentionParts sized the scratch), only where
+    // this step reaches them: the other steps run the kernel without that code (decided per step,
+    // so one context bucket may hold a graph of each).
+    if (g_step_attention_split > 0 && attn_sync_.as<void>() != nullptr && lay.longest >= g_step_attention_split) {
       const cuda::AttentionParts parts = AttentionPartsScratch();
       f->attn_split_min_context = g_step_attention_split;
       f->attn_scores = parts.scores;
@@ -1163,6 +1174,7 @@ void SetCudaLargeBatchTileForTesting(int variant) {
 }
 void SetCudaSkipKernelsForBenchmark(uint32_t mask) { g_skip_kernels = mask; }
 int64_t CudaDecodeStepsForTesting() { return g_decode_steps.load(std::memory_order_relaxed); }
+int64_t CudaDecodeStepsInPartsForTesting() { return g_decode_steps_in_parts.load(std::memory_order_relaxed); }
 int64_t CudaTiledLinearLaunchesForTesting() { return cuda::TiledLinearLaunches(); }
 int64_t CudaFastLinearLaunchesForTesting() { return cuda::FastLinearLaunches(); }
 int64_t CudaFastMergedLaunchesForTesting() { return cuda::FastLinearMergedLaunches(); }

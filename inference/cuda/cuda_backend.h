@@ -149,6 +149,9 @@ void SetCudaMlpBlockMaxWarpsForTesting(int warps);
 // How many steps ran as one DecodeStepKernel (the whole decode step of one token in one launch):
 // tests and benchmarks check that the variant they time ran.
 int64_t CudaDecodeStepsForTesting();
+// Those of them launched with the code that attends each head over parts of its positions (steps
+// whose context reaches SetCudaStepAttentionSplitForTesting's; the others run without that code).
+int64_t CudaDecodeStepsInPartsForTesting();
 // How many batched products ran as the shared-memory TiledLinearKernel (launches issued; a
 // captured graph counts once): tests check that the tile variant they force ran.
 int64_t CudaTiledLinearLaunchesForTesting();

@@ -42,6 +42,7 @@ void SetCudaFastNormStagedForTesting(bool) {}
 int64_t CudaFastNormStagedLaunchesForTesting() { return 0; }
 void SetCudaProgrammaticLaunchForBenchmark(bool) {}
 int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
+int64_t CudaDecodeStepsInPartsForTesting() { return 0; }
 void SetCudaStepTraceForBenchmark(bool) {}
 void SetCudaStepPrefetchTilesForTesting(int) {}
 void SetCudaStepAttentionSplitForTesting(int) {}

@@ -261,7 +261,8 @@ struct DecodeStepArgs {
   // or 2 blocks over parts of its positions (attn_parts; 0: 8 or 4, the most with num_heads x P <=
   // the grid), meeting through these (null: never). attn_scores: (num_heads, max_context) floats;
   // attn_maxes: (num_heads, 8); attn_vpart: (num_heads, 8, head_dim); attn_sync: num_heads zeroed
-  // counters, reused by every launch.
+  // counters, reused by every launch. The host sets them only for steps that reach
+  // attn_split_min_context: without them the kernel is launched without the parts' code.
   int32_t attn_split_min_context = 0;
   int32_t attn_parts = 0;
   float* attn_scores = nullptr;

@@ -488,15 +488,39 @@ TEST(CudaInvariance, AttentionVariantsEqualCpu) {
     SetCudaAttentionVariantForTesting(-1);
     // The one-launch decode step runs the same attention body, instantiated per head dimension;
     // with the split (each head in 8 blocks over parts of its positions) from every context, and
-    // never.
+    // never. Steps whose context reaches the split run the kernel with the parts' code, the others
+    // the kernel without it.
     SetCudaOneTokenKernelForTesting(7);
     for (int split : {-1, 1, 0}) {
       SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, attention split from " +
                    std::to_string(split));
       SetCudaStepAttentionSplitForTesting(split);
-      const int64_t launches = CudaDecodeStepsForTesting();
+      const int64_t launches = CudaDecodeStepsForTesting(), in_parts = CudaDecodeStepsInPartsForTesting();
       ExpectCpuEqualsCuda(model, 290, 4);
       EXPECT_GT(CudaDecodeStepsForTesting(), launches);
+      if (split == 0)
+        EXPECT_EQ(CudaDecodeStepsInPartsForTesting(), in_parts);
+      else
+        EXPECT_GT(CudaDecodeStepsInPartsForTesting(), in_parts);
+    }
+    {
+      // 60 + 40 positions, below the default split (192): every step without the parts' code.
+      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, short context");
+      SetCudaStepAttentionSplitForTesting(-1);
+      const int64_t launches = CudaDecodeStepsForTesting(), in_parts = CudaDecodeStepsInPartsForTesting();
+      ExpectCpuEqualsCuda(model, 60, 40);
+      EXPECT_GT(CudaDecodeStepsForTesting(), launches);
+      EXPECT_EQ(CudaDecodeStepsInPartsForTesting(), in_parts);
+    }
+    {
+      // Contexts 186-197 cross the default split inside one graph bucket: a graph of each kernel.
+      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, crossing the split");
+      SetCudaStepAttentionSplitForTesting(-1);
+      const int64_t launches = CudaDecodeStepsForTesting(), in_parts = CudaDecodeStepsInPartsForTesting();
+      ExpectCpuEqualsCuda(model, 185, 12);
+      const int64_t steps = CudaDecodeStepsForTesting() - launches, steps_in_parts = CudaDecodeStepsInPartsForTesting() - in_parts;
+      EXPECT_GT(steps_in_parts, 0);
+      EXPECT_GT(steps, steps_in_parts);
     }
     // Models with more heads than multiprocessors / 8 split each head over 4 or 2 blocks instead;
     // forced here (4 heads would take 8): other classes per part, other tree levels inside it.
