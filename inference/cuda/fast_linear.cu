@@ -375,6 +375,19 @@ __device__ __forceinline__ void WithFastEpilogue(LinearEpilogue kind, F&& f) {
   }
 }
 
+// EPI: the epilogue's kind fixed at compile time (a LinearEpilogue as int), or -1: a.epilogue's,
+// branched on once per block (WithFastEpilogue). The kernels of the common products carry only
+// their own epilogue: five kinds, each unrolled over the thread's pairs, were half of a kernel's
+// code, and code that a block does not run but jumps over measured slower in the one-launch step
+// (docs/cuda.md, "Code size").
+template <int EPI, typename F>
+__device__ __forceinline__ void WithKernelEpilogue(LinearEpilogue kind, F&& f) {
+  if constexpr (EPI >= 0)
+    f(std::integral_constant<LinearEpilogue, static_cast<LinearEpilogue>(EPI)>{});
+  else
+    WithFastEpilogue(kind, f);
+}
+
 // NORM (a.norm_weight set): x is the residual stream and the product is RMSNorm's, computed as
 // rms_scale(sum of x^2) * (W (x * norm_weight)): each lane scales its activations by the norm
 // weights before splitting them and sums their squares as they pass; the squares are added like
@@ -386,7 +399,7 @@ __device__ __forceinline__ void WithFastEpilogue(LinearEpilogue kind, F&& f) {
 // w / 8 as warp w % 8 of a slice's block would, and adds the slices' sums from its own shared
 // memory in slice order: the same order, so the same bits, with no cluster, no push and no
 // cluster barrier.
-template <int RT, int NTK, bool NORM, bool SLICED, int SB>
+template <int RT, int NTK, bool NORM, bool SLICED, int SB, int EPI>
 __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads,
                                   FastShape<RT, NTK, NORM, SLICED, SB>::kBlocksPerSM)
     FastLinearKernel(LinearArgs a, int32_t splits, bool norm_staged) {
@@ -494,7 +507,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
       kEarlyEpilogue && first_idx < kPairs * S::kToks && first_tok < mcount && first_n < rows;
   FastEpilogue first_epilogue;
   if (first_ok)
-    WithFastEpilogue(a.epilogue, [&](auto kind) {
+    WithKernelEpilogue<EPI>(a.epilogue, [&](auto kind) {
       first_epilogue = PlanFastEpilogue<decltype(kind)::value>(a, m0 + first_tok, first_n);
     });
   // The norm weights are a lane row like the activations: the same offset in the row. They are
@@ -682,7 +695,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
       }
       __syncthreads();
     }
-    WithFastEpilogue(a.epilogue, [&](auto kind) {
+    WithKernelEpilogue<EPI>(a.epilogue, [&](auto kind) {
       for (int idx = split + splits * tid; idx < kPairs * S::kToks; idx += splits * kThreads) {
         const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
         if (tok >= mcount || n >= rows) continue;
@@ -720,7 +733,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   // dependent instructions and branches: ncu, gate|up's 2.5 pairs a thread).
   constexpr int kItems = kPairs * S::kToks;
   constexpr int kIters = (kItems + kThreads - 1) / kThreads;
-  WithFastEpilogue(a.epilogue, [&](auto kind) {
+  WithKernelEpilogue<EPI>(a.epilogue, [&](auto kind) {
     float2 v[kIters];
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
@@ -1062,17 +1075,18 @@ int64_t FastBlocks(const LinearArgs& a, int32_t splits) {
          ((a.tokens + S::kToks - 1) / S::kToks);
 }
 
-template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1>
-cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+template <int RT, int NTK, bool NORM, bool SLICED, int SB, int EPI>
+cudaError_t LaunchFastCompiledFor(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
   using S = FastShape<RT, NTK, NORM, SLICED, SB>;
   const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, SB > 1 ? 1 : splits);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
   static PerDevice<cudaError_t> prepared_on;
   const cudaError_t prepared = prepared_on.Get([] {
-    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB>,
+    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, S::kMaxSmemBytes);
     if (e == cudaSuccess && SLICED)  // clusters of up to 16 slices (more than the portable 8)
-      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI>,
+                               cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     return e;
   });
   if (prepared != cudaSuccess) return prepared;
@@ -1094,7 +1108,27 @@ cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t
   attr[1].val.clusterDim.z = static_cast<unsigned>(splits);
   cfg.attrs = attr;
   cfg.numAttrs = SLICED ? 2 : 1;  // unsliced products and merged slices launch no clusters
-  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM, SLICED, SB>, a, splits, norm_staged);
+  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI>, a, splits, norm_staged);
+}
+
+// The kernel with the product's epilogue compiled in where it is a common one: with the norm,
+// q|k|v's rotary store and gate|up's SiLU; without, o's and down's residual. Other products (the
+// lm_head, q|k|v with a separate rotary kernel) take the kernel that branches on the kind.
+template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1>
+cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+  constexpr int kRope = static_cast<int>(LinearEpilogue::kRopeStore);
+  constexpr int kSilu = static_cast<int>(LinearEpilogue::kSiluMul);
+  constexpr int kResidual = static_cast<int>(LinearEpilogue::kAddResidual);
+  if constexpr (NORM) {
+    if (a.epilogue == LinearEpilogue::kRopeStore)
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kRope>(a, splits, stream);
+    if (a.epilogue == LinearEpilogue::kSiluMul)
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kSilu>(a, splits, stream);
+  } else {
+    if (a.epilogue == LinearEpilogue::kAddResidual)
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kResidual>(a, splits, stream);
+  }
+  return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, -1>(a, splits, stream);
 }
 
 template <int RT, int NTK>
