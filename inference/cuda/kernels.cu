@@ -391,15 +391,16 @@ __device__ __forceinline__ void StoreRope(const LinearArgs& a, const RopeTarget&
 // The epilogue of a one-token product: every lane holds every row's result; lane r stores row r.
 // resid: when set, this lane's value of out at its row (kAddResidual; lane r stores row r), read
 // earlier by the caller.
+// epi: a.epilogue, or the same kind as a compile-time constant (TmaGemvKernel's EPI).
 template <int ROWS>
-__device__ __forceinline__ void StoreOneToken(const LinearArgs& a, const float* acc, int row_base, int lane,
-                                              const float* resid = nullptr) {
+__device__ __forceinline__ void StoreOneToken(const LinearArgs& a, LinearEpilogue epi, const float* acc, int row_base,
+                                              int lane, const float* resid = nullptr) {
   float* out = a.out;
-  if (a.epilogue == LinearEpilogue::kRopeStore) {
+  if (epi == LinearEpilogue::kRopeStore) {
     StoreRope<ROWS>(a, PlanRopeStore<ROWS>(a, row_base, lane), acc, lane);
     return;
   }
-  if (a.epilogue == LinearEpilogue::kSiluMul) {
+  if (epi == LinearEpilogue::kSiluMul) {
 #pragma unroll
     for (int r = 0; r + 1 < ROWS; r += 2) {
       const int row = row_base + r;
@@ -414,9 +415,9 @@ __device__ __forceinline__ void StoreOneToken(const LinearArgs& a, const float* 
       const int row = row_base + r;
       if (lane != r || row >= a.w.rows) continue;
       const int o = a.out_lane_rows ? static_cast<int>(PermutedIndex(row)) : row;
-      if (a.epilogue == LinearEpilogue::kAddBias) {
+      if (epi == LinearEpilogue::kAddBias) {
         out[o] = acc[r] + a.bias[row];
-      } else if (a.epilogue == LinearEpilogue::kAddResidual) {
+      } else if (epi == LinearEpilogue::kAddResidual) {
         out[o] = (resid != nullptr ? *resid : out[o]) + acc[r];
       } else {
         out[o] = acc[r];
@@ -497,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 5) GemvKernel(LinearArgs a) {
   }
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
-  StoreOneToken<ROWS>(a, acc, row_base, lane);
+  StoreOneToken<ROWS>(a, a.epilogue, acc, row_base, lane);
 }
 
 // Registers a lane spends on its ring of weight groups, whatever ROWS and the weight type.
@@ -621,7 +622,10 @@ __device__ __forceinline__ void SharedBandDot(const unsigned char* band, int64_t
 // before the kernel waits for the previous one. Then the activation row is staged, and each warp
 // waits for its own rows only. Lane t reads its four terms of group g at the same offsets as in
 // global memory: the canonical order of LinearKernel, the same bits.
-template <WeightType WT, int ROWS>
+// NORM (0 or 1) and EPI (a LinearEpilogue as int): the fused norm and the epilogue's kind fixed at
+// compile time for the common products, -1: read from a. A kernel without the code of the
+// epilogues and norm it does not run measured faster (docs/cuda.md, "Code size").
+template <WeightType WT, int ROWS, int NORM = -1, int EPI = -1>
 __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
   TimelineScope timeline(TimelineKind::kTmaGemv);
   using W4 = Weights4<WT>;
@@ -654,10 +658,11 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
     }
   }
   const int row_base = block_row0 + warp * ROWS;
-  const bool rope = a.epilogue == LinearEpilogue::kRopeStore;
+  const LinearEpilogue epi = EPI < 0 ? a.epilogue : static_cast<LinearEpilogue>(EPI);
+  const bool rope = epi == LinearEpilogue::kRopeStore;
   RopeTarget rope_target;
   if (rope) rope_target = PlanRopeStore<ROWS>(a, row_base, lane);
-  const bool has_norm = a.norm_weight != nullptr;
+  const bool has_norm = NORM < 0 ? a.norm_weight != nullptr : NORM == 1;
   if (has_norm)
     for (int i = threadIdx.x; i < groups * 32; i += kThreads) nws[i] = reinterpret_cast<const float4*>(a.norm_weight)[i];
   WaitForPrevious();  // weights are constant; x, x_rows and out come from earlier work
@@ -665,7 +670,7 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
 
   // The residual this lane will add (row row_base + lane), read now so that its round trip
   // overlaps the activation's instead of ending the kernel.
-  const bool residual = a.epilogue == LinearEpilogue::kAddResidual;
+  const bool residual = epi == LinearEpilogue::kAddResidual;
   float resid = 0.0f;
   if (residual && lane < ROWS && row_base + lane < a.w.rows)
     resid = a.out[a.out_lane_rows ? PermutedIndex(row_base + lane) : row_base + lane];
@@ -692,7 +697,7 @@ __global__ void __launch_bounds__(kThreads) TmaGemvKernel(LinearArgs a) {
   if (rope) {
     StoreRope<ROWS>(a, rope_target, acc, lane);
   } else {
-    StoreOneToken<ROWS>(a, acc, row_base, lane, residual ? &resid : nullptr);
+    StoreOneToken<ROWS>(a, epi, acc, row_base, lane, residual ? &resid : nullptr);
   }
 }
 
@@ -764,7 +769,7 @@ __global__ void __launch_bounds__(kThreads) StreamGemvKernel(LinearArgs a, int32
     if (lane == 0 && tile + stages * stride < tiles) request(tile + stages * stride, stage);
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
-    StoreOneToken<ROWS>(a, acc, tile * ROWS, lane);
+    StoreOneToken<ROWS>(a, a.epilogue, acc, tile * ROWS, lane);
   }
 }
 
@@ -804,16 +809,40 @@ int64_t TmaGemvSmem(const LinearArgs& a) {
          static_cast<int64_t>(a.w.cols_padded) * sizeof(float) * (a.norm_weight != nullptr ? 2 : 1);
 }
 
-template <WeightType WT, int ROWS>
-cudaError_t LaunchTmaGemv(const LinearArgs& a, cudaStream_t stream) {
+template <WeightType WT, int ROWS, int NORM, int EPI>
+cudaError_t LaunchTmaGemvFor(const LinearArgs& a, cudaStream_t stream) {
   static PerDevice<cudaError_t> prepared_on;
   const cudaError_t prepared = prepared_on.Get([] {
-    return cudaFuncSetAttribute(TmaGemvKernel<WT, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTmaGemvMaxSmem);
+    return cudaFuncSetAttribute(TmaGemvKernel<WT, ROWS, NORM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                kTmaGemvMaxSmem);
   });
   if (prepared != cudaSuccess) return prepared;
   const int blocks = (a.w.rows + kWarps * ROWS - 1) / (kWarps * ROWS);
-  return LaunchChained(TmaGemvKernel<WT, ROWS>, dim3(blocks), dim3(kThreads),
+  return LaunchChained(TmaGemvKernel<WT, ROWS, NORM, EPI>, dim3(blocks), dim3(kThreads),
                        static_cast<size_t>(TmaGemvSmem<WT, ROWS>(a)), stream, a);
+}
+
+// The kernel compiled for the product where it is one of a layer's (the rows each takes, as
+// LaunchLinearTyped chooses them): q|k|v's rotary store (2 rows), gate|up's SiLU (2 or 4), o's and
+// down's residual (1), each with its norm fused or not; the rest take the kernel that reads both.
+template <WeightType WT, int ROWS>
+cudaError_t LaunchTmaGemv(const LinearArgs& a, cudaStream_t stream) {
+  constexpr int kRope = static_cast<int>(LinearEpilogue::kRopeStore);
+  constexpr int kSilu = static_cast<int>(LinearEpilogue::kSiluMul);
+  constexpr int kResidual = static_cast<int>(LinearEpilogue::kAddResidual);
+  const bool norm = a.norm_weight != nullptr;
+  if constexpr (ROWS == 2) {
+    if (a.epilogue == LinearEpilogue::kRopeStore)
+      return norm ? LaunchTmaGemvFor<WT, ROWS, 1, kRope>(a, stream) : LaunchTmaGemvFor<WT, ROWS, 0, kRope>(a, stream);
+  }
+  if constexpr (ROWS >= 2) {
+    if (a.epilogue == LinearEpilogue::kSiluMul)
+      return norm ? LaunchTmaGemvFor<WT, ROWS, 1, kSilu>(a, stream) : LaunchTmaGemvFor<WT, ROWS, 0, kSilu>(a, stream);
+  }
+  if constexpr (ROWS == 1) {
+    if (a.epilogue == LinearEpilogue::kAddResidual && !norm) return LaunchTmaGemvFor<WT, ROWS, 0, kResidual>(a, stream);
+  }
+  return LaunchTmaGemvFor<WT, ROWS, -1, -1>(a, stream);
 }
 
 // A barrier across the whole grid (every block resident: see LaunchMlpBlock). Sense by
@@ -877,7 +906,8 @@ __device__ __forceinline__ void MlpTile(const LinearArgs& a, const unsigned char
     resid = __ldcg(a.out + (a.out_lane_rows ? PermutedIndex(row) : row));
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = WarpTree(acc[r]);
-  StoreOneToken<ROWS>(a, acc, tile * ROWS, lane, a.epilogue == LinearEpilogue::kAddResidual ? &resid : nullptr);
+  StoreOneToken<ROWS>(a, a.epilogue, acc, tile * ROWS, lane,
+                      a.epilogue == LinearEpilogue::kAddResidual ? &resid : nullptr);
 }
 
 // o product + residual, RMSNorm + gate|up + SiLU, down product + residual of one token in one
