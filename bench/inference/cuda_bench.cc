@@ -539,8 +539,10 @@ int main(int argc, char** argv) {
         ++count[kind];
         std::printf("{\"what\":\"timeline_kernel\",\"shape\":\"%s\",\"batch\":%d,\"i\":%zu,\"kind\":\"%s\","
                     "\"blocks\":%u,\"blocks_recorded\":%u,\"started_before_wait_us\":%.2f,\"gap_us\":%.2f,"
-                    "\"wait_spread_us\":%.2f,\"run_us\":%.2f}\n",
-                    shape.c_str(), batch, i, kind_names[kind], t[i].blocks, t[i].blocks_recorded, early, gap, spread, run);
+                    "\"wait_spread_us\":%.2f,\"run_us\":%.2f,\"late_blocks\":%u,\"late_prologue_max_us\":%.2f,"
+                    "\"late_prologue_mean_us\":%.2f}\n",
+                    shape.c_str(), batch, i, kind_names[kind], t[i].blocks, t[i].blocks_recorded, early, gap, spread, run,
+                    t[i].late_blocks, t[i].late_prologue_max_ns / 1e3, t[i].late_prologue_mean_ns / 1e3);
         prev = i;
       }
       std::printf("{\"what\":\"timeline\",\"shape\":\"%s\",\"batch\":%d,\"kernels\":%zu,\"span_us\":%.1f,"

@@ -1309,8 +1309,25 @@ std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() {
         }
     }
   }
+  // The late blocks' prologues (CudaKernelTime): a second pass, once each grid's first wait is known.
+  std::map<unsigned long long, int64_t> late_sum;
+  for (int sm = 0; sm < cuda::kTimelineMaxSms; ++sm) {
+    const uint32_t n = std::min<uint32_t>(host->cursor[sm], cuda::kTimelineRecordsPerSm);
+    for (uint32_t i = 0; i < n; ++i) {
+      const cuda::KernelTimelineRecord& r = host->log[sm][i];
+      CudaKernelTime& k = by_grid.at(r.grid);
+      if (static_cast<int64_t>(r.start) <= k.first_wait_ns) continue;
+      const int64_t prologue = static_cast<int64_t>(r.waited) - static_cast<int64_t>(r.start);
+      ++k.late_blocks;
+      k.late_prologue_max_ns = std::max(k.late_prologue_max_ns, prologue);
+      late_sum[r.grid] += prologue;
+    }
+  }
   std::vector<CudaKernelTime> out;
-  for (auto& [grid, k] : by_grid) out.push_back(k);
+  for (auto& [grid, k] : by_grid) {
+    if (k.late_blocks > 0) k.late_prologue_mean_ns = late_sum[grid] / k.late_blocks;
+    out.push_back(k);
+  }
   std::sort(out.begin(), out.end(), [](const CudaKernelTime& a, const CudaKernelTime& b) {
     return std::tie(a.first_wait_ns, a.start_ns) < std::tie(b.first_wait_ns, b.start_ns);
   });
