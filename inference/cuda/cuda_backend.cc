@@ -1309,14 +1309,21 @@ std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() {
         }
     }
   }
-  // The late blocks' prologues (CudaKernelTime): a second pass, once each grid's first wait is known.
+  std::vector<std::pair<unsigned long long, CudaKernelTime>> order(by_grid.begin(), by_grid.end());
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.second.first_wait_ns, a.second.start_ns) < std::tie(b.second.first_wait_ns, b.second.start_ns);
+  });
+  // The late blocks (CudaKernelTime): a second pass, once the kernels' order and ends are known.
+  std::map<unsigned long long, int64_t> previous_end;  // by grid: the end of the kernel before it
+  for (size_t i = 1; i < order.size(); ++i) previous_end[order[i].first] = order[i - 1].second.end_ns;
   std::map<unsigned long long, int64_t> late_sum;
   for (int sm = 0; sm < cuda::kTimelineMaxSms; ++sm) {
     const uint32_t n = std::min<uint32_t>(host->cursor[sm], cuda::kTimelineRecordsPerSm);
     for (uint32_t i = 0; i < n; ++i) {
       const cuda::KernelTimelineRecord& r = host->log[sm][i];
+      const auto prev = previous_end.find(r.grid);
+      if (prev == previous_end.end() || static_cast<int64_t>(r.start) <= prev->second) continue;
       CudaKernelTime& k = by_grid.at(r.grid);
-      if (static_cast<int64_t>(r.start) <= k.first_wait_ns) continue;
       const int64_t prologue = static_cast<int64_t>(r.waited) - static_cast<int64_t>(r.start);
       ++k.late_blocks;
       k.late_prologue_max_ns = std::max(k.late_prologue_max_ns, prologue);
@@ -1324,13 +1331,11 @@ std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() {
     }
   }
   std::vector<CudaKernelTime> out;
-  for (auto& [grid, k] : by_grid) {
+  for (const auto& [grid, unused] : order) {
+    CudaKernelTime& k = by_grid.at(grid);
     if (k.late_blocks > 0) k.late_prologue_mean_ns = late_sum[grid] / k.late_blocks;
     out.push_back(k);
   }
-  std::sort(out.begin(), out.end(), [](const CudaKernelTime& a, const CudaKernelTime& b) {
-    return std::tie(a.first_wait_ns, a.start_ns) < std::tie(b.first_wait_ns, b.start_ns);
-  });
   return out;
 }
 std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {

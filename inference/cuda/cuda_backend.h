@@ -192,9 +192,9 @@ struct CudaKernelTime {
   // 1 q read, 2 scores, 3 softmax weights, 4 denominator, 5 V loop, 6 V partials shared. Bulk-copy
   // one-token products: 1 activation staged, 2 warp 0's weights arrived, 3 its sums done.
   int64_t point_first_ns[8], point_last_ns[8];  // fewer than blocks when a log filled up
-  // Blocks that started after the first block's wait had returned (resident only once the previous
-  // kernel was done): how many, and the longest and mean time from their start to their own return
-  // from the wait, which for them is their prologue (what stands before the wait) alone.
+  // Blocks that started after the previous kernel's last block had ended (resident only once it was
+  // done, so whatever stands before their wait is on the step's path): how many, and the longest and
+  // mean time from their start to their own return from the wait.
   uint32_t late_blocks = 0;
   int64_t late_prologue_max_ns = 0, late_prologue_mean_ns = 0;
 };
