@@ -84,6 +84,34 @@ class Backend {
       tokens->push_back(ArgmaxLowestIndex(std::span<const float>(logits.data() + r * vocab, vocab)));
     return OkStatus();
   }
+  // `steps` greedy steps in one call: the first is `plan`; each later one feeds every sequence the
+  // token chosen for it at the step before, at the position after its last. Every sequence must
+  // ask for one logits row (num_logits 1), and its block table must already cover the positions
+  // of all the steps. `tokens` gets steps x rows ids, step after step, each step's in Forward's
+  // row order: the same tokens as `steps` calls of ForwardGreedy. This default makes those calls;
+  // a backend that can feed the chosen tokens back where they are chosen (the CUDA backend)
+  // overrides it, so that no host turn stands between the steps.
+  virtual Status ForwardGreedySteps(const BatchPlan& plan, int32_t steps, std::vector<int32_t>* tokens) {
+    if (steps < 1) return InvalidArgument("ForwardGreedySteps: steps must be positive, got " + std::to_string(steps));
+    for (const SequenceStep& st : plan.sequences)
+      if (st.num_logits != 1) return InvalidArgument("ForwardGreedySteps: every sequence needs num_logits 1");
+    tokens->clear();
+    BatchPlan step = plan;
+    std::vector<int32_t> chosen, fed(plan.sequences.size());  // one row per sequence
+    for (int32_t i = 0; i < steps; ++i) {
+      if (i > 0) {
+        for (size_t r = 0; r < step.sequences.size(); ++r) {
+          SequenceStep& st = step.sequences[r];
+          st.start_pos += static_cast<int32_t>(st.tokens.size());
+          fed[r] = chosen[r];
+          st.tokens = std::span<const int32_t>(&fed[r], 1);
+        }
+      }
+      if (Status s = ForwardGreedy(step, &chosen); !s.ok()) return s;
+      tokens->insert(tokens->end(), chosen.begin(), chosen.end());
+    }
+    return OkStatus();
+  }
   // Forward, keeping only each logits row's token chosen by `rules` (one per row, in Forward's
   // row order; temperature <= 0: greedy): the same token as SampleTokenWithUniform over that
   // row. This default samples Forward's logits on the host, one row after another; a backend

@@ -118,7 +118,16 @@ struct Engine::Impl {
   // all of them or none.
   void Enqueue(const std::vector<std::shared_ptr<Sequence>>& seqs, std::vector<RequestId>* ids);
   void SchedulerLoop();
+  // One sequence's share of a step: n new tokens, and whether its last one's logits are wanted.
+  struct Part {
+    std::shared_ptr<Sequence> seq;
+    int32_t n;
+    bool wants_logits;
+  };
   void Step();
+  // How many greedy steps the step planned as `parts` runs in one backend call (1: just itself;
+  // EngineOptions::greedy_chain_steps), its blocks taken.
+  int32_t ChainLength(const std::vector<Part>& parts);
   void Finish(const std::shared_ptr<Sequence>& s, FinishReason reason);
   void Fail(const std::shared_ptr<Sequence>& s, const Status& status);
   void Preempt(const std::shared_ptr<Sequence>& s);
@@ -541,11 +550,6 @@ void Engine::Impl::Step() {
 
   // Plan: every decoding sequence takes one token, then prefilling sequences take chunks
   // while the step's token budget lasts.
-  struct Part {
-    std::shared_ptr<Sequence> seq;
-    int32_t n;
-    bool wants_logits;
-  };
   std::vector<Part> parts;
   int32_t budget = options.max_step_tokens;
   for (int pass = 0; pass < 2; ++pass) {
@@ -583,6 +587,7 @@ void Engine::Impl::Step() {
     if (dropped_self) --i;
   }
   if (parts.empty()) return;
+  const int32_t chain = ChainLength(parts);
 
   BatchPlan plan;
   for (const Part& p : parts) {
@@ -606,7 +611,9 @@ void Engine::Impl::Step() {
   std::vector<float>& logits = step_logits;  // kept across steps: no fresh pages each step
   std::vector<int32_t> backend_tokens;
   Status status;
-  if (greedy_step) {
+  if (greedy_step && chain > 1) {
+    status = backend->ForwardGreedySteps(plan, chain, &backend_tokens);
+  } else if (greedy_step) {
     status = backend->ForwardGreedy(plan, &backend_tokens);
   } else if (device_sampled) {
     std::vector<RowSampling> rules;
@@ -619,9 +626,9 @@ void Engine::Impl::Step() {
   if (status.ok() && (greedy_step || device_sampled)) {
     size_t rows = 0;
     for (const Part& p : parts) rows += p.wants_logits ? 1 : 0;
-    if (backend_tokens.size() != rows)
+    if (backend_tokens.size() != rows * static_cast<size_t>(chain))
       status = Internal("backend returned " + std::to_string(backend_tokens.size()) + " tokens for " +
-                        std::to_string(rows) + " rows");
+                        std::to_string(rows) + " rows x " + std::to_string(chain) + " steps");
   }
   if (!status.ok()) {
     for (const Part& p : parts) Fail(p.seq, status);
@@ -653,27 +660,69 @@ void Engine::Impl::Step() {
       sample(0, static_cast<int64_t>(rows.size()));
     }
   }
+  // Step after step of a chained run (one step otherwise): in a chained run every part decodes one
+  // token a step (ChainLength), and a request that finished at an earlier step takes no more.
+  std::vector<bool> finished(parts.size(), false);
   size_t row = 0;
-  for (const Part& p : parts) {
-    const int32_t before = p.seq->computed;
-    p.seq->computed += p.n;
-    RegisterFullBlocks(*p.seq, before);
-    if (!p.wants_logits) continue;
-    int32_t token = 0;
-    std::vector<float> captured;
-    if (greedy_step || device_sampled) {
-      token = backend_tokens[row];
-    } else {
-      token = sampled_tokens[row];
-      if (options.capture_logits) captured.assign(logits.begin() + row * vocab, logits.begin() + (row + 1) * vocab);
+  for (int32_t step = 0; step < chain; ++step) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Part& p = parts[i];
+      const size_t this_row = row;
+      if (p.wants_logits) ++row;
+      if (finished[i]) continue;
+      const int32_t before = p.seq->computed;
+      p.seq->computed += p.n;
+      RegisterFullBlocks(*p.seq, before);
+      if (!p.wants_logits) continue;
+      int32_t token = 0;
+      std::vector<float> captured;
+      if (greedy_step || device_sampled) {
+        token = backend_tokens[this_row];
+      } else {
+        token = sampled_tokens[this_row];
+        if (options.capture_logits)
+          captured.assign(logits.begin() + this_row * vocab, logits.begin() + (this_row + 1) * vocab);
+      }
+      TokenEvent event;
+      const std::optional<FinishReason> finish = Accept(*p.seq, token, &captured, &event);
+      // Stream before Finish marks the request done, so Wait never returns ahead of its tokens.
+      if (p.seq->on_token) p.seq->on_token(event);
+      if (finish.has_value()) {
+        Finish(p.seq, *finish);
+        finished[i] = true;
+      }
     }
-    ++row;
-    TokenEvent event;
-    const std::optional<FinishReason> finish = Accept(*p.seq, token, &captured, &event);
-    // Stream before Finish marks the request done, so Wait never returns ahead of its tokens.
-    if (p.seq->on_token) p.seq->on_token(event);
-    if (finish.has_value()) Finish(p.seq, *finish);
   }
+}
+
+int32_t Engine::Impl::ChainLength(const std::vector<Part>& parts) {
+  if (options.greedy_chain_steps <= 1 || options.capture_logits) return 1;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!waiting.empty()) return 1;  // an arrival is admitted at the next step, as without chaining
+  }
+  int64_t run = options.greedy_chain_steps;
+  for (const Part& p : parts) {
+    const Sequence& s = *p.seq;
+    if (p.n != 1 || !p.wants_logits || s.sampling.temperature > 0.0f) return 1;
+    // No request may reach its length limit before the run's last step (a stop token or sequence
+    // may: the tokens past it are dropped).
+    run = std::min<int64_t>(run, static_cast<int64_t>(s.sampling.max_tokens) - static_cast<int64_t>(s.result.tokens.size()));
+    run = std::min<int64_t>(run, static_cast<int64_t>(max_context) - static_cast<int64_t>(s.all.size()));
+  }
+  // Blocks for every step's position, taken only where free (a run never preempts).
+  for (const Part& p : parts) {
+    Sequence& s = *p.seq;
+    while (run > 1 && BlocksFor(s.computed + run) > static_cast<int32_t>(s.blocks.size())) {
+      std::optional<int32_t> b = AllocateBlock();
+      if (!b.has_value()) {
+        run = std::min<int64_t>(run, static_cast<int64_t>(s.blocks.size()) * kKvBlockSize - s.computed);
+        break;
+      }
+      s.blocks.push_back(*b);
+    }
+  }
+  return static_cast<int32_t>(std::max<int64_t>(run, 1));
 }
 
 }  // namespace rote::inference

@@ -42,6 +42,14 @@ struct EngineOptions {
   // blocks only). The cached K/V are the same bits a recomputation gives (batch invariance),
   // so this changes speed, never output.
   bool prefix_sharing = true;
+  // Greedy decode steps run as one backend call of up to this many steps (Backend::
+  // ForwardGreedySteps; on a GPU each step's tokens feed the next there, with no host turn
+  // between them) when every running request decodes greedily, none is waiting to be admitted,
+  // none can reach its length limit sooner, and blocks for all the steps are free. A request that
+  // stops inside a run ends where it stops (the tokens computed past it are dropped), so the
+  // output is the same for any value; what moves is when a cancellation or an arrival is seen (up
+  // to this many steps later) and the host's share of a step. 1: one step per call.
+  int32_t greedy_chain_steps = 8;
   // Debug/test hook: keep, for every generated token, the logits it was chosen from
   // (GenerationResult::step_logits). Costs vocab_size floats per token.
   bool capture_logits = false;

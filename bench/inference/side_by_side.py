@@ -60,6 +60,7 @@ def main(dirs):
         "ratio_each_peer_run": pairs,
         "rote_needle_equal": all(v.get("needle_tokens_equal_batch1") for v in rote.values()),
         "rote_tokens_fnv": sorted({v.get("tokens_fnv") for v in rote.values()}),
+        "rote_chain": sorted({v.get("chain", 1) for v in rote.values()}),
         "problems": problems}))
     return 0
 

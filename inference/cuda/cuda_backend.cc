@@ -422,6 +422,74 @@ class CudaBackendImpl final : public CudaBackend {
     return OkStatus();
   }
 
+  // Greedy steps chained on the device: within a run of decode steps that one captured graph
+  // serves (the same context bucket, every block already in the tables), each step's graph is
+  // followed by a kernel that feeds the chosen tokens back as the next step's (LaunchAdvanceGreedy),
+  // so the host launches the run and waits once. Same kernels, same inputs, so the same tokens as
+  // one ForwardGreedy per step (tested); what goes is the host's turn between the steps.
+  Status ForwardGreedySteps(const BatchPlan& plan, int32_t steps, std::vector<int32_t>* tokens) override {
+    DeviceScope scope(options_.device);
+    if (steps < 1) return InvalidArgument("ForwardGreedySteps: steps must be positive, got " + std::to_string(steps));
+    for (const SequenceStep& st : plan.sequences)
+      if (st.num_logits != 1) return InvalidArgument("ForwardGreedySteps: every sequence needs num_logits 1");
+    tokens->clear();
+    const size_t rows = plan.sequences.size();
+    BatchPlan cur = plan;
+    std::vector<int32_t> fed(rows);
+    for (int32_t done = 0; done < steps;) {
+      const int32_t run = ChainableSteps(cur, steps - done);
+      if (run > 1) {
+        const size_t need = static_cast<size_t>(run) * rows * sizeof(int32_t);
+        if (chain_tokens_.bytes() < need) {
+          ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+          ROTE_RETURN_IF_ERROR(chain_tokens_.Allocate(need));
+        }
+      }
+      chain_steps_ = run;
+      Status s = Step(cur, /*greedy=*/true);
+      chain_steps_ = 1;
+      if (!s.ok()) return s;
+      const int32_t* out = static_cast<const int32_t*>(host_out_);
+      tokens->insert(tokens->end(), out, out + static_cast<size_t>(run) * rows);
+      done += run;
+      for (size_t r = 0; r < rows; ++r) {
+        SequenceStep& st = cur.sequences[r];
+        st.start_pos += static_cast<int32_t>(st.tokens.size()) + run - 1;
+        fed[r] = tokens->at(tokens->size() - rows + r);
+        st.tokens = std::span<const int32_t>(&fed[r], 1);
+      }
+    }
+    return OkStatus();
+  }
+
+  // How many of `want` greedy steps from `plan` one chained run can take (1: this step alone): all
+  // decode steps (one token, one row each) replayed by one graph, so every position stays inside
+  // the first step's context bucket and every block it reaches is in its table.
+  int32_t ChainableSteps(const BatchPlan& plan, int32_t want) const {
+    if (want <= 1 || !options_.use_graphs || plan.sequences.empty()) return 1;
+    int32_t first_len = 0;
+    int64_t run = std::min<int64_t>(want, config_.vocab_size);  // host_out_ holds a row of logits per row
+    for (const SequenceStep& s : plan.sequences) {
+      if (s.tokens.size() != 1 || s.num_logits != 1 || s.start_pos < 0) return 1;
+      first_len = std::max(first_len, s.start_pos + 1);
+    }
+    int32_t bucket = 256;
+    while (bucket < first_len) bucket *= 2;
+    bucket = std::min(bucket, max_positions_);
+    // A one-token step's graph holds the attention-in-parts code or not by its first step's length
+    // (PrepareDecodeStep): a run stays on one side of that length, as separate steps would.
+    if (plan.sequences.size() == 1 && g_step_attention_split > 0 && first_len < g_step_attention_split)
+      run = std::min<int64_t>(run, g_step_attention_split - first_len);
+    for (const SequenceStep& s : plan.sequences) {
+      const int64_t covered = static_cast<int64_t>(s.block_table.size()) * kKvBlockSize;
+      run = std::min<int64_t>(run, std::min<int64_t>(bucket, covered) - s.start_pos);
+      for (int64_t b = s.start_pos / kKvBlockSize; b < static_cast<int64_t>(s.block_table.size()) &&
+                                                   b * kKvBlockSize < s.start_pos + run; ++b)
+        if (s.block_table[b] < 0 || s.block_table[b] >= num_blocks_) run = std::min<int64_t>(run, b * kKvBlockSize - s.start_pos);
+    }
+    return static_cast<int32_t>(std::max<int64_t>(run, 1));
+  }
+
   // The logits stay on the device and are sampled there (sampling.cu), rows by their rules.
   bool samples_on_device() const override { return true; }
   Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
@@ -742,6 +810,23 @@ class CudaBackendImpl final : public CudaBackend {
     }
     if (sampling_) {
       ROTE_RETURN_IF_ERROR(LaunchSampling(lay));
+    } else if (greedy && chain_steps_ > 1) {  // ForwardGreedySteps: the rest of the run, then its tokens
+      if (!use_graph) return Internal("ForwardGreedySteps: a chained run without its graph");
+      int32_t* history = chain_tokens_.as<int32_t>();
+      int32_t* next_tokens = meta_.as<int32_t>() + lay.tokens_off;
+      int32_t* next_pos = meta_.as<int32_t>() + lay.pos_off;
+      for (int32_t i = 1; i < chain_steps_; ++i) {
+        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAdvanceGreedy(greedy_.as<int32_t>(), lay.logit_rows,
+                                                            history + static_cast<int64_t>(i - 1) * lay.logit_rows,
+                                                            next_tokens, next_pos, stream_));
+        ROTE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(last_graph_, stream_));
+      }
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAdvanceGreedy(
+          greedy_.as<int32_t>(), lay.logit_rows, history + static_cast<int64_t>(chain_steps_ - 1) * lay.logit_rows,
+          nullptr, nullptr, stream_));
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, history,
+                                                static_cast<size_t>(chain_steps_) * lay.logit_rows * sizeof(int32_t),
+                                                cudaMemcpyDeviceToHost, stream_));
     } else if (greedy) {
       ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, greedy_.as<int32_t>(), lay.logit_rows * sizeof(int32_t),
                                                 cudaMemcpyDeviceToHost, stream_));
@@ -1140,6 +1225,8 @@ class CudaBackendImpl final : public CudaBackend {
 
   // x_, h_, att_, act_ hold lane rows (kernels.h); qkv_, q_ and logits_ plain rows.
   DeviceBuffer x_, h_, qkv_, q_, att_, act_, logits_, greedy_, argmax_scratch_, meta_;
+  DeviceBuffer chain_tokens_;  // ForwardGreedySteps: a chained run's tokens, step after step
+  int32_t chain_steps_ = 1;    // steps the next Step runs as one chained run (ForwardGreedySteps)
   // ForwardSampled: the rules of the step being run, and the device sampler's buffers.
   bool sampling_ = false;
   bool sampled_by_candidates_ = false;  // the last SampleAndCopy's path

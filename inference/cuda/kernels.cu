@@ -3180,6 +3180,18 @@ __device__ __forceinline__ void BlockArgBest(float& bv, int32_t& bi) {
   }
 }
 
+__global__ void AdvanceGreedyKernel(const int32_t* chosen, int32_t rows, int32_t* history, int32_t* tokens,
+                                    int32_t* positions) {
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < rows; t += gridDim.x * blockDim.x) {
+    const int32_t c = chosen[t];
+    history[t] = c;
+    if (tokens != nullptr) {
+      tokens[t] = c;
+      positions[t] += 1;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kArgmaxThreads)
     ArgmaxKernel(const float* logits, int32_t cols, int32_t chunks, int32_t* out, float* part_v, int32_t* part_i,
                  uint32_t* tickets) {
@@ -3503,6 +3515,14 @@ cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_
 
 int64_t ArgmaxScratchBytes(int32_t rows) {
   return static_cast<int64_t>(rows) * (kArgmaxChunks * (sizeof(float) + sizeof(int32_t)) + sizeof(uint32_t));
+}
+
+cudaError_t LaunchAdvanceGreedy(const int32_t* chosen, int32_t rows, int32_t* history, int32_t* tokens,
+                                int32_t* positions, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  const int threads = 256;
+  AdvanceGreedyKernel<<<(rows + threads - 1) / threads, threads, 0, stream>>>(chosen, rows, history, tokens, positions);
+  return cudaGetLastError();
 }
 
 cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, void* scratch,

@@ -326,6 +326,12 @@ int64_t ArgmaxScratchBytes(int32_t scratch_rows);
 cudaError_t LaunchArgmax(const float* logits, int32_t rows, int32_t cols, int32_t* out, void* scratch,
                          int32_t scratch_rows, cudaStream_t stream);
 
+// Between two chained greedy decode steps (CudaBackend's ForwardGreedySteps): history[t] =
+// chosen[t] for the `rows` rows, and, where tokens is not null, the next step's metadata: its token
+// tokens[t] = chosen[t] and its position positions[t] + 1 (a decode step's token t is its row t).
+cudaError_t LaunchAdvanceGreedy(const int32_t* chosen, int32_t rows, int32_t* history, int32_t* tokens,
+                                int32_t* positions, cudaStream_t stream);
+
 // Benchmarks only: a timeline of the kernels a step launches, in builds configured with
 // ROTE_CUDA_TIMELINE (the bookkeeping changes the kernels' code, so it is not in other builds;
 // there SetKernelTimeline returns cudaErrorNotSupported). While a buffer is set, thread 0 of every

@@ -1043,6 +1043,99 @@ TEST(CudaBackend, GraphReplayRepeatsTheLastStep) {
   EXPECT_EQ(run(0), run(3));
 }
 
+// ForwardGreedySteps chains decode steps on the device (each step's chosen tokens fed back as the
+// next step's, one host wait a run): the same tokens as one ForwardGreedy a step, in both profiles,
+// with graphs on and off; from a prefill step; across a context bucket's end (the 240-token
+// prompt's positions pass 256, where the run must stop and a new graph take over) and block
+// boundaries; and it stops where a block table ends (as a single step would, with its error).
+std::vector<int32_t> GreedyRun(CudaBackend* b, const std::vector<std::vector<int32_t>>& prompts, int32_t steps,
+                               int32_t chain) {
+  EXPECT_TRUE(b->AllocateKvCache(64).ok());
+  std::vector<std::vector<int32_t>> blocks(prompts.size());
+  int32_t next_block = 0;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    for (int32_t k = 0; k * kKvBlockSize < static_cast<int32_t>(prompts[i].size()) + steps + 1; ++k)
+      blocks[i].push_back(next_block++);
+  BatchPlan plan;
+  for (size_t i = 0; i < prompts.size(); ++i) plan.sequences.push_back({prompts[i], 0, blocks[i], 1});
+  std::vector<int32_t> out, step_tokens;
+  if (chain == 0) {  // everything, the prefill included, in one ForwardGreedySteps call
+    Status st = b->ForwardGreedySteps(plan, steps + 1, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return out;
+  }
+  Status st = b->ForwardGreedy(plan, &step_tokens);  // the prefill
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  out = step_tokens;
+  std::vector<int32_t> fed = step_tokens;
+  std::vector<int32_t> pos(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) pos[i] = static_cast<int32_t>(prompts[i].size());
+  for (int32_t done = 0; done < steps;) {
+    const int32_t run = std::min(chain, steps - done);
+    BatchPlan next;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      next.sequences.push_back({std::span<const int32_t>(&fed[i], 1), pos[i], blocks[i], 1});
+    st = run == 1 ? b->ForwardGreedy(next, &step_tokens) : b->ForwardGreedySteps(next, run, &step_tokens);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (step_tokens.size() != static_cast<size_t>(run) * prompts.size()) return out;
+    out.insert(out.end(), step_tokens.begin(), step_tokens.end());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      fed[i] = step_tokens[static_cast<size_t>(run - 1) * prompts.size() + i];
+      pos[i] += run;
+    }
+    done += run;
+  }
+  return out;
+}
+
+TEST(CudaBackend, ChainedGreedyStepsEqualSingleSteps) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  const std::vector<std::vector<int32_t>> prompts = {Prompt(30, vocab, 1), Prompt(9, vocab, 2), Prompt(240, vocab, 3)};
+  constexpr int32_t kSteps = 40;
+  for (NumericsProfile profile : {NumericsProfile::kExact, NumericsProfile::kFast}) {
+    SCOPED_TRACE(profile == NumericsProfile::kFast ? "fast" : "exact");
+    auto single = Cuda(model, true, profile);
+    ASSERT_TRUE(single);
+    const std::vector<int32_t> want = GreedyRun(single.get(), prompts, kSteps, 1);
+    ASSERT_EQ(want.size(), static_cast<size_t>(kSteps + 1) * prompts.size());
+    for (int32_t chain : {0, 7, 40}) {
+      for (bool graphs : {true, false}) {
+        auto b = Cuda(model, graphs, profile);
+        ASSERT_TRUE(b);
+        EXPECT_EQ(GreedyRun(b.get(), prompts, kSteps, chain), want) << "chain " << chain << " graphs " << graphs;
+      }
+    }
+    // One sequence alone (the exact profile's one-launch step), chained against single steps.
+    auto alone = Cuda(model, true, profile);
+    auto alone_chained = Cuda(model, true, profile);
+    ASSERT_TRUE(alone && alone_chained);
+    EXPECT_EQ(GreedyRun(alone_chained.get(), {prompts[2]}, kSteps, 0), GreedyRun(alone.get(), {prompts[2]}, kSteps, 1));
+  }
+}
+
+TEST(CudaBackend, ChainedGreedyStepsStopWhereTheTablesEnd) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  auto b = Cuda(model);
+  ASSERT_TRUE(b && b->AllocateKvCache(8).ok());
+  const std::vector<int32_t> prompt = Prompt(10, model->config().vocab_size, 4);
+  const std::vector<int32_t> blocks = {0};  // positions 0-15
+  BatchPlan plan;
+  plan.sequences.push_back({prompt, 0, blocks, 1});
+  std::vector<int32_t> tokens;
+  ASSERT_TRUE(b->ForwardGreedySteps(plan, 6, &tokens).ok());  // positions 0-9, then 10-14
+  EXPECT_EQ(tokens.size(), 6u);
+  Status st = b->ForwardGreedySteps(plan, 8, &tokens);  // the eighth step would write position 16
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(b->ForwardGreedySteps(plan, 0, &tokens).code(), StatusCode::kInvalidArgument);
+  plan.sequences[0].num_logits = 2;
+  EXPECT_EQ(b->ForwardGreedySteps(plan, 2, &tokens).code(), StatusCode::kInvalidArgument);
+}
+
 // ForwardGreedy's tokens are the argmax of Forward's logits (lowest index on ties).
 // The device sampler chooses what the host's rule (SampleTokenWithUniform) chooses, row by row
 // with different rules in one call: ties, signed zeros, NaN (and rows of NaN only), infinities,

@@ -220,23 +220,31 @@ class CountingBackend final : public Backend {
     if (s.ok() && drop_token_ && !tokens->empty()) tokens->pop_back();
     return s;
   }
+  // Runs of chained steps (counted where asked): Backend's default, one ForwardGreedy a step.
+  Status ForwardGreedySteps(const BatchPlan& plan, int32_t steps, std::vector<int32_t>* tokens) override {
+    if (chained_ != nullptr && steps > 1) ++*chained_;
+    return Backend::ForwardGreedySteps(plan, steps, tokens);
+  }
+  void CountChainedRuns(std::atomic<int>* chained) { chained_ = chained; }
 
  private:
   std::unique_ptr<Backend> inner_;
   std::atomic<int>*forward_, *greedy_;
+  std::atomic<int>* chained_ = nullptr;
   bool drop_token_;
 };
 
 std::unique_ptr<Engine> MakeCountingEngine(const Loaded& l, EngineOptions o, std::atomic<int>* forward,
-                                           std::atomic<int>* greedy, bool drop_token = false) {
+                                           std::atomic<int>* greedy, bool drop_token = false,
+                                           std::atomic<int>* chained = nullptr) {
   CpuBackendOptions b;
   b.max_positions = 512;
   o.max_context = 512;
   auto backend = testing::CreateTestBackend(l.model, b);
   EXPECT_TRUE(backend.ok());
-  auto e = Engine::Create(l.model, l.tokenizer,
-                          std::make_unique<CountingBackend>(std::move(backend).value(), forward, greedy, drop_token),
-                          o);
+  auto counting = std::make_unique<CountingBackend>(std::move(backend).value(), forward, greedy, drop_token);
+  counting->CountChainedRuns(chained);
+  auto e = Engine::Create(l.model, l.tokenizer, std::move(counting), o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return std::move(e).value();
 }
@@ -286,6 +294,71 @@ TEST(EngineTest, GreedyStepsAskTheBackendForTokensOnly) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (i != 2) {
       EXPECT_EQ(mixed[i], by_tokens[i]) << "request " << i;
+    }
+  }
+}
+
+// Greedy decode steps chained into one backend call (EngineOptions::greedy_chain_steps) change no
+// output: requests of different lengths, one ending on a stop sequence inside a run, one on its
+// length limit, and one arriving later give the same tokens, text and finish reasons with runs of
+// 1, 3 and 8 steps; and runs of more than one step were taken.
+TEST(EngineTest, ChainedGreedyStepsKeepEveryOutput) {
+  Loaded l = LoadTiny();
+  std::mt19937 rng(21);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back(RandomTokens(rng, 2 + 9 * i));
+  const std::vector<int> max_tokens = {3, 11, 17, 30, 25};
+  auto run = [&](int32_t chain, const std::string& stop_for_3, std::atomic<int>* chained) {
+    EngineOptions o;
+    o.greedy_chain_steps = chain;
+    o.prefill_chunk = 8;
+    std::atomic<int> forward{0}, greedy{0};
+    auto engine = MakeCountingEngine(l, o, &forward, &greedy, false, chained);
+    std::vector<RequestId> ids;
+    std::vector<GenerationResult> out(prompts.size());
+    // The streamed events, which must be exactly the result's tokens and text, none after the end.
+    auto streamed = std::make_shared<std::vector<std::vector<int32_t>>>(prompts.size());
+    auto streamed_text = std::make_shared<std::vector<std::string>>(prompts.size());
+    auto wait = [&](size_t i) {
+      auto r = engine->Wait(ids[i]);
+      EXPECT_TRUE(r.ok()) << r.status().ToString();
+      if (r.ok()) out[i] = *r;
+    };
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerationRequest r = TokensRequest(prompts[i], max_tokens[i]);
+      r.on_token = [streamed, streamed_text, i](const TokenEvent& ev) {
+        (*streamed)[i].push_back(ev.token);
+        (*streamed_text)[i] += ev.text;
+      };
+      if (i == 3 && !stop_for_3.empty()) r.sampling.stop = {stop_for_3};
+      if (i == 4) wait(0);  // request 4 arrives once the others are decoding
+      ids.push_back(engine->Submit(std::move(r)).value());
+    }
+    for (size_t i = 1; i < prompts.size(); ++i) wait(i);
+    engine.reset();  // the scheduler thread has stopped: no event can follow
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ((*streamed)[i], out[i].tokens) << "chain " << chain << " request " << i;
+      EXPECT_EQ((*streamed_text)[i], out[i].text) << "chain " << chain << " request " << i;
+    }
+    return out;
+  };
+  const auto plain = run(1, "", nullptr);
+  // A stop sequence that ends request 3 about two thirds of the way: the first two thirds of its
+  // text (completed there, so the output is cut to nothing, where the stop begins).
+  const std::string& text3 = plain[3].text;
+  ASSERT_GT(text3.size(), 12u);
+  const std::string stop = text3.substr(0, text3.size() * 2 / 3);
+  const auto base = run(1, stop, nullptr);
+  ASSERT_EQ(base[3].finish_reason, FinishReason::kStopSequence);
+  ASSERT_LT(base[3].tokens.size(), plain[3].tokens.size());
+  for (int32_t chain : {3, 8}) {
+    std::atomic<int> chained{0};
+    const auto got = run(chain, stop, &chained);
+    EXPECT_GT(chained.load(), 0) << "no run of several steps at chain " << chain;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, base[i].tokens) << "chain " << chain << " request " << i;
+      EXPECT_EQ(got[i].text, base[i].text) << "chain " << chain << " request " << i;
+      EXPECT_EQ(got[i].finish_reason, base[i].finish_reason) << "chain " << chain << " request " << i;
     }
   }
 }

@@ -204,6 +204,45 @@ TEST_P(InvarianceTest, NonCanonicalReductionIsCaught) {
   EXPECT_FALSE(SameBits(alone[0].logits, seqs[4].logits));
 }
 
+// Backend::ForwardGreedySteps (the default, which the CPU backend keeps): the prefill and 20
+// decode steps of three sequences in one call give the same tokens as one ForwardGreedy a step,
+// step after step in row order; bad arguments are refused.
+TEST_P(InvarianceTest, GreedyStepsEqualOneStepAtATime) {
+  auto model = LoadModel(GetParam());
+  const int vocab = model->config().vocab_size;
+  auto chained = MakeBackend(model, {});
+  auto single = MakeBackend(model, {});
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> prompts = {RandomTokens(rng, 7, vocab), RandomTokens(rng, 23, vocab),
+                                               RandomTokens(rng, 1, vocab)};
+  constexpr int32_t kSteps = 21;
+  BatchPlan plan;
+  std::vector<std::vector<int32_t>> blocks(prompts.size());  // the plan's tables point into these
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (int32_t b = 0; b * kKvBlockSize < static_cast<int32_t>(prompts[i].size()) + kSteps; ++b)
+      blocks[i].push_back(static_cast<int32_t>(i) * 8 + b);
+    plan.sequences.push_back({prompts[i], 0, blocks[i], 1});
+  }
+  std::vector<int32_t> got;
+  const Status st = chained->ForwardGreedySteps(plan, kSteps, &got);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(got.size(), static_cast<size_t>(kSteps) * prompts.size());
+  BatchPlan step = plan;
+  std::vector<int32_t> chosen, fed(prompts.size());
+  for (int32_t i = 0; i < kSteps; ++i) {
+    ASSERT_TRUE(single->ForwardGreedy(step, &chosen).ok());
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      EXPECT_EQ(got[static_cast<size_t>(i) * prompts.size() + r], chosen[r]) << "step " << i << " row " << r;
+      step.sequences[r].start_pos += static_cast<int32_t>(step.sequences[r].tokens.size());
+      fed[r] = chosen[r];
+      step.sequences[r].tokens = std::span<const int32_t>(&fed[r], 1);
+    }
+  }
+  EXPECT_EQ(chained->ForwardGreedySteps(plan, 0, &got).code(), StatusCode::kInvalidArgument);
+  plan.sequences[1].num_logits = 2;
+  EXPECT_EQ(chained->ForwardGreedySteps(plan, 3, &got).code(), StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, InvarianceTest,
                          ::testing::Values(Case{ModelFamily::kQwen2, "small"}, Case{ModelFamily::kLlama, "tiny"},
                                            Case{ModelFamily::kQwen3, "tiny"},
