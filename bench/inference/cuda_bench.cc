@@ -13,7 +13,7 @@
 //              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
 //              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
 //              [--numerics exact|fast] [--fast-split-target 128] [--fast-shape 9728:4:4] [--fast-shape-rule 1] [--fast-rope-fused 0]
-//              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K]
+//              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K] [--late-prefetch 0]
 //              [--engine-batches 8,32] [--engine-sampling 0.8:40:1] [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
 // lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
@@ -294,6 +294,10 @@ int main(int argc, char** argv) {
   // at every step instead of staging them in shared memory (same bits).
   if (const std::string r = Arg(argc, argv, "--fast-norm-staged", ""); !r.empty())
     SetCudaFastNormStagedForTesting(r != "0");
+  // --late-prefetch 0: no block asks L2 for the first weights or K/V pages of the blocks that start
+  // only when the previous kernel's leave (N: the first N blocks of each such launch do; same bits).
+  if (const std::string r = Arg(argc, argv, "--late-prefetch", ""); !r.empty())
+    SetCudaLatePrefetchForTesting(std::stoi(r));
   // --pdl 0: no programmatic dependent launch (same bits).
   if (const std::string r = Arg(argc, argv, "--pdl", ""); !r.empty()) SetCudaProgrammaticLaunchForBenchmark(r != "0");
   // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
@@ -355,12 +359,17 @@ int main(int argc, char** argv) {
   const int64_t kv_bytes_per_position = int64_t{2} * c.num_layers * c.kv_dim() * 4;
   // Prefill, `warm` steps, then `steps` timed decode steps of `batch` sequences; returns the
   // seconds of the timed steps (negative on failure) and leaves the sequences in `seqs`.
+  // --chain K: the timed decode steps as ForwardGreedySteps runs of up to K steps (the host waits
+  // once a run; 1, the default: one ForwardGreedy a step). The needle's run alone stays one step
+  // at a time, so its comparison also checks chained against single steps. --timeline and
+  // --ablate time their steps this way too.
+  const int32_t chain = std::max(1, std::stoi(Arg(argc, argv, "--chain", "1")));
   auto time_decode = [&](int32_t batch, std::vector<Seq>& seqs) {
     seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
     bool ok = Step(b, seqs);
     for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
     auto s0 = Clock::now();
-    for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
+    ok = ok && Steps(b, seqs, steps, chain);
     auto s1 = Clock::now();
     return ok ? Seconds(s0, s1) : -1.0;
   };
@@ -633,10 +642,6 @@ int main(int argc, char** argv) {
   } else {
     SetCudaLargeBatchTileForTesting(tile);
   }
-  // --chain K: the timed decode steps as ForwardGreedySteps runs of up to K steps (the host waits
-  // once a run; 1, the default: one ForwardGreedy a step). The needle's run alone stays one step
-  // at a time, so its comparison also checks chained against single steps.
-  const int32_t chain = std::max(1, std::stoi(Arg(argc, argv, "--chain", "1")));
   // Any batch sizes from 1 to 64 (the figures are 1, 8, 32 and 64).
   for (int32_t batch : IntList(Arg(argc, argv, "--batches", "1,8,32,64"))) {
     if (batch < 1 || batch > 64) {

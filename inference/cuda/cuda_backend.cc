@@ -1284,6 +1284,8 @@ void SetCudaFastShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int 
 }
 void SetCudaFastRopeFusedForTesting(bool fused) { g_fast_rope_fused = fused; }
 void SetCudaFastNormStagedForTesting(bool staged) { cuda::SetFastLinearNormStaged(staged); }
+void SetCudaLatePrefetchForTesting(int early_blocks) { cuda::SetLatePrefetch(early_blocks); }
+int64_t CudaLatePrefetchLaunchesForTesting() { return cuda::LatePrefetchLaunches(); }
 int64_t CudaFastNormStagedLaunchesForTesting() { return cuda::FastLinearNormStagedLaunches(); }
 void SetCudaFastShapeRuleForBenchmark(int rule) { cuda::SetFastLinearShapeRuleForBenchmark(rule); }
 void SetCudaFastLinearTileForTesting(int row_tiles, int token_tile) {

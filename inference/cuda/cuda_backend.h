@@ -93,6 +93,14 @@ void SetCudaFastRopeFusedForTesting(bool fused);
 // shared memory before their wait (true, the default) or read them from global memory at every
 // step. Set before creating the backend. Same bits.
 void SetCudaFastNormStagedForTesting(bool staged);
+// Tests and benchmarks: how many blocks of gate|up (the fast profile) and of grouped attention ask
+// L2, before their wait, for the first weights or K/V pages of the blocks that start only when the
+// previous kernel's leave (cuda::SetLatePrefetch): -1 the default (a quarter of the
+// multiprocessors, for steps of up to 64 tokens), 0 none, N the first N. Set before the first step
+// (graphs keep what they captured). Same bits.
+void SetCudaLatePrefetchForTesting(int early_blocks);
+// Tests: launches so far that asked L2 for later blocks' first reads (0 without CUDA).
+int64_t CudaLatePrefetchLaunchesForTesting();
 // Tests only: FastLinearKernel launches so far that staged their norm weights (0 without CUDA).
 int64_t CudaFastNormStagedLaunchesForTesting();
 // Benchmarks only: false launches every kernel without programmatic dependent launch (each waits

@@ -39,6 +39,8 @@ void SetCudaFastShapeForRowsForBenchmark(int, int, int, int) {}
 void SetCudaFastShapeRuleForBenchmark(int) {}
 void SetCudaFastRopeFusedForTesting(bool) {}
 void SetCudaFastNormStagedForTesting(bool) {}
+void SetCudaLatePrefetchForTesting(int) {}
+int64_t CudaLatePrefetchLaunchesForTesting() { return 0; }
 int64_t CudaFastNormStagedLaunchesForTesting() { return 0; }
 void SetCudaProgrammaticLaunchForBenchmark(bool) {}
 int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }

@@ -510,6 +510,27 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     WithKernelEpilogue<EPI>(a.epilogue, [&](auto kind) {
       first_epilogue = PlanFastEpilogue<decltype(kind)::value>(a, m0 + first_tok, first_n);
     });
+  if constexpr (!SLICED && SB == 1) {
+    // Late blocks (kernels.h, LatePrefetchEarlyBlocks): the first prefetch_early_blocks blocks in
+    // launch order ask L2 for what every later row block copies before its wait, the first
+    // kStages - 1 steps of each warp (steps 0 .. 8 (kStages - 1) - 1: contiguous in each row
+    // tile). Block b takes the row blocks y0 + b, y0 + b + E, ... (y0: the first with no early
+    // block).
+    const int early = a.prefetch_early_blocks;
+    const int b = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x);
+    if (b < early) {
+      const int y0 = (early + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+      const uint32_t bytes = static_cast<uint32_t>(min((kStages - 1) * kWarps, steps)) * 32 * 16;
+      for (int job = tid;; job += kThreads) {
+        const int y = y0 + b + early * (job / RT), tile = y * RT + job % RT;
+        if (y >= static_cast<int>(gridDim.y)) break;
+        if (tile <= last_tile)
+          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(tiles + static_cast<int64_t>(tile) * steps * 32),
+                       "r"(bytes)
+                       : "memory");
+      }
+    }
+  }
   // The norm weights are a lane row like the activations: the same offset in the row. They are
   // constants, so each warp stages its own steps' before the wait (lane (g, t): steps g, g + 8,
   // ..., column group t), and only its own lanes read them.
@@ -1226,9 +1247,16 @@ bool CanRunFastLinear(const LinearArgs& a) {
   return true;
 }
 
-cudaError_t LaunchFastLinear(const LinearArgs& a, cudaStream_t stream) {
-  if (!CanRunFastLinear(a)) return cudaErrorInvalidValue;
-  const int32_t splits = FastLinearSplits(a.w.rows, a.w.cols_padded);
+cudaError_t LaunchFastLinear(const LinearArgs& args, cudaStream_t stream) {
+  if (!CanRunFastLinear(args)) return cudaErrorInvalidValue;
+  const int32_t splits = FastLinearSplits(args.w.rows, args.w.cols_padded);
+  LinearArgs a = args;
+  // Late blocks' first weights (kernels.h): gate|up, behind o's merged blocks. (q|k|v, behind
+  // down, measured no faster with it: thirty-third session.)
+  a.prefetch_early_blocks = 0;
+  if (a.norm_weight != nullptr && a.epilogue == LinearEpilogue::kSiluMul && splits == 1 &&
+      (a.prefetch_early_blocks = LatePrefetchEarlyBlocks(a.tokens)) > 0)
+    CountLatePrefetchLaunch();
   if (cudaError_t e; LaunchFastStream(a, splits, stream, &e)) return e;
   for (int i = 0; i < g_shape_override_count; ++i)
     if (g_shape_overrides[i].rows == a.w.rows && (g_shape_overrides[i].cols == 0 || g_shape_overrides[i].cols == a.w.cols))

@@ -1038,6 +1038,8 @@ cudaError_t LaunchLinearTile(const LinearArgs& a, cudaStream_t stream) {
 }
 
 int g_large_batch_tile = -1;  // SetLargeBatchTile; -1: chosen by size
+int g_late_prefetch = -1;  // SetLatePrefetch
+std::atomic<int64_t> g_late_prefetch_launches{0};
 int g_attention_variant = -1;  // SetAttentionVariant; -1: chosen by grid size (LaunchAttention)
 int g_one_token_kernel = 0;   // SetOneTokenKernel; 0: chosen by size
 bool g_weight_evict_first = true;  // SetWeightEvictFirst
@@ -2111,7 +2113,8 @@ __device__ __forceinline__ void ClassTree(float (&acc)[32]) {
 template <int HD>
 __global__ void __launch_bounds__(kAttnThreads, 1)
     GroupAttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, float scale, float* out,
-                         int32_t out_stride, int32_t max_context, int32_t hsplit, int32_t chunk) {
+                         int32_t out_stride, int32_t max_context, int32_t hsplit, int32_t chunk,
+                         int32_t prefetch_early) {
   constexpr int KS = HD + 4;  // K row stride: 16-byte loads of consecutive rows hit distinct banks
   extern __shared__ float4 grp_smem_f4[];
   const int G = shape.num_heads / shape.num_kv_heads;
@@ -2145,6 +2148,25 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
       CpAsync16(dst + (j - c0) * stride + 4 * c4, src + row);
     }
   };
+  // Late blocks (kernels.h, LatePrefetchEarlyBlocks): the first prefetch_early blocks in launch
+  // order ask L2 for the K and V pages of the tokens past theirs: block b takes tokens m0 + b,
+  // m0 + b + E, ... (m0: the first token with no early block), every page of each (8 KB at
+  // 0.5B: all KV heads' rows of 16 positions).
+  if (const int lin = static_cast<int>(blockIdx.x + blockIdx.y * gridDim.x); lin < prefetch_early) {
+    const int m0 = (prefetch_early + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+    const uint32_t page_bytes = static_cast<uint32_t>(bs * kv_dim) * 4;
+    for (int mm = m0 + lin; mm < step.tokens; mm += prefetch_early) {
+      const int pages = (step.pos[mm] + bs) / bs;  // (L2 is coherent: this step's rows may be among them)
+      const int32_t* table = step.block_table + static_cast<int64_t>(mm) * step.max_blocks;
+      for (int i = tid; i < 2 * pages; i += kAttnThreads) {
+        const float* base = (i & 1) ? kv.v : kv.k;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                         base + static_cast<int64_t>(table[i >> 1]) * bs * kv_dim),
+                     "r"(page_bytes)
+                     : "memory");
+      }
+    }
+  }
   const int pre_end = min(max(old_end, 0), min(L, chunk));
   // Commit groups: K rows before the wait, V rows before it, then (after it) this step's K rows
   // and V rows, so that the scores wait for K only.
@@ -3267,6 +3289,13 @@ cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const A
 
 void SetLargeBatchTile(int variant) { g_large_batch_tile = variant; }
 void SetAttentionVariant(int variant) { g_attention_variant = variant; }
+int LatePrefetchEarlyBlocks(int32_t tokens) {
+  if (g_late_prefetch >= 0) return g_late_prefetch;
+  return tokens <= 64 ? std::max(1, MultiprocessorCount() / 4) : 0;
+}
+void SetLatePrefetch(int early_blocks) { g_late_prefetch = early_blocks < 0 ? -1 : early_blocks; }
+void CountLatePrefetchLaunch() { g_late_prefetch_launches.fetch_add(1, std::memory_order_relaxed); }
+int64_t LatePrefetchLaunches() { return g_late_prefetch_launches.load(std::memory_order_relaxed); }
 cudaError_t SetKernelTimeline(KernelTimeline* device_buffer, cudaStream_t stream) {
 #ifdef ROTE_CUDA_TIMELINE
   const cudaError_t e =
@@ -3477,12 +3506,18 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
   const int group_parts = static_cast<int>(std::max<int64_t>(
       1, MultiprocessorCount() / std::max<int64_t>(1, int64_t{shape.num_kv_heads} * step.tokens)));
   GroupAttentionPlan plan;
+  auto AttentionLatePrefetch = [](int32_t tokens) {
+    const int early = LatePrefetchEarlyBlocks(tokens);
+    if (early > 0) CountLatePrefetchLaunch();
+    return static_cast<int32_t>(early);
+  };
   const bool grouped = variant == 10 || variant == 11 ||
                        (g_attention_variant < 0 && group_parts < group_size);
   if (grouped && PlanGroupAttention(shape, max_context, &plan, variant == 11 ? 1 : group_parts))
     return LaunchChained(shape.head_dim == 64 ? GroupAttentionKernel<64> : GroupAttentionKernel<128>,
                          dim3(shape.num_kv_heads * plan.hsplit, step.tokens), dim3(kAttnThreads), plan.smem, stream, q,
-                         step, shape, kv, scale, out, out_stride, max_context, plan.hsplit, plan.chunk);
+                         step, shape, kv, scale, out, out_stride, max_context, plan.hsplit, plan.chunk,
+                         AttentionLatePrefetch(step.tokens));
   if (variant == 9 && kv_stage_fits)
     return LaunchChained(AttentionKernel<1, 2, false, true>, grid, dim3(kAttnThreads),
                          AttentionKvStageBytes(max_context, shape.head_dim), stream, q, step, shape, kv, scale, out,

@@ -129,6 +129,10 @@ struct LinearArgs {
   // Weight reads hinted L2 evict_first (one-token bulk copies and register tiles; LaunchLinear also
   // sets it where SetWeightEvictFirst is on).
   bool weight_evict_first = false;
+  // FastLinearKernel, unsliced: blocks 0 .. prefetch_early_blocks - 1 in launch order ask L2,
+  // before their wait, for the weights that the later blocks copy before theirs (LatePrefetch
+  // below). 0: none.
+  int32_t prefetch_early_blocks = 0;
 };
 cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
 // Whether LaunchLinear can run `args` (one token) with the kRopeStore epilogue; when it cannot,
@@ -180,6 +184,19 @@ void SetLargeBatchTile(int variant);
 // multiprocessor, else 0).
 // Same bits.
 void SetAttentionVariant(int variant);
+// Late blocks. A kernel's blocks that find no multiprocessor free beside the previous kernel's
+// (gate|up behind o's merged blocks, attention behind q|k|v's) start only when those leave, and
+// then wait for their first reads from DRAM (2.2-2.9 us for gate|up at 0.5B batch 32; docs/
+// performance.md, thirty-first session). So the first blocks in launch order, which do find one,
+// ask L2 for those reads (cp.async.bulk.prefetch.L2) before their own wait: gate|up's first steps
+// of every later row tile (fast profile), grouped attention's K and V pages of every later token.
+// A prefetch moves no bits. How many blocks ask, for a launch of `tokens` token rows:
+// SetLatePrefetch's count; by default a quarter of the multiprocessors for up to 64 tokens (the
+// decode steps measured), none above.
+int LatePrefetchEarlyBlocks(int32_t tokens);
+void SetLatePrefetch(int early_blocks);  // -1: the default; 0: none; N: the first N blocks
+void CountLatePrefetchLaunch();
+int64_t LatePrefetchLaunches();           // launches that prefetched (graph captures count once)
 // Tests: how many TiledLinearKernel launches this process has issued (graph captures count once).
 int64_t TiledLinearLaunches();
 // Benchmarking only: the kernel of one-token products (0, the default: shared-memory bulk copies

@@ -1766,6 +1766,75 @@ TEST(CudaFastProfile, StreamedWeightsKeepBits) {
   }
 }
 
+// Late blocks (kernels.h, LatePrefetchEarlyBlocks): the first blocks of gate|up (fast profile)
+// and of grouped attention (both profiles) ask L2 for the later blocks' first weights and K/V
+// pages. A prefetch must move no bit and touch no address outside those buffers: 40 sequences of
+// mixed lengths prefilled in one step, then decode steps of 40, 12 and 5 (grouped attention runs
+// at 40: fewer multiprocessors than KV heads x tokens times the group), with no block
+// prefetching, the first 1 and 7 forced, and the default rule; logits identical in every bit,
+// and the prefetching runs did launch kernels that prefetched.
+TEST(CudaFastProfile, LatePrefetchKeepsBits) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::shared_ptr<const Model>> models = {InvarianceModel()};
+  {
+    SynthSpec s;  // Qwen2.5-0.5B's heads: 14 of 64 over 2 KV heads
+    s.vocab = 1000;
+    s.hidden = 896;
+    s.intermediate = 1216;
+    s.heads = 14;
+    s.kv_heads = 2;
+    s.head_dim = 64;
+    models.push_back(SynthModel("late_prefetch_896", s));
+  }
+  for (const auto& model : models) {
+    ASSERT_TRUE(model);
+    const int32_t vocab = model->config().vocab_size;
+    SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
+    for (const NumericsProfile profile : {NumericsProfile::kFast, NumericsProfile::kExact}) {
+      SCOPED_TRACE(profile == NumericsProfile::kFast ? "fast" : "exact");
+      auto run = [&](int early, int64_t* launches) {
+        SetCudaLatePrefetchForTesting(early);
+        const int64_t before = CudaLatePrefetchLaunchesForTesting();
+        std::vector<std::vector<float>> all;
+        if (auto backend = Cuda(model, true, profile)) {
+          Driver d(backend.get(), 256);
+          std::vector<Seq> seqs(40);
+          std::vector<Driver::Part> prefill;
+          for (int i = 0; i < 40; ++i) {
+            const int32_t n = 3 + (i * 13) % 38;
+            seqs[i].tokens = Prompt(n, vocab, 500 + i);
+            prefill.push_back({&seqs[i], n, 1});
+          }
+          all.push_back(d.Step(prefill));
+          for (int32_t count : {40, 40, 12, 5}) {
+            std::vector<Driver::Part> parts;
+            for (int i = 0; i < count; ++i) {
+              seqs[i].tokens.push_back((count * 7919 + static_cast<int32_t>(seqs[i].tokens.size())) % vocab);
+              parts.push_back({&seqs[i], 1, 1});
+            }
+            all.push_back(d.Step(parts));
+          }
+        }
+        *launches = CudaLatePrefetchLaunchesForTesting() - before;
+        SetCudaLatePrefetchForTesting(-1);
+        return all;
+      };
+      int64_t none = 0;
+      const std::vector<std::vector<float>> without = run(0, &none);
+      ASSERT_EQ(without.size(), 5u);
+      EXPECT_EQ(none, 0);
+      for (int early : {1, 7, -1}) {
+        SCOPED_TRACE("early=" + std::to_string(early));
+        int64_t launches = 0;
+        const std::vector<std::vector<float>> with = run(early, &launches);
+        ASSERT_EQ(with.size(), 5u);
+        EXPECT_GT(launches, 0);
+        for (size_t i = 0; i < with.size(); ++i) ASSERT_TRUE(SameBits(with[i], without[i])) << "step " << i;
+      }
+    }
+  }
+}
+
 // The needle alone and inside batches of 1 to 64 others (so token tiles of 16, 32 and 64 rows,
 // and several of them): identical logits and tokens, 256 greedy steps.
 TEST(CudaFastProfile, NeedleAloneEqualsNeedleInBatches) {
