@@ -96,7 +96,7 @@ void SetCudaFastNormStagedForTesting(bool staged);
 // Tests and benchmarks: how many blocks of gate|up (the fast profile) and of grouped attention ask
 // L2, before their wait, for the first weights or K/V pages of the blocks that start only when the
 // previous kernel's leave (cuda::SetLatePrefetch): -1 the default (a quarter of the
-// multiprocessors, for steps of up to 64 tokens), 0 none, N the first N. Set before the first step
+// multiprocessors, for steps of 17 to 64 tokens), 0 none, N the first N. Set before the first step
 // (graphs keep what they captured). Same bits.
 void SetCudaLatePrefetchForTesting(int early_blocks);
 // Tests: launches so far that asked L2 for later blocks' first reads (0 without CUDA).

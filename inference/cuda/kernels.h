@@ -191,8 +191,8 @@ void SetAttentionVariant(int variant);
 // ask L2 for those reads (cp.async.bulk.prefetch.L2) before their own wait: gate|up's first steps
 // of every later row tile (fast profile), grouped attention's K and V pages of every later token.
 // A prefetch moves no bits. How many blocks ask, for a launch of `tokens` token rows:
-// SetLatePrefetch's count; by default a quarter of the multiprocessors for up to 64 tokens (the
-// decode steps measured), none above.
+// SetLatePrefetch's count; by default a quarter of the multiprocessors for 17 to 64 tokens (the
+// decode batches where it measured faster), none otherwise.
 int LatePrefetchEarlyBlocks(int32_t tokens);
 void SetLatePrefetch(int early_blocks);  // -1: the default; 0: none; N: the first N blocks
 void CountLatePrefetchLaunch();
