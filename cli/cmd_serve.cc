@@ -1,9 +1,14 @@
 // `rote serve`: runs the gRPC server until SIGINT or SIGTERM, then shuts down gracefully.
+#include <condition_variable>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
@@ -74,6 +79,55 @@ std::optional<int64_t> IntFlag(const ParsedFlags& flags, const std::string& name
   }
   return v;
 }
+
+// SIGINT and SIGTERM: blocked in every thread and taken by one thread that waits for them from
+// before the server starts. Starting can take minutes (a model's weights are read and hashed and,
+// on CUDA, copied to the device) and cannot be stopped part way; a signal then ends the process
+// at once with status 128 + the signal, as the default action would, since nothing is served yet
+// that a graceful shutdown would protect. After Serving(), WaitForSignal() returns the signal.
+class SignalWatcher {
+ public:
+  SignalWatcher() : state_(std::make_shared<State>()) {
+    sigemptyset(&state_->set);
+    sigaddset(&state_->set, SIGINT);
+    sigaddset(&state_->set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &state_->set, nullptr);  // threads made later inherit the mask
+    // Detached and sharing the state: it stays in sigwait until a signal comes or the process ends.
+    std::thread([state = state_] {
+      int sig = 0;
+      sigwait(&state->set, &sig);
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (!state->serving) {
+        std::cerr << "rote serve: received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+                  << " while starting (loading the model); exiting without serving" << std::endl;
+        std::_Exit(128 + sig);
+      }
+      state->received = sig;
+      state->cv.notify_all();
+    }).detach();
+  }
+
+  void Serving() {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->serving = true;
+  }
+
+  int WaitForSignal() {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait(lock, [&] { return state_->received != 0; });
+    return state_->received;
+  }
+
+ private:
+  struct State {
+    sigset_t set;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool serving = false;
+    int received = 0;
+  };
+  std::shared_ptr<State> state_;
+};
 
 }  // namespace
 
@@ -147,23 +201,20 @@ int CmdServe(const Args& args) {
     return kExitUsage;
   }
 
-  // Block the signals in every thread (gRPC's included, which start below) and take them
-  // synchronously here, so shutdown runs in ordinary code rather than a signal handler.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // From here SIGINT and SIGTERM are blocked in every thread (gRPC's included, which start
+  // below) and taken by the watcher, so shutdown runs in ordinary code rather than a signal
+  // handler; while the server starts (a model loads) they end the process at once.
+  SignalWatcher signals;
 
   auto server = orchestrator::Server::Start(opt);
   if (!server.ok()) {
     std::cerr << "rote serve: " << server.status().message() << "\n";
     return kExitFailure;
   }
+  signals.Serving();
   // Scripts wait for this line to know the port.
   std::cout << "rote: listening on port " << (*server)->port() << std::endl;
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = signals.WaitForSignal();
   spdlog::info("received {}", sig == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Shutdown();
   return kExitOk;

@@ -1,34 +1,30 @@
 #include "inference/model/safetensors.h"
 
-#include <fcntl.h>     // open
 #include <sys/mman.h>  // mmap
-#include <sys/stat.h>  // fstat
 #include <unistd.h>    // close
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>  // header-only JSON parser
+
+#include "inference/model/model_files.h"
 
 namespace rote::inference {
 
 using Json = nlohmann::json;
 
 StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return NotFound(path + ": no such file");
-    return FailedPrecondition(path + ": cannot open: " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
+  uint64_t size = 0;
+  ROTE_ASSIGN_OR_RETURN(const int fd, OpenRegularFile(path, &size));
+  if (size > std::numeric_limits<size_t>::max()) {
     ::close(fd);
-    return FailedPrecondition(path + ": cannot stat: " + std::strerror(err));
+    return FailedPrecondition(path + ": " + std::to_string(size) + " bytes do not fit the address space");
   }
   std::unique_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
-  f->size_ = static_cast<size_t>(st.st_size);
+  f->size_ = static_cast<size_t>(size);
   if (f->size_ > 0) {
     void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -65,7 +61,14 @@ StatusOr<std::vector<SafetensorsTensor>> ParseSafetensors(const uint8_t* data, s
     return Malformed(file_name, "", "header length " + std::to_string(header_len) + " runs past the end of the " +
                                         std::to_string(size) + "-byte file");
   }
+  if (header_len > kMaxSafetensorsHeaderBytes) {
+    return Malformed(file_name, "", "header length " + std::to_string(header_len) + " is more than the " +
+                                        std::to_string(kMaxSafetensorsHeaderBytes) + " bytes a header may have");
+  }
   const char* header = reinterpret_cast<const char*>(data + 8);
+  if (!JsonNestingWithin(std::string_view(header, header_len))) {
+    return Malformed(file_name, "", "header nests deeper than " + std::to_string(kMaxModelJsonDepth) + " levels");
+  }
   Json j = Json::parse(header, header + header_len, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Malformed(file_name, "", "header is not a JSON object");
   const uint8_t* body = data + 8 + header_len;
@@ -162,6 +165,38 @@ StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::stri
   f->file_ = std::move(mapped);
   f->tensors_ = std::move(tensors);
   return f;
+}
+
+StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(std::string_view index_json,
+                                                                  std::string_view file_name) {
+  const std::string where(file_name);
+  StatusOr<Json> parsed = ParseJsonObject(index_json, where);
+  if (!parsed.ok()) return DataLoss(parsed.status().message());
+  const Json& j = *parsed;
+  auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object()) return DataLoss(where + ": field 'weight_map' is missing or not an object");
+  std::map<std::string, std::string> index;
+  for (auto it = wm->begin(); it != wm->end(); ++it) {
+    const std::string field = "field 'weight_map[\"" + it.key() + "\"]'";
+    if (!it.value().is_string()) return DataLoss(where + ": " + field + " is not a file name");
+    const std::string& file = it.value().get_ref<const std::string&>();
+    // A shard is a plain file of this directory: no path (so no "../" and no absolute path), no
+    // hidden or control characters, and the safetensors suffix, so it cannot name config.json or
+    // anything else the directory holds.
+    constexpr std::string_view kSuffix = ".safetensors";
+    const bool plain = !file.empty() && file.size() <= 255 && file[0] != '.' &&
+                       std::none_of(file.begin(), file.end(), [](char ch) {
+                         const auto c = static_cast<unsigned char>(ch);
+                         return c == '/' || c == '\\' || c < 0x20 || c == 0x7f;
+                       });
+    if (!plain || file.size() <= kSuffix.size() ||
+        file.compare(file.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+      return DataLoss(where + ": " + field + " names '" + file +
+                      "', not a *.safetensors file directly inside the model directory");
+    }
+    index.emplace(it.key(), file);
+  }
+  return index;
 }
 
 const SafetensorsTensor* SafetensorsFile::Find(std::string_view name) const {

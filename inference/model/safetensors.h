@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,7 +16,8 @@
 
 namespace rote::inference {
 
-// A whole file mapped read-only (PROT_READ, MAP_PRIVATE); unmapped on destruction.
+// A whole regular file mapped read-only (PROT_READ, MAP_PRIVATE); unmapped on destruction. Opened
+// without blocking; a FIFO, device or directory is refused (FAILED_PRECONDITION).
 class MappedFile {
  public:
   static StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
@@ -42,10 +44,21 @@ struct SafetensorsTensor {
   int64_t size_bytes = 0;
 };
 
+// The largest header a safetensors file may have (the reference implementation's limit).
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
 // Parses and checks a safetensors image held in memory (the bytes must outlive the result).
-// `file_name` is used in error messages. Tensors are returned in name order.
+// `file_name` is used in error messages. Tensors are returned in name order. Memory taken is
+// bounded by the header's length. A fuzzing entry point: any bytes give a result or an error.
 StatusOr<std::vector<SafetensorsTensor>> ParseSafetensors(const uint8_t* data, size_t size,
                                                           std::string_view file_name);
+
+// Parses model.safetensors.index.json: its weight_map, tensor name -> shard file. Each shard must be
+// a *.safetensors file directly inside the model directory (no path separator, no leading dot, no
+// control character), so an index cannot reach outside it. Errors (DATA_LOSS) name `file_name`
+// and the field. A fuzzing entry point.
+StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(std::string_view index_json,
+                                                                  std::string_view file_name);
 
 class SafetensorsFile {
  public:

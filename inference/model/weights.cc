@@ -6,18 +6,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>  // header-only JSON parser
-#include <sstream>
 
+#include "inference/model/model_files.h"
 #include "inference/model/safetensors.h"
 #include "inference/numerics/canonical.h"
 #include "inference/util/sha256.h"
 
 namespace rote::inference {
-
-using Json = nlohmann::json;
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
@@ -55,18 +51,6 @@ void TensorView::RowToF32(int64_t r, float* out) const {
 Model::~Model() = default;
 
 namespace {
-
-// Reads a whole file; `required` false turns a missing file into an empty string.
-StatusOr<std::string> ReadFile(const std::string& path, bool required) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!required) return std::string();
-    return NotFound(path + ": no such file");
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void PutU64(Sha256& h, uint64_t v) {
   uint8_t b[8];
@@ -122,30 +106,18 @@ class WeightBinder {
 StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const std::string& known_digest) {
   std::shared_ptr<Model> m(new Model());
   m->dir_ = dir;
-  ROTE_ASSIGN_OR_RETURN(std::string config_json, ReadFile(dir + "/config.json", true));
-  ROTE_ASSIGN_OR_RETURN(std::string gen_json, ReadFile(dir + "/generation_config.json", false));
-  ROTE_ASSIGN_OR_RETURN(std::string tok_json, ReadFile(dir + "/tokenizer.json", false));
-  ROTE_ASSIGN_OR_RETURN(std::string tok_config_json, ReadFile(dir + "/tokenizer_config.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string config_json, ReadModelFile(dir + "/config.json", true));
+  ROTE_ASSIGN_OR_RETURN(std::string gen_json, ReadModelFile(dir + "/generation_config.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string tok_json, ReadModelFile(dir + "/tokenizer.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string tok_config_json, ReadModelFile(dir + "/tokenizer_config.json", false));
   ROTE_ASSIGN_OR_RETURN(m->config_, ParseModelConfig(config_json, gen_json, dir + "/config.json"));
 
   // Weight files: one model.safetensors, or the shards an index names.
   std::vector<std::string> files;
   std::map<std::string, std::string> index_map;  // tensor -> shard file, when sharded
-  ROTE_ASSIGN_OR_RETURN(std::string index_json, ReadFile(dir + "/model.safetensors.index.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string index_json, ReadModelFile(dir + "/model.safetensors.index.json", false));
   if (!index_json.empty()) {
-    Json j = Json::parse(index_json, nullptr, false);
-    const std::string where = dir + "/model.safetensors.index.json";
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
-      return DataLoss(where + ": not a JSON object with a weight_map");
-    }
-    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      if (!it.value().is_string()) return DataLoss(where + ": weight_map['" + it.key() + "'] is not a file name");
-      const std::string file = it.value().get<std::string>();
-      if (file.find('/') != std::string::npos || file.empty() || file[0] == '.') {
-        return DataLoss(where + ": weight_map['" + it.key() + "'] names '" + file + "' outside the directory");
-      }
-      index_map[it.key()] = file;
-    }
+    ROTE_ASSIGN_OR_RETURN(index_map, ParseSafetensorsIndex(index_json, dir + "/model.safetensors.index.json"));
     for (const auto& [name, file] : index_map) {
       if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
     }
@@ -188,10 +160,12 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const
   } else {
     ROTE_RETURN_IF_ERROR(b.Bind("lm_head.weight", {c.vocab_size, dim}, true, &w.lm_head));
   }
-  w.layers.resize(c.num_layers);
+  // Layers are bound one at a time, so the memory they take follows the tensors the files hold,
+  // not the count config.json claims: a layer that is not there stops the load at its first tensor.
+  w.layers.reserve(std::min<size_t>(static_cast<size_t>(c.num_layers), all.size()));
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    LayerWeights& l = w.layers[i];
+    LayerWeights& l = w.layers.emplace_back();
     ROTE_RETURN_IF_ERROR(b.Bind(p + "input_layernorm.weight", {dim}, true, &l.attn_norm));
     ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.q_proj.weight", {q, dim}, true, &l.wq));
     ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.k_proj.weight", {kv, dim}, true, &l.wk));

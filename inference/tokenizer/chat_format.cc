@@ -77,15 +77,19 @@ std::optional<std::string> ExtractQwenDefaultSystem(std::string_view tpl) {
   constexpr std::string_view kOpen = "<|im_start|>system\\n";
   constexpr std::string_view kClose = "<|im_end|>";
   size_t at = 0;
+  // The first kClose at or after the current literal's body. Kept across candidates (it only
+  // moves forward), so a template full of openings without a close is scanned once, not once
+  // per opening.
+  size_t close = 0;
   while ((at = tpl.find(kOpen, at)) != std::string_view::npos) {
     if (at == 0) { at += kOpen.size(); continue; }
     const char quote = tpl[at - 1];
     const size_t body = at + kOpen.size();
     if (quote == '\'' || quote == '"') {
-      const size_t close = tpl.find(kClose, body);
+      if (close != std::string_view::npos && close < body) close = tpl.find(kClose, body);
+      if (close == std::string_view::npos) return std::nullopt;
       const size_t end_quote = tpl.find(quote, body);
-      if (close != std::string_view::npos && end_quote != std::string_view::npos &&
-          close < end_quote && close > body) {
+      if (end_quote != std::string_view::npos && close < end_quote && close > body) {
         // Undo the literal's escapes (\n, \', \").
         std::string prompt;
         std::string_view raw = tpl.substr(body, close - body);

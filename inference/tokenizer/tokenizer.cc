@@ -8,11 +8,11 @@
 #include <array>
 #include <deque>
 #include <cstdlib>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
+#include "inference/model/model_files.h"
 #include "inference/tokenizer/chat_format.h"
 #include "inference/tokenizer/utf8.h"
 
@@ -166,43 +166,40 @@ uint64_t PairKey(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
 
-StatusOr<std::string> ReadFile(const std::string& path, bool required) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (required) return NotFound("cannot open " + path);
-    return std::string();
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-StatusOr<Json> ParseJson(std::string_view text, std::string_view what) {
-  try {
-    return Json::parse(text.begin(), text.end());
-  } catch (const Json::exception& e) {
-    return InvalidArgument(std::string(what) + " is not valid JSON: " + e.what());
-  }
-}
-
-// tokenizer_config's bos_token/eos_token: a string, an AddedToken object, or null.
-std::optional<std::string> TokenField(const Json& config, const char* key) {
-  if (!config.is_object() || !config.contains(key)) return std::nullopt;
-  const Json& v = config[key];
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) {
-    return v["content"].get<std::string>();
-  }
-  return std::nullopt;
-}
-
-void AppendIds(const Json& v, std::vector<int32_t>& out) {
-  if (v.is_number_integer()) out.push_back(v.get<int32_t>());
-  if (v.is_array()) {
-    for (const Json& x : v) {
-      if (x.is_number_integer()) out.push_back(x.get<int32_t>());
+// tokenizer_config's bos_token / eos_token: a string, an AddedToken object, or absent / null.
+StatusOr<std::optional<std::string>> TokenField(const Json& config, const char* key) {
+  const JsonFields f(config, "tokenizer_config.json");
+  const Json* v = f.Find(key);
+  if (v == nullptr) return std::optional<std::string>();
+  if (v->is_string()) return std::optional<std::string>(v->get<std::string>());
+  if (v->is_object()) {
+    if (auto c = v->find("content"); c != v->end() && c->is_string()) {
+      return std::optional<std::string>(c->get<std::string>());
     }
   }
+  return f.Error(key, "must be a string, an object with a string 'content', or null");
+}
+
+// tokenizer_config's chat_template: a string, or a list of {"name", "template"} of which the one
+// named "default" applies (transformers' form for several templates); absent or null: none.
+StatusOr<std::string> ChatTemplateField(const Json& config) {
+  const JsonFields f(config, "tokenizer_config.json");
+  const Json* v = f.Find("chat_template");
+  if (v == nullptr) return std::string();
+  if (v->is_string()) return v->get<std::string>();
+  if (v->is_array()) {
+    std::string chosen;
+    for (const Json& entry : *v) {
+      const JsonFields e(entry, "tokenizer_config.json", "chat_template[].");
+      std::string name, text;
+      if (!entry.is_object()) return f.Error("chat_template", "must hold objects with a name and a template");
+      ROTE_RETURN_IF_ERROR(e.String("name", "", &name));
+      ROTE_RETURN_IF_ERROR(e.String("template", "", &text));
+      if (name == "default") chosen = std::move(text);
+    }
+    return chosen;
+  }
+  return f.Error("chat_template", "must be a string, a list of named templates, or null");
 }
 
 }  // namespace
@@ -487,51 +484,82 @@ void Tokenizer::Impl::EncodePiece(std::string_view text, bool parse_special,
 
 namespace {
 
-Status LoadNormalizer(const Json& n, bool& nfc) {
+constexpr const char* kTokenizerJson = "tokenizer.json";
+
+// A component's "type" (normalizer, pre_tokenizer, decoder): the node must be an object holding
+// a string "type".
+StatusOr<std::string> ComponentType(const Json& node, const std::string& field) {
+  if (!node.is_object()) return InvalidArgument(std::string(kTokenizerJson) + ": field '" + field + "' must be an object");
+  std::string type;
+  ROTE_RETURN_IF_ERROR(JsonFields(node, kTokenizerJson, field + ".").String("type", "", &type));
+  return type;
+}
+
+// A Sequence's children: `key` must be an array.
+StatusOr<const Json*> Children(const Json& node, const char* key, const std::string& field) {
+  const Json* list = JsonFields(node, kTokenizerJson).Find(key);
+  if (list == nullptr || !list->is_array()) {
+    return InvalidArgument(std::string(kTokenizerJson) + ": field '" + field + "." + key + "' must be a list");
+  }
+  return list;
+}
+
+Status LoadNormalizer(const Json& n, const std::string& field, bool& nfc) {
   if (n.is_null()) return OkStatus();
-  const std::string type = n.value("type", "");
+  ROTE_ASSIGN_OR_RETURN(const std::string type, ComponentType(n, field));
   if (type == "NFC") {
     nfc = true;
     return OkStatus();
   }
   if (type == "Sequence") {
-    for (const Json& child : n["normalizers"]) ROTE_RETURN_IF_ERROR(LoadNormalizer(child, nfc));
+    ROTE_ASSIGN_OR_RETURN(const Json* children, Children(n, "normalizers", field));
+    for (const Json& child : *children) ROTE_RETURN_IF_ERROR(LoadNormalizer(child, field + ".normalizers[]", nfc));
     return OkStatus();
   }
   return Unimplemented("tokenizer.json: normalizer type '" + type +
                        "' is not supported (supported: NFC, Sequence)");
 }
 
-Status LoadPreTokenizer(const Json& p, std::vector<SplitStep>& steps, bool& saw_byte_level) {
+Status LoadPreTokenizer(const Json& p, const std::string& field, std::vector<SplitStep>& steps,
+                        bool& saw_byte_level) {
   if (p.is_null()) return OkStatus();
-  const std::string type = p.value("type", "");
+  ROTE_ASSIGN_OR_RETURN(const std::string type, ComponentType(p, field));
   if (saw_byte_level) {
     return Unimplemented("tokenizer.json: pre-tokenizer '" + type +
                          "' after ByteLevel is not supported");
   }
+  const JsonFields f(p, kTokenizerJson, field + ".");
   if (type == "Sequence") {
-    for (const Json& child : p["pretokenizers"]) {
-      ROTE_RETURN_IF_ERROR(LoadPreTokenizer(child, steps, saw_byte_level));
+    ROTE_ASSIGN_OR_RETURN(const Json* children, Children(p, "pretokenizers", field));
+    for (const Json& child : *children) {
+      ROTE_RETURN_IF_ERROR(LoadPreTokenizer(child, field + ".pretokenizers[]", steps, saw_byte_level));
     }
     return OkStatus();
   }
   if (type == "Split") {
-    const std::string behavior = p.value("behavior", "");
+    std::string behavior;
+    ROTE_RETURN_IF_ERROR(f.String("behavior", "", &behavior));
     if (behavior != "Isolated") {
       return Unimplemented("tokenizer.json: Split behavior '" + behavior +
                            "' is not supported (supported: Isolated)");
     }
-    const Json& pattern = p["pattern"];
+    static const Json kNone;
+    const Json* pattern = f.Find("pattern");
+    const JsonFields pf(pattern == nullptr ? kNone : *pattern, kTokenizerJson, field + ".pattern.");
     std::string regex;
-    if (pattern.contains("Regex")) {
-      regex = pattern["Regex"].get<std::string>();
-    } else if (pattern.contains("String")) {
-      regex = EscapeRegexLiteral(pattern["String"].get<std::string>());
+    if (pf.Find("Regex") != nullptr) {
+      ROTE_RETURN_IF_ERROR(pf.String("Regex", "", &regex));
+    } else if (pf.Find("String") != nullptr) {
+      std::string literal;
+      ROTE_RETURN_IF_ERROR(pf.String("String", "", &literal));
+      regex = EscapeRegexLiteral(literal);
     } else {
       return InvalidArgument("tokenizer.json: Split pre-tokenizer without a Regex or String pattern");
     }
     ROTE_ASSIGN_OR_RETURN(Pcre2Code code, CompileRegex(regex));
-    if (p.value("invert", false)) {
+    bool invert = false;
+    ROTE_RETURN_IF_ERROR(f.Bool("invert", false, &invert));
+    if (invert) {
       return Unimplemented("tokenizer.json: Split with invert=true is not supported");
     }
     SplitStep step;
@@ -542,8 +570,10 @@ Status LoadPreTokenizer(const Json& p, std::vector<SplitStep>& steps, bool& saw_
   if (type == "ByteLevel") {
     saw_byte_level = true;
     SplitStep step;
-    step.add_prefix_space = p.value("add_prefix_space", false);
-    if (p.value("use_regex", true)) {
+    ROTE_RETURN_IF_ERROR(f.Bool("add_prefix_space", false, &step.add_prefix_space));
+    bool use_regex = true;
+    ROTE_RETURN_IF_ERROR(f.Bool("use_regex", true, &use_regex));
+    if (use_regex) {
       ROTE_ASSIGN_OR_RETURN(Pcre2Code code, CompileRegex(std::string(kGpt2Pattern)));
       step.regex = std::move(code);
     }
@@ -554,15 +584,16 @@ Status LoadPreTokenizer(const Json& p, std::vector<SplitStep>& steps, bool& saw_
                        "' is not supported (supported: Sequence, Split, ByteLevel)");
 }
 
-Status CheckDecoder(const Json& d, bool& saw_byte_level) {
+Status CheckDecoder(const Json& d, const std::string& field, bool& saw_byte_level) {
   if (d.is_null()) return OkStatus();
-  const std::string type = d.value("type", "");
+  ROTE_ASSIGN_OR_RETURN(const std::string type, ComponentType(d, field));
   if (type == "ByteLevel") {
     saw_byte_level = true;
     return OkStatus();
   }
   if (type == "Sequence") {
-    for (const Json& child : d["decoders"]) ROTE_RETURN_IF_ERROR(CheckDecoder(child, saw_byte_level));
+    ROTE_ASSIGN_OR_RETURN(const Json* children, Children(d, "decoders", field));
+    for (const Json& child : *children) ROTE_RETURN_IF_ERROR(CheckDecoder(child, field + ".decoders[]", saw_byte_level));
     return OkStatus();
   }
   return Unimplemented("tokenizer.json: decoder type '" + type +
@@ -570,7 +601,8 @@ Status CheckDecoder(const Json& d, bool& saw_byte_level) {
 }
 
 StatusOr<ChatFamily> FamilyFor(const Json& config, const Tokenizer::Impl& impl) {
-  const std::string model_type = config.is_object() ? config.value("model_type", "") : "";
+  std::string model_type;
+  ROTE_RETURN_IF_ERROR(JsonFields(config, "config.json").String("model_type", "", &model_type));
   if (model_type == "qwen2") return ChatFamily::kQwen2;
   if (model_type == "llama") return ChatFamily::kLlama3;
   if (model_type == "qwen3") return ChatFamily::kQwen3;
@@ -583,101 +615,174 @@ StatusOr<ChatFamily> FamilyFor(const Json& config, const Tokenizer::Impl& impl) 
   if (impl.token_to_id.count("<think>")) return ChatFamily::kQwen3;
   if (impl.token_to_id.count("<|im_start|>")) return ChatFamily::kQwen2;
   return FailedPrecondition(
-      "cannot tell the model family: no config.json model_type and no family markers among the "
-      "added tokens");
+      "tokenizer.json: cannot tell the model family: no config.json model_type and no family "
+      "markers among the added tokens");
 }
 
 }  // namespace
 
 StatusOr<Tokenizer> Tokenizer::Load(const std::string& model_dir) {
   const std::string dir = model_dir.empty() || model_dir.back() == '/' ? model_dir : model_dir + "/";
-  ROTE_ASSIGN_OR_RETURN(std::string tokenizer_json, ReadFile(dir + "tokenizer.json", true));
-  ROTE_ASSIGN_OR_RETURN(std::string tokenizer_config, ReadFile(dir + "tokenizer_config.json", false));
-  ROTE_ASSIGN_OR_RETURN(std::string config, ReadFile(dir + "config.json", false));
-  ROTE_ASSIGN_OR_RETURN(std::string generation_config,
-                        ReadFile(dir + "generation_config.json", false));
-  return FromJson(tokenizer_json, tokenizer_config, config, generation_config);
+  ROTE_ASSIGN_OR_RETURN(std::string tokenizer_json, ReadModelFile(dir + "tokenizer.json", true));
+  ROTE_ASSIGN_OR_RETURN(std::string tokenizer_config, ReadModelFile(dir + "tokenizer_config.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string config, ReadModelFile(dir + "config.json", false));
+  ROTE_ASSIGN_OR_RETURN(std::string generation_config, ReadModelFile(dir + "generation_config.json", false));
+  StatusOr<Tokenizer> t = FromJson(tokenizer_json, tokenizer_config, config, generation_config);
+  // FromJson's messages start with the file's name; put the directory in front of it.
+  if (!t.ok()) return Status(t.status().code(), dir + t.status().message());
+  return t;
 }
+
+namespace {
+
+// One entry of tokenizer.json's added_tokens, checked: an object with an integer id in
+// [0, entries), non-empty string content and boolean flags.
+Status ReadAddedToken(const Json& a, size_t index, int64_t entries, AddedToken* t) {
+  const std::string field = "added_tokens[" + std::to_string(index) + "]";
+  if (!a.is_object()) return InvalidArgument("tokenizer.json: field '" + field + "' must be an object");
+  const JsonFields f(a, kTokenizerJson, field + ".");
+  if (f.Find("id") == nullptr) return f.Error("id", "is missing");
+  int64_t id = -1;
+  ROTE_RETURN_IF_ERROR(f.Int("id", -1, 0, entries - 1, &id));
+  t->id = static_cast<int32_t>(id);
+  ROTE_RETURN_IF_ERROR(f.String("content", "", &t->content));
+  if (t->content.empty()) return f.Error("content", "must be a non-empty string");
+  ROTE_RETURN_IF_ERROR(f.Bool("special", false, &t->special));
+  ROTE_RETURN_IF_ERROR(f.Bool("lstrip", false, &t->lstrip));
+  ROTE_RETURN_IF_ERROR(f.Bool("rstrip", false, &t->rstrip));
+  ROTE_RETURN_IF_ERROR(f.Bool("single_word", false, &t->single_word));
+  ROTE_RETURN_IF_ERROR(f.Bool("normalized", !t->special, &t->normalized));
+  return OkStatus();
+}
+
+}  // namespace
 
 StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
                                         std::string_view tokenizer_config_json,
                                         std::string_view config_json,
                                         std::string_view generation_config_json) {
-  if (tokenizer_json.empty()) return InvalidArgument("tokenizer.json is empty");
-  ROTE_ASSIGN_OR_RETURN(Json tj, ParseJson(tokenizer_json, "tokenizer.json"));
+  if (tokenizer_json.empty()) return InvalidArgument("tokenizer.json: empty");
+  ROTE_ASSIGN_OR_RETURN(Json tj, ParseJsonObject(tokenizer_json, kTokenizerJson));
   Json tc = Json::object(), cj = Json::object(), gc = Json::object();
   if (!tokenizer_config_json.empty()) {
-    ROTE_ASSIGN_OR_RETURN(tc, ParseJson(tokenizer_config_json, "tokenizer_config.json"));
+    ROTE_ASSIGN_OR_RETURN(tc, ParseJsonObject(tokenizer_config_json, "tokenizer_config.json"));
   }
   if (!config_json.empty()) {
-    ROTE_ASSIGN_OR_RETURN(cj, ParseJson(config_json, "config.json"));
+    ROTE_ASSIGN_OR_RETURN(cj, ParseJsonObject(config_json, "config.json"));
   }
   if (!generation_config_json.empty()) {
-    ROTE_ASSIGN_OR_RETURN(gc, ParseJson(generation_config_json, "generation_config.json"));
+    ROTE_ASSIGN_OR_RETURN(gc, ParseJsonObject(generation_config_json, "generation_config.json"));
   }
 
   auto impl = std::make_shared<Impl>();
+  const JsonFields top(tj, kTokenizerJson);
+  auto member = [&](const char* key) { return top.Find(key) == nullptr ? Json() : *top.Find(key); };
   try {
-    ROTE_RETURN_IF_ERROR(LoadNormalizer(tj.value("normalizer", Json()), impl->nfc));
+    ROTE_RETURN_IF_ERROR(LoadNormalizer(member("normalizer"), "normalizer", impl->nfc));
     bool pre_byte_level = false;
-    ROTE_RETURN_IF_ERROR(
-        LoadPreTokenizer(tj.value("pre_tokenizer", Json()), impl->split_steps, pre_byte_level));
+    ROTE_RETURN_IF_ERROR(LoadPreTokenizer(member("pre_tokenizer"), "pre_tokenizer", impl->split_steps, pre_byte_level));
     bool dec_byte_level = false;
-    ROTE_RETURN_IF_ERROR(CheckDecoder(tj.value("decoder", Json()), dec_byte_level));
+    ROTE_RETURN_IF_ERROR(CheckDecoder(member("decoder"), "decoder", dec_byte_level));
     if (!pre_byte_level || !dec_byte_level) {
       return Unimplemented(
           "tokenizer.json: only byte-level BPE is supported (needs a ByteLevel pre-tokenizer and "
           "decoder)");
     }
 
-    const Json& model = tj.at("model");
-    const std::string model_type = model.value("type", "BPE");
+    const Json* model_node = top.Find("model");
+    if (model_node == nullptr || !model_node->is_object()) {
+      return InvalidArgument("tokenizer.json: field 'model' must be an object");
+    }
+    const Json& model = *model_node;
+    const JsonFields mf(model, kTokenizerJson, "model.");
+    std::string model_type;
+    ROTE_RETURN_IF_ERROR(mf.String("type", "BPE", &model_type));
     if (model_type != "BPE") {
       return Unimplemented("tokenizer.json: model type '" + model_type +
                            "' is not supported (supported: BPE)");
     }
-    if (model.value("byte_fallback", false)) {
+    bool byte_fallback = false;
+    ROTE_RETURN_IF_ERROR(mf.Bool("byte_fallback", false, &byte_fallback));
+    if (byte_fallback) {
       return Unimplemented("tokenizer.json: BPE byte_fallback is not supported");
     }
-    if (model.contains("dropout") && !model["dropout"].is_null() &&
-        model["dropout"].get<double>() != 0.0) {
+    double dropout = 0.0;
+    ROTE_RETURN_IF_ERROR(mf.Number("dropout", 0.0, 0.0, /*open_lo=*/false, 1.0, &dropout));
+    if (dropout != 0.0) {
       return Unimplemented("tokenizer.json: BPE dropout is not supported (it is random)");
     }
     for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-      if (model.contains(affix) && model[affix].is_string() && !model[affix].get<std::string>().empty()) {
+      std::string value;
+      ROTE_RETURN_IF_ERROR(mf.String(affix, "", &value));
+      if (!value.empty()) {
         return Unimplemented(std::string("tokenizer.json: BPE ") + affix + " is not supported");
       }
     }
-    impl->ignore_merges = model.value("ignore_merges", false);
+    ROTE_RETURN_IF_ERROR(mf.Bool("ignore_merges", false, &impl->ignore_merges));
 
-    // Vocabulary. Ids index dense tables sized by the largest id.
-    int32_t max_id = -1;
     // nlohmann keeps object keys sorted, so this walk (and every table built from it) has one
     // order whatever the file's.
-    const Json& vocab = model.at("vocab");
-    if (!vocab.is_object()) return InvalidArgument("tokenizer.json: model.vocab is not an object");
-    impl->token_to_id.reserve(vocab.size() + 1024);
+    const Json* vocab_node = mf.Find("vocab");
+    if (vocab_node == nullptr || !vocab_node->is_object()) {
+      return InvalidArgument("tokenizer.json: field 'model.vocab' must be an object");
+    }
+    const Json& vocab = *vocab_node;
+    const Json* added_node = top.Find("added_tokens");
+    if (added_node != nullptr && !added_node->is_array()) {
+      return InvalidArgument("tokenizer.json: field 'added_tokens' must be a list");
+    }
+    const Json no_added = Json::array();
+    const Json& added_list = added_node == nullptr ? no_added : *added_node;
+
+    // Ids index dense tables, so every id must lie below the number of entries the file holds:
+    // the tables then take memory in proportion to the file, whatever ids it claims.
+    const int64_t entries = static_cast<int64_t>(vocab.size() + added_list.size());
+    std::vector<const std::string*> vocab_token(static_cast<size_t>(entries), nullptr);
+    int32_t max_id = -1;
+    impl->token_to_id.reserve(vocab.size() + added_list.size());
     impl->bytes_to_id.reserve(vocab.size());
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      const int32_t id = it.value().get<int32_t>();
-      if (id < 0) return InvalidArgument("tokenizer.json: negative id for token '" + it.key() + "'");
+      const Json& v = it.value();
+      const bool in_range = v.is_number_unsigned() && v.get<uint64_t>() < static_cast<uint64_t>(entries);
+      if (!in_range) {
+        return InvalidArgument("tokenizer.json: field 'model.vocab[\"" + it.key() + "\"]' = " + v.dump() +
+                               " is out of range [0, " + std::to_string(entries - 1) +
+                               "] (ids index the vocabulary and the added tokens)");
+      }
+      const auto id = static_cast<int32_t>(v.get<uint64_t>());
+      if (vocab_token[id] != nullptr) {
+        return InvalidArgument("tokenizer.json: field 'model.vocab' gives id " + std::to_string(id) + " to both '" +
+                               *vocab_token[id] + "' and '" + it.key() + "'");
+      }
+      vocab_token[id] = &it.key();
       impl->token_to_id[it.key()] = id;
       max_id = std::max(max_id, id);
     }
     std::vector<AddedToken> added;
-    if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
-      for (const Json& a : tj["added_tokens"]) {
-        AddedToken t;
-        t.id = a.at("id").get<int32_t>();
-        t.content = a.at("content").get<std::string>();
-        t.special = a.value("special", false);
-        t.lstrip = a.value("lstrip", false);
-        t.rstrip = a.value("rstrip", false);
-        t.single_word = a.value("single_word", false);
-        t.normalized = a.value("normalized", !t.special);
-        max_id = std::max(max_id, t.id);
-        added.push_back(std::move(t));
+    std::vector<uint8_t> added_id_seen(static_cast<size_t>(entries), 0);
+    StringMap<int32_t> added_by_content;
+    for (size_t i = 0; i < added_list.size(); ++i) {
+      AddedToken t;
+      ROTE_RETURN_IF_ERROR(ReadAddedToken(added_list[i], i, entries, &t));
+      const std::string field = "tokenizer.json: field 'added_tokens[" + std::to_string(i) + "]";
+      const std::string id = std::to_string(t.id);
+      if (added_id_seen[t.id]) return InvalidArgument(field + ".id' = " + id + " is given to another added token too");
+      added_id_seen[t.id] = 1;
+      // An added token may repeat a vocabulary entry (GPT-2 style), not take another token's id.
+      if (vocab_token[t.id] != nullptr && *vocab_token[t.id] != t.content) {
+        return InvalidArgument(field + ".id' = " + id + " belongs to vocabulary token '" + *vocab_token[t.id] +
+                               "', not '" + t.content + "'");
       }
+      if (auto in_vocab = impl->token_to_id.find(t.content);
+          in_vocab != impl->token_to_id.end() && in_vocab->second != t.id) {
+        return InvalidArgument(field + ".content' = '" + t.content + "' is vocabulary token " +
+                               std::to_string(in_vocab->second) + ", not " + id);
+      }
+      if (!added_by_content.emplace(t.content, t.id).second) {
+        return InvalidArgument(field + ".content' = '" + t.content + "' appears twice");
+      }
+      max_id = std::max(max_id, t.id);
+      added.push_back(std::move(t));
     }
     const size_t n = static_cast<size_t>(max_id + 1);
     impl->id_bytes.assign(n, std::string());
@@ -685,7 +790,7 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
     impl->id_special.assign(n, 0);
     impl->byte_id.fill(-1);
     for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      const int32_t id = it.value().get<int32_t>();
+      const auto id = static_cast<int32_t>(it.value().get<uint64_t>());
       bool in_alphabet = false;
       std::string bytes = ByteLevelDecodeToken(it.key(), &in_alphabet);
       impl->id_known[id] = 1;
@@ -698,10 +803,14 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
     }
 
     // Merges: "a b" strings (older files) or ["a", "b"] pairs (newer ones).
+    const Json* merges = mf.Find("merges");
+    if (merges == nullptr || !merges->is_array()) {
+      return InvalidArgument("tokenizer.json: field 'model.merges' must be a list");
+    }
     int32_t rank = 0;
     std::string joined;
-    impl->merges.reserve(model.at("merges").size());
-    for (const Json& m : model.at("merges")) {
+    impl->merges.reserve(merges->size());
+    for (const Json& m : *merges) {
       std::string_view a, b;
       if (m.is_string()) {
         const std::string& text = m.get_ref<const std::string&>();
@@ -754,25 +863,29 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
       if (it == impl->token_to_id.end()) return std::nullopt;
       return it->second;
     };
-    impl->bos = id_of(TokenField(tc, "bos_token"));
-    impl->eos = id_of(TokenField(tc, "eos_token"));
+    ROTE_ASSIGN_OR_RETURN(const std::optional<std::string> bos_token, TokenField(tc, "bos_token"));
+    ROTE_ASSIGN_OR_RETURN(const std::optional<std::string> eos_token, TokenField(tc, "eos_token"));
+    impl->bos = id_of(bos_token);
+    impl->eos = id_of(eos_token);
 
     ROTE_ASSIGN_OR_RETURN(ChatFamily family, FamilyFor(cj, *impl));
-    const std::string chat_template =
-        tc.contains("chat_template") && tc["chat_template"].is_string()
-            ? tc["chat_template"].get<std::string>()
-            : std::string();
+    ROTE_ASSIGN_OR_RETURN(const std::string chat_template, ChatTemplateField(tc));
     impl->chat = ChatFormatFor(family, chat_template);
     if (family == ChatFamily::kLlama3) {
       if (!impl->bos) impl->bos = id_of(std::string("<|begin_of_text|>"));
-      if (auto b = TokenField(tc, "bos_token")) impl->chat.bos_text = *b;
+      if (bos_token) impl->chat.bos_text = *bos_token;
     }
 
+    // Stop ids need not name a tokenizer entry (a model's vocabulary may be larger), but must
+    // be token ids.
+    constexpr int64_t kIdLimit = std::numeric_limits<int32_t>::max();
     std::vector<int32_t> stops;
-    if (gc.contains("eos_token_id")) {
-      AppendIds(gc["eos_token_id"], stops);
-    } else if (cj.contains("eos_token_id")) {
-      AppendIds(cj["eos_token_id"], stops);
+    const JsonFields gen_fields(gc, "generation_config.json");
+    const JsonFields config_fields(cj, "config.json");
+    if (gen_fields.Find("eos_token_id") != nullptr) {
+      ROTE_RETURN_IF_ERROR(gen_fields.TokenIds("eos_token_id", kIdLimit, &stops));
+    } else if (config_fields.Find("eos_token_id") != nullptr) {
+      ROTE_RETURN_IF_ERROR(config_fields.TokenIds("eos_token_id", kIdLimit, &stops));
     } else if (impl->eos) {
       stops.push_back(*impl->eos);
     }
@@ -783,7 +896,8 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
     stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
     impl->stop_ids = std::move(stops);
   } catch (const Json::exception& e) {
-    return InvalidArgument(std::string("tokenizer files: unexpected structure: ") + e.what());
+    // Every access above is typed; this is a second line against an exception escaping as an abort.
+    return InvalidArgument(std::string("tokenizer.json: unexpected structure: ") + e.what());
   }
   return Tokenizer(std::move(impl));
 }

@@ -1,16 +1,23 @@
 // Runs the real `rote` binary and compares what it prints with golden files.
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>  // mkfifo
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <thread>
 
+#include "cli/exit_codes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "orchestrator/server.h"
 
 extern char** environ;
@@ -183,6 +190,177 @@ TEST_F(CliTest, MissingTokenExitsWithAuthCode) {
 TEST_F(CliTest, TokenFromFlagIsAccepted) {
   Result r = RunRote({"runs", "list", "--server", address_, "--token", "cli-test-token-0123456789"});
   EXPECT_NE(r.exit_code, 4) << r.err;
+}
+
+// --- model directories (docs/inference.md, "What a model directory must satisfy") ---
+
+// A copy of a checked-in fixture model directory, with `edit` applied to the JSON file `file`.
+std::string DamagedModel(const std::string& name, const std::string& file,
+                         const std::function<void(nlohmann::json&)>& edit) {
+  const std::string src = std::string(ROTE_GOLDEN_DIR) + "/../../fixtures/qwen2";
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("rote-cli-model-" + std::to_string(::getpid()) + "-" + name)).string();
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                        "model.safetensors"}) {
+    std::filesystem::copy_file(src + "/" + f, dir + "/" + f);
+  }
+  if (!file.empty()) {
+    nlohmann::json j = nlohmann::json::parse(Slurp(dir + "/" + file));
+    edit(j);
+    std::ofstream(dir + "/" + file, std::ios::trunc) << j.dump();
+  }
+  return dir;
+}
+
+// `rote model info` on damaged directories: an exit code and a message naming the file and field,
+// where it used to crash (SIGSEGV, 139), abort (134), hang, or succeed without a tokenizer.
+TEST(CliModelTest, ModelInfoOnDamagedDirectoriesExitsWithTheError) {
+  const std::string ok = DamagedModel("ok", "", nullptr);
+  Result r = RunRote({"model", "info", ok});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tokenizer:        841 tokens"));
+
+  const std::string negative_id =
+      DamagedModel("negative_id", "tokenizer.json", [](nlohmann::json& j) { j["added_tokens"][0]["id"] = -1; });
+  r = RunRote({"model", "info", negative_id});
+  EXPECT_EQ(r.exit_code, rote::cli::kExitInvalid) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(negative_id + "/tokenizer.json: field 'added_tokens[0].id' = -1"));
+
+  const std::string layers =
+      DamagedModel("layers", "config.json", [](nlohmann::json& j) { j["num_hidden_layers"] = 1000000000; });
+  r = RunRote({"model", "info", layers});
+  EXPECT_EQ(r.exit_code, rote::cli::kExitInvalid) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(layers + "/config.json: field 'num_hidden_layers' = 1000000000 is out of range"));
+
+  const std::string fifo = DamagedModel("fifo", "", nullptr);
+  std::filesystem::remove(fifo + "/model.safetensors");
+  ASSERT_EQ(mkfifo((fifo + "/model.safetensors").c_str(), 0600), 0);
+  r = RunRote({"model", "info", fifo});
+  EXPECT_EQ(r.exit_code, rote::cli::kExitInvalid) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(fifo + "/model.safetensors: is a FIFO, not a regular file"));
+
+  for (const std::string& dir : {ok, negative_id, layers, fifo}) std::filesystem::remove_all(dir);
+}
+
+// It used to print "tokenizer: not loadable" and exit 0.
+TEST(CliModelTest, ModelInfoExitsNonZeroWhenTheTokenizerCannotLoad) {
+  const std::string dir = DamagedModel("no_tokenizer", "", nullptr);
+  std::filesystem::remove(dir + "/tokenizer.json");
+  Result r = RunRote({"model", "info", dir});
+  EXPECT_EQ(r.exit_code, rote::cli::kExitNotFound) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(dir + "/tokenizer.json: no such file"));
+  EXPECT_EQ(r.out, "");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliModelTest, ServeWithADamagedModelExitsWithTheError) {
+  const std::string dir =
+      DamagedModel("serve_bad", "tokenizer.json", [](nlohmann::json& j) { j["added_tokens"][2]["id"] = 1 << 30; });
+  const std::string data = dir + "-data";
+  Result r = RunRote({"serve", "--model", dir, "--data", data, "--listen", "127.0.0.1:0", "--metrics-listen", "off"});
+  EXPECT_EQ(r.exit_code, rote::cli::kExitFailure) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(dir + "/tokenizer.json: field 'added_tokens[2].id' = 1073741824"));
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(data);
+}
+
+// A model whose weights take seconds to read and hash: a sparse file of about 1 GiB (the
+// embedding of a 131072-token, 4096-wide vocabulary), zeros that take no disk space.
+std::string SlowLoadingModel(const std::string& name) {
+  const std::string dir = DamagedModel(name, "config.json", [](nlohmann::json& j) {
+    j["hidden_size"] = 4096;
+    j["num_attention_heads"] = 32;
+    j["num_key_value_heads"] = 1;
+    j["intermediate_size"] = 1;
+    j["num_hidden_layers"] = 1;
+    j["vocab_size"] = 131072;
+    j["tie_word_embeddings"] = true;
+  });
+  const int64_t h = 4096, kv = 128;
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {
+      {"model.embed_tokens.weight", {131072, h}},
+      {"model.norm.weight", {h}},
+      {"model.layers.0.input_layernorm.weight", {h}},
+      {"model.layers.0.self_attn.q_proj.weight", {h, h}},
+      {"model.layers.0.self_attn.q_proj.bias", {h}},
+      {"model.layers.0.self_attn.k_proj.weight", {kv, h}},
+      {"model.layers.0.self_attn.k_proj.bias", {kv}},
+      {"model.layers.0.self_attn.v_proj.weight", {kv, h}},
+      {"model.layers.0.self_attn.v_proj.bias", {kv}},
+      {"model.layers.0.self_attn.o_proj.weight", {h, h}},
+      {"model.layers.0.post_attention_layernorm.weight", {h}},
+      {"model.layers.0.mlp.gate_proj.weight", {1, h}},
+      {"model.layers.0.mlp.up_proj.weight", {1, h}},
+      {"model.layers.0.mlp.down_proj.weight", {h, 1}},
+  };
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& [tensor, shape] : tensors) {
+    uint64_t bytes = 2;
+    for (int64_t d : shape) bytes *= static_cast<uint64_t>(d);
+    header[tensor] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text.push_back(' ');
+  std::string image(8, '\0');
+  for (int i = 0; i < 8; ++i) image[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  const std::string path = dir + "/model.safetensors";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << image << text;
+  std::filesystem::resize_file(path, 8 + text.size() + offset);
+  return dir;
+}
+
+// SIGTERM while `rote serve --model` loads used to wait for the whole load (the signal was
+// blocked until the server was up); now the process ends at once, saying why.
+TEST(CliModelTest, ServeExitsPromptlyOnSigtermWhileLoadingTheModel) {
+  const std::string dir = SlowLoadingModel("serve_sigterm");
+  const std::string data = dir + "-data";
+  const std::string out = dir + ".out", err = dir + ".err";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> args = {ROTE_BINARY, "serve",           "--model",          dir, "--data", data,
+                                   "--listen",  "127.0.0.1:0",     "--metrics-listen", "off"};
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, ROTE_BINARY, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  // The server logs before it loads the model; the signal goes as soon as that line is out.
+  int status = 0;
+  bool exited = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (Slurp(out).find("loading model from") == std::string::npos && std::chrono::steady_clock::now() < give_up) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_FALSE(exited) << "rote serve ended before loading: " << Slurp(err);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  const auto sent = std::chrono::steady_clock::now();
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - sent > std::chrono::seconds(30)) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      ADD_FAILURE() << "rote serve did not end within 30 s of SIGTERM";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto took = std::chrono::steady_clock::now() - sent;
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << Slurp(err);
+  EXPECT_THAT(Slurp(err), HasSubstr("rote serve: received SIGTERM while starting (loading the model)"));
+  EXPECT_THAT(Slurp(out), ::testing::Not(HasSubstr("listening on port")));
+  EXPECT_LT(took, std::chrono::seconds(2));
+  for (const std::string& p : {dir, data, out, err}) std::filesystem::remove_all(p);
 }
 
 }  // namespace

@@ -121,17 +121,8 @@ std::string CopyModel(const std::string& name) {
   return dst;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteAll(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << data;
-}
+using testing::ReadAll;
+using testing::WriteAll;
 
 // Rewrites model.safetensors without one tensor (or with one tensor's shape changed).
 void RewriteWeights(const std::string& dir, const std::string& drop, const std::string& reshape) {

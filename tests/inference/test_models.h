@@ -13,4 +13,8 @@ std::string SynthModelDir(ModelFamily family, const std::string& shape, DType dt
 // A fresh empty directory under the test temp dir.
 std::string FreshDir(const std::string& name);
 
+// A whole file's bytes ("" when it cannot be read), and writing them back (truncating).
+std::string ReadAll(const std::string& path);
+void WriteAll(const std::string& path, const std::string& data);
+
 }  // namespace rote::inference::testing
