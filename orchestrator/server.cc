@@ -1,13 +1,23 @@
 #include "orchestrator/server.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>     // getaddrinfo
+#include <openssl/err.h>
+#include <openssl/pem.h>  // TLS files checked before gRPC sees them
+#include <openssl/x509.h>
+#include <sys/file.h>  // flock
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.pb.h"                   // health descriptors, for reflection
@@ -39,12 +49,59 @@ std::string HostOf(const std::string& host_port) {
   return colon == std::string::npos ? host_port : host_port.substr(0, colon);
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+
+std::unique_ptr<BIO, BioFree> MemoryBio(const std::string& bytes) {
+  return std::unique_ptr<BIO, BioFree>(BIO_new_mem_buf(bytes.data(), static_cast<int>(bytes.size())));
+}
+
+// The reason of OpenSSL's latest error, and an empty queue for the next check.
+std::string OpenSslReason() {
+  const unsigned long error = ERR_peek_last_error();
+  const char* reason = error != 0 ? ERR_reason_error_string(error) : nullptr;
+  ERR_clear_error();
+  return reason != nullptr ? reason : "no PEM data";
+}
+
+// Never prompts on the terminal for an encrypted key's pass phrase: reading fails instead.
+int NoPassphrase(char*, int, int, void*) { return -1; }
+
+// gRPC's own messages for bad TLS files are "the address is in use or invalid"; read and check
+// them here so the message says which file is wrong and how.
+absl::StatusOr<grpc::SslServerCredentialsOptions::PemKeyCertPair> ReadTlsFiles(const ServerOptions& opt) {
+  if (opt.tls_cert_file.empty() || opt.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
+  }
+  auto cert = ReadBoundedFile(opt.tls_cert_file, opt.max_message_bytes, "TLS certificate (--tls-cert)");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadBoundedFile(opt.tls_key_file, opt.max_message_bytes, "TLS key (--tls-key)");
+  if (!key.ok()) return key.status();
+  if (absl::Status s = CheckPemCertificates(*cert, opt.tls_cert_file, "--tls-cert"); !s.ok()) return s;
+  auto cert_bio = MemoryBio(*cert);
+  std::unique_ptr<X509, X509Free> leaf(PEM_read_bio_X509(cert_bio.get(), nullptr, NoPassphrase, nullptr));
+  auto key_bio = MemoryBio(*key);
+  std::unique_ptr<EVP_PKEY, PkeyFree> pkey(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, NoPassphrase, nullptr));
+  if (!pkey) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls-key ", opt.tls_key_file, " holds no usable PEM private key (", OpenSslReason(),
+        "); it must be an unencrypted key in PEM (-----BEGIN PRIVATE KEY-----)"));
+  }
+  if (!leaf) return absl::InternalError(absl::StrCat("cannot re-read the certificate in ", opt.tls_cert_file));
+  if (X509_check_private_key(leaf.get(), pkey.get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat("the key in ", opt.tls_key_file,
+                                                   " (--tls-key) does not match the certificate in ",
+                                                   opt.tls_cert_file, " (--tls-cert)"));
+  }
+  return grpc::SslServerCredentialsOptions::PemKeyCertPair{*std::move(key), *std::move(cert)};
 }
 
 const char* const kServiceNames[] = {"rote.v1.BlueprintService", "rote.v1.RunService",
@@ -54,12 +111,162 @@ const char* const kServiceNames[] = {"rote.v1.BlueprintService", "rote.v1.RunSer
 // Store key-value namespace: sha256 of Model::FileIdentity -> model digest (hex).
 constexpr char kModelDigestNamespace[] = "model-digest/by-file-identity";
 
-bool IsLoopbackAddress(const std::string& host_port) {
+absl::StatusOr<bool> IsLoopbackAddress(const std::string& host_port) {
   const std::string host = HostOf(host_port);
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+  // No host: gRPC listens on every interface.
+  if (host.empty()) return false;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* addresses = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &addresses); rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve the host ", host, " of ", host_port, ": ", ::gai_strerror(rc)));
+  }
+  bool all_loopback = addresses != nullptr;
+  for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
+    if (a->ai_family == AF_INET) {
+      const auto* v4 = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+      all_loopback &= (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+    } else if (a->ai_family == AF_INET6) {
+      const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr;
+      all_loopback &= IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+    } else {
+      all_loopback = false;
+    }
+  }
+  ::freeaddrinfo(addresses);
+  return all_loopback;
+}
+
+absl::StatusOr<std::unique_ptr<DataDirLock>> DataDirLock::Acquire(const std::string& data_dir) {
+  const std::string path = data_dir + "/rote.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open the lock file ", path, ": ", std::strerror(errno)));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    std::string pid;
+    // The owner writes its pid just after taking the lock; give a starting owner a moment.
+    for (int attempt = 0; error == EWOULDBLOCK && attempt < 50 && pid.empty(); ++attempt) {
+      char buf[32] = {};
+      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+      for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) pid.push_back(buf[i]);
+      if (pid.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::close(fd);
+    if (error != EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot lock ", path, ": ", std::strerror(error)));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data directory ", data_dir, " is in use by another rote server (pid ",
+        pid.empty() ? "unknown" : pid, ", holding ", path,
+        "); stop that server or pass another --data"));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    spdlog::warn("could not write the pid into {}: {}", path, std::strerror(errno));
+  }
+  return std::unique_ptr<DataDirLock>(new DataDirLock(fd));
+}
+
+DataDirLock::~DataDirLock() {
+  // Still locked here: nobody else can have written the file since.
+  (void)::ftruncate(fd_, 0);
+  ::close(fd_);
+}
+
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, int64_t max_bytes, const std::string& what) {
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    const int error = errno;
+    if (error == ENOENT) return absl::NotFoundError(absl::StrCat(what, " ", path, " does not exist"));
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(error)));
+  }
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " ", path, " is ", kind, "; give a regular file"));
+  }
+  auto too_large = [&](int64_t size) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", path, " is ", size,
+                                                   " bytes, more than the limit of ", max_bytes,
+                                                   " (--max-message-bytes)"));
+  };
+  if (st.st_size > max_bytes) return too_large(st.st_size);
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buffer[1 << 16];
+  while (true) {
+    // One byte past the limit is enough to know a growing file has passed it.
+    const size_t want = std::min(sizeof buffer, static_cast<size_t>(max_bytes) + 1 - out.size());
+    const ssize_t n = ::read(fd, buffer, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(errno)));
+    }
+    if (n == 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+    if (out.size() > static_cast<size_t>(max_bytes)) return too_large(static_cast<int64_t>(out.size()));
+  }
+  return out;
+}
+
+absl::Status CheckPemCertificates(const std::string& pem, const std::string& path, const std::string& flag) {
+  auto bio = MemoryBio(pem);
+  int certificates = 0;
+  while (true) {
+    std::unique_ptr<X509, X509Free> cert(PEM_read_bio_X509(bio.get(), nullptr, NoPassphrase, nullptr));
+    if (!cert) break;
+    ++certificates;
+  }
+  // The loop ends at the end of the data (PEM_R_NO_START_LINE after the last certificate) or
+  // at the first block that fails to parse.
+  const unsigned long error = ERR_peek_last_error();
+  const bool clean_end = certificates > 0 && ERR_GET_LIB(error) == ERR_LIB_PEM &&
+                         ERR_GET_REASON(error) == PEM_R_NO_START_LINE;
+  const std::string reason = OpenSslReason();
+  if (certificates == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, " holds no PEM certificate (", reason,
+                                                   "); it must hold -----BEGIN CERTIFICATE----- blocks"));
+  }
+  if (!clean_end && error != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": certificate ", certificates + 1,
+                                                   " does not parse (", reason, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOptionFiles(const ServerOptions& opt) {
+  if (!opt.keys_file.empty()) {
+    if (auto keys = ReadBoundedFile(opt.keys_file, opt.max_message_bytes, "key file (--keys)"); !keys.ok()) {
+      return keys.status();
+    }
+  }
+  if (!opt.tls_cert_file.empty() || !opt.tls_key_file.empty()) return ReadTlsFiles(opt).status();
+  return absl::OkStatus();
 }
 
 struct Server::State {
+  // Declared first, so released last: after the store and everything using it are closed.
+  std::unique_ptr<DataDirLock> data_dir_lock;
   ServerOptions options;
   Authenticator auth;
   RpcMetrics metrics;
@@ -96,7 +303,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   const ServerOptions& opt = state->options;
 
   if (opt.keys_file.empty()) {
-    if (!IsLoopbackAddress(opt.listen)) {
+    const absl::StatusOr<bool> loopback = IsLoopbackAddress(opt.listen);
+    if (!loopback.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          std::string(loopback.status().message()),
+          "; without --keys the server listens only where every address is loopback"));
+    }
+    if (!*loopback) {
       return absl::FailedPreconditionError(absl::StrCat(
           "refusing to listen on ", opt.listen,
           " without a key file: anyone who can reach it could run code. Pass --keys FILE "
@@ -104,7 +317,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     }
     state->auth = Authenticator::LocalMode();
   } else {
-    auto auth = Authenticator::FromKeyFile(opt.keys_file);
+    auto keys = ReadBoundedFile(opt.keys_file, opt.max_message_bytes, "key file (--keys)");
+    if (!keys.ok()) return keys.status();
+    auto auth = Authenticator::FromKeyText(*keys, opt.keys_file);
     if (!auth.ok()) return auth.status();
     state->auth = std::move(*auth);
   }
@@ -115,18 +330,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create data directory ", opt.data_dir, ": ", ec.message()));
   }
+  auto data_dir_lock = DataDirLock::Acquire(opt.data_dir);
+  if (!data_dir_lock.ok()) return data_dir_lock.status();
+  state->data_dir_lock = *std::move(data_dir_lock);
 
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (!opt.tls_cert_file.empty() || !opt.tls_key_file.empty()) {
-    if (opt.tls_cert_file.empty() || opt.tls_key_file.empty()) {
-      return absl::InvalidArgumentError("TLS needs both --tls-cert and --tls-key");
-    }
-    auto cert = ReadFile(opt.tls_cert_file, "TLS certificate");
-    if (!cert.ok()) return cert.status();
-    auto key = ReadFile(opt.tls_key_file, "TLS key");
-    if (!key.ok()) return key.status();
+    auto pair = ReadTlsFiles(opt);
+    if (!pair.ok()) return pair.status();
     grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    ssl.pem_key_cert_pairs.push_back(*std::move(pair));
     creds = grpc::SslServerCredentials(ssl);
   } else {
     creds = grpc::InsecureServerCredentials();
@@ -233,6 +446,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   deps.generation = state->pipeline.get();
   if (state->model) deps.model = state->model->Describe();
   deps.review_policy = &state->review_policy;
+  deps.max_inline_payload_bytes = std::min<int64_t>(1 << 20, opt.max_message_bytes / 4);
   state->services = MakeServices(deps);
 
   // grpc++'s health service does not use the protobuf descriptor pool; touch ours so that
@@ -241,6 +455,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default on Linux: a second server on a busy port would bind and
+  // the kernel would split the clients between the two. A busy port must be an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(opt.listen, creds, &state->port);
   builder.SetMaxReceiveMessageSize(opt.max_message_bytes);
   builder.SetMaxSendMessageSize(opt.max_message_bytes);

@@ -57,8 +57,45 @@ struct ServerOptions {
   std::vector<grpc::Service*> extra_services;
 };
 
-// True for 127.0.0.0/8, ::1 and localhost.
-bool IsLoopbackAddress(const std::string& host_port);
+// Whether HOST:PORT reaches this machine only: true when every address HOST resolves to is a
+// loopback address (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104), decided on the resolved addresses
+// rather than the name, so "127.example.com" is not taken for loopback. INVALID_ARGUMENT when
+// the host does not resolve.
+absl::StatusOr<bool> IsLoopbackAddress(const std::string& host_port);
+
+// The one owner of a data directory: an exclusive flock(2) on DIR/rote.lock, which holds the
+// owner's pid. Two servers on one SQLite store would each recover the other's running runs as
+// abandoned and fail them; the lock makes the second refuse to start instead. The kernel drops
+// a flock when its file is closed, also when the process dies, so a crash leaves no stale lock;
+// and a flock belongs to the open file, so two Servers in one process exclude each other too.
+class DataDirLock {
+ public:
+  // FAILED_PRECONDITION naming the owner's pid when another server holds the directory.
+  static absl::StatusOr<std::unique_ptr<DataDirLock>> Acquire(const std::string& data_dir);
+  ~DataDirLock();
+  DataDirLock(const DataDirLock&) = delete;
+  DataDirLock& operator=(const DataDirLock&) = delete;
+
+ private:
+  explicit DataDirLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// Reads a file named on a command line whole: a regular file of at most max_bytes. A FIFO or a
+// device such as /dev/zero is refused before any read (it would block or never end), and the read
+// stops past max_bytes even if the file grows meanwhile. NOT_FOUND when the file does not exist,
+// INVALID_ARGUMENT otherwise; each message names `what` and the path.
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, int64_t max_bytes, const std::string& what);
+
+// OK when `pem` (the contents of `path`, given to `flag`) holds at least one PEM certificate and
+// nothing that fails to parse; INVALID_ARGUMENT saying what is wrong with the file otherwise.
+absl::Status CheckPemCertificates(const std::string& pem, const std::string& path, const std::string& flag);
+
+// Checks every file the options name, as Start reads them: the key file (present, regular, at
+// most max_message_bytes) and the TLS certificate and key (both or neither; PEM; the key is the
+// certificate's). NOT_FOUND or INVALID_ARGUMENT naming the file. `rote serve` runs it first to
+// report a bad file as a usage error; Start runs the same checks.
+absl::Status CheckOptionFiles(const ServerOptions& options);
 
 class Server {
  public:

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"  // the methods compiled into this binary
 #include "grpcpp/server_context.h"
 #include "prometheus/counter.h"   // Counter families
 #include "prometheus/exposer.h"   // the /metrics HTTP endpoint
@@ -22,6 +23,30 @@ const char* CodeName(int code) {
   return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
 }
 
+// The method a "/package.Service/Method" path names among those compiled into this binary (the
+// rote.v1 services, health, reflection), or null.
+const google::protobuf::MethodDescriptor* CompiledMethod(const std::string& path) {
+  const size_t slash = path.find('/', 1);
+  if (path.size() < 4 || path.front() != '/' || slash == std::string::npos) return nullptr;
+  const google::protobuf::ServiceDescriptor* service =
+      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(path.substr(1, slash - 1));
+  return service == nullptr ? nullptr : service->FindMethodByName(path.substr(slash + 1));
+}
+
+// The method label of a call. The path is whatever the client sent, before any authentication:
+// a label per path would let anyone grow /metrics without bound. Compiled-in methods keep their
+// path; every other path shares one label, so the number of series is fixed when the binary is
+// built.
+std::string MethodLabel(const std::string& path) { return CompiledMethod(path) ? path : "unknown"; }
+
+std::string UnparsedRequestMessage(const std::string& path) {
+  const google::protobuf::MethodDescriptor* method = CompiledMethod(path);
+  return absl::StrCat("the request to ", path, " does not parse as a ",
+                      method ? method->input_type()->full_name() : std::string("request"),
+                      ": a string field holds bytes that are not UTF-8 (blueprint sources, lockfiles and "
+                      "run inputs are text; send them as UTF-8), or the message is malformed");
+}
+
 class ObservingInterceptor : public grpc::experimental::Interceptor {
  public:
   ObservingInterceptor(grpc::experimental::ServerRpcInfo* info, RpcMetrics* metrics)
@@ -29,8 +54,19 @@ class ObservingInterceptor : public grpc::experimental::Interceptor {
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     using grpc::experimental::InterceptionHookPoints;
+    // gRPC hands the interceptor no message when the request's bytes did not parse.
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
+        methods->GetRecvMessage() == nullptr) {
+      request_unparsed_ = true;
+    }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
-      const grpc::Status status = methods->GetSendStatus();
+      grpc::Status status = methods->GetSendStatus();
+      // gRPC answers a request that does not parse with INTERNAL and no message, and protobuf
+      // refuses any string field that is not UTF-8: the caller's mistake, so say it is one.
+      if (request_unparsed_ && status.error_code() == grpc::StatusCode::INTERNAL) {
+        status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, UnparsedRequestMessage(info_->method()));
+        methods->ModifySendStatus(status);
+      }
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
       const std::string method = info_->method();
@@ -50,6 +86,7 @@ class ObservingInterceptor : public grpc::experimental::Interceptor {
   grpc::experimental::ServerRpcInfo* info_;
   RpcMetrics* metrics_;
   std::chrono::steady_clock::time_point start_;
+  bool request_unparsed_ = false;
 };
 
 class ObservingInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
@@ -102,7 +139,8 @@ int RpcMetrics::port() const {
   return ports.empty() ? 0 : ports.front();
 }
 
-void RpcMetrics::Record(const std::string& method, int grpc_code, double seconds) {
+void RpcMetrics::Record(const std::string& method_path, int grpc_code, double seconds) {
+  const std::string method = MethodLabel(method_path);
   families_->requests->Add({{"method", method}, {"code", CodeName(grpc_code)}}).Increment();
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};

@@ -25,7 +25,9 @@ class RpcMetrics {
   // The bound port, or 0 when not serving.
   int port() const;
 
-  void Record(const std::string& method, int grpc_code, double seconds);
+  // `method_path` is the call's "/package.Service/Method"; paths of methods this binary does not
+  // contain are all counted under method="unknown".
+  void Record(const std::string& method_path, int grpc_code, double seconds);
   // An interceptor factory recording into this object (which must outlive the server).
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeInterceptorFactory();
 

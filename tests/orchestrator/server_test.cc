@@ -3,11 +3,15 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>  // mkfifo
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -15,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "orchestrator/api/auth.h"
@@ -72,6 +77,23 @@ HealthStatus::ServingStatus Health(const std::shared_ptr<grpc::Channel>& ch, grp
   grpc::Status s = stub.Check(&ctx, req, &resp);
   if (st) *st = s;
   return s.ok() ? resp.status() : HealthStatus::UNKNOWN;
+}
+
+// A unary call with the request's bytes as given, to any method path: what a client that
+// does not use rote's stubs can send.
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& ch, const std::string& method,
+                     const std::string& request_bytes, const std::string& token = "") {
+  grpc::GenericStub stub(ch);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  if (!token.empty()) ctx.AddMetadata("authorization", "Bearer " + token);
+  grpc::Slice slice(request_bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, method, grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(std::move(s)); });
+  return done.get_future().get();
 }
 
 TEST(ServerTest, HealthServingThenNotServingDuringShutdownAndInFlightCallCompletes) {
@@ -213,13 +235,18 @@ TEST_F(AuthTest, RightRolePassesAuthentication) {
   }
 }
 
+// "127.example.invalid" passed the check when it was a prefix test on the name, and whatever
+// the name resolved to would have been served without tokens.
 TEST(ServerStartTest, RefusesNonLoopbackWithoutKeyFile) {
-  ServerOptions opt = TestOptions("nonloopback");
-  opt.listen = "0.0.0.0:0";
-  auto server = Server::Start(opt);
-  ASSERT_FALSE(server.ok());
-  EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(server.status().message()), HasSubstr("--keys"));
+  for (const std::string host : {"0.0.0.0", "127.example.invalid"}) {
+    ServerOptions opt = TestOptions("nonloopback");
+    opt.listen = host + ":0";
+    auto server = Server::Start(opt);
+    ASSERT_FALSE(server.ok()) << host;
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(server.status().message()), HasSubstr("--keys"));
+    EXPECT_THAT(std::string(server.status().message()), HasSubstr(host));
+  }
 }
 
 TEST(ServerStartTest, BadKeyFileNamesTheLine) {
@@ -231,13 +258,58 @@ TEST(ServerStartTest, BadKeyFileNamesTheLine) {
   EXPECT_THAT(std::string(server.status().message()), HasSubstr("keys:2:"));
 }
 
+// Two servers on one SQLite data directory would each treat the other's running runs as
+// abandoned and fail them: the second refuses to start, naming the owner, and the first
+// keeps serving. Once the first is gone the directory is free again.
+TEST(ServerStartTest, SecondServerOnTheSameDataDirectoryNamesTheOwnersPid) {
+  ServerOptions opt = TestOptions("datadir-owner");
+  auto first = Server::Start(opt);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = Server::Start(opt);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr("in use by another rote server (pid " + std::to_string(::getpid())));
+  EXPECT_EQ(Health(Connect((*first)->port())), HealthStatus::SERVING);
+  first->reset();
+  auto third = Server::Start(opt);
+  EXPECT_TRUE(third.ok()) << third.status();
+}
+
+// gRPC's default SO_REUSEPORT let a second server bind a port in use, and the kernel split
+// the clients between the two. A busy port, gRPC's or the metrics', is an error.
+TEST(ServerStartTest, BusyPortsAreErrors) {
+  ServerOptions first_opt = TestOptions("busy-port-1");
+  first_opt.metrics_listen = "127.0.0.1:0";
+  auto first = Server::Start(first_opt);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ServerOptions grpc_opt = TestOptions("busy-port-2");
+  grpc_opt.listen = "127.0.0.1:" + std::to_string((*first)->port());
+  auto second = Server::Start(grpc_opt);
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("cannot listen on " + grpc_opt.listen));
+  ServerOptions metrics_opt = TestOptions("busy-port-3");
+  metrics_opt.metrics_listen = "127.0.0.1:" + std::to_string((*first)->metrics_port());
+  auto third = Server::Start(metrics_opt);
+  ASSERT_FALSE(third.ok());
+  EXPECT_THAT(std::string(third.status().message()), HasSubstr("cannot serve metrics on " + metrics_opt.metrics_listen));
+  EXPECT_EQ(Health(Connect((*first)->port())), HealthStatus::SERVING);
+}
+
 TEST(ServerStartTest, IsLoopbackAddress) {
-  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:7878"));
-  EXPECT_TRUE(IsLoopbackAddress("localhost:1"));
-  EXPECT_TRUE(IsLoopbackAddress("[::1]:7878"));
-  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:7878"));
-  EXPECT_FALSE(IsLoopbackAddress("[::]:7878"));
-  EXPECT_FALSE(IsLoopbackAddress("10.1.2.3:7878"));
+  for (const char* address : {"127.0.0.1:7878", "127.3.2.1:1", "localhost:1", "[::1]:7878",
+                              "[::ffff:127.0.0.1]:7878"}) {
+    absl::StatusOr<bool> loopback = IsLoopbackAddress(address);
+    ASSERT_TRUE(loopback.ok()) << address << ": " << loopback.status();
+    EXPECT_TRUE(*loopback) << address;
+  }
+  for (const char* address : {"0.0.0.0:7878", "[::]:7878", "10.1.2.3:7878", ":7878", "[::ffff:10.0.0.1]:1"}) {
+    absl::StatusOr<bool> loopback = IsLoopbackAddress(address);
+    ASSERT_TRUE(loopback.ok()) << address << ": " << loopback.status();
+    EXPECT_FALSE(*loopback) << address;
+  }
+  // Not loopback by its name: the .invalid domain never resolves.
+  EXPECT_FALSE(IsLoopbackAddress("127.example.invalid:7878").ok());
 }
 
 std::string HttpGet(int port, const std::string& path) {
@@ -289,6 +361,70 @@ TEST(ServerTest, MetricsEndpointCountsCallsByMethodAndCode) {
   EXPECT_THAT(body, HasSubstr("rote_rpc_duration_seconds_count{method=\"/grpc.health.v1.Health/Check\"} 3"));
 }
 
+// Every method path a client sends used to become a label: 300 calls to made-up methods grew
+// /metrics to megabytes, before and without authentication. They now share one label.
+TEST(ServerTest, UnknownMethodsShareOneMetricsSeries) {
+  ServerOptions opt = TestOptions("metrics-unknown");
+  opt.metrics_listen = "127.0.0.1:0";
+  opt.keys_file = opt.data_dir + "/keys";
+  std::ofstream(opt.keys_file) << "metrics-token-0123456789 alice submit\n";
+  auto server = Server::Start(opt);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto ch = Connect((*server)->port());
+  ASSERT_EQ(Health(ch), HealthStatus::SERVING);
+  auto series = [&] {
+    std::string body = HttpGet((*server)->metrics_port(), "/metrics");
+    std::set<std::string> lines;
+    std::istringstream in(body);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("rote_rpc_", 0) == 0) lines.insert(line.substr(0, line.rfind(' ')));
+    }
+    return std::make_pair(lines, body);
+  };
+  const auto before = series();
+  for (int i = 0; i < 300; ++i) {
+    const std::string method = "/made.up.Service" + std::to_string(i) + "/Method" + std::to_string(i);
+    EXPECT_EQ(RawCall(ch, method, "", i % 2 ? "metrics-token-0123456789" : "").error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+  }
+  // The interceptor records after the status is sent; wait for the last call to be counted.
+  std::pair<std::set<std::string>, std::string> after;
+  for (int i = 0; i < 100; ++i) {
+    after = series();
+    if (after.second.find("code=\"UNIMPLEMENTED\",method=\"unknown\"} 300") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_THAT(after.second, HasSubstr("rote_rpc_requests_total{code=\"UNIMPLEMENTED\",method=\"unknown\"} 300"));
+  EXPECT_EQ(after.second.find("made.up"), std::string::npos);
+  // One counter series ({unknown, UNIMPLEMENTED}) and one histogram (its buckets, sum, count).
+  std::set<std::string> added;
+  for (const std::string& s : after.first)
+    if (!before.first.count(s)) added.insert(s);
+  for (const std::string& s : added) EXPECT_THAT(s, HasSubstr("method=\"unknown\"")) << s;
+  EXPECT_EQ(std::count_if(added.begin(), added.end(),
+                          [](const std::string& s) { return s.rfind("rote_rpc_requests_total{", 0) == 0; }),
+            1);
+  EXPECT_LT(after.second.size(), before.second.size() + 4096);
+}
+
+// A raw client (not rote's stubs) sending a blueprint source that is not UTF-8: protobuf
+// refuses the request and gRPC used to answer INTERNAL with an empty message.
+TEST(ServerTest, RequestWithNonUtf8TextIsInvalidArgument) {
+  auto server = Server::Start(TestOptions("utf8"));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto ch = Connect((*server)->port());
+  // Field 1 (source), length 5: "ret" then 0xFF 0xFE.
+  const std::string request("\x0a\x05ret\xff\xfe", 7);
+  grpc::Status st = RawCall(ch, "/rote.v1.BlueprintService/RegisterBlueprint", request);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("rote.v1.RegisterBlueprintRequest"));
+  EXPECT_THAT(st.error_message(), HasSubstr("not UTF-8"));
+  // The same bytes as valid UTF-8 get past parsing (and fail later, as Lua).
+  grpc::Status valid = RawCall(ch, "/rote.v1.BlueprintService/RegisterBlueprint", std::string("\x0a\x03ret", 5));
+  EXPECT_NE(valid.error_code(), grpc::StatusCode::INTERNAL) << valid.error_message();
+  EXPECT_THAT(valid.error_message(), ::testing::Not(HasSubstr("does not parse as")));
+}
+
 }  // namespace
 }  // namespace rote::orchestrator
 
@@ -317,6 +453,88 @@ TEST(ServerTlsTest, ServesTlsWithCertificateAndKeyFiles) {
   grpc::Status plain_status;
   Health(Connect((*server)->port()), &plain_status);
   EXPECT_FALSE(plain_status.ok());
+}
+
+// A self-signed certificate and its key made by the openssl command line: DIR/NAME-cert.pem, DIR/NAME-key.pem.
+void MakeCertificate(const std::string& dir, const std::string& name) {
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout " +
+                          dir + "/" + name + "-key.pem -out " + dir + "/" + name + "-cert.pem >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a test certificate";
+}
+
+// gRPC reports bad TLS files as "the address is in use or invalid"; each is now named with
+// what is wrong, before anything starts.
+TEST(ServerTlsTest, MismatchedKeyNamesBothFiles) {
+  ServerOptions opt = TestOptions("tls-mismatch");
+  MakeCertificate(opt.data_dir, "a");
+  MakeCertificate(opt.data_dir, "b");
+  opt.tls_cert_file = opt.data_dir + "/a-cert.pem";
+  opt.tls_key_file = opt.data_dir + "/b-key.pem";
+  EXPECT_FALSE(CheckOptionFiles(opt).ok());
+  auto server = Server::Start(opt);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(server.status().message()),
+              HasSubstr("the key in " + opt.tls_key_file + " (--tls-key) does not match the certificate in " +
+                        opt.tls_cert_file));
+}
+
+TEST(ServerTlsTest, NonPemFilesAreNamed) {
+  ServerOptions opt = TestOptions("tls-nonpem");
+  MakeCertificate(opt.data_dir, "a");
+  const std::string junk = opt.data_dir + "/junk.pem";
+  std::ofstream(junk) << "this is not PEM\n";
+  opt.tls_cert_file = junk;
+  opt.tls_key_file = opt.data_dir + "/a-key.pem";
+  absl::Status cert = CheckOptionFiles(opt);
+  EXPECT_EQ(cert.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(cert.message()), HasSubstr("--tls-cert " + junk + " holds no PEM certificate"));
+  opt.tls_cert_file = opt.data_dir + "/a-cert.pem";
+  opt.tls_key_file = junk;
+  absl::Status key = CheckOptionFiles(opt);
+  EXPECT_EQ(key.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(key.message()), HasSubstr("--tls-key " + junk + " holds no usable PEM private key"));
+  // A certificate given as the key is not a key either.
+  opt.tls_key_file = opt.data_dir + "/a-cert.pem";
+  EXPECT_THAT(std::string(CheckOptionFiles(opt).message()), HasSubstr("holds no usable PEM private key"));
+  opt.tls_key_file = opt.data_dir + "/a-key.pem";
+  EXPECT_TRUE(CheckOptionFiles(opt).ok()) << CheckOptionFiles(opt);
+}
+
+TEST(ServerTlsTest, MissingFileIsNotFound) {
+  ServerOptions opt = TestOptions("tls-missing");
+  MakeCertificate(opt.data_dir, "a");
+  opt.tls_cert_file = opt.data_dir + "/nonexistent.pem";
+  opt.tls_key_file = opt.data_dir + "/a-key.pem";
+  absl::Status st = CheckOptionFiles(opt);
+  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(st.message()), HasSubstr(opt.tls_cert_file + " does not exist"));
+}
+
+// Files the server reads at start (key file, TLS files) are regular files of bounded size:
+// /dev/zero used to be read until memory ran out, a FIFO blocked forever.
+TEST(ReadBoundedFileTest, RefusesDevicesFifosDirectoriesAndOversizedFiles) {
+  const std::string dir = TempDir("bounded-file");
+  auto zero = ReadBoundedFile("/dev/zero", 1 << 20, "key file (--keys)");
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(zero.status().message()), HasSubstr("/dev/zero is a character device"));
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto from_fifo = ReadBoundedFile(fifo, 1 << 20, "key file (--keys)");  // must not block
+  EXPECT_THAT(std::string(from_fifo.status().message()), HasSubstr("is a FIFO"));
+  EXPECT_THAT(std::string(ReadBoundedFile(dir, 1 << 20, "file").status().message()), HasSubstr("is a directory"));
+  const std::string big = dir + "/big";
+  std::ofstream(big) << std::string(2000, 'x');
+  auto too_big = ReadBoundedFile(big, 1999, "file");
+  EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("is 2000 bytes, more than the limit of 1999"));
+  auto fits = ReadBoundedFile(big, 2000, "file");
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->size(), 2000u);
+  ServerOptions opt = TestOptions("keys-dev-zero");
+  opt.keys_file = "/dev/zero";
+  auto server = Server::Start(opt);
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(std::string(server.status().message()), HasSubstr("key file (--keys) /dev/zero is a character device"));
 }
 
 TEST(ServerTlsTest, CertificateWithoutKeyIsRefused) {
