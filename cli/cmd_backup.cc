@@ -31,6 +31,7 @@ int ExitCodeFor(const absl::Status& status) {
     case absl::StatusCode::kUnavailable: return kExitUnavailable;
     case absl::StatusCode::kPermissionDenied:
     case absl::StatusCode::kUnauthenticated: return kExitAuth;
+    case absl::StatusCode::kResourceExhausted: return kExitResourceExhausted;
     default: return kExitInternal;
   }
 }

@@ -1,4 +1,5 @@
 // Client subcommands mirroring the API: health, api, blueprints, runs, artifacts.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -31,9 +32,10 @@ int Usage(const std::string& text, const std::string& error = "") {
   return kExitOk;
 }
 
-// Parses flags for a client subcommand; on --help or a usage error, prints and sets *exit_code.
+// Parses flags for a client subcommand and the client options they give; on --help or a usage
+// error (a bad flag, a --tls-ca that is missing or not PEM), prints and sets *exit_code.
 std::optional<ParsedFlags> Parse(const Args& args, FlagSpec spec, const std::string& usage,
-                                 int* exit_code) {
+                                 int* exit_code, ClientOptions* client_options) {
   AddClientFlags(&spec);
   auto flags = ParseFlags(args, spec);
   if (!flags.ok()) {
@@ -44,7 +46,25 @@ std::optional<ParsedFlags> Parse(const Args& args, FlagSpec spec, const std::str
     *exit_code = Usage(usage);
     return std::nullopt;
   }
+  absl::StatusOr<ClientOptions> options = ClientOptionsFrom(*flags);
+  if (!options.ok()) {
+    *exit_code = Usage(usage, std::string(options.status().message()));
+    return std::nullopt;
+  }
+  *client_options = *std::move(options);
   return std::move(*flags);
+}
+
+// Blueprint sources, lockfiles and run inputs travel in proto string fields, which must be
+// UTF-8: other bytes used to fail inside protobuf as an INTERNAL error with no message.
+// Exit 6 (invalid) with the file and the offset of the first bad byte.
+std::optional<int> RejectNonUtf8(const std::string& bytes, const std::string& what) {
+  const std::optional<size_t> bad = FirstInvalidUtf8(bytes);
+  if (!bad) return std::nullopt;
+  std::cerr << "rote: " << what << " is not UTF-8 text: byte 0x" << std::hex << std::uppercase
+            << static_cast<int>(static_cast<unsigned char>(bytes[*bad])) << std::dec << std::nouppercase
+            << " at offset " << *bad << " does not begin a valid UTF-8 sequence\n";
+  return kExitInvalid;
 }
 
 std::string Time(const google::protobuf::Timestamp& t) {
@@ -143,9 +163,10 @@ const char kApiUsage[] =
 
 int CmdHealth(const Args& args) {
   int code = 0;
-  auto flags = Parse(args, {{"service"}, {}}, kHealthUsage, &code);
+  ClientOptions client_options;
+  auto flags = Parse(args, {{"service"}, {}}, kHealthUsage, &code, &client_options);
   if (!flags) return code;
-  Client client(ClientOptionsFrom(*flags));
+  Client client(client_options);
   grpc::health::v1::Health::Stub stub(client.channel());
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(flags->GetOr("service", ""));
@@ -163,9 +184,10 @@ int CmdHealth(const Args& args) {
 
 int CmdApi(const Args& args) {
   int code = 0;
-  auto flags = Parse(args, {}, kApiUsage, &code);
+  ClientOptions client_options;
+  auto flags = Parse(args, {}, kApiUsage, &code, &client_options);
   if (!flags) return code;
-  Client client(ClientOptionsFrom(*flags));
+  Client client(client_options);
   auto services = ListServicesByReflection(client.channel(), client.options().token);
   if (!services.ok()) {
     return client.Fail(grpc::Status(static_cast<grpc::StatusCode>(services.status().code()),
@@ -190,11 +212,12 @@ int CmdBlueprints(const Args& args) {
       "  list [--name NAME]                   list blueprints, newest first\n"
       "  lock NAME [--write FILE]             print (or write) the lockfile of current bindings\n\n";
   int code = 0;
-  auto flags = Parse(args, {{"lockfile", "name", "write", "page-size"}, {}}, usage, &code);
+  ClientOptions client_options;
+  auto flags = Parse(args, {{"lockfile", "name", "write", "page-size"}, {}}, usage, &code, &client_options);
   if (!flags) return code;
   if (flags->positionals.empty()) return Usage(usage, "missing command");
   const std::string cmd = flags->positionals[0];
-  Client client(ClientOptionsFrom(*flags));
+  Client client(client_options);
   rote::v1::BlueprintService::Stub stub(client.channel());
   auto ctx = client.Context();
 
@@ -203,15 +226,20 @@ int CmdBlueprints(const Args& args) {
     const std::string path = flags->positionals[1];
     rote::v1::RegisterBlueprintRequest req;
     std::string error;
-    if (!ReadWholeFile(path, req.mutable_source(), &error)) return Usage(usage, error);
+    const int64_t max_bytes = client.options().max_message_bytes;
+    if (!ReadWholeFile(path, max_bytes, req.mutable_source(), &error)) return Usage(usage, error);
+    if (auto exit_code = RejectNonUtf8(req.source(), path)) return *exit_code;
     std::string lock_path = flags->GetOr("lockfile", "");
     if (lock_path.empty()) {
       std::string candidate = path.size() > 4 && path.substr(path.size() - 4) == ".lua"
                                   ? path.substr(0, path.size() - 4) + ".lock" : path + ".lock";
-      std::string ignored;
-      if (ReadWholeFile(candidate, req.mutable_lockfile(), &ignored)) lock_path = candidate;
-    } else if (!ReadWholeFile(lock_path, req.mutable_lockfile(), &error)) {
-      return Usage(usage, error);
+      // The lockfile beside the source is optional; one that is there must read like any other.
+      std::error_code ec;
+      if (std::filesystem::exists(candidate, ec)) lock_path = candidate;
+    }
+    if (!lock_path.empty()) {
+      if (!ReadWholeFile(lock_path, max_bytes, req.mutable_lockfile(), &error)) return Usage(usage, error);
+      if (auto exit_code = RejectNonUtf8(req.lockfile(), lock_path)) return *exit_code;
     }
     req.set_filename(path);
     rote::v1::Blueprint resp;
@@ -316,13 +344,14 @@ int CmdRuns(const Args& args) {
       "  replay RUN           re-execute with the recorded bindings and compare every step\n"
       "  cancel RUN           cancel a pending or running run\n\n";
   int code = 0;
+  ClientOptions client_options;
   auto flags = Parse(args, {{"input", "input-file", "request-id", "blueprint", "state", "page-size"},
                             {"allow-generation", "allow-pending", "watch"}},
-                     usage, &code);
+                     usage, &code, &client_options);
   if (!flags) return code;
   if (flags->positionals.empty()) return Usage(usage, "missing command");
   const std::string cmd = flags->positionals[0];
-  Client client(ClientOptionsFrom(*flags));
+  Client client(client_options);
   rote::v1::RunService::Stub stub(client.channel());
   auto ctx = client.Context();
   auto need_name = [&]() -> std::optional<std::string> {
@@ -336,9 +365,12 @@ int CmdRuns(const Args& args) {
     req.set_blueprint(Qualify("blueprints", flags->positionals[1]));
     if (auto in = flags->Get("input")) {
       req.set_input_json(*in);
+      if (auto exit_code = RejectNonUtf8(req.input_json(), "--input")) return *exit_code;
     } else if (auto file = flags->Get("input-file")) {
       std::string error;
-      if (!ReadWholeFile(*file, req.mutable_input_json(), &error)) return Usage(usage, error);
+      if (!ReadWholeFile(*file, client.options().max_message_bytes, req.mutable_input_json(), &error))
+        return Usage(usage, error);
+      if (auto exit_code = RejectNonUtf8(req.input_json(), *file)) return *exit_code;
     } else {
       return Usage(usage, "submit needs --input JSON or --input-file FILE");
     }
@@ -435,11 +467,12 @@ int CmdArtifacts(const Args& args) {
       "  diff POINT --to N [--from M]    unified diff between two revisions (default: N-1)\n"
       "  regenerate NAME                 re-derive from the recorded request; report if bytes match\n\n";
   int code = 0;
-  auto flags = Parse(args, {{"point", "state", "etag", "comment", "to", "from", "page-size"}, {}}, usage, &code);
+  ClientOptions client_options;
+  auto flags = Parse(args, {{"point", "state", "etag", "comment", "to", "from", "page-size"}, {}}, usage, &code, &client_options);
   if (!flags) return code;
   if (flags->positionals.empty()) return Usage(usage, "missing command");
   const std::string cmd = flags->positionals[0];
-  Client client(ClientOptionsFrom(*flags));
+  Client client(client_options);
   rote::v1::ArtifactService::Stub stub(client.channel());
   auto ctx = client.Context();
   auto print_list = [&](const auto& artifacts) {
@@ -506,6 +539,7 @@ int CmdArtifacts(const Args& args) {
     if (!flags->Get("etag")) return Usage(usage, cmd + " needs --etag (from `rote artifacts get`)");
     req.set_etag(*flags->Get("etag"));
     req.set_comment(flags->GetOr("comment", ""));
+    if (auto exit_code = RejectNonUtf8(req.comment(), "--comment")) return *exit_code;
     if (cmd == "reject" && req.comment().empty()) return Usage(usage, "reject needs --comment saying why");
     rote::v1::Artifact resp;
     grpc::Status st = stub.ReviewArtifact(ctx.get(), req, &resp);

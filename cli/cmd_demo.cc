@@ -62,9 +62,9 @@ bool RunOne(Client& client, const std::string& dir, const std::string& name) {
   rote::v1::RegisterBlueprintRequest reg;
   std::string error;
   std::string sample;
-  if (!ReadWholeFile(base + ".lua", reg.mutable_source(), &error) ||
-      !ReadWholeFile(base + ".lock", reg.mutable_lockfile(), &error) ||
-      !ReadWholeFile(base + ".sample.json", &sample, &error)) {
+  if (!ReadWholeFile(base + ".lua", kDefaultMaxMessageBytes, reg.mutable_source(), &error) ||
+      !ReadWholeFile(base + ".lock", kDefaultMaxMessageBytes, reg.mutable_lockfile(), &error) ||
+      !ReadWholeFile(base + ".sample.json", kDefaultMaxMessageBytes, &sample, &error)) {
     std::cerr << "rote demo: " << error << " (pass --blueprints DIR)\n";
     return false;
   }

@@ -31,10 +31,10 @@ const char kServerUsage[] =
     "   \"examples\": [{\"input\": \"1,5\", \"output\": 1.5}]}      (patterns: \"matches\": [...])\n\n";
 
 // Reads the spec file into the request; false with a message on stderr.
-bool ReadSpec(const std::string& path, rote::v1::GenerateRequest* req) {
+bool ReadSpec(const std::string& path, int64_t max_bytes, rote::v1::GenerateRequest* req) {
   std::string text;
   std::string error;
-  if (!ReadWholeFile(path, &text, &error)) {
+  if (!ReadWholeFile(path, max_bytes, &text, &error)) {
     std::cerr << "rote generate: " << error << "\n";
     return false;
   }
@@ -87,8 +87,13 @@ int GenerateOnServer(const Args& args) {
     (flags.ok() && flags->Has("help") ? std::cout : std::cerr) << kServerUsage << ClientFlagsHelp();
     return flags.ok() && flags->Has("help") ? kExitOk : kExitUsage;
   }
+  absl::StatusOr<ClientOptions> client_options = ClientOptionsFrom(*flags);
+  if (!client_options.ok()) {
+    std::cerr << "rote generate: " << client_options.status().message() << "\n\n" << kServerUsage << ClientFlagsHelp();
+    return kExitUsage;
+  }
   rote::v1::GenerateRequest req;
-  if (!ReadSpec(*flags->Get("spec"), &req)) return kExitUsage;
+  if (!ReadSpec(*flags->Get("spec"), client_options->max_message_bytes, &req)) return kExitUsage;
   try {
     if (auto v = flags->Get("attempts")) req.set_max_attempts(std::stoi(*v));
     if (auto v = flags->Get("seed")) req.mutable_decoding()->set_seed(std::stoull(*v));
@@ -98,7 +103,7 @@ int GenerateOnServer(const Args& args) {
     std::cerr << "rote generate: --attempts, --seed, --temperature and --max-tokens take numbers\n";
     return kExitUsage;
   }
-  Client client(ClientOptionsFrom(*flags));
+  Client client(*client_options);
   rote::v1::GenerationService::Stub stub(client.channel());
   auto ctx = client.Context(/*streaming=*/true);  // generation can take minutes
   auto reader = stub.Generate(ctx.get(), req);

@@ -1,9 +1,7 @@
 // rote regex find: RE2 matches with the sandbox's pinned options, one per line.
-#include <fstream>
 #include <iostream>
-#include <iterator>
-#include <sstream>
 
+#include "cli/client.h"  // ReadWholeFile
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
@@ -75,14 +73,21 @@ int CmdRegex(const Args& args) {
   }
   std::string text;
   if (pos.size() == 3) {
-    std::ifstream in(pos[2], std::ios::binary);
-    if (!in) {
-      std::cerr << "rote regex: cannot read " << pos[2] << "\n";
+    std::string error;
+    if (!ReadWholeFile(pos[2], kDefaultMaxMessageBytes, &text, &error)) {
+      std::cerr << "rote regex: " << error << "\n";
       return kExitUsage;
     }
-    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   } else {
-    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    // Standard input may be endless (`< /dev/zero`): read at most the same limit.
+    char buf[1 << 16];
+    while (std::cin.read(buf, sizeof buf) || std::cin.gcount() > 0) {
+      text.append(buf, static_cast<size_t>(std::cin.gcount()));
+      if (static_cast<int64_t>(text.size()) > kDefaultMaxMessageBytes) {
+        std::cerr << "rote regex: standard input is more than " << kDefaultMaxMessageBytes << " bytes\n";
+        return kExitUsage;
+      }
+    }
   }
   size_t count = 0;
   if (flags->Has("named")) {

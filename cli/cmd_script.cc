@@ -1,9 +1,8 @@
 // rote script run: runs a Lua function artifact exactly as generated code runs in the server
 // (a rote-sandbox-worker process under seccomp, the deterministic profile, the same limits).
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
+#include "cli/client.h"  // ReadWholeFile
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
@@ -78,24 +77,19 @@ int CmdScript(const Args& args) {
     return kExitUsage;
   }
   const std::string& path = flags->positionals[1];
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
-    std::cerr << "rote script: cannot read " << path << "\n";
+  std::string source;
+  std::string error;
+  if (!ReadWholeFile(path, kDefaultMaxMessageBytes, &source, &error)) {
+    std::cerr << "rote script: " << error << "\n";
     return kExitUsage;
   }
-  std::stringstream source;
-  source << file.rdbuf();
 
   std::string input_text = flags->GetOr("input", "null");
   if (auto input_file = flags->Get("input-file")) {
-    std::ifstream in(*input_file, std::ios::binary);
-    if (!in) {
-      std::cerr << "rote script: cannot read " << *input_file << "\n";
+    if (!ReadWholeFile(*input_file, kDefaultMaxMessageBytes, &input_text, &error)) {
+      std::cerr << "rote script: " << error << "\n";
       return kExitUsage;
     }
-    std::stringstream ss;
-    ss << in.rdbuf();
-    input_text = ss.str();
   }
   auto input = sandbox::ParseJson(input_text);
   if (!input.ok()) {
@@ -115,7 +109,7 @@ int CmdScript(const Args& args) {
 
   absl::StatusOr<std::vector<sandbox::CallResult>> results;
   if (flags->Has("in-process")) {
-    results = sandbox::RunFunctionArtifact(source.str(), chunkname, {*input}, limits,
+    results = sandbox::RunFunctionArtifact(source, chunkname, {*input}, limits,
                                            sandbox::LuaState::Clock::now() + deadline);
   } else {
     sandbox::WorkerPoolOptions options;
@@ -126,7 +120,7 @@ int CmdScript(const Args& args) {
       std::cerr << "rote script: " << pool.status().message() << "\n";
       return kExitInternal;
     }
-    results = (*pool)->Call(source.str(), chunkname, {*input}, limits, deadline);
+    results = (*pool)->Call(source, chunkname, {*input}, limits, deadline);
   }
   if (!results.ok()) {
     std::cerr << "error: " << results.status().message() << "\n";

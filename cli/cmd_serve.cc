@@ -201,6 +201,13 @@ int CmdServe(const Args& args) {
     return kExitUsage;
   }
 
+  // Files the flags name (key file, TLS certificate and key): a missing, unreadable or malformed
+  // one is a bad command line, found before anything starts.
+  if (absl::Status files = orchestrator::CheckOptionFiles(opt); !files.ok()) {
+    std::cerr << "rote serve: " << files.message() << "\n";
+    return kExitUsage;
+  }
+
   // From here SIGINT and SIGTERM are blocked in every thread (gRPC's included, which start
   // below) and taken by the watcher, so shutdown runs in ordinary code rather than a signal
   // handler; while the server starts (a model loads) they end the process at once.

@@ -12,5 +12,6 @@ inline constexpr int kExitNotFound = 5;     // NOT_FOUND
 inline constexpr int kExitInvalid = 6;      // INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED
 inline constexpr int kExitDataLoss = 7;     // DATA_LOSS
 inline constexpr int kExitInternal = 8;     // anything else
+inline constexpr int kExitResourceExhausted = 9;  // RESOURCE_EXHAUSTED: a quota, limit or full disk
 
 }  // namespace rote::cli

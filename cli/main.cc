@@ -42,7 +42,7 @@ void PrintHelp(std::ostream& out) {
   out << "\nClient commands talk to --server HOST:PORT (default 127.0.0.1:7878, or $ROTE_SERVER)\n"
          "with --token (or $ROTE_TOKEN); --json prints JSON for scripts.\n"
          "Exit codes: 0 ok, 1 failed, 2 usage, 3 server unreachable, 4 auth, 5 not found,\n"
-         "6 invalid or precondition, 7 data loss, 8 internal.\n";
+         "6 invalid or precondition, 7 data loss, 8 internal, 9 resource exhausted.\n";
 }
 
 }  // namespace

@@ -14,11 +14,13 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/client.h"
 #include "cli/exit_codes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "orchestrator/server.h"
+#include "rote/v1/runs.pb.h"
 
 extern char** environ;
 
@@ -66,7 +68,16 @@ Result RunRote(const std::vector<std::string>& args) {
   if (posix_spawn(&pid, ROTE_BINARY, &actions, nullptr, argv.data(), envp.data()) != 0) return r;
   posix_spawn_file_actions_destroy(&actions);
   int status = 0;
-  waitpid(pid, &status, 0);
+  // A command that blocks (reading a FIFO, serving) is killed rather than hanging the suite.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = Slurp(base + ".out");
   r.err = Slurp(base + ".err");
@@ -190,6 +201,135 @@ TEST_F(CliTest, MissingTokenExitsWithAuthCode) {
 TEST_F(CliTest, TokenFromFlagIsAccepted) {
   Result r = RunRote({"runs", "list", "--server", address_, "--token", "cli-test-token-0123456789"});
   EXPECT_NE(r.exit_code, 4) << r.err;
+}
+
+// Files the CLI reads are regular files of bounded size: `blueprints register /dev/zero` read
+// until the kernel killed the CLI, a FIFO blocked it forever.
+TEST_F(CliTest, DevicesAndFifosAreRefusedAsFiles) {
+  const std::string fifo = (std::filesystem::temp_directory_path() /
+                            ("rote-cli-fifo-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string token = "cli-test-token-0123456789";
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"blueprints", "register", "/dev/zero", "--server", address_, "--token", token}, "/dev/zero is a character device"},
+      {{"blueprints", "register", fifo, "--server", address_, "--token", token}, fifo + " is a FIFO"},
+      {{"runs", "submit", "x", "--input-file", "/dev/zero", "--server", address_, "--token", token}, "is a character device"},
+      {{"runs", "submit", "x", "--input-file", fifo, "--server", address_, "--token", token}, "is a FIFO"},
+      {{"script", "run", "/dev/zero"}, "is a character device"},
+      {{"script", "run", fifo}, "is a FIFO"},
+      {{"regex", "find", "a", "/dev/zero"}, "is a character device"},
+      {{"serve", "--keys", "/dev/zero", "--listen", "127.0.0.1:0", "--metrics-listen", "off"}, "is a character device"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args[0] + " " + c.args[1] + " " + c.args[2]);
+    Result r = RunRote(c.args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.says));
+  }
+  std::filesystem::remove(fifo);
+}
+
+TEST_F(CliTest, FilesLargerThanTheMessageLimitAreRefused) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("rote-cli-big-" + std::to_string(::getpid()) + ".lua")).string();
+  std::ofstream(path) << std::string(5000, '-');
+  Result r = RunRote({"blueprints", "register", path, "--server", address_, "--token", "cli-test-token-0123456789",
+                      "--max-message-bytes", "4096"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("is 5000 bytes, more than the limit of 4096"));
+  std::filesystem::remove(path);
+}
+
+// Text that is not UTF-8 used to leave the CLI as INTERNAL (exit 8) with an empty message and
+// a libprotobuf error line; it is invalid input (exit 6), named with the offset of the bad byte.
+TEST_F(CliTest, NonUtf8SourceAndInputNameTheFileAndOffset) {
+  const std::string base = (std::filesystem::temp_directory_path() /
+                            ("rote-cli-latin1-" + std::to_string(::getpid()))).string();
+  std::ofstream(base + ".lua", std::ios::binary) << "-- caf\xe9\nreturn 1\n";
+  std::ofstream(base + ".json", std::ios::binary) << "{\"name\": \"Jos\xe9\"}";
+  const std::string token = "cli-test-token-0123456789";
+  Result reg = RunRote({"blueprints", "register", base + ".lua", "--server", address_, "--token", token});
+  EXPECT_EQ(reg.exit_code, 6) << reg.err;
+  EXPECT_THAT(reg.err, HasSubstr(base + ".lua is not UTF-8 text: byte 0xE9 at offset 6"));
+  EXPECT_THAT(reg.err, ::testing::Not(HasSubstr("libprotobuf")));
+  Result run = RunRote({"runs", "submit", "any", "--input-file", base + ".json", "--server", address_, "--token", token});
+  EXPECT_EQ(run.exit_code, 6) << run.err;
+  EXPECT_THAT(run.err, HasSubstr(base + ".json is not UTF-8 text: byte 0xE9 at offset 13"));
+  std::filesystem::remove(base + ".lua");
+  std::filesystem::remove(base + ".json");
+}
+
+// `--tls-ca /nonexistent` used to print a warning and go on to fail as "unreachable" (exit 3).
+TEST(CliTlsTest, BadTlsFilesAreUsageErrors) {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("rote-cli-tls-" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"a", "b"}) {
+    const std::string cmd = std::string("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout ") +
+                            dir + "/" + name + "-key.pem -out " + dir + "/" + name + "-cert.pem >/dev/null 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  std::ofstream(dir + "/junk.pem") << "not a certificate\n";
+  Result missing_ca = RunRote({"health", "--server", "127.0.0.1:1", "--tls-ca", dir + "/nonexistent.pem"});
+  EXPECT_EQ(missing_ca.exit_code, 2) << missing_ca.err;
+  EXPECT_THAT(missing_ca.err, HasSubstr("CA bundle (--tls-ca) " + dir + "/nonexistent.pem does not exist"));
+  Result junk_ca = RunRote({"health", "--server", "127.0.0.1:1", "--tls-ca", dir + "/junk.pem"});
+  EXPECT_EQ(junk_ca.exit_code, 2) << junk_ca.err;
+  EXPECT_THAT(junk_ca.err, HasSubstr("--tls-ca " + dir + "/junk.pem holds no PEM certificate"));
+  const std::vector<std::string> serve = {"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off",
+                                          "--data", dir + "/data"};
+  auto serve_with = [&](const std::string& cert, const std::string& key) {
+    std::vector<std::string> args = serve;
+    args.insert(args.end(), {"--tls-cert", cert, "--tls-key", key});
+    return RunRote(args);
+  };
+  Result mismatch = serve_with(dir + "/a-cert.pem", dir + "/b-key.pem");
+  EXPECT_EQ(mismatch.exit_code, 2) << mismatch.err;
+  EXPECT_THAT(mismatch.err, HasSubstr("does not match the certificate in " + dir + "/a-cert.pem"));
+  EXPECT_THAT(mismatch.err, ::testing::Not(HasSubstr("in use or invalid")));
+  EXPECT_EQ(mismatch.out, "");
+  Result junk_cert = serve_with(dir + "/junk.pem", dir + "/a-key.pem");
+  EXPECT_EQ(junk_cert.exit_code, 2) << junk_cert.err;
+  EXPECT_THAT(junk_cert.err, HasSubstr("--tls-cert " + dir + "/junk.pem holds no PEM certificate"));
+  Result missing_key = serve_with(dir + "/a-cert.pem", dir + "/nonexistent-key.pem");
+  EXPECT_EQ(missing_key.exit_code, 2) << missing_key.err;
+  EXPECT_THAT(missing_key.err, HasSubstr("nonexistent-key.pem does not exist"));
+  std::filesystem::remove_all(dir);
+}
+
+// A time the server has not set (a run not ended yet) used to print as 1970-01-01T00:00:00Z.
+TEST(CliJsonTest, UnsetTimestampsAreLeftOut) {
+  rote::v1::Run run;
+  run.set_name("runs/1");
+  run.mutable_create_time()->set_seconds(1700000000);
+  run.mutable_end_time();  // present, but zero
+  std::ostringstream out;
+  rote::cli::Client::PrintJson(run, out);
+  EXPECT_THAT(out.str(), HasSubstr("\"create_time\": \"2023-11-14T22:13:20Z\""));
+  EXPECT_THAT(out.str(), ::testing::Not(HasSubstr("end_time")));
+  EXPECT_THAT(out.str(), ::testing::Not(HasSubstr("1970")));
+}
+
+TEST(CliExitCodeTest, ResourceExhaustedHasItsOwnCode) {
+  EXPECT_EQ(rote::cli::ExitCodeFor(grpc::StatusCode::RESOURCE_EXHAUSTED), rote::cli::kExitResourceExhausted);
+  EXPECT_EQ(rote::cli::kExitResourceExhausted, 9);
+  EXPECT_EQ(rote::cli::ExitCodeFor(grpc::StatusCode::INTERNAL), rote::cli::kExitInternal);
+}
+
+TEST(CliUtf8Test, FirstInvalidUtf8FindsTheFirstBadByte) {
+  using rote::cli::FirstInvalidUtf8;
+  EXPECT_EQ(FirstInvalidUtf8("plain ascii"), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("caf\xe9"), 3u);                       // Latin-1
+  EXPECT_EQ(FirstInvalidUtf8("ab\xc0\xaf"), 2u);                    // overlong '/'
+  EXPECT_EQ(FirstInvalidUtf8("\xed\xa0\x80"), 0u);                 // a surrogate
+  EXPECT_EQ(FirstInvalidUtf8("\xf4\x90\x80\x80"), 0u);            // past U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("ok\xe2\x82"), 2u);                    // cut short
+  EXPECT_EQ(FirstInvalidUtf8(std::string("a\0b", 3)), std::nullopt);  // NUL is valid UTF-8
 }
 
 // --- model directories (docs/inference.md, "What a model directory must satisfy") ---
