@@ -11,7 +11,18 @@ namespace rote::orchestrator {
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  // The message travels in metadata, which clients cap (8 KiB by default, and a byte outside
+  // printable ASCII takes three); a longer one would reach the client as an unrelated INTERNAL.
+  // Input a message quotes is already bounded (engine::QuoteInput); this bounds everything else,
+  // such as a Lua error that a blueprint raised with a huge string.
+  constexpr size_t kMaxMessageBytes = 2048;
+  std::string message(status.message());
+  if (message.size() > kMaxMessageBytes) {
+    size_t cut = kMaxMessageBytes;
+    while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+    message = absl::StrCat(message.substr(0, cut), "... (", message.size() - cut, " more bytes)");
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
 }
 
 namespace {

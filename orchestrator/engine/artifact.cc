@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "orchestrator/engine/canonical.h"
+#include "orchestrator/engine/names.h"
 
 namespace rote::orchestrator::engine {
 
@@ -29,7 +30,7 @@ absl::StatusOr<std::string> NormalizeOptions(ArtifactKind kind, std::string_view
   if (!merged.ok()) return merged.status();
   for (const auto& [key, value] : given->as_map()) {
     if (!merged->as_map().count(key)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown RE2 option '", key, "' (known: ", defaults, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown RE2 option ", QuoteInput(key), " (known: ", defaults, ")"));
     }
     merged->as_map()[key] = value;
   }

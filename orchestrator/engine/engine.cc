@@ -12,6 +12,7 @@
 #include "orchestrator/engine/artifact.h"
 #include "orchestrator/engine/canonical.h"
 #include "orchestrator/engine/lockfile.h"
+#include "orchestrator/engine/names.h"
 #include "orchestrator/engine/regex_artifact.h"
 #include "orchestrator/engine/unified_diff.h"
 #include "orchestrator/engine/validate.h"
@@ -26,6 +27,7 @@ using sandbox::Value;
 namespace {
 
 constexpr std::string_view kEventsKind = "events";
+constexpr size_t kMaxFilenameBytes = 255;
 
 std::string ArtifactKey(std::string_view blueprint_name, std::string_view point) {
   return absl::StrCat(std::string(blueprint_name), "/", std::string(point));
@@ -94,16 +96,6 @@ absl::StatusOr<std::vector<rote::v1::RunEvent>> DecodeEvents(std::string_view pa
   return out;
 }
 
-absl::StatusOr<int64_t> RunIdFromName(std::string_view name) {
-  std::string_view id = name;
-  if (id.starts_with("runs/")) id.remove_prefix(5);
-  int64_t run_id = 0;
-  if (id.empty() || !absl::SimpleAtoi(std::string(id), &run_id) || run_id <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("'", std::string(name), "' is not a run name; expected runs/{id}"));
-  }
-  return run_id;
-}
-
 std::string RunName(int64_t id) { return absl::StrCat("runs/", id); }
 
 // JSON of one journaled step for replay reports; `input`/`output` are canonical JSON texts.
@@ -165,14 +157,6 @@ absl::StatusOr<std::string> SemanticProfile(std::string_view profile_json) {
 }
 
 }  // namespace
-
-std::optional<std::string> DigestFromId(std::string_view id) {
-  if (id.size() != 64) return std::nullopt;
-  for (char c : id) {
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
-  }
-  return absl::StrCat("sha256:", std::string(id));
-}
 
 // ---- run control and the journal -----------------------------------------------------------
 
@@ -477,20 +461,19 @@ std::string Engine::EngineProfileJson(const sandbox::Limits& limits) const {
 // ---- blueprints ----------------------------------------------------------------------------
 
 absl::StatusOr<store::BlueprintRecord> Engine::ResolveBlueprint(std::string_view name) {
-  std::string_view id = name;
-  if (id.starts_with("blueprints/")) id.remove_prefix(11);
-  if (id.empty()) return absl::InvalidArgumentError("empty blueprint name; expected blueprints/{digest hex or name}");
-  if (std::optional<std::string> digest = DigestFromId(id)) {
-    absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(*digest);
+  absl::StatusOr<BlueprintName> parsed = ParseBlueprintName(name);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->digest.empty()) {
+    absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(parsed->digest);
     if (absl::IsNotFound(bp.status())) {
       return absl::NotFoundError(absl::StrCat("no blueprint ", std::string(name), "; register it with `rote blueprints register FILE.lua`"));
     }
     return bp;
   }
-  absl::StatusOr<std::vector<store::BlueprintRecord>> all = store_->FindBlueprintsByName(id);
+  absl::StatusOr<std::vector<store::BlueprintRecord>> all = store_->FindBlueprintsByName(parsed->display_name);
   if (!all.ok()) return all.status();
   if (all->empty()) {
-    return absl::NotFoundError(absl::StrCat("no blueprint named '", std::string(id),
+    return absl::NotFoundError(absl::StrCat("no blueprint named '", parsed->display_name,
                                             "'; register it with `rote blueprints register FILE.lua`"));
   }
   return std::move(all->back());
@@ -514,6 +497,11 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
                                                         std::string_view filename, const std::string& principal,
                                                         bool may_approve) {
   if (source.empty()) return absl::InvalidArgumentError("the blueprint source is empty");
+  // The file name reappears in every error about the blueprint and its lockfile.
+  if (filename.size() > kMaxFilenameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("filename ", QuoteInput(filename), " is longer than ",
+                                                   kMaxFilenameBytes, " bytes"));
+  }
   std::string chunkname(filename.empty() ? std::string_view("blueprint.lua") : filename);
   absl::StatusOr<BlueprintDecl> decl = LoadBlueprint(source, chunkname, options_.load_limits);
   if (!decl.ok()) return decl.status();
@@ -534,8 +522,8 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
     absl::StatusOr<Lockfile> lock = ParseLockfile(lockfile, origin);
     if (!lock.ok()) return lock.status();
     if (!lock->blueprint.empty() && lock->blueprint != decl->name) {
-      return absl::InvalidArgumentError(absl::StrCat(origin, ": the lockfile is for blueprint '", lock->blueprint,
-                                                     "' but the source declares '", decl->name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(origin, ": the lockfile is for blueprint ", QuoteInput(lock->blueprint),
+                                                     " but the source declares '", decl->name, "'"));
     }
     std::vector<std::string> declared;
     for (const GenerationPoint& p : decl->points) declared.push_back(p.name);
@@ -544,7 +532,7 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
       auto it = std::find_if(decl->points.begin(), decl->points.end(),
                              [&](const GenerationPoint& p) { return p.name == e.point; });
       if (it == decl->points.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "point '", e.point, "' is not declared by blueprint '",
+        return absl::InvalidArgumentError(absl::StrCat(where, "point ", QuoteInput(e.point), " is not declared by blueprint '",
                                                        decl->name, "' (it declares: ", absl::StrJoin(declared, ", "), ")"));
       }
       for (const Locked& l : locked) {
@@ -559,7 +547,7 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
       }
       if (!e.spec_digest.empty() && e.spec_digest != it->digest) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, "point '", e.point, "' was locked for spec ", e.spec_digest, " but the blueprint now declares ",
+            where, "point '", e.point, "' was locked for spec ", QuoteInput(e.spec_digest), " but the blueprint now declares ",
             it->digest, " (its task, signature or examples changed): check that the artifact still fits, then delete "
             "the `spec` line or lock again"));
       }
@@ -570,7 +558,7 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
       if (!digest.ok()) return absl::InvalidArgumentError(absl::StrCat(where, digest.status().message()));
       if (!e.artifact_digest.empty() && e.artifact_digest != *digest) {
         return absl::InvalidArgumentError(absl::StrCat(
-            where, "point '", e.point, "': the lockfile says artifact ", e.artifact_digest, " but its source hashes to ",
+            where, "point '", e.point, "': the lockfile says artifact ", QuoteInput(e.artifact_digest), " but its source hashes to ",
             *digest, "; if you edited the source on purpose, delete the `artifact` line"));
       }
       absl::StatusOr<Validation> v = ValidateArtifact(*it, code, lua_runner_, options_.load_limits);
@@ -835,7 +823,7 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
     if (earlier.ok()) {
       if (earlier->request_digest != request_digest) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "request_id '", req.request_id, "' was already used for a different request; use a new request_id"));
+            "request_id ", QuoteInput(req.request_id), " was already used for a different request; use a new request_id"));
       }
       return GetRun(earlier->response);
     }
@@ -989,7 +977,7 @@ void Engine::ExecuteRun(const Job& job) {
 }
 
 absl::StatusOr<store::RunRecord> Engine::GetRun(std::string_view name) {
-  absl::StatusOr<int64_t> id = RunIdFromName(name);
+  absl::StatusOr<int64_t> id = ParseRunName(name);
   if (!id.ok()) return id.status();
   absl::StatusOr<store::RunRecord> run = store_->GetRun(*id);
   if (absl::IsNotFound(run.status())) return absl::NotFoundError(absl::StrCat("no run ", RunName(*id)));
@@ -1002,11 +990,10 @@ absl::StatusOr<store::Page<store::RunRecord>> Engine::ListRuns(std::string_view 
   store::RunFilter filter;
   filter.state = state;
   if (!blueprint.empty()) {
-    std::string_view id = blueprint;
-    if (id.starts_with("blueprints/")) id.remove_prefix(11);
-    std::optional<std::string> digest = DigestFromId(id);
-    if (digest) {
-      filter.blueprint_digest = *digest;
+    absl::StatusOr<BlueprintName> parsed = ParseBlueprintName(blueprint);
+    if (!parsed.ok()) return parsed.status();
+    if (!parsed->digest.empty()) {
+      filter.blueprint_digest = parsed->digest;
     } else {
       absl::StatusOr<store::BlueprintRecord> bp = ResolveBlueprint(blueprint);
       if (!bp.ok()) return bp.status();
@@ -1212,40 +1199,6 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
 
 // ---- artifacts -----------------------------------------------------------------------------
 
-namespace {
-
-// "artifacts/{hex}" -> digest; "artifacts/{key}/revisions/{n}" -> (key, n).
-struct ArtifactName {
-  std::string digest;
-  std::string key;
-  int64_t revision = 0;
-};
-
-absl::StatusOr<ArtifactName> ParseArtifactName(std::string_view name) {
-  std::string_view id = name;
-  if (id.starts_with("artifacts/")) id.remove_prefix(10);
-  ArtifactName out;
-  if (std::optional<std::string> d = DigestFromId(id)) {
-    out.digest = *d;
-    return out;
-  }
-  if (id.starts_with("sha256:") && store::IsValidDigest(id)) {
-    out.digest = std::string(id);
-    return out;
-  }
-  size_t r = id.rfind("/revisions/");
-  if (r != std::string_view::npos && absl::SimpleAtoi(std::string(id.substr(r + 11)), &out.revision) &&
-      out.revision > 0 && r > 0) {
-    out.key = std::string(id.substr(0, r));
-    return out;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "'", std::string(name), "' is not an artifact name; expected artifacts/{digest hex} or "
-      "artifacts/{blueprint}/{point}/revisions/{n}"));
-}
-
-}  // namespace
-
 absl::StatusOr<ArtifactView> Engine::GetArtifact(std::string_view name) {
   absl::StatusOr<ArtifactName> n = ParseArtifactName(name);
   if (!n.ok()) return n.status();
@@ -1261,6 +1214,9 @@ absl::StatusOr<ArtifactView> Engine::GetArtifact(std::string_view name) {
 absl::StatusOr<store::Page<ArtifactView>> Engine::ListArtifacts(std::string_view generation_point,
                                                                 std::optional<store::ReviewState> state,
                                                                 const store::PageRequest& page) {
+  if (!generation_point.empty()) {
+    if (absl::Status s = CheckGenerationPointKey(generation_point, "generation_point"); !s.ok()) return s;
+  }
   absl::StatusOr<store::Page<store::ArtifactRecord>> p =
       store_->ListArtifacts(store::ArtifactFilter{std::string(generation_point), state}, page);
   if (!p.ok()) return p.status();
@@ -1279,6 +1235,7 @@ absl::StatusOr<store::Page<ArtifactView>> Engine::ListRevisions(std::string_view
   if (generation_point.empty()) {
     return absl::InvalidArgumentError("generation_point is required, e.g. invoice_totals/parse_amount");
   }
+  if (absl::Status s = CheckGenerationPointKey(generation_point, "generation_point"); !s.ok()) return s;
   absl::StatusOr<store::Page<store::ArtifactRecord>> p = store_->ListRevisions(generation_point, page);
   if (!p.ok()) return p.status();
   store::Page<ArtifactView> out;
@@ -1318,6 +1275,7 @@ absl::StatusOr<ArtifactView> Engine::ReviewArtifact(std::string_view name, store
 absl::StatusOr<std::string> Engine::DiffRevisions(std::string_view generation_point, int64_t from_revision,
                                                   int64_t to_revision) {
   if (generation_point.empty()) return absl::InvalidArgumentError("generation_point is required");
+  if (absl::Status s = CheckGenerationPointKey(generation_point, "generation_point"); !s.ok()) return s;
   if (to_revision < 1) return absl::InvalidArgumentError("to_revision must be a revision number (from 1)");
   if (from_revision < 0) return absl::InvalidArgumentError("from_revision must not be negative");
   if (from_revision == 0) from_revision = to_revision - 1;

@@ -193,7 +193,4 @@ class Engine {
   uint64_t events_epoch_ = 0;
 };
 
-// "sha256:<hex>" for "blueprints/<hex>" style ids (64 lowercase hex digits), else nullopt.
-std::optional<std::string> DigestFromId(std::string_view id);
-
 }  // namespace rote::orchestrator::engine

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "orchestrator/engine/names.h"
 
 namespace rote::orchestrator::engine {
 
@@ -62,12 +63,12 @@ class Parser {
       if (start == pos_) return Error(absl::StrCat("unexpected character '", std::string(1, c), "'"));
       std::string key(text_.substr(start, pos_ - start));
       SkipBlank();
-      if (pos_ >= text_.size() || text_[pos_] != '=') return Error(absl::StrCat("expected '=' after ", key));
+      if (pos_ >= text_.size() || text_[pos_] != '=') return Error(absl::StrCat("expected '=' after ", QuoteInput(key)));
       ++pos_;
       SkipBlank();
       const int key_line = line_;
       for (const auto& [k, l] : seen) {
-        if (k == key) return Error(absl::StrCat("'", key, "' is set twice (first at line ", l, ")"));
+        if (k == key) return Error(absl::StrCat(QuoteInput(key), " is set twice (first at line ", l, ")"));
       }
       seen.emplace_back(key, key_line);
       if (entry == nullptr) {
@@ -80,7 +81,7 @@ class Parser {
           if (!v.ok()) return v.status();
           (key == "blueprint" ? lock.blueprint : lock.version) = *v;
         } else {
-          return ErrorAt(key_line, absl::StrCat("unknown key '", key, "' (top level: format, blueprint, version)"));
+          return ErrorAt(key_line, absl::StrCat("unknown key ", QuoteInput(key), " (top level: format, blueprint, version)"));
         }
       } else {
         absl::StatusOr<std::string> v = String();
@@ -89,7 +90,7 @@ class Parser {
           entry->point = *v;
         } else if (key == "kind") {
           std::optional<ArtifactKind> k = ParseKind(*v);
-          if (!k) return ErrorAt(key_line, absl::StrCat("unknown kind '", *v, "' (lua_function or re2_pattern)"));
+          if (!k) return ErrorAt(key_line, absl::StrCat("unknown kind ", QuoteInput(*v), " (lua_function or re2_pattern)"));
           entry->kind = *k;
           kind_set_.back() = true;
         } else if (key == "spec") {
@@ -101,8 +102,8 @@ class Parser {
         } else if (key == "source") {
           entry->source = *v;
         } else {
-          return ErrorAt(key_line, absl::StrCat("unknown key '", key,
-                                                "' in [[point]] (name, kind, spec, artifact, options, source)"));
+          return ErrorAt(key_line, absl::StrCat("unknown key ", QuoteInput(key),
+                                                " in [[point]] (name, kind, spec, artifact, options, source)"));
         }
       }
       if (absl::Status s = EndOfLine(); !s.ok()) return s;
@@ -110,12 +111,12 @@ class Parser {
     if (format && *format != 1) return ErrorAt(1, absl::StrCat("lockfile format ", *format, " is not supported (this rote reads format 1)"));
     for (const LockEntry& e : lock.entries) {
       if (e.point.empty()) return ErrorAt(e.line, "[[point]] without a name");
-      if (e.source.empty()) return ErrorAt(e.line, absl::StrCat("point '", e.point, "' has no source"));
+      if (e.source.empty()) return ErrorAt(e.line, absl::StrCat("point ", QuoteInput(e.point), " has no source"));
     }
     for (size_t i = 0; i < lock.entries.size(); ++i) {
       if (!kind_set_[i]) {
-        return ErrorAt(lock.entries[i].line, absl::StrCat("point '", lock.entries[i].point,
-                                                          "' has no kind (lua_function or re2_pattern)"));
+        return ErrorAt(lock.entries[i].line, absl::StrCat("point ", QuoteInput(lock.entries[i].point),
+                                                          " has no kind (lua_function or re2_pattern)"));
       }
     }
     return lock;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "orchestrator/engine/canonical.h"
+#include "orchestrator/engine/names.h"
 #include "store/digest.h"
 
 namespace rote::orchestrator::engine {
@@ -109,8 +110,8 @@ absl::StatusOr<std::string> CanonicalSpec(const GenerationPoint& p) {
 absl::Status Seal(GenerationPoint* p) {
   if (!IsValidPointName(p->name)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "generation point name '", p->name,
-        "' is not valid: use lowercase letters, digits and '_', starting with a letter (at most 64)"));
+        "generation point name ", QuoteInput(p->name),
+        " is not valid: use lowercase letters, digits and '_', starting with a letter (at most 64)"));
   }
   if (p->task.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
