@@ -138,6 +138,7 @@ struct RunRecord {
   int64_t create_ms = 0;
   int64_t start_ms = 0;  // 0 until running
   int64_t end_ms = 0;    // 0 until terminal
+  bool interrupted = false;  // see RunOutcome
 };
 
 struct CreateRunResult {
@@ -150,6 +151,9 @@ struct RunOutcome {
   RunState state = RunState::kSucceeded;  // kSucceeded, kFailed or kCancelled
   std::string output_digest;              // required for kSucceeded (a stored blob)
   std::string error;
+  // kFailed only: the run stopped before its blueprint reached a verdict (the server stopped,
+  // an infrastructure limit or fault), so its journal is no complete record to replay.
+  bool interrupted = false;
 };
 
 // One call of a generated artifact during a run.

@@ -185,6 +185,14 @@ CREATE TABLE kv (
   PRIMARY KEY (namespace, key)
 ) STRICT, WITHOUT ROWID;
 )sql",
+      // 4: whether a failed run was interrupted before a verdict (not replayable). Runs failed
+      // by an earlier rote's recovery or shutdown are recognized by the errors it wrote.
+      R"sql(
+ALTER TABLE runs ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0 CHECK (interrupted IN (0, 1));
+UPDATE runs SET interrupted = 1
+  WHERE state = 'failed' AND (error LIKE 'interrupted:%' OR error LIKE 'the server shut down%'
+                              OR error LIKE 'infrastructure timeout%');
+)sql",
   };
   return kMigrations;
 }

@@ -130,7 +130,7 @@ constexpr std::string_view kArtifactColumns =
 
 constexpr std::string_view kRunColumns =
     "id, blueprint_digest, input_digest, state, engine_profile_json, output_digest, error, "
-    "submitter, request_id, step_count, create_ms, start_ms, end_ms";
+    "submitter, request_id, step_count, create_ms, start_ms, end_ms, interrupted";
 
 constexpr std::string_view kBlueprintColumns = "id, digest, name, version, source, create_ms";
 
@@ -269,6 +269,7 @@ RunRecord ReadRunRow(const Statement& stmt) {
   r.create_ms = stmt.ColumnInt(10);
   r.start_ms = stmt.ColumnInt(11);  // NULL reads as 0
   r.end_ms = stmt.ColumnInt(12);
+  r.interrupted = stmt.ColumnInt(13) != 0;
   return r;
 }
 
@@ -1145,12 +1146,13 @@ absl::StatusOr<RunRecord> SqliteStore::Transition(int64_t run_id, RunState to,
       }
       ASSIGN_OR_RETURN(Statement stmt,
                        conn.Prepare("UPDATE runs SET state = ?, output_digest = ?, error = ?, "
-                                    "end_ms = ? WHERE id = ?"));
+                                    "end_ms = ?, interrupted = ? WHERE id = ?"));
       stmt.BindText(1, RunStateName(to))
           .BindTextOrNull(2, outcome->output_digest)
           .BindText(3, outcome->error)
           .BindInt(4, now)
-          .BindInt(5, run_id);
+          .BindInt(5, outcome->interrupted ? 1 : 0)
+          .BindInt(6, run_id);
       RETURN_IF_ERROR(stmt.Run());
     }
     ASSIGN_OR_RETURN(stored, LoadRun(conn, run_id));
@@ -1168,6 +1170,10 @@ absl::StatusOr<RunRecord> SqliteStore::FinishRun(int64_t run_id, const RunOutcom
     return absl::InvalidArgumentError(Cat(
         "FinishRun needs a terminal state (succeeded, failed, cancelled), not ",
         RunStateName(outcome.state)));
+  }
+  if (outcome.interrupted && outcome.state != RunState::kFailed) {
+    return absl::InvalidArgumentError(Cat("only a failed run can be interrupted, not a ",
+                                          RunStateName(outcome.state), " one"));
   }
   if (outcome.state == RunState::kSucceeded) {
     RETURN_IF_ERROR(CheckDigest(outcome.output_digest, "run output_digest"));

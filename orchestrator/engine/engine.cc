@@ -364,7 +364,8 @@ absl::Status Engine::Recover() {
         spdlog::warn("run {} was running when the server stopped; marking it failed", run.id);
         absl::Status s = FinishAndAnnounce(
             run.id, store::RunOutcome{store::RunState::kFailed, "",
-                                      "interrupted: the server stopped while this run executed; submit it again"});
+                                      "interrupted: the server stopped while this run executed; submit it again",
+                                      /*interrupted=*/true});
         if (!s.ok()) return s;
         continue;
       }
@@ -374,7 +375,8 @@ absl::Status Engine::Recover() {
         // Its generation was deferred to the worker, with a policy only the lost process knew.
         absl::Status s = FinishAndAnnounce(
             run.id, store::RunOutcome{store::RunState::kFailed, "",
-                                      "interrupted: the server stopped before this run's code was generated; submit it again"});
+                                      "interrupted: the server stopped before this run's code was generated; submit it again",
+                                      /*interrupted=*/true});
         if (!s.ok()) return s;
         continue;
       }
@@ -889,8 +891,8 @@ void Engine::ExecuteRun(const Job& job) {
     control.started = true;
   }
   const int64_t id = job.run_id;
-  auto fail = [&](store::RunState state, const std::string& error) {
-    absl::Status s = FinishAndAnnounce(id, store::RunOutcome{state, "", error});
+  auto fail = [&](store::RunState state, const std::string& error, bool interrupted = false) {
+    absl::Status s = FinishAndAnnounce(id, store::RunOutcome{state, "", error, interrupted});
     if (!s.ok()) spdlog::error("run {}: cannot record its end ({}): {}", id, StateWord(state), std::string(s.message()));
   };
   absl::StatusOr<store::RunRecord> run = store_->StartRun(id);
@@ -958,7 +960,8 @@ void Engine::ExecuteRun(const Job& job) {
   opts.interrupt = &control.interrupt;
   absl::StatusOr<Canonical> output = ExecuteBlueprint(bp->source, absl::StrCat(bp->name, ".lua"), *artifacts, *input, opts);
   if (absl::Status s = journal.Flush(); !s.ok()) {
-    return fail(store::RunState::kFailed, absl::StrCat("recording the journal failed: ", s.message()));
+    return fail(store::RunState::kFailed, absl::StrCat("recording the journal failed: ", s.message()),
+                /*interrupted=*/true);
   }
   if (output.ok()) {
     absl::StatusOr<store::BlobRef> blob = store_->PutBlob(output->json);
@@ -970,10 +973,15 @@ void Engine::ExecuteRun(const Job& job) {
   const absl::Status& st = output.status();
   if (absl::IsCancelled(st)) return fail(store::RunState::kCancelled, std::string(st.message()));
   if (absl::IsDeadlineExceeded(st)) {
-    return fail(store::RunState::kFailed, absl::StrCat("infrastructure timeout after ", options_.run_deadline.count(),
-                                                       " ms (not a property of the blueprint): ", st.message()));
+    return fail(store::RunState::kFailed,
+                absl::StrCat("infrastructure timeout after ", options_.run_deadline.count(),
+                             " ms (not a property of the blueprint): ", st.message()),
+                /*interrupted=*/true);
   }
-  fail(store::RunState::kFailed, std::string(st.message()));
+  // The blueprint's own errors and its limits are verdicts a replay reproduces; anything else
+  // (the server stopping, a broken worker, the store) stopped the run before it had one.
+  fail(store::RunState::kFailed, std::string(st.message()),
+       /*interrupted=*/!absl::IsFailedPrecondition(st) && !absl::IsResourceExhausted(st));
 }
 
 absl::StatusOr<store::RunRecord> Engine::GetRun(std::string_view name) {
@@ -1103,6 +1111,11 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
     return absl::FailedPreconditionError(absl::StrCat(
         RunName(run->id), " is ", StateWord(run->state),
         "; only succeeded or failed runs have a complete record to replay"));
+  }
+  if (run->interrupted) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        RunName(run->id), " failed because it was interrupted, not by its blueprint (", run->error,
+        "); like a cancelled run it has no complete record to replay: submit it again"));
   }
   absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(run->blueprint_digest);
   if (!bp.ok()) return bp.status();
