@@ -16,6 +16,7 @@
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/blueprints.grpc.pb.h"
 #include "rote/v1/runs.grpc.pb.h"
+#include "store/digest.h"
 
 namespace rote::cli {
 
@@ -121,8 +122,8 @@ void PrintRun(const rote::v1::Run& r) {
       {"name", r.name()},
       {"state", StateName(r.state())},
       {"blueprint", r.blueprint()},
-      {"input", r.input_digest()},
-      {"output", r.output_digest().empty() ? "-" : r.output_digest()},
+      {"input", absl::StrCat(r.input_digest(), " (", r.input_size_bytes(), " bytes)")},
+      {"output", r.output_digest().empty() ? "-" : absl::StrCat(r.output_digest(), " (", r.output_size_bytes(), " bytes)")},
       {"steps", absl::StrCat(r.step_count())},
       {"submitter", r.submitter()},
       {"created", Time(r.create_time())},
@@ -297,6 +298,45 @@ int CmdBlueprints(const Args& args) {
 // --- runs ------------------------------------------------------------------------------------
 
 namespace {
+// Reads one value of `run` through ReadRunPayload (an empty digest: its output) and reassembles
+// the chunks; DATA_LOSS unless they come in order and hash to the digest asked for (or, for the
+// output, to the digest the server named).
+grpc::Status ReadRunPayload(const Client& client, rote::v1::RunService::Stub& stub, const std::string& run,
+                            const std::string& digest, std::string* out) {
+  auto ctx = client.Context(/*streaming=*/true);
+  rote::v1::ReadRunPayloadRequest req;
+  req.set_name(run);
+  req.set_digest(digest);
+  auto reader = stub.ReadRunPayload(ctx.get(), req);
+  rote::v1::RunPayloadChunk chunk;
+  std::string named = digest;
+  bool in_order = true;
+  out->clear();
+  while (reader->Read(&chunk)) {
+    if (named.empty()) named = chunk.digest();
+    if (chunk.offset() != static_cast<int64_t>(out->size()) || chunk.digest() != named) in_order = false;
+    out->append(chunk.data());
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return st;
+  if (!in_order || named.empty() || store::Sha256Digest(*out) != named) {
+    return grpc::Status(grpc::StatusCode::DATA_LOSS,
+                        absl::StrCat("the ", out->size(), " bytes received for ", run, " do not hash to ",
+                                     named.empty() ? std::string("a digest") : named,
+                                     "; they were damaged in transit or by the server; try again"));
+  }
+  return grpc::Status::OK;
+}
+
+// A run whose output the server left out (too large to travel inline) gets it read in chunks,
+// so it prints the same whatever its size.
+grpc::Status CompleteOutput(const Client& client, rote::v1::RunService::Stub& stub, rote::v1::Run* run) {
+  if (!run->output_omitted()) return grpc::Status::OK;
+  grpc::Status st = ReadRunPayload(client, stub, run->name(), run->output_digest(), run->mutable_output_json());
+  if (st.ok()) run->set_output_omitted(false);
+  return st;
+}
+
 int WatchRun(Client& client, const std::string& name) {
   rote::v1::RunService::Stub stub(client.channel());
   auto ctx = client.Context(/*streaming=*/true);
@@ -328,7 +368,14 @@ int WatchRun(Client& client, const std::string& name) {
   }
   grpc::Status st = reader->Finish();
   if (!st.ok()) return client.Fail(st, "watching " + name);
-  return last == rote::v1::RUN_STATE_SUCCEEDED ? kExitOk : kExitFailure;
+  if (last != rote::v1::RUN_STATE_SUCCEEDED) return kExitFailure;
+  if (!client.options().json) {
+    std::string output;
+    st = ReadRunPayload(client, stub, name, "", &output);
+    if (!st.ok()) return client.Fail(st, "reading the output of " + name);
+    std::cout << "\n" << output << "\n";
+  }
+  return kExitOk;
 }
 }  // namespace
 
@@ -384,6 +431,8 @@ int CmdRuns(const Args& args) {
       if (!client.options().json) std::cout << "run: " << resp.name() << "\n";
       return WatchRun(client, resp.name());
     }
+    st = CompleteOutput(client, stub, &resp);
+    if (!st.ok()) return client.Fail(st, "reading the output of " + resp.name());
     if (client.options().json) Client::PrintJson(resp, std::cout); else PrintRun(resp);
     return kExitOk;
   }
@@ -402,6 +451,8 @@ int CmdRuns(const Args& args) {
       st = stub.CancelRun(ctx.get(), req, &resp);
     }
     if (!st.ok()) return client.Fail(st, cmd + " " + *name);
+    st = CompleteOutput(client, stub, &resp);
+    if (!st.ok()) return client.Fail(st, "reading the output of " + *name);
     if (client.options().json) Client::PrintJson(resp, std::cout); else PrintRun(resp);
     return kExitOk;
   }
@@ -419,10 +470,11 @@ int CmdRuns(const Args& args) {
     grpc::Status st = stub.ListRuns(ctx.get(), req, &resp);
     if (!st.ok()) return client.Fail(st, "listing runs");
     if (client.options().json) { Client::PrintJson(resp, std::cout); return kExitOk; }
-    Table t({"RUN", "STATE", "BLUEPRINT", "STEPS", "OUTPUT", "CREATED"});
+    Table t({"RUN", "STATE", "BLUEPRINT", "STEPS", "OUTPUT", "BYTES", "CREATED"});
     for (const auto& r : resp.runs())
       t.Add({r.name(), StateName(r.state()), r.blueprint(), absl::StrCat(r.step_count()),
-             r.output_digest().empty() ? "-" : Short(r.output_digest()), Time(r.create_time())});
+             r.output_digest().empty() ? "-" : Short(r.output_digest()),
+             r.output_digest().empty() ? "-" : absl::StrCat(r.output_size_bytes()), Time(r.create_time())});
     t.Print(std::cout);
     return kExitOk;
   }
@@ -444,9 +496,13 @@ int CmdRuns(const Args& args) {
     } else if (resp.matched()) {
       std::cout << "replay matched: " << resp.steps_compared() << " steps, output " << resp.output_digest() << "\n";
     } else {
+      auto value = [](bool omitted, const std::string& json, const std::string& digest) {
+        return omitted ? absl::StrCat("(too large to show: ", digest, ")") : json;
+      };
       std::cout << "replay MISMATCH at "
                 << (resp.first_mismatch_step() < 0 ? std::string("the output") : absl::StrCat("step ", resp.first_mismatch_step()))
-                << "\n  recorded: " << resp.recorded_json() << "\n  replayed: " << resp.replayed_json() << "\n";
+                << "\n  recorded: " << value(resp.recorded_omitted(), resp.recorded_json(), resp.recorded_digest())
+                << "\n  replayed: " << value(resp.replayed_omitted(), resp.replayed_json(), resp.replayed_digest()) << "\n";
     }
     return resp.matched() ? kExitOk : kExitFailure;
   }

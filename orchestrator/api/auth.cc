@@ -40,6 +40,7 @@ const std::map<std::string, Role, std::less<>>& MethodRoles() {
       {"/rote.v1.RunService/SubmitRun", Role::kSubmit},
       {"/rote.v1.RunService/GetRun", Role::kSubmit},
       {"/rote.v1.RunService/ListRuns", Role::kSubmit},
+      {"/rote.v1.RunService/ReadRunPayload", Role::kSubmit},
       {"/rote.v1.RunService/WatchRun", Role::kSubmit},
       {"/rote.v1.RunService/ReplayRun", Role::kSubmit},
       {"/rote.v1.RunService/CancelRun", Role::kSubmit},

@@ -34,6 +34,10 @@ struct ServiceDeps {
   std::optional<generate::ModelDescription> model;
   // The four-eyes rule in ReviewArtifact; null: no rule.
   const generate::ReviewPolicy* review_policy = nullptr;
+  // The largest run value a response carries inline (Run.output_json, replay values), and the
+  // chunk size of ReadRunPayload: well below the message limit (the server sets a quarter of
+  // it, at most 1 MiB), so responses fit any client's default limit too.
+  int64_t max_inline_payload_bytes = 1 << 20;
 };
 
 // Builds the four rote.v1 services.

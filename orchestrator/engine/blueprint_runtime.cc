@@ -767,6 +767,15 @@ absl::StatusOr<Canonical> ExecuteBlueprint(std::string_view source, std::string_
     return absl::FailedPreconditionError(absl::StrCat(std::string(chunkname), ": run returned a value that is not JSON: ",
                                                       canonical.status().message()));
   }
+  // JSON escapes can make the output several times the memory the value took (a control
+  // character takes six bytes); the run's memory limit, recorded in its engine profile, bounds
+  // what is stored so every server and every replay draws the line in the same place.
+  if (canonical->json.size() > options.limits.max_memory_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        std::string(chunkname), ": run returned ", canonical->json.size(),
+        " bytes of JSON, more than the run's memory limit (max_memory_bytes=", options.limits.max_memory_bytes,
+        "), which also bounds its output; return less, or submit with a larger policy.max_memory_bytes"));
+  }
   return canonical;
 }
 

@@ -106,7 +106,8 @@ struct ExecuteOptions {
 
 // Executes run(input) with `artifacts` bound by generation point name; returns the canonical
 // output. FAILED_PRECONDITION for errors of the blueprint ("<chunkname>:<line>: ...") and for
-// unbound points, RESOURCE_EXHAUSTED for limits, CANCELLED (or the interrupt's reason) when
+// unbound points, RESOURCE_EXHAUSTED for limits (an output whose canonical JSON is larger than
+// limits.max_memory_bytes is one), CANCELLED (or the interrupt's reason) when
 // interrupted, and whatever the observer returned when it stopped the execution.
 absl::StatusOr<Canonical> ExecuteBlueprint(std::string_view source, std::string_view chunkname,
                                            const std::vector<BoundArtifact>& artifacts,

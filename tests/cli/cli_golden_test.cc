@@ -203,6 +203,42 @@ TEST_F(CliTest, TokenFromFlagIsAccepted) {
   EXPECT_NE(r.exit_code, 4) << r.err;
 }
 
+// An output above what travels inline (1 MiB) is read in chunks and printed whole, checked
+// against its digest, by `runs submit --watch` and `runs get`; the list shows its size.
+TEST_F(CliTest, LargeOutputIsPrintedWhole) {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("cli_big_" + std::to_string(::getpid()) + ".lua")).string();
+  std::ofstream(file) << "local bp = rote.blueprint { name = \"cli_big\", version = \"1.0.0\" }\n"
+                         "function bp.run(input) return string.rep(input.unit, input.count) end\n"
+                         "return bp\n";
+  const std::vector<std::string> auth = {"--server", address_, "--token", "cli-test-token-0123456789"};
+  auto rote = [&](std::vector<std::string> args) {
+    args.insert(args.end(), auth.begin(), auth.end());
+    return RunRote(args);
+  };
+  Result reg = rote({"blueprints", "register", file});
+  std::filesystem::remove(file);
+  ASSERT_EQ(reg.exit_code, 0) << reg.err;
+  const std::string output = "\"" + std::string(3'000'000, 'x') + "\"";
+
+  Result watched = rote({"runs", "submit", "cli_big", "--input", R"({"count":3000000,"unit":"x"})", "--watch"});
+  ASSERT_EQ(watched.exit_code, 0) << watched.err;
+  EXPECT_THAT(watched.out, HasSubstr("state: succeeded\n\n" + output + "\n"));
+  const size_t at = watched.out.find("run: runs/");
+  ASSERT_NE(at, std::string::npos) << watched.out.substr(0, 200);
+  const std::string run = watched.out.substr(at + 5, watched.out.find('\n', at) - at - 5);
+
+  Result got = rote({"runs", "get", run});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_THAT(got.out, HasSubstr("\n" + output + "\n"));
+
+  Result listed = rote({"runs", "list"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("BYTES"));
+  EXPECT_THAT(listed.out, HasSubstr(" 3000002 "));
+  EXPECT_LT(listed.out.size(), 4096u);
+}
+
 // Files the CLI reads are regular files of bounded size: `blueprints register /dev/zero` read
 // until the kernel killed the CLI, a FIFO blocked it forever.
 TEST_F(CliTest, DevicesAndFifosAreRefusedAsFiles) {
