@@ -1,11 +1,13 @@
 #include "orchestrator/api/services.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "orchestrator/generate/prompt.h"
 #include "spdlog/spdlog.h"
+#include "store/digest.h"
 
 namespace rote::orchestrator {
 
@@ -133,16 +135,29 @@ void ToProto(const engine::BlueprintView& v, rote::v1::Blueprint* out) {
   SetTime(v.record.create_ms, out->mutable_create_time());
 }
 
-absl::Status ToProto(engine::Engine& engine, const store::RunRecord& r, rote::v1::Run* out) {
+// The output travels in output_json only up to `inline_max` bytes (0: never, as in lists), so a
+// response stays far below the message limits of server and clients whatever a run produced;
+// a larger one is flagged output_omitted and read with ReadRunPayload.
+absl::Status ToProto(engine::Engine& engine, const store::RunRecord& r, int64_t inline_max, rote::v1::Run* out) {
   out->set_name(absl::StrCat("runs/", r.id));
   out->set_blueprint(absl::StrCat("blueprints/", Hex(r.blueprint_digest)));
   out->set_blueprint_digest(r.blueprint_digest);
   out->set_state(ProtoRunState(r.state));
   out->set_input_digest(r.input_digest);
+  absl::StatusOr<store::BlobRef> input = engine.store()->StatBlob(r.input_digest);
+  if (!input.ok()) return input.status();
+  out->set_input_size_bytes(input->size);
   if (r.state == store::RunState::kSucceeded) {
-    absl::StatusOr<std::string> output = engine.OutputJson(r);
-    if (!output.ok()) return output.status();
-    out->set_output_json(*std::move(output));
+    absl::StatusOr<store::BlobRef> stat = engine.store()->StatBlob(r.output_digest);
+    if (!stat.ok()) return stat.status();
+    out->set_output_size_bytes(stat->size);
+    if (stat->size <= inline_max) {
+      absl::StatusOr<std::string> output = engine.OutputJson(r);
+      if (!output.ok()) return output.status();
+      out->set_output_json(*std::move(output));
+    } else {
+      out->set_output_omitted(true);
+    }
   }
   out->set_output_digest(r.output_digest);
   for (const store::Binding& b : r.bindings) ToProto(b, out->add_bindings());
@@ -262,14 +277,14 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     sr.principal = principal->name;
     auto run = deps_.engine->SubmitRun(sr);
     if (!run.ok()) return ToGrpc(run.status());
-    return ToGrpc(ToProto(*deps_.engine, *run, resp));
+    return ToGrpc(ToProto(*deps_.engine, *run, deps_.max_inline_payload_bytes, resp));
   }
   grpc::Status GetRun(grpc::ServerContext* ctx, const rote::v1::GetRunRequest* req, rote::v1::Run* resp) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.RunService/GetRun");
     if (!principal.ok()) return ToGrpc(principal.status());
     auto run = deps_.engine->GetRun(req->name());
     if (!run.ok()) return ToGrpc(run.status());
-    return ToGrpc(ToProto(*deps_.engine, *run, resp));
+    return ToGrpc(ToProto(*deps_.engine, *run, deps_.max_inline_payload_bytes, resp));
   }
   grpc::Status ListRuns(grpc::ServerContext* ctx, const rote::v1::ListRunsRequest* req,
                         rote::v1::ListRunsResponse* resp) override {
@@ -282,9 +297,34 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     auto list = deps_.engine->ListRuns(req->blueprint(), *state, *page);
     if (!list.ok()) return ToGrpc(list.status());
     for (const store::RunRecord& r : list->items) {
-      if (absl::Status s = ToProto(*deps_.engine, r, resp->add_runs()); !s.ok()) return ToGrpc(s);
+      if (absl::Status s = ToProto(*deps_.engine, r, /*inline_max=*/0, resp->add_runs()); !s.ok()) return ToGrpc(s);
     }
     resp->set_next_page_token(list->next_page_token);
+    return grpc::Status::OK;
+  }
+  grpc::Status ReadRunPayload(grpc::ServerContext* ctx, const rote::v1::ReadRunPayloadRequest* req,
+                              grpc::ServerWriter<rote::v1::RunPayloadChunk>* writer) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.RunService/ReadRunPayload");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto run = deps_.engine->GetRun(req->name());
+    if (!run.ok()) return ToGrpc(run.status());
+    // Read whole and verified before the first chunk: a client never receives bytes of a
+    // damaged value.
+    auto bytes = deps_.engine->RunValue(*run, req->digest());
+    if (!bytes.ok()) return ToGrpc(bytes.status());
+    const std::string digest = req->digest().empty() ? run->output_digest : req->digest();
+    const size_t chunk = static_cast<size_t>(std::max<int64_t>(1, deps_.max_inline_payload_bytes));
+    size_t offset = 0;
+    do {
+      const size_t n = std::min(chunk, bytes->size() - offset);
+      rote::v1::RunPayloadChunk c;
+      c.set_offset(static_cast<int64_t>(offset));
+      c.set_data(bytes->data() + offset, n);
+      c.set_digest(digest);
+      c.set_size_bytes(static_cast<int64_t>(bytes->size()));
+      if (!writer->Write(c)) return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      offset += n;
+    } while (offset < bytes->size());
     return grpc::Status::OK;
   }
   grpc::Status WatchRun(grpc::ServerContext* ctx, const rote::v1::WatchRunRequest* req,
@@ -304,8 +344,17 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     resp->set_matched(r->matched);
     resp->set_steps_compared(r->steps_compared);
     resp->set_first_mismatch_step(r->first_mismatch_step);
-    resp->set_recorded_json(r->recorded_json);
-    resp->set_replayed_json(r->replayed_json);
+    if (!r->matched) {
+      // Both values of a mismatched output can be as large as outputs get: each travels inline
+      // only while small, like Run.output_json, and is named by its digest either way.
+      resp->set_recorded_digest(store::Sha256Digest(r->recorded_json));
+      resp->set_replayed_digest(store::Sha256Digest(r->replayed_json));
+      const auto fits = [&](const std::string& v) {
+        return static_cast<int64_t>(v.size()) <= deps_.max_inline_payload_bytes;
+      };
+      if (fits(r->recorded_json)) resp->set_recorded_json(r->recorded_json); else resp->set_recorded_omitted(true);
+      if (fits(r->replayed_json)) resp->set_replayed_json(r->replayed_json); else resp->set_replayed_omitted(true);
+    }
     resp->set_output_digest(r->output_digest);
     return grpc::Status::OK;
   }
@@ -315,7 +364,7 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     if (!principal.ok()) return ToGrpc(principal.status());
     auto run = deps_.engine->CancelRun(req->name(), principal->name);
     if (!run.ok()) return ToGrpc(run.status());
-    return ToGrpc(ToProto(*deps_.engine, *run, resp));
+    return ToGrpc(ToProto(*deps_.engine, *run, deps_.max_inline_payload_bytes, resp));
   }
 
  private:

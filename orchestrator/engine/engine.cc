@@ -115,6 +115,16 @@ std::string StepJson(int64_t index, std::string_view point, std::string_view art
   return j.ok() ? *j : std::string("{}");
 }
 
+// A failed run's error as recorded. A blueprint may raise a string of any size, and every run
+// listing carries the error, so it is cut (at a UTF-8 boundary) past kMaxRunErrorBytes; replay
+// cuts a replayed error the same way before comparing.
+std::string RecordedError(std::string_view message) {
+  if (message.size() <= kMaxRunErrorBytes) return std::string(message);
+  size_t cut = kMaxRunErrorBytes;
+  while (cut > 0 && (static_cast<unsigned char>(message[cut]) & 0xC0) == 0x80) --cut;
+  return absl::StrCat(std::string(message.substr(0, cut)), "... (", message.size() - cut, " more bytes)");
+}
+
 std::string ErrorJson(std::string_view message) {
   Map m;
   m["error"] = Value::String(std::string(message));
@@ -892,7 +902,7 @@ void Engine::ExecuteRun(const Job& job) {
   }
   const int64_t id = job.run_id;
   auto fail = [&](store::RunState state, const std::string& error, bool interrupted = false) {
-    absl::Status s = FinishAndAnnounce(id, store::RunOutcome{state, "", error, interrupted});
+    absl::Status s = FinishAndAnnounce(id, store::RunOutcome{state, "", RecordedError(error), interrupted});
     if (!s.ok()) spdlog::error("run {}: cannot record its end ({}): {}", id, StateWord(state), std::string(s.message()));
   };
   absl::StatusOr<store::RunRecord> run = store_->StartRun(id);
@@ -1059,6 +1069,34 @@ absl::StatusOr<std::string> Engine::OutputJson(const store::RunRecord& run) {
   return store_->GetBlob(run.output_digest);
 }
 
+absl::StatusOr<std::string> Engine::RunValue(const store::RunRecord& run, std::string_view digest) {
+  if (digest.empty()) {
+    if (run.state != store::RunState::kSucceeded || run.output_digest.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(RunName(run.id), " is ", StateWord(run.state),
+                                                        "; only a succeeded run has an output"));
+    }
+    digest = run.output_digest;
+  }
+  if (!store::IsValidDigest(digest)) {
+    return absl::InvalidArgumentError("digest must be 'sha256:' followed by 64 lowercase hex digits");
+  }
+  bool recorded = digest == run.input_digest || digest == run.output_digest;
+  if (!recorded) {
+    absl::StatusOr<std::vector<store::StepRecord>> steps = store_->ListSteps(run.id);
+    if (!steps.ok()) return steps.status();
+    recorded = std::any_of(steps->begin(), steps->end(), [&](const store::StepRecord& s) {
+      return s.input_digest == digest || s.output_digest == digest;
+    });
+  }
+  // Only values of this run: the digest of anything else (another run's input, a prompt) says
+  // nothing about whether it is stored.
+  if (!recorded) {
+    return absl::NotFoundError(absl::StrCat(RunName(run.id), " recorded no value with digest ", std::string(digest),
+                                            "; use its input_digest, output_digest or a step's digests"));
+  }
+  return store_->GetBlob(digest);
+}
+
 absl::Status Engine::WatchRun(std::string_view name, const std::function<bool(const rote::v1::RunEvent&)>& send,
                               const std::function<bool()>& stop) {
   absl::StatusOr<store::RunRecord> run = GetRun(name);
@@ -1198,7 +1236,7 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
     r.replayed_json = "null";
     return r;
   }
-  std::string replayed = output.ok() ? output->json : ErrorJson(std::string(output.status().message()));
+  std::string replayed = output.ok() ? output->json : ErrorJson(RecordedError(std::string(output.status().message())));
   std::string recorded = run->state == store::RunState::kSucceeded ? recorded_output : ErrorJson(run->error);
   r.output_digest = output.ok() ? output->digest : "";
   r.matched = replayed == recorded;

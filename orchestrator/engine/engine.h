@@ -47,6 +47,9 @@ struct EngineOptions {
   std::string rote_version = "0.0.0";
 };
 
+// A failed run's error is recorded up to this many bytes (then "... (N more bytes)").
+inline constexpr size_t kMaxRunErrorBytes = 16 * 1024;
+
 struct RunPolicy {
   bool allow_generation = false;
   bool allow_pending = false;
@@ -128,6 +131,10 @@ class Engine {
                         const std::function<bool()>& stop);
   // The output of a succeeded run as canonical JSON (verified against its digest).
   absl::StatusOr<std::string> OutputJson(const store::RunRecord& run);
+  // One value the run recorded, verified against its digest: its input, its output (also when
+  // `digest` is empty), or the input or output of one of its steps. NOT_FOUND for any other
+  // digest, FAILED_PRECONDITION for the output of a run that did not succeed.
+  absl::StatusOr<std::string> RunValue(const store::RunRecord& run, std::string_view digest);
 
   // ---- artifacts
   absl::StatusOr<ArtifactView> GetArtifact(std::string_view name);
