@@ -139,6 +139,56 @@ absl::StatusOr<bool> IsLoopbackAddress(const std::string& host_port) {
   return all_loopback;
 }
 
+std::vector<std::string> ListeningAddresses(const std::string& host_port) {
+  const std::vector<std::string> as_given = {host_port};
+  const std::string host = HostOf(host_port);
+  // The port: after "]:" when bracketed, else after the one colon.
+  std::string port;
+  if (!host_port.empty() && host_port.front() == '[') {
+    const size_t close = host_port.find(']');
+    if (close == std::string::npos || host_port.compare(close, 2, "]:") != 0) return as_given;
+    port = host_port.substr(close + 2);
+  } else {
+    if (host.find(':') != std::string::npos || host.size() == host_port.size()) return as_given;
+    port = host_port.substr(host.size() + 1);
+  }
+  if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos) return as_given;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* addresses = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &addresses) == 0) {  // already numeric
+    ::freeaddrinfo(addresses);
+    return as_given;
+  }
+  hints.ai_flags = 0;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &addresses) != 0) return as_given;
+  std::vector<std::string> out;
+  bool keep_as_given = false;
+  for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
+    char text[INET6_ADDRSTRLEN] = {};
+    std::string numeric;
+    if (a->ai_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr, text, sizeof text);
+      numeric = absl::StrCat(text, ":", port);
+    } else if (a->ai_family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
+      keep_as_given |= v6->sin6_scope_id != 0;
+      ::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof text);
+      numeric = absl::StrCat("[", text, "]:", port);
+    } else {
+      keep_as_given = true;
+    }
+    // A name listed twice (in /etc/hosts, say) would otherwise bind its address twice.
+    if (std::find(out.begin(), out.end(), numeric) == out.end()) out.push_back(std::move(numeric));
+  }
+  ::freeaddrinfo(addresses);
+  const bool port_zero = port.find_first_not_of('0') == std::string::npos;
+  if (keep_as_given || out.empty() || (out.size() > 1 && port_zero)) return as_given;
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<DataDirLock>> DataDirLock::Acquire(const std::string& data_dir) {
   const std::string path = data_dir + "/rote.lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -302,14 +352,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   state->options = std::move(options);
   const ServerOptions& opt = state->options;
 
+  // Resolved once: the loopback check below sees exactly the addresses gRPC binds.
+  const std::vector<std::string> listen_addresses = ListeningAddresses(opt.listen);
   if (opt.keys_file.empty()) {
-    const absl::StatusOr<bool> loopback = IsLoopbackAddress(opt.listen);
-    if (!loopback.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          std::string(loopback.status().message()),
-          "; without --keys the server listens only where every address is loopback"));
+    bool all_loopback = true;
+    for (const std::string& address : listen_addresses) {
+      const absl::StatusOr<bool> loopback = IsLoopbackAddress(address);
+      if (!loopback.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            std::string(loopback.status().message()),
+            "; without --keys the server listens only where every address is loopback"));
+      }
+      all_loopback &= *loopback;
     }
-    if (!*loopback) {
+    if (!all_loopback) {
       return absl::FailedPreconditionError(absl::StrCat(
           "refusing to listen on ", opt.listen,
           " without a key file: anyone who can reach it could run code. Pass --keys FILE "
@@ -458,7 +514,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   // gRPC sets SO_REUSEPORT by default on Linux: a second server on a busy port would bind and
   // the kernel would split the clients between the two. A busy port must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(opt.listen, creds, &state->port);
+  // One listening port per address, each reporting the port it bound: gRPC would start with
+  // only some of a name's addresses bound (ListeningAddresses).
+  std::vector<int> bound_ports(listen_addresses.size(), 0);
+  for (size_t i = 0; i < listen_addresses.size(); ++i) {
+    builder.AddListeningPort(listen_addresses[i], creds, &bound_ports[i]);
+  }
   builder.SetMaxReceiveMessageSize(opt.max_message_bytes);
   builder.SetMaxSendMessageSize(opt.max_message_bytes);
   builder.RegisterService(state->services.blueprints.get());
@@ -471,7 +532,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
 
   state->server = builder.BuildAndStart();
-  if (!state->server || state->port == 0) {
+  state->port = bound_ports.front();
+  const bool all_bound = std::all_of(bound_ports.begin(), bound_ports.end(),
+                                     [&](int port) { return port != 0 && port == state->port; });
+  if (!state->server || !all_bound) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", opt.listen,
         ": the address is in use or invalid (pick another with --listen HOST:PORT)"));

@@ -63,6 +63,15 @@ struct ServerOptions {
 // the host does not resolve.
 absl::StatusOr<bool> IsLoopbackAddress(const std::string& host_port);
 
+// The addresses gRPC is asked to listen on for HOST:PORT. gRPC binds every address a host name
+// resolves to but starts when any one of them binds: with 127.0.0.1:PORT taken, "localhost:PORT"
+// would serve on ::1 alone while clients of 127.0.0.1:PORT reached whoever holds it. So a name
+// becomes one numeric "ADDRESS:PORT" per distinct address it resolves to, each of which must bind
+// (and each of which the loopback check sees). A numeric address, no host, a scheme (unix:), a
+// name that does not resolve, a link-local scope, and a name with port 0 resolving to several
+// addresses (each would get its own port) are given as they are.
+std::vector<std::string> ListeningAddresses(const std::string& host_port);
+
 // The one owner of a data directory: an exclusive flock(2) on DIR/rote.lock, which holds the
 // owner's pid. Two servers on one SQLite store would each recover the other's running runs as
 // abandoned and fail them; the lock makes the second refuse to start instead. The kernel drops

@@ -2,18 +2,23 @@
 // metrics, and a call in flight during shutdown.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netdb.h>
+#include <sched.h>      // unshare
+#include <sys/mount.h>  // a private /etc/hosts
 #include <sys/socket.h>
 #include <sys/stat.h>  // mkfifo
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "cli/reflection_client.h"
 #include "gmock/gmock.h"
@@ -310,6 +315,58 @@ TEST(ServerStartTest, IsLoopbackAddress) {
   }
   // Not loopback by its name: the .invalid domain never resolves.
   EXPECT_FALSE(IsLoopbackAddress("127.example.invalid:7878").ok());
+}
+
+TEST(ServerStartTest, ListeningAddressesSpellOutEachAddressOfAName) {
+  for (const char* given : {"127.0.0.1:7878", "[::1]:7878", ":7878", "0.0.0.0:7878", "unix:/tmp/rote.sock",
+                            "127.example.invalid:7878", "localhost"}) {
+    EXPECT_EQ(ListeningAddresses(given), std::vector<std::string>{given}) << given;
+  }
+  const std::vector<std::string> localhost = ListeningAddresses("localhost:7878");
+  ASSERT_FALSE(localhost.empty());
+  for (const std::string& address : localhost) {
+    EXPECT_TRUE(address == "127.0.0.1:7878" || address == "[::1]:7878") << address;
+  }
+}
+
+// gRPC binds every address a name resolves to and starts when any one binds: with 127.0.0.1:P
+// held by another process, "localhost:P" served on ::1 alone, and clients of 127.0.0.1:P reached
+// the other process. Run where localhost is both 127.0.0.1 and ::1 (a private /etc/hosts in a
+// mount namespace of one thread); skipped where that namespace cannot be made.
+TEST(ServerStartTest, NameWithOneOfItsAddressesBusyIsAnError) {
+  const std::string dir = TempDir("busy-name");
+  const std::string hosts = dir + "/hosts";
+  std::ofstream(hosts) << "127.0.0.1 localhost\n::1 localhost\n";
+  std::string skip;
+  absl::Status started;
+  std::thread([&] {
+    // The namespace belongs to this thread (and the threads it starts) and ends with it.
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) {
+      skip = std::string("cannot give this thread its own /etc/hosts: ") + std::strerror(errno);
+      return;
+    }
+    int busy = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    ASSERT_EQ(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    ASSERT_EQ(::listen(busy, 1), 0);
+    ASSERT_EQ(::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    ServerOptions opt = TestOptions("busy-name-server");
+    opt.listen = "localhost:" + std::to_string(ntohs(addr.sin_port));
+    if (ListeningAddresses(opt.listen).size() != 2) {
+      skip = "localhost does not resolve to two addresses here";
+    } else {
+      auto server = Server::Start(opt);
+      started = server.status();
+    }
+    ::close(busy);
+  }).join();
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(started.ok()) << "started with 127.0.0.1 held by another socket";
+  EXPECT_THAT(std::string(started.message()), HasSubstr("cannot listen on localhost:"));
 }
 
 std::string HttpGet(int port, const std::string& path) {
