@@ -207,6 +207,7 @@ struct ArtifactFilter {
 struct RunFilter {
   std::string blueprint_digest;   // empty: any
   std::optional<RunState> state;  // unset: any
+  std::string submitter{};        // empty: any
 };
 
 }  // namespace rote::store

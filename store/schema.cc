@@ -193,6 +193,10 @@ UPDATE runs SET interrupted = 1
   WHERE state = 'failed' AND (error LIKE 'interrupted:%' OR error LIKE 'the server shut down%'
                               OR error LIKE 'infrastructure timeout%');
 )sql",
+      // 5: runs by submitter (a run belongs to its submitter; lists show a principal its own).
+      R"sql(
+CREATE INDEX runs_by_submitter ON runs (submitter, id);
+)sql",
   };
   return kMigrations;
 }

@@ -1203,7 +1203,7 @@ absl::StatusOr<Page<RunRecord>> SqliteStore::ListRuns(const RunFilter& filter,
   ASSIGN_OR_RETURN(const int size, internal::EffectivePageSize(page.page_size));
   const std::string state_name =
       filter.state.has_value() ? std::string(RunStateName(*filter.state)) : "";
-  const std::string filter_key = FilterKey({filter.blueprint_digest, state_name});
+  const std::string filter_key = FilterKey({filter.blueprint_digest, state_name, filter.submitter});
   int64_t after = 0;
   if (!page.page_token.empty()) {
     ASSIGN_OR_RETURN(after, tokens_.Decode(page.page_token, "runs", filter_key));
@@ -1211,12 +1211,14 @@ absl::StatusOr<Page<RunRecord>> SqliteStore::ListRuns(const RunFilter& filter,
   std::string sql = Cat(
       "SELECT ", kRunColumns, " FROM runs WHERE id > ?1",
       filter.blueprint_digest.empty() ? "" : " AND blueprint_digest = ?3",
-      state_name.empty() ? "" : " AND state = ?4", " ORDER BY id LIMIT ?2");
+      state_name.empty() ? "" : " AND state = ?4",
+      filter.submitter.empty() ? "" : " AND submitter = ?5", " ORDER BY id LIMIT ?2");
   return ReadTx([&](Connection& conn) -> absl::StatusOr<Page<RunRecord>> {
     ASSIGN_OR_RETURN(auto rows, QueryRuns(conn, sql, [&](Statement& s) {
                        s.BindInt(1, after).BindInt(2, size + 1);
                        if (!filter.blueprint_digest.empty()) s.BindText(3, filter.blueprint_digest);
                        if (!state_name.empty()) s.BindText(4, state_name);
+                       if (!filter.submitter.empty()) s.BindText(5, filter.submitter);
                      }));
     return MakePage(std::move(rows), size, tokens_, "runs", filter_key,
                     [](const RunRecord& r) { return r.id; });

@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -24,18 +25,33 @@ std::string_view RoleName(Role role) {
 bool Principal::Has(Role role) const {
   if (admin) return true;
   switch (role) {
-    case Role::kSubmit: return submit || review;  // reviewers must be able to read what they review
+    case Role::kSubmit: return submit;
     case Role::kReview: return review;
     case Role::kAdmin: return false;
   }
   return false;
 }
 
-const std::map<std::string, Role, std::less<>>& MethodRoles() {
-  static const auto* roles = new std::map<std::string, Role, std::less<>>{
+bool MethodAccess::Allows(const Principal& principal) const {
+  return std::any_of(roles.begin(), roles.end(), [&](Role r) { return principal.Has(r); });
+}
+
+std::string MethodAccess::Describe() const {
+  std::string out;
+  for (size_t i = 0; i < roles.size(); ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : " or ", "`", std::string(RoleName(roles[i])), "`");
+  }
+  return out;
+}
+
+const std::map<std::string, MethodAccess, std::less<>>& MethodRoles() {
+  // Reviewers read what a review needs (blueprints and their specs, artifacts, the model), never
+  // runs: those belong to their submitters and hold their inputs.
+  const MethodAccess read_code = {Role::kSubmit, Role::kReview};
+  static const auto* roles = new std::map<std::string, MethodAccess, std::less<>>{
       {"/rote.v1.BlueprintService/RegisterBlueprint", Role::kSubmit},
-      {"/rote.v1.BlueprintService/GetBlueprint", Role::kSubmit},
-      {"/rote.v1.BlueprintService/ListBlueprints", Role::kSubmit},
+      {"/rote.v1.BlueprintService/GetBlueprint", read_code},
+      {"/rote.v1.BlueprintService/ListBlueprints", read_code},
       {"/rote.v1.BlueprintService/LockBlueprint", Role::kSubmit},
       {"/rote.v1.RunService/SubmitRun", Role::kSubmit},
       {"/rote.v1.RunService/GetRun", Role::kSubmit},
@@ -44,14 +60,14 @@ const std::map<std::string, Role, std::less<>>& MethodRoles() {
       {"/rote.v1.RunService/WatchRun", Role::kSubmit},
       {"/rote.v1.RunService/ReplayRun", Role::kSubmit},
       {"/rote.v1.RunService/CancelRun", Role::kSubmit},
-      {"/rote.v1.ArtifactService/ListArtifacts", Role::kSubmit},
-      {"/rote.v1.ArtifactService/GetArtifact", Role::kSubmit},
-      {"/rote.v1.ArtifactService/ListRevisions", Role::kSubmit},
+      {"/rote.v1.ArtifactService/ListArtifacts", read_code},
+      {"/rote.v1.ArtifactService/GetArtifact", read_code},
+      {"/rote.v1.ArtifactService/ListRevisions", read_code},
       {"/rote.v1.ArtifactService/ReviewArtifact", Role::kReview},
-      {"/rote.v1.ArtifactService/DiffRevisions", Role::kSubmit},
+      {"/rote.v1.ArtifactService/DiffRevisions", read_code},
       {"/rote.v1.ArtifactService/RegenerateArtifact", Role::kAdmin},
       {"/rote.v1.GenerationService/Generate", Role::kSubmit},
-      {"/rote.v1.GenerationService/GetModel", Role::kSubmit},
+      {"/rote.v1.GenerationService/GetModel", read_code},
   };
   return *roles;
 }
@@ -126,7 +142,7 @@ absl::StatusOr<Principal> Authenticator::AuthorizeHeader(
     // Fail closed: a method without a declared role is callable by nobody.
     return absl::PermissionDeniedError(absl::StrCat("method ", std::string(method), " declares no role"));
   }
-  const Role needed = role_it->second;
+  const MethodAccess& needed = role_it->second;
   if (local_mode_) return Principal{"local", true, true, true};
   if (!authorization) {
     return absl::UnauthenticatedError(
@@ -144,9 +160,9 @@ absl::StatusOr<Principal> Authenticator::AuthorizeHeader(
     }
   }
   if (found == nullptr) return absl::UnauthenticatedError("unknown bearer token");
-  if (!found->Has(needed)) {
-    return absl::PermissionDeniedError(absl::StrCat("principal `", found->name, "` lacks role `",
-                                                    std::string(RoleName(needed)), "` needed by ", std::string(method)));
+  if (!needed.Allows(*found)) {
+    return absl::PermissionDeniedError(absl::StrCat("principal `", found->name, "` lacks role ", needed.Describe(),
+                                                    " needed by ", std::string(method)));
   }
   return *found;
 }

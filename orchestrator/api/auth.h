@@ -6,8 +6,13 @@
 //     4f3c2a...                        alice       submit,review
 //     9b1d77...                        ops         admin
 //
-// Roles: submit (register blueprints, submit and read runs, read artifacts), review (approve or
-// reject artifacts), admin (everything, including regeneration). `admin` implies the others.
+// Roles, each only what it says (docs/architecture.md, "Security", has the full matrix):
+//   submit  register and lock blueprints, submit runs and use its own runs, call Generate, read
+//           blueprints and artifacts;
+//   review  approve or reject artifacts, read blueprints and artifacts (what a review needs);
+//   admin   everything, including every principal's runs and regeneration.
+// A principal that submits and reviews holds both. A run belongs to its submitter: other
+// principals need admin to read, watch, replay or cancel it.
 // Without a key file the server runs in local mode: it listens on loopback only and every
 // caller is the principal "local" with all roles.
 #pragma once
@@ -16,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,12 +42,23 @@ struct Principal {
   bool review = false;
   bool admin = false;
 
+  // Holds `role` (admin holds every role).
   bool Has(Role role) const;
 };
 
-// The role every API method needs, keyed by full method name ("/rote.v1.RunService/SubmitRun").
-// Every rote.v1 method must have an entry; a test checks that against the proto descriptors.
-const std::map<std::string, Role, std::less<>>& MethodRoles();
+// Who may call a method: a principal holding any one of `roles`.
+struct MethodAccess {
+  MethodAccess(Role role) : roles{role} {}  // NOLINT: one role is the common case
+  MethodAccess(std::initializer_list<Role> any_of) : roles(any_of) {}
+  bool Allows(const Principal& principal) const;
+  std::string Describe() const;  // "`submit`", "`submit` or `review`"
+  std::vector<Role> roles;
+};
+
+// The roles that may call each API method, keyed by full method name
+// ("/rote.v1.RunService/SubmitRun"). Every rote.v1 method must have an entry; a test checks that
+// against the proto descriptors.
+const std::map<std::string, MethodAccess, std::less<>>& MethodRoles();
 
 class Authenticator {
  public:

@@ -49,6 +49,31 @@ absl::StatusOr<Principal> Admit(const ServiceDeps& deps, grpc::ServerContext* ct
   return principal;
 }
 
+// A run belongs to its submitter: anyone else needs admin. Every method that names a run
+// resolves it here.
+absl::StatusOr<store::RunRecord> OwnedRun(const ServiceDeps& deps, const Principal& principal, std::string_view name) {
+  absl::StatusOr<store::RunRecord> run = deps.engine->GetRun(name);
+  if (!run.ok()) return run.status();
+  if (run->submitter != principal.name && !principal.Has(Role::kAdmin)) {
+    return absl::PermissionDeniedError(absl::StrCat("runs/", run->id, " belongs to the principal who submitted it; `",
+                                                    principal.name, "` may use only its own runs (admin may use all)"));
+  }
+  return run;
+}
+
+// Whether `principal` may approve `artifact`: the review role, and the four-eyes rule of the
+// review policy. The one check for every path that approves code: ReviewArtifact, and a
+// lockfile at registration.
+absl::Status MayApprove(const ServiceDeps& deps, const Principal& principal, const store::ArtifactRecord& artifact) {
+  if (!principal.Has(Role::kReview)) {
+    return absl::PermissionDeniedError(absl::StrCat("approving artifact ", artifact.digest, " needs the review role, which `",
+                                                    principal.name, "` lacks"));
+  }
+  if (deps.review_policy == nullptr) return absl::OkStatus();
+  return generate::CheckMayReview(deps.engine->store(), *deps.review_policy, artifact, store::ReviewState::kApproved,
+                                  principal.name, deps.auth->local_mode());
+}
+
 void SetTime(int64_t ms, google::protobuf::Timestamp* t) {
   if (ms <= 0) return;
   t->set_seconds(ms / 1000);
@@ -217,8 +242,9 @@ class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
                                  rote::v1::Blueprint* resp) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.BlueprintService/RegisterBlueprint");
     if (!principal.ok()) return ToGrpc(principal.status());
-    auto view = deps_.engine->RegisterBlueprint(req->source(), req->lockfile(), req->filename(), principal->name,
-                                                principal->Has(Role::kReview));
+    auto view = deps_.engine->RegisterBlueprint(
+        req->source(), req->lockfile(), req->filename(), principal->name,
+        [&](const store::ArtifactRecord& artifact) { return MayApprove(deps_, *principal, artifact); });
     if (!view.ok()) return ToGrpc(view.status());
     ToProto(*view, resp);
     return grpc::Status::OK;
@@ -282,7 +308,7 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
   grpc::Status GetRun(grpc::ServerContext* ctx, const rote::v1::GetRunRequest* req, rote::v1::Run* resp) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.RunService/GetRun");
     if (!principal.ok()) return ToGrpc(principal.status());
-    auto run = deps_.engine->GetRun(req->name());
+    auto run = OwnedRun(deps_, *principal, req->name());
     if (!run.ok()) return ToGrpc(run.status());
     return ToGrpc(ToProto(*deps_.engine, *run, deps_.max_inline_payload_bytes, resp));
   }
@@ -294,7 +320,9 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     if (!page.ok()) return ToGrpc(page.status());
     auto state = StoreRunState(req->state());
     if (!state.ok()) return ToGrpc(state.status());
-    auto list = deps_.engine->ListRuns(req->blueprint(), *state, *page);
+    // Admin sees every run; anyone else their own.
+    auto list = deps_.engine->ListRuns(req->blueprint(), *state, principal->Has(Role::kAdmin) ? "" : principal->name,
+                                       *page);
     if (!list.ok()) return ToGrpc(list.status());
     for (const store::RunRecord& r : list->items) {
       if (absl::Status s = ToProto(*deps_.engine, r, /*inline_max=*/0, resp->add_runs()); !s.ok()) return ToGrpc(s);
@@ -306,7 +334,7 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
                               grpc::ServerWriter<rote::v1::RunPayloadChunk>* writer) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.RunService/ReadRunPayload");
     if (!principal.ok()) return ToGrpc(principal.status());
-    auto run = deps_.engine->GetRun(req->name());
+    auto run = OwnedRun(deps_, *principal, req->name());
     if (!run.ok()) return ToGrpc(run.status());
     // Read whole and verified before the first chunk: a client never receives bytes of a
     // damaged value.
@@ -331,6 +359,7 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
                         grpc::ServerWriter<rote::v1::RunEvent>* writer) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.RunService/WatchRun");
     if (!principal.ok()) return ToGrpc(principal.status());
+    if (auto owned = OwnedRun(deps_, *principal, req->name()); !owned.ok()) return ToGrpc(owned.status());
     return ToGrpc(deps_.engine->WatchRun(
         req->name(), [&](const rote::v1::RunEvent& e) { return writer->Write(e); },
         [&] { return ctx->IsCancelled(); }));
@@ -339,6 +368,7 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
                          rote::v1::ReplayRunResponse* resp) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.RunService/ReplayRun");
     if (!principal.ok()) return ToGrpc(principal.status());
+    if (auto owned = OwnedRun(deps_, *principal, req->name()); !owned.ok()) return ToGrpc(owned.status());
     auto r = deps_.engine->ReplayRun(req->name());
     if (!r.ok()) return ToGrpc(r.status());
     resp->set_matched(r->matched);
@@ -362,6 +392,7 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
                          rote::v1::Run* resp) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.RunService/CancelRun");
     if (!principal.ok()) return ToGrpc(principal.status());
+    if (auto owned = OwnedRun(deps_, *principal, req->name()); !owned.ok()) return ToGrpc(owned.status());
     auto run = deps_.engine->CancelRun(req->name(), principal->name);
     if (!run.ok()) return ToGrpc(run.status());
     return ToGrpc(ToProto(*deps_.engine, *run, deps_.max_inline_payload_bytes, resp));
@@ -418,13 +449,10 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     if (!decision->has_value()) {
       return ToGrpc(absl::InvalidArgumentError("decision must be REVIEW_STATE_APPROVED or REVIEW_STATE_REJECTED"));
     }
-    if (deps_.review_policy != nullptr) {
-      // The four-eyes rule (orchestrator/generate/review_policy.h).
+    if (**decision == store::ReviewState::kApproved) {
       auto current = deps_.engine->GetArtifact(req->name());
       if (!current.ok()) return ToGrpc(current.status());
-      absl::Status allowed = generate::CheckMayReview(deps_.engine->store(), *deps_.review_policy, current->record,
-                                                      **decision, principal->name, deps_.auth->local_mode());
-      if (!allowed.ok()) return ToGrpc(allowed);
+      if (absl::Status allowed = MayApprove(deps_, *principal, current->record); !allowed.ok()) return ToGrpc(allowed);
     }
     auto view = deps_.engine->ReviewArtifact(req->name(), **decision, req->comment(), req->etag(), principal->name);
     if (!view.ok()) return ToGrpc(view.status());

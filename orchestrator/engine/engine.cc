@@ -507,7 +507,7 @@ absl::StatusOr<BlueprintView> Engine::ViewOf(store::BlueprintRecord record) {
 
 absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source, std::string_view lockfile,
                                                         std::string_view filename, const std::string& principal,
-                                                        bool may_approve) {
+                                                        const ApprovalCheck& may_approve) {
   if (source.empty()) return absl::InvalidArgumentError("the blueprint source is empty");
   // The file name reappears in every error about the blueprint and its lockfile.
   if (filename.size() > kMaxFilenameBytes) {
@@ -612,16 +612,28 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
           "the artifact locked for '", l.entry.point, "' (", l.digest,
           ") was rejected in review; replace it in the lockfile or approve it again with `rote artifacts review`"));
     }
-    // Registering needs only the submit role; approving code needs the review role, so a
-    // lockfile cannot smuggle approved code past reviewers.
-    if (artifact->state == store::ReviewState::kPending && may_approve) {
-      store::ReviewRequest review;
-      review.artifact_digest = l.digest;
-      review.principal = principal;
-      review.decision = store::ReviewState::kApproved;
-      review.comment = absl::StrCat("expert reference artifact from the lockfile of ", decl->name);
-      absl::StatusOr<store::ArtifactRecord> approved = store_->ReviewArtifact(review);
-      if (!approved.ok()) return approved.status();
+    // Registering needs only the submit role. Approving goes through the same check as
+    // ReviewArtifact: an artifact's digest does not depend on its generation point, so a lockfile
+    // holding the source a principal asked the model for would otherwise let that principal
+    // approve it, for every point that uses it.
+    if (artifact->state == store::ReviewState::kPending) {
+      absl::Status allowed = may_approve ? may_approve(*artifact)
+                                         : absl::PermissionDeniedError("registration without an approval check");
+      if (allowed.ok()) {
+        store::ReviewRequest review;
+        review.artifact_digest = l.digest;
+        review.principal = principal;
+        review.decision = store::ReviewState::kApproved;
+        review.comment = absl::StrCat("expert reference artifact from the lockfile of ", decl->name);
+        review.expected_etag = artifact->etag;  // the state the check saw
+        absl::StatusOr<store::ArtifactRecord> approved = store_->ReviewArtifact(review);
+        if (!approved.ok()) return approved.status();
+      } else if (absl::IsPermissionDenied(allowed)) {
+        spdlog::info("registering {}: the artifact locked for '{}' ({}) stays pending: {}", decl->name,
+                     l.entry.point, l.digest, std::string(allowed.message()));
+      } else {
+        return allowed;
+      }
     }
     absl::Status bound = store_->SetBinding(record.digest, store::Binding{l.entry.point, l.digest, "lockfile"});
     if (!bound.ok()) return bound;
@@ -1004,9 +1016,11 @@ absl::StatusOr<store::RunRecord> Engine::GetRun(std::string_view name) {
 
 absl::StatusOr<store::Page<store::RunRecord>> Engine::ListRuns(std::string_view blueprint,
                                                                std::optional<store::RunState> state,
+                                                               std::string_view submitter,
                                                                const store::PageRequest& page) {
   store::RunFilter filter;
   filter.state = state;
+  filter.submitter = std::string(submitter);
   if (!blueprint.empty()) {
     absl::StatusOr<BlueprintName> parsed = ParseBlueprintName(blueprint);
     if (!parsed.ok()) return parsed.status();

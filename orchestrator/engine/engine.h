@@ -106,12 +106,16 @@ class Engine {
   std::string EngineProfileJson(const sandbox::Limits& limits) const;
 
   // ---- blueprints
-  // The lockfile's artifacts are stored with author "expert" and bound. They are approved in
-  // review by `principal` only when `may_approve` (the principal has the review role); otherwise
-  // they stay pending until someone who may review approves them.
+  // Whether the registering principal may approve an artifact: OK, or PERMISSION_DENIED saying
+  // why not. The API passes the very check ReviewArtifact makes (the review role and the
+  // four-eyes rule), so a lockfile approves nothing its registrant could not approve in review.
+  using ApprovalCheck = std::function<absl::Status(const store::ArtifactRecord& artifact)>;
+  // The lockfile's artifacts are stored with author "expert" and bound. A pending one is
+  // approved in review by `principal` when `may_approve` allows it; otherwise (or without a
+  // check) it stays pending until someone who may approve it does.
   absl::StatusOr<BlueprintView> RegisterBlueprint(std::string_view source, std::string_view lockfile,
                                                   std::string_view filename, const std::string& principal,
-                                                  bool may_approve = true);
+                                                  const ApprovalCheck& may_approve = {});
   absl::StatusOr<BlueprintView> GetBlueprint(std::string_view name);
   absl::StatusOr<store::Page<BlueprintView>> ListBlueprints(std::string_view display_name,
                                                             const store::PageRequest& page);
@@ -120,8 +124,10 @@ class Engine {
   // ---- runs
   absl::StatusOr<store::RunRecord> SubmitRun(const SubmitRequest& request);
   absl::StatusOr<store::RunRecord> GetRun(std::string_view name);
+  // `submitter` non-empty: only that principal's runs.
   absl::StatusOr<store::Page<store::RunRecord>> ListRuns(std::string_view blueprint,
                                                          std::optional<store::RunState> state,
+                                                         std::string_view submitter,
                                                          const store::PageRequest& page);
   absl::StatusOr<store::RunRecord> CancelRun(std::string_view name, const std::string& principal);
   absl::StatusOr<ReplayResult> ReplayRun(std::string_view name);

@@ -60,6 +60,8 @@ void TestServer::Stop() {
   }
 }
 
+int TestServer::port() const { return server_ ? server_->port() : 0; }
+
 std::unique_ptr<grpc::ClientContext> TestServer::Context(int seconds) const {
   auto ctx = std::make_unique<grpc::ClientContext>();
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));

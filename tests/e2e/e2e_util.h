@@ -27,6 +27,7 @@ class TestServer {
   std::unique_ptr<grpc::ClientContext> Context(int seconds = 60) const;
   void Stop();
   const std::string& data_dir() const { return dir_; }
+  int port() const;
 
   rote::v1::BlueprintService::Stub& blueprints() { return *blueprints_; }
   rote::v1::RunService::Stub& runs() { return *runs_; }
