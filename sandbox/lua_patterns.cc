@@ -4,7 +4,9 @@
 // the deterministic profile needs: every step of the backtracking matcher is charged to the
 // instruction budget (the stock matcher can run for exponential time inside one C call, where
 // the count hook cannot see it), and character classes (%a, %d, %s, ...) are ASCII-only, never
-// the host locale's <ctype.h> tables.
+// the host locale's <ctype.h> tables. A step is one unit; work within a step that grows with
+// the script's strings (scanning a bracket class, comparing a back-reference, copying a
+// replacement) is charged one unit per 16 bytes on top.
 #include <cstring>
 #include <lua.hpp>
 
@@ -116,6 +118,11 @@ const char* ClassEnd(MatchState* ms, const char* p) {
   }
 }
 
+// Units beyond the step for matching one character against the pattern item [p, ep): a
+// bracket class is scanned from its start each time (and so is finding its end), so a long
+// class costs in proportion to its length.
+uint64_t ItemCost(const char* p, const char* ep) { return static_cast<uint64_t>(ep - p) / kBytesPerCharge; }
+
 bool SingleMatch(MatchState* ms, const char* s, const char* p, const char* ep) {
   if (s >= ms->src_end) return false;
   int c = static_cast<unsigned char>(*s);
@@ -147,7 +154,7 @@ const char* MatchBalance(MatchState* ms, const char* s, const char* p) {
 const char* MaxExpand(MatchState* ms, const char* s, const char* p, const char* ep) {
   ptrdiff_t i = 0;
   while (SingleMatch(ms, s + i, p, ep)) {
-    Step(ms);
+    Step(ms, 1 + ItemCost(p, ep));
     i++;
   }
   while (i >= 0) {  // try with the longest repetition first, then back off
@@ -162,6 +169,7 @@ const char* MinExpand(MatchState* ms, const char* s, const char* p, const char* 
   for (;;) {
     const char* res = Match(ms, s, ep + 1);
     if (res != nullptr) return res;
+    Step(ms, ItemCost(p, ep));
     if (!SingleMatch(ms, s, p, ep)) return nullptr;
     s++;
   }
@@ -242,6 +250,7 @@ const char* Match(MatchState* ms, const char* s, const char* p) {
             p += 2;
             if (*p != '[') luaL_error(ms->L, "missing '[' after '%%f' in pattern");
             const char* ep = ClassEnd(ms, p);
+            Step(ms, 2 * ItemCost(p, ep));  // ClassEnd and two class matches
             int previous = (s == ms->src_init) ? '\0' : static_cast<unsigned char>(*(s - 1));
             int current = (s < ms->src_end) ? static_cast<unsigned char>(*s) : '\0';
             if (!MatchBracketClass(previous, p, ep - 1) && MatchBracketClass(current, p, ep - 1)) {
@@ -265,6 +274,7 @@ const char* Match(MatchState* ms, const char* s, const char* p) {
       default:
       single: {
         const char* ep = ClassEnd(ms, p);
+        Step(ms, ItemCost(p, ep));  // ClassEnd and the match below
         if (!SingleMatch(ms, s, p, ep)) {
           if (*ep == '*' || *ep == '?' || *ep == '-') {  // accept empty
             p = ep + 1;
@@ -349,14 +359,8 @@ void ReprepState(MatchState* ms) {
   ms->matchdepth = kMaxMatchDepth;
 }
 
-size_t PosRelatI(lua_Integer pos, size_t len) {
-  if (pos > 0) return static_cast<size_t>(pos);
-  if (pos == 0) return 1;
-  if (pos < -static_cast<lua_Integer>(len)) return 1;
-  return len + static_cast<size_t>(pos) + 1;
-}
-
 int FindAux(lua_State* L, bool find) {
+  ChargeCall(L, 0, 3, 3);  // a string `init` is converted by scanning it
   size_t ls, lp;
   const char* s = luaL_checklstring(L, 1, &ls);
   const char* p = luaL_checklstring(L, 2, &lp);
@@ -430,6 +434,7 @@ int GMatchStep(lua_State* L) {
 }
 
 int StrGMatch(lua_State* L) {
+  ChargeCall(L, 0, 3, 3);
   size_t ls, lp;
   const char* s = luaL_checklstring(L, 1, &ls);
   const char* p = luaL_checklstring(L, 2, &lp);
@@ -485,6 +490,8 @@ bool AddValue(MatchState* ms, luaL_Buffer* b, const char* s, const char* e, int 
       lua_gettable(L, 3);
       break;
     default:
+      // The replacement is scanned for '%' and copied at every match.
+      Step(ms, lua_rawlen(L, 3) / kBytesPerCharge);
       AddString(ms, b, s, e);
       return true;
   }
@@ -501,6 +508,7 @@ bool AddValue(MatchState* ms, luaL_Buffer* b, const char* s, const char* e, int 
 }
 
 int StrGsub(lua_State* L) {
+  ChargeCall(L, 0, 4, 4);
   size_t srcl, lp;
   const char* src = luaL_checklstring(L, 1, &srcl);
   const char* p = luaL_checklstring(L, 2, &lp);
@@ -512,9 +520,6 @@ int StrGsub(lua_State* L) {
   bool changed = false;
   luaL_argexpected(L, tr == LUA_TNUMBER || tr == LUA_TSTRING || tr == LUA_TFUNCTION || tr == LUA_TTABLE,
                    3, "string/function/table");
-  if (tr == LUA_TSTRING || tr == LUA_TNUMBER) {
-    LuaState::Charge(L, 1 + lua_rawlen(L, 3) / kBytesPerCharge);
-  }
   MatchState ms;
   luaL_Buffer b;
   luaL_buffinit(L, &b);

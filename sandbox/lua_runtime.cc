@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
+#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -129,6 +131,9 @@ struct LuaStateAccess {
   static bool& seed_pinned(LuaState* s) { return s->seed_pinned_; }
   static uint64_t& peak(LuaState* s) { return s->peak_heap_bytes_; }
   static bool& enforce_memory(LuaState* s) { return s->enforce_memory_; }
+  static bool metering(LuaState* s) { return s->metering_; }
+  static bool ChargeAllocation(LuaState* s, uint64_t bytes) { return s->ChargeAllocation(bytes); }
+  static void CheckDeadline(LuaState* s, lua_State* L) { s->CheckDeadline(L); }
   static lua_State* main(LuaState* s) { return s->L_; }
 };
 
@@ -215,6 +220,11 @@ bool PinSeed(void* lg, size_t lg_size, void* ud) {
   return false;
 }
 
+absl::Status InstructionLimitError(uint64_t max_instructions) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("instruction limit exceeded (max_instructions=", max_instructions, ")"));
+}
+
 void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
   auto* s = static_cast<LuaState*>(ud);
   if (A::lg_block(s) == nullptr && ptr == nullptr && nsize > 0) {
@@ -250,6 +260,10 @@ void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
       }
       return nullptr;
     }
+    // During a call, heap growth is work the script asked for (a concatenation, a buffer, a
+    // table, a deeper stack) and is charged like any other; once a limit is hit nothing grows
+    // any more, so C code that allocates in a loop stops at its next allocation.
+    if (A::metering(s) && !A::ChargeAllocation(s, grow)) return nullptr;
   }
   void* p = ptr == nullptr ? A::arena(s).Alloc(nsize) : A::arena(s).Realloc(ptr, osize, nsize);
   if (p == nullptr) {
@@ -265,20 +279,45 @@ void* Allocate(void* ud, void* ptr, size_t osize, size_t nsize) {
   return p;
 }
 
-void Hook(lua_State* L, lua_Debug*) {
+void Hook(lua_State* L, lua_Debug* ar);
+
+// The host's stop hook: a count hook other than ours on the main thread (lua_runtime.h,
+// "Stopping a call from another thread"), or null.
+lua_Hook HostStopHook(lua_State* main) {
+  lua_Hook h = lua_gethook(main);
+  return h == Hook ? nullptr : h;
+}
+
+// The VM runs a hook only on the thread it is installed on, and only between instructions:
+// this runs the host's stop hook for coroutines and inside C loops. `ar` is null in C code.
+void RunHostStopHook(lua_State* main, lua_State* L, lua_Debug* ar) {
+  lua_Hook h = HostStopHook(main);
+  if (h == nullptr) return;
+  lua_Debug here{};
+  if (ar == nullptr) {
+    lua_getstack(L, 0, &here);
+    here.event = LUA_HOOKCOUNT;
+    ar = &here;
+  }
+  h(L, ar);
+}
+
+// Whether the call is over: a limit or the deadline was hit, or the host asked it to stop.
+bool StopRequested(LuaState* s) {
+  return !A::limit_status(s).ok() || A::deadline_hit(s) || HostStopHook(A::main(s)) != nullptr;
+}
+
+void Hook(lua_State* L, lua_Debug* ar) {
   LuaState* s = LuaState::From(L);
   if (!A::limit_status(s).ok() || A::deadline_hit(s)) A::RaiseLimit(s, L);
+  if (L != A::main(s)) RunHostStopHook(A::main(s), L, ar);
   uint64_t& used = A::instructions(s);
   used += kInstructionQuantum;
   if (used > A::limits(s).max_instructions) {
-    A::limit_status(s) = absl::ResourceExhaustedError(absl::StrCat(
-        "instruction limit exceeded (max_instructions=", A::limits(s).max_instructions, ")"));
+    A::limit_status(s) = InstructionLimitError(A::limits(s).max_instructions);
     A::RaiseLimit(s, L);
   }
-  if (auto& d = A::deadline(s); d && LuaState::Clock::now() > *d) {
-    A::deadline_hit(s) = true;
-    A::RaiseLimit(s, L);
-  }
+  A::CheckDeadline(s, L);
 }
 
 int ReadOnlyError(lua_State* L) { return luaL_error(L, "attempt to modify a read-only table"); }
@@ -322,6 +361,56 @@ bool IsProxy(lua_State* L, int idx) {
   return found;
 }
 
+// ---- Table sizes. lua_next visits every slot of a table's array and hash parts, empty ones
+// included, so what a traversal costs is the table's allocated size, not its key count: a table
+// whose million elements were set to nil keeps its million slots until it is next rehashed, and
+// next() over it would otherwise be one unit for a million steps. The size is read from the
+// Table itself, whose layout is lobject.h's in Lua 5.4.0 to 5.4.8; VerifyTableLayout checks it
+// against tables of known sizes when a state is created, and refuses other builds.
+struct TableLayout {
+  void* next;
+  uint8_t tt;
+  uint8_t marked;
+  uint8_t flags;      // bit 7 set: `alimit` is less than the array part's real size
+  uint8_t lsizenode;  // log2 of the hash part's size
+  unsigned int alimit;
+  void* array;
+  void* node;
+  void* lastfree;  // null for the shared empty hash part
+  void* metatable;
+  void* gclist;
+};
+static_assert(offsetof(TableLayout, alimit) == 12 && offsetof(TableLayout, lastfree) == 32,
+              "Table layout of Lua 5.4 on LP64");
+
+TableLayout ReadTable(lua_State* L, int idx) {
+  TableLayout t;
+  std::memcpy(&t, lua_topointer(L, idx), sizeof t);
+  return t;
+}
+
+// Slots in the array and hash parts of the table at idx (ltable.c's luaH_realasize and
+// allocsizenode).
+uint64_t TableSlots(lua_State* L, int idx) {
+  TableLayout t = ReadTable(L, idx);
+  uint64_t array = t.alimit;
+  if ((t.flags & 0x80) != 0 && (array & (array - 1)) != 0) array = std::bit_ceil(array);
+  uint64_t hash = t.lastfree == nullptr ? 0 : uint64_t{1} << t.lsizenode;
+  return array + hash;
+}
+
+bool VerifyTableLayout(lua_State* L) {
+  lua_createtable(L, 0, 0);
+  lua_createtable(L, 5, 9);  // an array part of 5 and a hash part of 16
+  TableLayout e = ReadTable(L, -2), t = ReadTable(L, -1);
+  bool ok = e.tt == LUA_TTABLE && e.alimit == 0 && e.lastfree == nullptr && e.array == nullptr &&
+            t.tt == LUA_TTABLE && t.alimit == 5 && t.lsizenode == 4 && (t.flags & 0x80) == 0 &&
+            t.array != nullptr && t.node != nullptr && t.lastfree != nullptr && e.node != t.node &&
+            TableSlots(L, -2) == 0 && TableSlots(L, -1) == 21;
+  lua_pop(L, 2);
+  return ok;
+}
+
 // ---- Deterministic key order: numbers (integers and floats numerically), then strings
 // bytewise, then false, then true. Tables, functions and other keys have no order that does
 // not depend on addresses, so iterating a table that has them is an error.
@@ -363,7 +452,15 @@ bool IntLessFloat(lua_Integer i, double d) {
   return i <= static_cast<lua_Integer>(std::floor(d));
 }
 
-bool KeyLess(const SortKey& a, const SortKey& b) {
+// What comparing keys cost: one unit per comparison and one per 16 bytes of strings compared.
+struct CompareCost {
+  uint64_t comparisons = 0;
+  uint64_t bytes = 0;
+  uint64_t units() const { return comparisons + bytes / internal::kBytesPerCharge; }
+};
+
+bool KeyLess(const SortKey& a, const SortKey& b, CompareCost* cost) {
+  ++cost->comparisons;
   if (a.kind != b.kind) return a.kind < b.kind;
   switch (a.kind) {
     case 0:
@@ -372,7 +469,9 @@ bool KeyLess(const SortKey& a, const SortKey& b) {
       if (a.is_int) return IntLessFloat(a.i, b.d);
       return !IntLessFloat(b.i, a.d);
     case 1: {
-      int c = std::memcmp(a.s, b.s, std::min(a.len, b.len));
+      size_t n = std::min(a.len, b.len);
+      cost->bytes += n;
+      int c = std::memcmp(a.s, b.s, n);
       return c != 0 ? c < 0 : a.len < b.len;
     }
     default: return a.i < b.i;
@@ -383,6 +482,11 @@ bool KeyLess(const SortKey& a, const SortKey& b) {
   luaL_error(L, "%s: table has a key of type %s; only number, string and boolean keys have a "
              "deterministic iteration order", fn, luaL_typename(L, idx));
   abort();  // unreachable: luaL_error does not return
+}
+
+// Charged before a function walks the table at t with lua_next `walks` times.
+void ChargeWalks(lua_State* L, int t, uint64_t walks) {
+  LuaState::Charge(L, internal::SaturatingAdd(1, walks * TableSlots(L, t)));
 }
 
 int CountKeys(lua_State* L, int t) {
@@ -404,7 +508,8 @@ int DeterministicNext(lua_State* L) {
   SortKey after{};
   bool have_after = !lua_isnil(L, 2);
   if (have_after && !MakeSortKey(L, 2, &after)) UnorderableKey(L, 2, "next");
-  LuaState::Charge(L, 1 + CountKeys(L, 1));
+  ChargeWalks(L, 1, 1);
+  CompareCost cost;
   bool found = false;
   SortKey best{};
   lua_pushnil(L);  // slot 3: best key so far
@@ -413,13 +518,14 @@ int DeterministicNext(lua_State* L) {
     lua_pop(L, 1);
     SortKey k{};
     if (!MakeSortKey(L, -1, &k)) UnorderableKey(L, -1, "next");
-    if ((!have_after || KeyLess(after, k)) && (!found || KeyLess(k, best))) {
+    if ((!have_after || KeyLess(after, k, &cost)) && (!found || KeyLess(k, best, &cost))) {
       found = true;
       best = k;
       lua_pushvalue(L, -1);
       lua_replace(L, 3);
     }
   }
+  LuaState::Charge(L, cost.units());
   if (!found) {
     lua_pushnil(L);
     return 1;
@@ -457,18 +563,22 @@ int DeterministicPairs(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
   UnwrapProxy(L, 1);
+  ChargeWalks(L, 1, 2);
   int n = CountKeys(L, 1);
-  LuaState::Charge(L, 1 + static_cast<uint64_t>(n));
+  LuaState::Charge(L, static_cast<uint64_t>(n));  // each key is copied twice and looked up once
   // Scratch space as userdata so that a Lua error (memory limit) cannot leak it.
   auto* keys = static_cast<SortKey*>(lua_newuserdatauv(L, sizeof(SortKey) * (n ? n : 1), 0));
+  CompareCost cost;
   int i = 0;
   lua_pushnil(L);
   while (lua_next(L, 1) != 0) {
     lua_pop(L, 1);
     if (!MakeSortKey(L, -1, &keys[i])) UnorderableKey(L, -1, "pairs");
+    if (keys[i].kind == 1) cost.bytes += keys[i].len;  // hashed and compared again by PairsStep
     ++i;
   }
-  std::sort(keys, keys + n, KeyLess);
+  std::sort(keys, keys + n, [&cost](const SortKey& a, const SortKey& b) { return KeyLess(a, b, &cost); });
+  LuaState::Charge(L, cost.units());
   lua_pushvalue(L, 1);            // upvalue 1
   lua_createtable(L, n, 0);       // upvalue 2
   for (i = 0; i < n; ++i) {
@@ -509,8 +619,56 @@ int Print(lua_State* L) {
   LuaState::AppendOutput(L, "\n");
   return 0;
 }
+// ---- Library functions implemented in C. Each one whose work the script can make large is
+// wrapped (or replaced) so that it charges before it runs: at least one unit per iteration of
+// its loop, whatever the iteration does (string.rep of an empty string still loops n times),
+// and one unit per 16 bytes it reads (internal::ChargeCall). Bytes it writes are charged as
+// they are allocated (Allocate). A wrapper holds the stock function as its last upvalue, after
+// the stock function's own upvalues (math.random's generator state), and runs it in its own
+// frame: same arguments, same upvalues, same function name and stack levels in error messages,
+// and yields work as they do unwrapped.
 
-int CallUpvalue(lua_State* L);
+constexpr int kAllArgs = INT_MAX;
+
+lua_CFunction Stock(lua_State* L) {
+  int i = 1;
+  while (lua_type(L, lua_upvalueindex(i + 1)) != LUA_TNONE) ++i;
+  return lua_tocfunction(L, lua_upvalueindex(i));
+}
+
+int CallStock(lua_State* L) { return Stock(L)(L); }
+
+// Replaces field `name` of the table on top of the stack with `wrapper` around it.
+void WrapField(lua_State* L, const char* name, lua_CFunction wrapper) {
+  lua_getfield(L, -1, name);
+  int stock = lua_gettop(L);
+  int n = 0;
+  while (lua_getupvalue(L, stock, n + 1) != nullptr) ++n;
+  lua_pushvalue(L, stock);
+  lua_pushcclosure(L, wrapper, n + 1);
+  lua_setfield(L, -3, name);
+  lua_pop(L, 1);
+}
+
+// The stock function after ChargeCall(L, 0, First, Last).
+template <int First, int Last>
+int Charged(lua_State* L) {
+  internal::ChargeCall(L, 0, First, Last);
+  return CallStock(L);
+}
+
+// The iterations of `for (i = from; i < to; ++i)` (or down from `to` to `from`), for any two
+// integers: a __len can answer anything.
+uint64_t Iterations(lua_Integer from, lua_Integer to) {
+  return to > from ? static_cast<lua_Unsigned>(to) - static_cast<lua_Unsigned>(from) : 0;
+}
+
+// Units for a loop over the indices first..last.
+uint64_t RangeUnits(lua_Integer first, lua_Integer last) {
+  if (last < first) return 0;
+  lua_Unsigned span = static_cast<lua_Unsigned>(last) - static_cast<lua_Unsigned>(first);
+  return span > (1ull << 60) ? (1ull << 60) : span + 1;
+}
 
 int GuardedSetmetatable(lua_State* L) {
   if (lua_type(L, 2) == LUA_TTABLE) {
@@ -522,28 +680,22 @@ int GuardedSetmetatable(lua_State* L) {
       lua_pop(L, 1);
     }
   }
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
+  return CallStock(L);
 }
 
 int GuardedRawset(lua_State* L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   if (IsProxy(L, 1)) return ReadOnlyError(L);
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
+  internal::ChargeCall(L, 0, 2, 2);  // a long string key is hashed and compared
+  return CallStock(L);
 }
 
-// The message handler of xpcall. When Lua code exceeds a limit, the error is raised from the
-// count hook, and Lua runs message handlers before unwinding, while hooks are still disabled:
-// a handler that loops would never be stopped. So once a limit is hit the user's handler is
-// skipped and the limit error passes through unchanged.
+// The message handler of xpcall. Once a call is over (a limit, the deadline, a host stop) the
+// user's handler is skipped and the error passes through unchanged: the error may have been
+// raised from a count hook, and Lua runs message handlers before unwinding, while hooks are
+// still disabled, so a handler that loops would never be stopped.
 int XpcallHandler(lua_State* L) {
-  LuaState* s = LuaState::From(L);
-  if (!A::limit_status(s).ok() || A::deadline_hit(s)) return 1;
+  if (StopRequested(LuaState::From(L))) return 1;
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_insert(L, 1);
   lua_call(L, lua_gettop(L) - 1, 1);
@@ -555,10 +707,18 @@ int GuardedXpcall(lua_State* L) {
   lua_pushvalue(L, 2);
   lua_pushcclosure(L, XpcallHandler, 1);
   lua_replace(L, 2);
-  return CallUpvalue(L);
+  return CallStock(L);
+}
+
+// error(message, level): adding the position walks `level` frames up the call stack.
+int ChargedError(lua_State* L) {
+  lua_Integer level = luaL_optinteger(L, 2, 1);
+  internal::ChargeCall(L, level > 0 ? static_cast<uint64_t>(level) : 0, 2, 2);
+  return CallStock(L);
 }
 
 int RandomSeed(lua_State* L) {
+  internal::ChargeCall(L, 0, 1, 2);
   lua_Integer a = luaL_checkinteger(L, 1);
   lua_Integer b = luaL_optinteger(L, 2, 0);
   lua_rawgetp(L, LUA_REGISTRYINDEX, &kRandomSeedKey);
@@ -568,84 +728,222 @@ int RandomSeed(lua_State* L) {
   return 0;
 }
 
-// Calls upvalue 1 with all arguments after charging for the bytes of the string arguments:
-// the C functions of the string and utf8 libraries do work proportional to their inputs.
-int ChargedCall(lua_State* L) {
-  int n = lua_gettop(L);
-  uint64_t bytes = 0;
-  for (int i = 1; i <= n; ++i) {
-    if (lua_type(L, i) == LUA_TSTRING) bytes += lua_rawlen(L, i);
-  }
-  LuaState::Charge(L, 1 + bytes / internal::kBytesPerCharge);
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, n, LUA_MULTRET);
-  return lua_gettop(L);
-}
-
+// string.rep(s, n, sep): one unit per copy, also of an empty string (the loop runs n times
+// whatever it copies), charged before anything is built.
 int StringRep(lua_State* L) {
-  size_t l, lsep = 0;
-  luaL_checklstring(L, 1, &l);
+  size_t l, lsep;
+  const char* s = luaL_checklstring(L, 1, &l);
   lua_Integer n = luaL_checkinteger(L, 2);
-  luaL_optlstring(L, 3, "", &lsep);
-  if (n > 0) {
-    // Saturating: an absurd size spends the whole budget instead of overflowing.
-    double total = (static_cast<double>(l) + static_cast<double>(lsep)) * static_cast<double>(n);
-    double units = 1 + total / internal::kBytesPerCharge;
-    LuaState::Charge(L, units > 1e18 ? static_cast<uint64_t>(1e18) : static_cast<uint64_t>(units));
+  const char* sep = luaL_optlstring(L, 3, "", &lsep);
+  internal::ChargeCall(L, n > 0 ? static_cast<uint64_t>(n) : 0, 2, 2);
+  if (n <= 0) {
+    lua_pushliteral(L, "");
+    return 1;
   }
-  return ChargedCall(L);
+  constexpr size_t kMaxResult = INT_MAX;  // lstrlib.c's MAXSIZE
+  if (l + lsep < l || l + lsep > kMaxResult / static_cast<size_t>(n)) {
+    return luaL_error(L, "resulting string too large");
+  }
+  size_t total = static_cast<size_t>(n) * l + static_cast<size_t>(n - 1) * lsep;
+  luaL_Buffer b;
+  char* p = luaL_buffinitsize(L, &b, total);
+  for (lua_Integer i = 1; i < n; ++i) {
+    if (i % internal::kIterationsPerPoll == 0) LuaState::Poll(L);
+    std::memcpy(p, s, l);
+    p += l;
+    if (lsep > 0) {
+      std::memcpy(p, sep, lsep);
+      p += lsep;
+    }
+  }
+  std::memcpy(p, s, l);
+  luaL_pushresultsize(&b, total);
+  return 1;
 }
 
-// Charges (last - first + 1) units for functions that loop over a range of a table.
-void ChargeRange(lua_State* L, lua_Integer first, lua_Integer last) {
-  if (last >= first) {
-    lua_Unsigned span = static_cast<lua_Unsigned>(last) - static_cast<lua_Unsigned>(first);
-    LuaState::Charge(L, span > (1ull << 60) ? (1ull << 60) : span + 1);
-  }
+// string.byte(s, i, j): one unit per byte returned.
+int StringByte(lua_State* L) {
+  size_t l;
+  luaL_checklstring(L, 1, &l);
+  lua_Integer pi = luaL_optinteger(L, 2, 1);
+  size_t posi = internal::PosRelatI(pi, l);
+  size_t pose = internal::GetEndPos(L, 3, pi, l);
+  internal::ChargeCall(L, posi <= pose ? pose - posi + 1 : 0, 2, 3);
+  return CallStock(L);
 }
 
-int CallUpvalue(lua_State* L) {
-  lua_pushvalue(L, lua_upvalueindex(1));
-  lua_insert(L, 1);
-  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
-  return lua_gettop(L);
+// string.format: "%s" goes through the deterministic tostring (the stock one prints
+// addresses for tables), "%p" and "%a" are refused. One unit per conversion on top of the
+// bytes (widths and precisions are at most two digits: the stock function refuses more).
+int StringFormat(lua_State* L) {
+  size_t len;
+  const char* fmt = luaL_checklstring(L, 1, &len);
+  int top = lua_gettop(L);
+  int arg = 1;
+  uint64_t conversions = 0;
+  for (size_t i = 0; i < len; ++i) {
+    if (fmt[i] != '%') continue;
+    if (++i < len && fmt[i] == '%') continue;
+    ++arg;
+    ++conversions;
+    while (i < len && std::strchr("-+ #0123456789.", fmt[i]) != nullptr) ++i;
+    if (i >= len) break;  // the stock function reports the malformed format
+    char conv = fmt[i];
+    if (conv == 'p') {
+      return luaL_error(L, "string.format: '%%p' is not available in the deterministic profile "
+                        "(addresses differ between runs)");
+    }
+    if (conv == 'a' || conv == 'A') {
+      return luaL_error(L, "string.format: '%%%c' is not available in the deterministic profile "
+                        "(hexadecimal float output differs between C libraries)", conv);
+    }
+    if (conv == 'q' && arg <= top && lua_type(L, arg) == LUA_TNUMBER && !lua_isinteger(L, arg)) {
+      return luaL_error(L, "string.format: '%%q' of a float is not available in the deterministic profile "
+                        "(it writes hexadecimal floats, whose text differs between C libraries)");
+    }
+    if (conv == 's' && arg <= top && lua_type(L, arg) != LUA_TSTRING && lua_type(L, arg) != LUA_TNUMBER) {
+      LuaState::PushToString(L, arg);
+      lua_replace(L, arg);
+    }
+  }
+  internal::ChargeCall(L, conversions, 1, kAllArgs);
+  return CallStock(L);
+}
+
+// ---- table: concat, insert, remove and move are ltablib.c's, with the length read once (a
+// __len that answers differently the second time must not decide the loop after the charge)
+// and a Poll in their loops, which can run for as many iterations as the budget allows.
+
+void AddField(lua_State* L, luaL_Buffer* b, lua_Integer i) {
+  lua_geti(L, 1, i);
+  if (!lua_isstring(L, -1)) {
+    luaL_error(L, "invalid value (%s) at index %I in table for 'concat'", luaL_typename(L, -1),
+               static_cast<LUAI_UACINT>(i));
+  }
+  luaL_addvalue(b);
 }
 
 int TableConcat(lua_State* L) {
+  internal::ChargeCall(L, 0, 3, 4);
   luaL_checktype(L, 1, LUA_TTABLE);
-  lua_Integer last = luaL_opt(L, luaL_checkinteger, 4, luaL_len(L, 1));
-  ChargeRange(L, luaL_optinteger(L, 3, 1), last);
-  return CallUpvalue(L);
+  lua_Integer last = luaL_len(L, 1);
+  size_t lsep;
+  const char* sep = luaL_optlstring(L, 2, "", &lsep);
+  lua_Integer i = luaL_optinteger(L, 3, 1);
+  last = luaL_optinteger(L, 4, last);
+  LuaState::Charge(L, RangeUnits(i, last));
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (uint64_t k = 1; i < last; ++i, ++k) {
+    if (k % internal::kIterationsPerPoll == 0) LuaState::Poll(L);
+    AddField(L, &b, i);
+    luaL_addlstring(&b, sep, lsep);
+  }
+  if (i == last) AddField(L, &b, i);
+  luaL_pushresult(&b);
+  return 1;
 }
 
 int TableUnpack(lua_State* L) {
-  lua_Integer first = luaL_optinteger(L, 2, 1);
-  lua_Integer last = luaL_opt(L, luaL_checkinteger, 3, luaL_len(L, 1));
-  ChargeRange(L, first, last);
-  return CallUpvalue(L);
+  internal::ChargeCall(L, 0, 2, 3);
+  lua_Integer i = luaL_optinteger(L, 2, 1);
+  lua_Integer e = luaL_opt(L, luaL_checkinteger, 3, luaL_len(L, 1));
+  if (i > e) return 0;
+  LuaState::Charge(L, RangeUnits(i, e));
+  lua_Unsigned n = static_cast<lua_Unsigned>(e) - static_cast<lua_Unsigned>(i);
+  if (n >= static_cast<unsigned int>(INT_MAX) || !lua_checkstack(L, static_cast<int>(++n))) {
+    return luaL_error(L, "too many results to unpack");
+  }
+  for (; i < e; ++i) lua_geti(L, 1, i);
+  lua_geti(L, 1, e);
+  return static_cast<int>(n);
+}
+
+int TableInsert(lua_State* L) {
+  internal::ChargeCall(L, 0, 2, lua_gettop(L) == 3 ? 2 : 0);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer e = luaL_intop(+, luaL_len(L, 1), 1);  // first empty element
+  lua_Integer pos;
+  switch (lua_gettop(L)) {
+    case 2:
+      pos = e;
+      break;
+    case 3: {
+      pos = luaL_checkinteger(L, 2);
+      luaL_argcheck(L, static_cast<lua_Unsigned>(pos) - 1u < static_cast<lua_Unsigned>(e), 2,
+                    "position out of bounds");
+      LuaState::Charge(L, Iterations(pos, e));
+      uint64_t k = 0;
+      for (lua_Integer i = e; i > pos; --i) {  // move up elements
+        if (++k % internal::kIterationsPerPoll == 0) LuaState::Poll(L);
+        lua_geti(L, 1, i - 1);
+        lua_seti(L, 1, i);
+      }
+      break;
+    }
+    default:
+      return luaL_error(L, "wrong number of arguments to 'insert'");
+  }
+  lua_seti(L, 1, pos);
+  return 0;
+}
+
+int TableRemove(lua_State* L) {
+  internal::ChargeCall(L, 0, 2, 2);
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer size = luaL_len(L, 1);
+  lua_Integer pos = luaL_optinteger(L, 2, size);
+  if (pos != size) {  // validate 'pos' if given; the stock message names argument 1
+    luaL_argcheck(L, static_cast<lua_Unsigned>(pos) - 1u <= static_cast<lua_Unsigned>(size), 1,
+                  "position out of bounds");
+  }
+  LuaState::Charge(L, Iterations(pos, size));
+  lua_geti(L, 1, pos);
+  for (uint64_t k = 1; pos < size; ++pos, ++k) {
+    if (k % internal::kIterationsPerPoll == 0) LuaState::Poll(L);
+    lua_geti(L, 1, pos + 1);
+    lua_seti(L, 1, pos);
+  }
+  lua_pushnil(L);
+  lua_seti(L, 1, pos);
+  return 1;
 }
 
 int TableMove(lua_State* L) {
-  ChargeRange(L, luaL_checkinteger(L, 2), luaL_checkinteger(L, 3));
-  return CallUpvalue(L);
-}
-
-// insert/remove shift the elements after the position: charge the table's length.
-int TableShift(lua_State* L) {
+  internal::ChargeCall(L, 0, 2, 4);
+  lua_Integer f = luaL_checkinteger(L, 2);
+  lua_Integer e = luaL_checkinteger(L, 3);
+  lua_Integer t = luaL_checkinteger(L, 4);
+  int tt = !lua_isnoneornil(L, 5) ? 5 : 1;  // destination table
   luaL_checktype(L, 1, LUA_TTABLE);
-  LuaState::Charge(L, 1 + static_cast<uint64_t>(std::max<lua_Integer>(0, luaL_len(L, 1))));
-  return CallUpvalue(L);
+  luaL_checktype(L, tt, LUA_TTABLE);
+  if (e >= f) {
+    luaL_argcheck(L, f > 0 || e < LUA_MAXINTEGER + f, 3, "too many elements to move");
+    lua_Integer n = e - f + 1;
+    luaL_argcheck(L, t <= LUA_MAXINTEGER - n + 1, 4, "destination wrap around");
+    LuaState::Charge(L, RangeUnits(f, e));
+    bool forward = t > e || t <= f || (tt != 1 && !lua_compare(L, 1, tt, LUA_OPEQ));
+    for (lua_Integer k = 0; k < n; ++k) {
+      if ((k + 1) % static_cast<lua_Integer>(internal::kIterationsPerPoll) == 0) LuaState::Poll(L);
+      lua_Integer i = forward ? k : n - 1 - k;
+      lua_geti(L, 1, f + i);
+      lua_seti(L, tt, t + i);
+    }
+  }
+  lua_pushvalue(L, tt);
+  return 1;
 }
 
 // table.sort: a stable bottom-up merge sort. The stock sort is a quicksort whose pivot choice
 // for large arrays mixes in clock() and time(), so with equal elements or an inconsistent
 // comparator its result differs from run to run. Any comparator gives one fixed result here.
+// One unit per comparison; two strings are compared here, bytewise as the C locale's strcoll
+// does (Lua's l_strcmp), and charged one unit per 16 bytes compared.
 bool SortLess(lua_State* L, bool has_comparator, int a, int b) {
   a = lua_absindex(L, a);
   b = lua_absindex(L, b);
-  LuaState::Charge(L, 1);
   if (has_comparator) {
+    LuaState::Charge(L, 1);
     lua_pushvalue(L, 2);
     lua_pushvalue(L, a);
     lua_pushvalue(L, b);
@@ -654,6 +952,16 @@ bool SortLess(lua_State* L, bool has_comparator, int a, int b) {
     lua_pop(L, 1);
     return r;
   }
+  if (lua_type(L, a) == LUA_TSTRING && lua_type(L, b) == LUA_TSTRING) {
+    size_t la, lb;
+    const char* sa = lua_tolstring(L, a, &la);
+    const char* sb = lua_tolstring(L, b, &lb);
+    size_t n = std::min(la, lb);
+    LuaState::Charge(L, 1 + n / internal::kBytesPerCharge);
+    int c = std::memcmp(sa, sb, n);
+    return c != 0 ? c < 0 : la < lb;
+  }
+  LuaState::Charge(L, 1);
   return lua_compare(L, a, b, LUA_OPLT);
 }
 
@@ -674,6 +982,7 @@ int TableSort(lua_State* L) {
   }
   int src = 3, dst = 4;
   for (lua_Integer width = 1; width < n; width *= 2) {
+    LuaState::Charge(L, static_cast<uint64_t>(n));  // every element is copied once per pass
     for (lua_Integer lo = 1; lo <= n; lo += 2 * width) {
       lua_Integer mid = std::min(lo + width, n + 1), hi = std::min(lo + 2 * width, n + 1);
       lua_Integer i = lo, j = mid, k = lo;
@@ -703,48 +1012,122 @@ int TableSort(lua_State* L) {
   return 0;
 }
 
-// string.format: "%s" goes through the deterministic tostring (the stock one prints
-// addresses for tables), "%p" and "%a" are refused.
-int StringFormat(lua_State* L) {
+// ---- utf8
+
+lua_Integer Utf8Position(lua_Integer pos, size_t len) {  // lutf8lib.c's u_posrelat
+  if (pos >= 0) return pos;
+  if (0u - static_cast<size_t>(pos) > len) return 0;
+  return static_cast<lua_Integer>(len) + pos + 1;
+}
+
+// utf8.codepoint(s, i, j): one unit per byte of the range (each decoded character is at
+// least one byte and one result).
+int Utf8Codepoint(lua_State* L) {
   size_t len;
-  const char* fmt = luaL_checklstring(L, 1, &len);
-  int top = lua_gettop(L);
-  int arg = 1;
-  for (size_t i = 0; i < len; ++i) {
-    if (fmt[i] != '%') continue;
-    if (++i < len && fmt[i] == '%') continue;
-    ++arg;
-    while (i < len && std::strchr("-+ #0123456789.", fmt[i]) != nullptr) ++i;
-    if (i >= len) break;  // the stock function reports the malformed format
-    char conv = fmt[i];
-    if (conv == 'p') {
-      return luaL_error(L, "string.format: '%%p' is not available in the deterministic profile "
-                        "(addresses differ between runs)");
-    }
-    if (conv == 'a' || conv == 'A') {
-      return luaL_error(L, "string.format: '%%%c' is not available in the deterministic profile "
-                        "(hexadecimal float output differs between C libraries)", conv);
-    }
-    if (conv == 'q' && arg <= top && lua_type(L, arg) == LUA_TNUMBER && !lua_isinteger(L, arg)) {
-      return luaL_error(L, "string.format: '%%q' of a float is not available in the deterministic profile "
-                        "(it writes hexadecimal floats, whose text differs between C libraries)");
-    }
-    if (conv == 's' && arg <= top && lua_type(L, arg) != LUA_TSTRING && lua_type(L, arg) != LUA_TNUMBER) {
-      LuaState::PushToString(L, arg);
-      lua_replace(L, arg);
+  luaL_checklstring(L, 1, &len);
+  lua_Integer posi = Utf8Position(luaL_optinteger(L, 2, 1), len);
+  lua_Integer pose = Utf8Position(luaL_optinteger(L, 3, posi), len);
+  bool in_range = posi >= 1 && pose <= static_cast<lua_Integer>(len) && posi <= pose;
+  internal::ChargeCall(L, in_range ? static_cast<uint64_t>(pose - posi + 1) : 0, 2, 3);
+  return CallStock(L);
+}
+
+// utf8.len(s, i, j): the bytes up front and one unit per character counted after the count.
+int Utf8Len(lua_State* L) {
+  internal::ChargeCall(L, 0, 1, 3);
+  int r = CallStock(L);
+  if (r == 1 && lua_isinteger(L, -1)) LuaState::Charge(L, static_cast<uint64_t>(lua_tointeger(L, -1)));
+  return r;
+}
+
+// The iterator that utf8.codes returns: the stock one skips any run of continuation bytes
+// before a character, so one step can scan the whole string; charged for what it skipped.
+int Utf8CodesStep(lua_State* L) {
+  size_t len;
+  luaL_checklstring(L, 1, &len);
+  lua_Integer from = lua_tointeger(L, 2);
+  int r = CallStock(L);
+  lua_Integer to = r == 2 ? lua_tointeger(L, -2) : static_cast<lua_Integer>(len);
+  LuaState::Charge(L, 1 + static_cast<uint64_t>(std::max<lua_Integer>(0, to - from)) / internal::kBytesPerCharge);
+  return r;
+}
+
+int Utf8Codes(lua_State* L) {
+  internal::ChargeCall(L, 0, 1, 0);
+  int r = CallStock(L);  // iterator, s, 0
+  lua_pushvalue(L, -r);
+  lua_pushcclosure(L, Utf8CodesStep, 1);
+  lua_replace(L, -r - 1);
+  return r;
+}
+
+// ---- coroutine
+
+// coroutine.resume(co, ...): the arguments are moved into the coroutine and its results out.
+int CoroutineResume(lua_State* L) {
+  internal::ChargeCall(L, 0, 1, 0);
+  int r = CallStock(L);
+  LuaState::Charge(L, static_cast<uint64_t>(r));
+  return r;
+}
+
+// The function coroutine.wrap returns (lcorolib.c's auxwrap; upvalue 1 is the coroutine),
+// charged like resume, and with one difference: a coroutine that died because the call is over
+// (a limit, the deadline, a host stop) is not reset. Resetting runs its pending __close
+// handlers, and a coroutine that died inside the count hook has hooks disabled for good, so a
+// handler that loops would never be stopped.
+int WrappedCoroutineCall(lua_State* L) {
+  internal::ChargeCall(L, 0, 1, 0);
+  lua_State* co = lua_tothread(L, lua_upvalueindex(1));
+  int narg = lua_gettop(L);
+  int r = -1;
+  if (!lua_checkstack(co, narg)) {
+    lua_pushliteral(L, "too many arguments to resume");
+  } else {
+    lua_xmove(L, co, narg);
+    int nres = 0;
+    int status = lua_resume(co, L, narg, &nres);
+    if (status == LUA_OK || status == LUA_YIELD) {
+      if (!lua_checkstack(L, nres + 1)) {
+        lua_pop(co, nres);
+        lua_pushliteral(L, "too many results to resume");
+      } else {
+        lua_xmove(co, L, nres);
+        r = nres;
+      }
+    } else {
+      lua_xmove(co, L, 1);
     }
   }
-  return ChargedCall(L);
+  if (r >= 0) {
+    LuaState::Charge(L, static_cast<uint64_t>(r));
+    return r;
+  }
+  int stat = lua_status(co);
+  if (stat != LUA_OK && stat != LUA_YIELD) {  // the coroutine died of the error
+    if (StopRequested(LuaState::From(L))) return lua_error(L);
+    stat = lua_resetthread(co);  // close its to-be-closed variables
+    lua_xmove(co, L, 1);
+  }
+  if (stat != LUA_ERRMEM && lua_type(L, -1) == LUA_TSTRING) {
+    luaL_where(L, 1);
+    lua_insert(L, -2);
+    lua_concat(L, 2);
+  }
+  return lua_error(L);
 }
 
-// Wraps field `name` of the table on top of the stack in a C closure taking the original as
-// upvalue 1.
-void WrapField(lua_State* L, const char* name, lua_CFunction wrapper) {
-  lua_getfield(L, -1, name);
-  lua_pushcclosure(L, wrapper, 1);
-  lua_setfield(L, -2, name);
+int CoroutineWrap(lua_State* L) {
+  internal::ChargeCall(L, 0, 1, 0);
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_State* co = lua_newthread(L);
+  lua_pushvalue(L, 1);
+  lua_xmove(L, co, 1);
+  lua_pushcclosure(L, WrappedCoroutineCall, 1);
+  return 1;
 }
 
+// Removes fields from the table on top of the stack.
 void RemoveFields(lua_State* L, std::initializer_list<const char*> names) {
   for (const char* n : names) {
     lua_pushnil(L);
@@ -756,40 +1139,54 @@ int ArrayMarkerTostring(lua_State* L) {
   lua_pushliteral(L, "array");
   return 1;
 }
+void SetFunction(lua_State* L, const char* name, lua_CFunction f) {
+  lua_pushcfunction(L, f);
+  lua_setfield(L, -2, name);
+}
 
 // Builds the profile in the state's real global table ("base"), which scripts never see
 // directly: each call's global table falls back to it through __index.
 void InstallProfile(lua_State* L) {
+  if (!VerifyTableLayout(L)) {
+    luaL_error(L, "this Lua build's table layout is not Lua 5.4's; the sandbox cannot charge for "
+               "traversing tables");
+  }
   lua_newtable(L);
   lua_rawsetp(L, LUA_REGISTRYINDEX, &kProxiesKey);
 
   luaL_requiref(L, "_G", luaopen_base, 0);  // the global table, now "base"
   RemoveFields(L, {"_G", "collectgarbage", "dofile", "load", "loadfile", "require", "warn",
                    "loadstring", "module", "unpack", "setfenv", "getfenv"});
-  lua_pushcfunction(L, DeterministicPairs);
-  lua_setfield(L, -2, "pairs");
-  lua_pushcfunction(L, DeterministicNext);
-  lua_setfield(L, -2, "next");
-  lua_pushcfunction(L, Tostring);
-  lua_setfield(L, -2, "tostring");
-  lua_pushcfunction(L, Print);
-  lua_setfield(L, -2, "print");
+  SetFunction(L, "pairs", DeterministicPairs);
+  SetFunction(L, "next", DeterministicNext);
+  SetFunction(L, "tostring", Tostring);
+  SetFunction(L, "print", Print);
   WrapField(L, "setmetatable", GuardedSetmetatable);
   WrapField(L, "rawset", GuardedRawset);
   WrapField(L, "xpcall", GuardedXpcall);
+  WrapField(L, "error", ChargedError);
+  WrapField(L, "select", Charged<1, 1>);
+  WrapField(L, "tonumber", Charged<1, kAllArgs>);
+  WrapField(L, "assert", Charged<1, 0>);
+  WrapField(L, "rawequal", Charged<1, 2>);
+  WrapField(L, "rawget", Charged<2, 2>);
   int base = lua_gettop(L);
 
   luaL_requiref(L, "string", luaopen_string, 0);
   RemoveFields(L, {"dump", "pack", "packsize", "unpack"});
-  for (const char* f : {"byte", "char", "len", "lower", "upper", "reverse", "sub"}) {
-    WrapField(L, f, ChargedCall);
-  }
+  for (const char* f : {"char", "lower", "upper", "reverse"}) WrapField(L, f, Charged<1, kAllArgs>);
+  WrapField(L, "sub", Charged<2, 3>);
+  WrapField(L, "byte", StringByte);
   WrapField(L, "rep", StringRep);
   WrapField(L, "format", StringFormat);
   internal::InstallPatternFunctions(L, lua_gettop(L));
-  // The string metatable's __index is this real table; protect the metatable itself.
+  // The string metatable's __index is this real table; protect the metatable itself. Its
+  // arithmetic metamethods convert strings to numbers by scanning them.
   lua_pushliteral(L, "");
   lua_getmetatable(L, -1);
+  for (const char* f : {"__add", "__sub", "__mul", "__mod", "__pow", "__div", "__idiv", "__unm"}) {
+    WrapField(L, f, Charged<1, 2>);
+  }
   lua_pushliteral(L, "read-only table");
   lua_setfield(L, -2, "__metatable");
   lua_pop(L, 2);
@@ -798,13 +1195,13 @@ void InstallProfile(lua_State* L) {
   lua_pop(L, 1);
 
   luaL_requiref(L, "table", luaopen_table, 0);
-  WrapField(L, "concat", TableConcat);
-  WrapField(L, "unpack", TableUnpack);
-  WrapField(L, "move", TableMove);
-  WrapField(L, "insert", TableShift);
-  WrapField(L, "remove", TableShift);
-  lua_pushcfunction(L, TableSort);
-  lua_setfield(L, -2, "sort");
+  SetFunction(L, "concat", TableConcat);
+  SetFunction(L, "unpack", TableUnpack);
+  SetFunction(L, "move", TableMove);
+  SetFunction(L, "insert", TableInsert);
+  SetFunction(L, "remove", TableRemove);
+  SetFunction(L, "sort", TableSort);
+  WrapField(L, "pack", Charged<1, 0>);
   PushReadOnlyProxy(L, -1);
   lua_setfield(L, base, "table");
   lua_pop(L, 1);
@@ -814,21 +1211,29 @@ void InstallProfile(lua_State* L) {
   // correctly rounded, so they can differ between machines. sqrt is exact everywhere.
   RemoveFields(L, {"sin", "cos", "tan", "asin", "acos", "atan", "exp", "log", "pow", "ldexp",
                    "frexp", "cosh", "sinh", "tanh", "log10", "atan2"});
+  for (const char* f : {"abs", "ceil", "floor", "fmod", "max", "min", "modf", "sqrt", "tointeger", "ult", "random"}) {
+    WrapField(L, f, Charged<1, kAllArgs>);
+  }
   lua_getfield(L, -1, "randomseed");
   lua_rawsetp(L, LUA_REGISTRYINDEX, &kRandomSeedKey);
-  lua_pushcfunction(L, RandomSeed);
-  lua_setfield(L, -2, "randomseed");
+  SetFunction(L, "randomseed", RandomSeed);
   PushReadOnlyProxy(L, -1);
   lua_setfield(L, base, "math");
   lua_pop(L, 1);
 
   luaL_requiref(L, "utf8", luaopen_utf8, 0);
-  for (const char* f : {"char", "codepoint", "len", "offset"}) WrapField(L, f, ChargedCall);
+  for (const char* f : {"char", "offset"}) WrapField(L, f, Charged<1, kAllArgs>);
+  WrapField(L, "codepoint", Utf8Codepoint);
+  WrapField(L, "len", Utf8Len);
+  WrapField(L, "codes", Utf8Codes);
   PushReadOnlyProxy(L, -1);
   lua_setfield(L, base, "utf8");
   lua_pop(L, 1);
 
   luaL_requiref(L, "coroutine", luaopen_coroutine, 0);
+  for (const char* f : {"create", "yield", "close"}) WrapField(L, f, Charged<1, 0>);
+  WrapField(L, "resume", CoroutineResume);
+  SetFunction(L, "wrap", CoroutineWrap);
   PushReadOnlyProxy(L, -1);
   lua_setfield(L, base, "coroutine");
   lua_pop(L, 1);
@@ -862,6 +1267,15 @@ std::string ErrorText(lua_State* L) {
 }
 
 }  // namespace
+
+void internal::ChargeCall(lua_State* L, uint64_t extra, int first, int last) {
+  int n = lua_gettop(L);
+  uint64_t bytes = 0;
+  for (int i = std::max(first, 1); i <= std::min(last, n); ++i) {
+    if (lua_type(L, i) == LUA_TSTRING) bytes += lua_rawlen(L, i);
+  }
+  LuaState::Charge(L, SaturatingAdd(SaturatingAdd(1 + static_cast<uint64_t>(n), extra), bytes / kBytesPerCharge));
+}
 
 LuaState* LuaState::From(lua_State* L) {
   return *static_cast<LuaState**>(lua_getextraspace(L));
@@ -901,9 +1315,12 @@ LuaState::~LuaState() {
 }
 
 void LuaState::RaiseLimit(lua_State* L) {
-  // After the first hit every instruction raises again, so no Lua code can make progress.
-  lua_sethook(L, Hook, LUA_MASKCOUNT, 1);
-  if (L != L_) lua_sethook(L_, Hook, LUA_MASKCOUNT, 1);
+  // After the first hit every instruction raises again, so no Lua code can make progress. A
+  // host's stop hook on the main thread stays (it raises at every instruction too).
+  for (lua_State* T : {L, L_}) {
+    lua_Hook keep = T == L_ && HostStopHook(L_) != nullptr ? lua_gethook(L_) : Hook;
+    lua_sethook(T, keep, LUA_MASKCOUNT, 1);
+  }
   if (deadline_hit_) {
     lua_pushliteral(L, "wall-clock deadline exceeded");
   } else {
@@ -916,15 +1333,60 @@ void LuaState::RaiseLimit(lua_State* L) {
 
 void LuaState::Charge(lua_State* L, uint64_t n) {
   LuaState* s = From(L);
-  if (!s->limit_status_.ok()) s->RaiseLimit(L);
+  s->StopIfAsked(L);
   if (n > s->limits_.max_instructions - std::min(s->instructions_, s->limits_.max_instructions)) {
     // Usage reports the budget as spent, not the (possibly absurd) size of the refused charge.
     s->instructions_ = s->limits_.max_instructions + 1;
-    s->limit_status_ = absl::ResourceExhaustedError(absl::StrCat(
-        "instruction limit exceeded (max_instructions=", s->limits_.max_instructions, ")"));
+    s->limit_status_ = InstructionLimitError(s->limits_.max_instructions);
     s->RaiseLimit(L);
   }
   s->instructions_ += n;
+  s->unpolled_ += n;
+  if (s->unpolled_ >= kInstructionQuantum) {
+    s->unpolled_ = 0;
+    s->CheckDeadline(L);
+  }
+}
+
+void LuaState::Poll(lua_State* L) {
+  LuaState* s = From(L);
+  s->StopIfAsked(L);
+  s->CheckDeadline(L);
+}
+
+void LuaState::StopIfAsked(lua_State* L) {
+  if (!limit_status_.ok() || deadline_hit_) RaiseLimit(L);
+  RunHostStopHook(L_, L, nullptr);
+}
+
+void LuaState::CheckDeadline(lua_State* L) {
+  if (deadline_ && Clock::now() > *deadline_) {
+    deadline_hit_ = true;
+    RaiseLimit(L);
+  }
+}
+
+bool LuaState::ChargeAllocation(uint64_t bytes) {
+  if (!limit_status_.ok() || deadline_hit_) return false;
+  alloc_carry_ += bytes;
+  uint64_t units = alloc_carry_ / internal::kBytesPerCharge;
+  alloc_carry_ %= internal::kBytesPerCharge;
+  if (units > limits_.max_instructions - std::min(instructions_, limits_.max_instructions)) {
+    instructions_ = limits_.max_instructions + 1;
+    limit_status_ = InstructionLimitError(limits_.max_instructions);
+    // The allocation fails ("not enough memory"); the hook raises the limit at the next
+    // instruction and every charge raises it before.
+    lua_sethook(L_, lua_gethook(L_), LUA_MASKCOUNT, 1);
+    return false;
+  }
+  instructions_ += units;
+  unpolled_ += units;
+  return true;
+}
+
+absl::Status LuaState::StoppedStatus() const {
+  if (deadline_hit_) return absl::DeadlineExceededError("infrastructure timeout: wall-clock deadline exceeded");
+  return limit_status_;
 }
 
 void LuaState::AppendOutput(lua_State* L, std::string_view bytes) {
@@ -1002,6 +1464,8 @@ void LuaState::SetGlobal(const char* name, bool read_only) {
 
 void LuaState::ResetBudget() {
   instructions_ = 0;
+  alloc_carry_ = 0;
+  unpolled_ = 0;
   limit_status_ = absl::OkStatus();
   deadline_hit_ = false;
   output_.clear();
@@ -1099,14 +1563,23 @@ void LuaState::BindToEnvironment(int idx) {
 
 absl::Status LuaState::Call(int nargs, int nresults) {
   ScopedCLocale locale;
+  int base = lua_gettop(L_) - nargs - 1;
+  bool was_metering = metering_;
+  metering_ = true;
   int rc = lua_pcall(L_, nargs, nresults, 0);
-  if (rc == LUA_OK) return absl::OkStatus();
+  metering_ = was_metering;
+  if (rc == LUA_OK) {
+    // A limit is final whatever the script did after it: `return pcall(f)` (a tail call) or a
+    // coroutine can hand pcall's `false` back without running another instruction.
+    if (absl::Status stopped = StoppedStatus(); !stopped.ok()) {
+      lua_settop(L_, base);
+      return stopped;
+    }
+    return absl::OkStatus();
+  }
   std::string msg = ErrorText(L_);
   lua_pop(L_, 1);
-  if (deadline_hit_) {
-    return absl::DeadlineExceededError("infrastructure timeout: wall-clock deadline exceeded");
-  }
-  if (!limit_status_.ok()) return limit_status_;
+  if (absl::Status stopped = StoppedStatus(); !stopped.ok()) return stopped;
   if (rc == LUA_ERRMEM) return absl::ResourceExhaustedError("memory limit exceeded");
   return absl::FailedPreconditionError(msg);
 }

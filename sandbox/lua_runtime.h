@@ -16,11 +16,23 @@
 //     global environment.
 //
 // Limits (instructions, Lua heap bytes, print output bytes) are deterministic: hitting one
-// raises an error naming the limit that Lua code cannot catch (after the first hit every
-// further instruction raises it again), and the call fails with RESOURCE_EXHAUSTED. Work inside
-// C functions (patterns, string.rep, table.concat/insert/remove/move/unpack, sorting, pairs)
-// is charged to the instruction budget. The wall-clock deadline is only a safety net: hitting
-// it gives DEADLINE_EXCEEDED, which callers must treat as an infrastructure failure.
+// raises an error naming the limit, and the call fails with RESOURCE_EXHAUSTED whatever the
+// script does afterwards (pcall, xpcall, coroutines, tail calls, __close): after the first hit
+// every further instruction and library call raises it again, nothing in the Lua heap grows,
+// and Call reports the limit even when the script's function returned. Work inside C functions
+// is charged to the instruction budget: every library function whose loop count the script
+// controls charges at least one unit per iteration before it runs, one unit per 16 bytes it
+// reads, and every byte the call allocates is charged too (one unit per 16), so no C call can
+// outrun the budget. The wall-clock deadline is only a safety net: hitting it gives
+// DEADLINE_EXCEEDED, which callers must treat as an infrastructure failure; it is checked by the
+// count hook and by every charge, so it also stops a call that is inside a long C loop.
+//
+// Stopping a call from another thread: install a count hook on the main thread with
+// lua_sethook(raw(), hook, LUA_MASKCOUNT, 1) (the one Lua function that may be called
+// asynchronously; lua.c does it on SIGINT) whose function raises an error. The runtime honours
+// such a host hook where a plain hook would miss it: its own hook runs it in coroutines (which
+// keep their own hooks), every charge and Poll inside C functions runs it, and xpcall message
+// handlers and coroutine.close no longer run Lua code once it is installed.
 //
 // Status codes: INVALID_ARGUMENT for compile errors and values that cannot be converted,
 // FAILED_PRECONDITION for runtime errors raised by the script ("name.lua:12: message"),
@@ -44,8 +56,9 @@
 // errors to statuses.
 //
 // C functions installed by the host run under the same limits; they should call
-// LuaState::Charge(L, n) for work proportional to their input, and must raise errors with
-// luaL_error (never longjmp across C++ frames holding resources).
+// LuaState::Charge(L, n) for work proportional to their input (at least one unit per loop
+// iteration), call LuaState::Poll(L) every few thousand iterations of a long loop, and must
+// raise errors with luaL_error (never longjmp across C++ frames holding resources).
 #pragma once
 
 #include <chrono>
@@ -83,7 +96,8 @@ inline constexpr int kInstructionQuantum = 1000;
 
 // Name and version of the profile, recorded with every run so replays can check they execute
 // under the same rules.
-inline constexpr std::string_view kProfileName = "rote-lua5.4-deterministic/1";
+// /2: C loops charge per iteration, heap growth is charged, limits survive a returning call.
+inline constexpr std::string_view kProfileName = "rote-lua5.4-deterministic/2";
 
 class LuaState {
  public:
@@ -144,8 +158,14 @@ class LuaState {
   std::string TakeOutput() { return std::move(output_); }
 
   // Charges n units of C-side work to the instruction budget; raises a Lua error (does not
-  // return) when the budget is spent. For C functions that the host installs.
+  // return) when the budget is spent, when a limit was already hit, when the deadline has
+  // passed (the clock is read once per kInstructionQuantum units) or when the host asked the
+  // state to stop. For C functions that the host installs.
   static void Charge(lua_State* L, uint64_t n);
+  // Raises (does not return) when the call must stop: a limit was hit, the deadline passed
+  // (reads the clock), or the host installed a stop hook. For C loops that charged for all
+  // their iterations up front: call it every few thousand iterations.
+  static void Poll(lua_State* L);
   // Appends to the print buffer under the output limit; raises a Lua error when exceeded.
   static void AppendOutput(lua_State* L, std::string_view bytes);
   // The deterministic tostring (pushes the result). Used by print and string.format("%s").
@@ -157,6 +177,13 @@ class LuaState {
   struct Snapshot;
   friend struct LuaStateAccess;
   [[noreturn]] void RaiseLimit(lua_State* L);
+  // Raises when a limit or the deadline was hit; runs the host's stop hook if one is installed.
+  void StopIfAsked(lua_State* L);
+  void CheckDeadline(lua_State* L);
+  // Charges heap growth during a call; false (and the limit is hit) when the budget is spent.
+  bool ChargeAllocation(uint64_t bytes);
+  // The limit or deadline status once one was hit, else OK.
+  absl::Status StoppedStatus() const;
 
   lua_State* L_ = nullptr;
   Limits limits_;
@@ -165,6 +192,9 @@ class LuaState {
   uint64_t peak_heap_bytes_ = 0;
   uint64_t instructions_ = 0;
   bool enforce_memory_ = false;  // off while the profile itself is being built
+  bool metering_ = false;        // inside Call: heap growth is charged to the instruction budget
+  uint64_t alloc_carry_ = 0;     // bytes allocated and not yet charged (< kBytesPerCharge)
+  uint64_t unpolled_ = 0;        // units charged since the clock was last read
   bool deadline_hit_ = false;
   absl::Status limit_status_;  // sticky once a deterministic limit is hit
   std::string output_;

@@ -8,6 +8,7 @@
 #include "sandbox/regex.h"
 #include "sandbox/value.h"
 #include "sandbox/worker_pool.h"
+#include "tests/sandbox/hostile_limits.h"
 
 namespace rote::sandbox {
 namespace {
@@ -23,15 +24,6 @@ struct LuaCase {
 
 // Printed by name in test listings (the default prints the struct's bytes: pointers, which vary).
 void PrintTo(const LuaCase& c, std::ostream* os) { *os << c.name; }
-
-// Tight limits keep the suite fast; they are the same deterministic limits as in production.
-Limits HostileLimits() {
-  Limits l;
-  l.max_instructions = 5'000'000;
-  l.max_memory_bytes = 32ull << 20;
-  l.max_output_bytes = 64 << 10;
-  return l;
-}
 
 const LuaCase kLuaCases[] = {
     // Resource exhaustion.
