@@ -24,6 +24,18 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 
+// Blueprint sources, lockfiles and run inputs travel in proto string fields, which must be
+// UTF-8: other bytes used to fail inside protobuf as an INTERNAL error with no message.
+// Exit 6 (invalid) with the file and the offset of the first bad byte.
+std::optional<int> RejectNonUtf8(const std::string& bytes, const std::string& what) {
+  const std::optional<size_t> bad = FirstInvalidUtf8(bytes);
+  if (!bad) return std::nullopt;
+  std::cerr << "rote: " << what << " is not UTF-8 text: byte 0x" << std::hex << std::uppercase
+            << static_cast<int>(static_cast<unsigned char>(bytes[*bad])) << std::dec << std::nouppercase
+            << " at offset " << *bad << " does not begin a valid UTF-8 sequence\n";
+  return kExitInvalid;
+}
+
 int Usage(const std::string& text, const std::string& error = "") {
   if (!error.empty()) {
     std::cerr << "rote: " << error << "\n\n" << text << ClientFlagsHelp();
@@ -38,6 +50,15 @@ int Usage(const std::string& text, const std::string& error = "") {
 std::optional<ParsedFlags> Parse(const Args& args, FlagSpec spec, const std::string& usage,
                                  int* exit_code, ClientOptions* client_options) {
   AddClientFlags(&spec);
+  // Every argument of a client command ends up in a proto string field (names, request ids,
+  // etags, comments, file names), which must be UTF-8; refuse other bytes here, naming the
+  // argument, rather than as an INTERNAL error from inside protobuf.
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (auto refused = RejectNonUtf8(args[i], "argument " + std::to_string(i + 1))) {
+      *exit_code = *refused;
+      return std::nullopt;
+    }
+  }
   auto flags = ParseFlags(args, spec);
   if (!flags.ok()) {
     *exit_code = Usage(usage, std::string(flags.status().message()));
@@ -54,18 +75,6 @@ std::optional<ParsedFlags> Parse(const Args& args, FlagSpec spec, const std::str
   }
   *client_options = *std::move(options);
   return std::move(*flags);
-}
-
-// Blueprint sources, lockfiles and run inputs travel in proto string fields, which must be
-// UTF-8: other bytes used to fail inside protobuf as an INTERNAL error with no message.
-// Exit 6 (invalid) with the file and the offset of the first bad byte.
-std::optional<int> RejectNonUtf8(const std::string& bytes, const std::string& what) {
-  const std::optional<size_t> bad = FirstInvalidUtf8(bytes);
-  if (!bad) return std::nullopt;
-  std::cerr << "rote: " << what << " is not UTF-8 text: byte 0x" << std::hex << std::uppercase
-            << static_cast<int>(static_cast<unsigned char>(bytes[*bad])) << std::dec << std::nouppercase
-            << " at offset " << *bad << " does not begin a valid UTF-8 sequence\n";
-  return kExitInvalid;
 }
 
 std::string Time(const google::protobuf::Timestamp& t) {
@@ -94,9 +103,13 @@ std::string KindName(rote::v1::ArtifactKind k) {
   }
 }
 
-// Accepts "runs/abc" or "abc".
+// Accepts "runs/abc" or "abc"; a digest as the CLI prints it ("sha256:<hex>") names the
+// resource "<collection>/<hex>", the one spelling the server accepts.
 std::string Qualify(const std::string& collection, const std::string& id) {
-  return id.rfind(collection + "/", 0) == 0 ? id : collection + "/" + id;
+  if (id.rfind(collection + "/", 0) == 0) return id;
+  constexpr std::string_view kDigestPrefix = "sha256:";
+  if (id.rfind(kDigestPrefix, 0) == 0) return collection + "/" + id.substr(kDigestPrefix.size());
+  return collection + "/" + id;
 }
 
 void PrintBlueprint(const rote::v1::Blueprint& b) {

@@ -300,6 +300,35 @@ TEST_F(CliTest, NonUtf8SourceAndInputNameTheFileAndOffset) {
   std::filesystem::remove(base + ".json");
 }
 
+// Names, request ids, etags and comments given on the command line travel in proto string
+// fields; non-UTF-8 bytes there used to fail inside protobuf as exit 8 with no message.
+TEST_F(CliTest, NonUtf8ArgumentsAreInvalidAndNamed) {
+  const std::string token = "cli-test-token-0123456789";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"runs", "get", "runs/\xff" "1"},
+        std::vector<std::string>{"runs", "submit", "bp\xc3", "--input", "{}"},
+        std::vector<std::string>{"runs", "submit", "bp", "--input", "{}", "--request-id", "id-\x80"},
+        std::vector<std::string>{"artifacts", "approve", "artifacts/x", "--etag", "\xfe", "--comment", "ok"}}) {
+    std::vector<std::string> full = args;
+    full.insert(full.end(), {"--server", address_, "--token", token});
+    Result r = RunRote(full);
+    EXPECT_EQ(r.exit_code, 6) << args[0] << " " << args[1] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("is not UTF-8 text"));
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("libprotobuf")));
+  }
+}
+
+// `rote artifacts list` prints digests as sha256:<hex>; pasting one names the artifact (the
+// server accepts only artifacts/<hex>, so the CLI spells it that way).
+TEST_F(CliTest, DigestAsPrintedNamesTheResource) {
+  const std::string token = "cli-test-token-0123456789";
+  const std::string hex(64, 'a');
+  Result prefixed = RunRote({"artifacts", "get", "sha256:" + hex, "--server", address_, "--token", token});
+  Result bare = RunRote({"artifacts", "get", "artifacts/" + hex, "--server", address_, "--token", token});
+  EXPECT_EQ(bare.exit_code, 5) << bare.err;
+  EXPECT_EQ(prefixed.exit_code, bare.exit_code) << prefixed.err;
+}
+
 // `--tls-ca /nonexistent` used to print a warning and go on to fail as "unreachable" (exit 3).
 TEST(CliTlsTest, BadTlsFilesAreUsageErrors) {
   const std::string dir = (std::filesystem::temp_directory_path() / ("rote-cli-tls-" + std::to_string(::getpid()))).string();
