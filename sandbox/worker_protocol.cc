@@ -26,6 +26,11 @@ void PutBytes(std::string& out, std::string_view s) {
   out.append(s);
 }
 
+// One spelling per value: map keys strictly increasing bytewise, the order EncodeValue and the
+// Lua encoder write. An unsorted or repeated key is malformed, so no two decoders (this one, the
+// worker's PushEncoded) can read one message as two different values.
+bool KeyFollows(std::string_view prev, std::string_view key) { return prev < key; }
+
 class Reader {
  public:
   explicit Reader(std::string_view s) : s_(s) {}
@@ -104,8 +109,10 @@ class Reader {
         for (uint64_t i = 0; i < n; ++i) {
           std::string k;
           rote::sandbox::Value e;
-          if (!Bytes(&k) || !Value(&e, depth + 1)) return false;
-          m.emplace(std::move(k), std::move(e));
+          if (!Bytes(&k) || (!m.empty() && !KeyFollows(m.rbegin()->first, k)) || !Value(&e, depth + 1)) {
+            return false;
+          }
+          m.emplace_hint(m.end(), std::move(k), std::move(e));
         }
         *out = Value::FromMap(std::move(m));
         return true;
@@ -130,15 +137,20 @@ class Reader {
         if (!U64(&n) || n > s_.size() - pos_) return false;
         for (uint64_t i = 0; i < n; ++i) if (!Skip(depth + 1)) return false;
         return true;
-      case kMap:
+      case kMap: {
         if (!U64(&n) || n > s_.size() - pos_) return false;
+        std::string_view prev;
         for (uint64_t i = 0; i < n; ++i) {
           uint64_t len;
           if (!U64(&len) || len > s_.size() - pos_) return false;
+          const std::string_view key = s_.substr(pos_, len);
+          if (i > 0 && !KeyFollows(prev, key)) return false;
+          prev = key;
           pos_ += len;
           if (!Skip(depth + 1)) return false;
         }
         return true;
+      }
       default: return false;
     }
   }
@@ -158,7 +170,8 @@ void PutStatus(std::string& out, const absl::Status& s) {
 bool GetStatus(Reader& r, absl::Status* s) {
   uint32_t code;
   std::string msg;
-  if (!r.U32(&code) || !r.Bytes(&msg) || code > 16) return false;
+  // An OK status has no message (absl drops it): one carrying one is not what an encoder wrote.
+  if (!r.U32(&code) || !r.Bytes(&msg) || code > 16 || (code == 0 && !msg.empty())) return false;
   *s = absl::Status(static_cast<absl::StatusCode>(code), msg);
   return true;
 }

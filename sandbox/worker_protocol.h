@@ -2,6 +2,8 @@
 // Every message is a u64 little-endian length followed by that many bytes of payload. Values
 // travel in a lossless binary encoding (canonical JSON cannot carry arbitrary bytes), and the
 // parent decodes everything a worker sends as untrusted input: bounds-checked, depth-limited.
+// Each message has one spelling (map keys strictly increasing, no message on an OK status):
+// anything else is malformed, so decoding and encoding again gives the same bytes.
 #pragma once
 
 #include <cstdint>
