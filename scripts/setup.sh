@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package rote needs (idempotent: apt-get runs only when something is
-# missing), then configures and builds into build/ (override with ROTE_BUILD_DIR).
+# missing; clang, its libFuzzer runtime and llvm-symbolizer are for the fuzz build of
+# bench/fuzz), then configures and builds into build/ (override with ROTE_BUILD_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,7 @@ PACKAGES=(
   liblua5.4-dev lua5.4 libsqlite3-dev sqlite3 libre2-dev libspdlog-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libssl-dev
   libseccomp-dev prometheus-cpp-dev grep openssl
+  clang libclang-rt-dev llvm
 )
 
 missing=()
