@@ -280,9 +280,11 @@ int CmdBlueprints(const Args& args) {
     grpc::Status st = stub.ListBlueprints(ctx.get(), req, &resp);
     if (!st.ok()) return client.Fail(st, "listing blueprints");
     if (client.options().json) { Client::PrintJson(resp, std::cout); return kExitOk; }
-    Table t({"NAME", "BLUEPRINT", "VERSION", "POINTS", "CREATED"});
+    // List items carry no sources (rote blueprints get prints one); the size says how large.
+    Table t({"NAME", "BLUEPRINT", "VERSION", "POINTS", "SOURCE BYTES", "CREATED"});
     for (const auto& b : resp.blueprints())
-      t.Add({Short(b.digest()), b.display_name(), b.version(), absl::StrCat(b.generation_points_size()), Time(b.create_time())});
+      t.Add({Short(b.digest()), b.display_name(), b.version(), absl::StrCat(b.generation_points_size()),
+             absl::StrCat(b.source_size_bytes()), Time(b.create_time())});
     t.Print(std::cout);
     return kExitOk;
   }
@@ -545,10 +547,10 @@ int CmdArtifacts(const Args& args) {
   rote::v1::ArtifactService::Stub stub(client.channel());
   auto ctx = client.Context();
   auto print_list = [&](const auto& artifacts) {
-    Table t({"ARTIFACT", "POINT", "REV", "KIND", "STATE", "AUTHOR", "CREATED"});
+    Table t({"ARTIFACT", "POINT", "REV", "KIND", "STATE", "AUTHOR", "SOURCE BYTES", "CREATED"});
     for (const auto& a : artifacts)
       t.Add({Short(a.digest()), a.generation_point(), absl::StrCat(a.revision()), KindName(a.kind()),
-             ReviewName(a.state()), a.provenance().author(), Time(a.create_time())});
+             ReviewName(a.state()), a.provenance().author(), absl::StrCat(a.source_size_bytes()), Time(a.create_time())});
     t.Print(std::cout);
   };
 

@@ -491,6 +491,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   engine::EngineOptions engine_options;
   engine_options.run_workers = opt.run_workers;
   engine_options.rote_version = ROTE_VERSION;
+  engine_options.max_blueprint_bytes = opt.max_message_bytes / 2;
   auto eng = engine::Engine::Create(state->store.get(), state->lua_runner.get(), state->pipeline.get(),
                                     engine_options);
   if (!eng.ok()) return eng.status();

@@ -141,19 +141,30 @@ void ToProto(const store::Binding& b, rote::v1::Binding* out) {
   out->set_source(b.source);
 }
 
-void ToProto(const engine::BlueprintView& v, rote::v1::Blueprint* out) {
+// Whether a message describes one item whole (Get, Register, Review) or is an item of a list.
+// List items leave out what can be as large as a registration may be (sources, tasks and
+// examples, validation reports) and name it by digest and size instead: a page of many large
+// items would otherwise exceed the message limit of the server and of every client, for every
+// caller of the list.
+enum class Detail { kWhole, kListItem };
+
+void ToProto(const engine::BlueprintView& v, Detail detail, rote::v1::Blueprint* out) {
+  const bool whole = detail == Detail::kWhole;
   out->set_name(absl::StrCat("blueprints/", Hex(v.record.digest)));
   out->set_digest(v.record.digest);
   out->set_display_name(v.record.name);
   out->set_version(v.record.version);
-  out->set_source(v.record.source);
+  out->set_source_size_bytes(static_cast<int64_t>(v.record.source.size()));
+  if (whole) out->set_source(v.record.source); else out->set_source_omitted(true);
   for (const engine::GenerationPoint& p : v.points) {
     rote::v1::GenerationSpec* g = out->add_generation_points();
     g->set_name(p.name);
     g->set_kind(ProtoKind(engine::KindName(p.kind)));
-    g->set_task(p.task);
-    g->set_signature(p.signature);
-    for (std::string& e : p.ExamplesJson()) g->add_examples_json(std::move(e));
+    if (whole) {
+      g->set_task(p.task);
+      g->set_signature(p.signature);
+      for (std::string& e : p.ExamplesJson()) g->add_examples_json(std::move(e));
+    }
     g->set_spec_digest(p.digest);
   }
   for (const store::Binding& b : v.bindings) ToProto(b, out->add_bindings());
@@ -197,12 +208,14 @@ absl::Status ToProto(engine::Engine& engine, const store::RunRecord& r, int64_t 
   return absl::OkStatus();
 }
 
-void ToProto(const engine::ArtifactView& v, rote::v1::Artifact* out) {
+void ToProto(const engine::ArtifactView& v, Detail detail, rote::v1::Artifact* out) {
+  const bool whole = detail == Detail::kWhole;
   const store::ArtifactRecord& a = v.record;
   out->set_name(absl::StrCat("artifacts/", Hex(a.digest)));
   out->set_digest(a.digest);
   out->set_kind(ProtoKind(a.kind));
-  out->set_source(a.source);
+  out->set_source_size_bytes(static_cast<int64_t>(a.source.size()));
+  if (whole) out->set_source(a.source); else out->set_source_omitted(true);
   out->set_options_json(a.options_json);
   out->set_generation_point(a.generation_point);
   out->set_revision(a.revision);
@@ -224,7 +237,7 @@ void ToProto(const engine::ArtifactView& v, rote::v1::Artifact* out) {
   }
   p->set_device(a.provenance.device);
   p->set_author(a.provenance.author);
-  out->set_validation_report_json(a.validation_report_json);
+  if (whole) out->set_validation_report_json(a.validation_report_json);
   for (const store::ReviewEntry& r : v.reviews) {
     rote::v1::ReviewEntry* e = out->add_reviews();
     e->set_principal(r.principal);
@@ -246,7 +259,7 @@ class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
         req->source(), req->lockfile(), req->filename(), principal->name,
         [&](const store::ArtifactRecord& artifact) { return MayApprove(deps_, *principal, artifact); });
     if (!view.ok()) return ToGrpc(view.status());
-    ToProto(*view, resp);
+    ToProto(*view, Detail::kWhole, resp);
     return grpc::Status::OK;
   }
   grpc::Status GetBlueprint(grpc::ServerContext* ctx, const rote::v1::GetBlueprintRequest* req,
@@ -255,7 +268,7 @@ class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
     if (!principal.ok()) return ToGrpc(principal.status());
     auto view = deps_.engine->GetBlueprint(req->name());
     if (!view.ok()) return ToGrpc(view.status());
-    ToProto(*view, resp);
+    ToProto(*view, Detail::kWhole, resp);
     return grpc::Status::OK;
   }
   grpc::Status ListBlueprints(grpc::ServerContext* ctx, const rote::v1::ListBlueprintsRequest* req,
@@ -266,7 +279,7 @@ class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
     if (!page.ok()) return ToGrpc(page.status());
     auto list = deps_.engine->ListBlueprints(req->display_name(), *page);
     if (!list.ok()) return ToGrpc(list.status());
-    for (const engine::BlueprintView& v : list->items) ToProto(v, resp->add_blueprints());
+    for (const engine::BlueprintView& v : list->items) ToProto(v, Detail::kListItem, resp->add_blueprints());
     resp->set_next_page_token(list->next_page_token);
     return grpc::Status::OK;
   }
@@ -415,7 +428,7 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     if (!state.ok()) return ToGrpc(state.status());
     auto list = deps_.engine->ListArtifacts(req->generation_point(), *state, *page);
     if (!list.ok()) return ToGrpc(list.status());
-    for (const engine::ArtifactView& v : list->items) ToProto(v, resp->add_artifacts());
+    for (const engine::ArtifactView& v : list->items) ToProto(v, Detail::kListItem, resp->add_artifacts());
     resp->set_next_page_token(list->next_page_token);
     return grpc::Status::OK;
   }
@@ -425,7 +438,7 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     if (!principal.ok()) return ToGrpc(principal.status());
     auto view = deps_.engine->GetArtifact(req->name());
     if (!view.ok()) return ToGrpc(view.status());
-    ToProto(*view, resp);
+    ToProto(*view, Detail::kWhole, resp);
     return grpc::Status::OK;
   }
   grpc::Status ListRevisions(grpc::ServerContext* ctx, const rote::v1::ListRevisionsRequest* req,
@@ -436,7 +449,7 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     if (!page.ok()) return ToGrpc(page.status());
     auto list = deps_.engine->ListRevisions(req->generation_point(), *page);
     if (!list.ok()) return ToGrpc(list.status());
-    for (const engine::ArtifactView& v : list->items) ToProto(v, resp->add_revisions());
+    for (const engine::ArtifactView& v : list->items) ToProto(v, Detail::kListItem, resp->add_revisions());
     resp->set_next_page_token(list->next_page_token);
     return grpc::Status::OK;
   }
@@ -456,7 +469,7 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     }
     auto view = deps_.engine->ReviewArtifact(req->name(), **decision, req->comment(), req->etag(), principal->name);
     if (!view.ok()) return ToGrpc(view.status());
-    ToProto(*view, resp);
+    ToProto(*view, Detail::kWhole, resp);
     return grpc::Status::OK;
   }
   grpc::Status DiffRevisions(grpc::ServerContext* ctx, const rote::v1::DiffRevisionsRequest* req,
@@ -547,7 +560,7 @@ class GenerationServiceImpl final : public rote::v1::GenerationService::Service 
     auto view = deps_.engine->GetArtifact(absl::StrCat("artifacts/", Hex(result->artifact_digest)));
     if (!view.ok()) return ToGrpc(view.status());
     rote::v1::GenerateEvent done;
-    ToProto(*view, done.mutable_artifact());
+    ToProto(*view, Detail::kWhole, done.mutable_artifact());
     writer->Write(done);
     return grpc::Status::OK;
   }

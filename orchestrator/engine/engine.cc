@@ -515,8 +515,25 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
                                                    kMaxFilenameBytes, " bytes"));
   }
   std::string chunkname(filename.empty() ? std::string_view("blueprint.lua") : filename);
+  // Registration accepts only what GetBlueprint and GetArtifact can return whole: a request
+  // near the message limit would otherwise be stored and then be unreadable forever.
+  const auto too_large = [&](const std::string& what, size_t bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        chunkname, ": ", what, " is ", bytes, " bytes, more than the ", options_.max_blueprint_bytes,
+        " bytes this server accepts (half its message limit, --max-message-bytes), so that it can be returned whole"));
+  };
+  if (static_cast<int64_t>(source.size()) > options_.max_blueprint_bytes) return too_large("the source", source.size());
   absl::StatusOr<BlueprintDecl> decl = LoadBlueprint(source, chunkname, options_.load_limits);
   if (!decl.ok()) return decl.status();
+  {
+    size_t described = source.size();
+    // Each point's canonical spec holds its name, task, signature and examples; the rest is
+    // its digest, a binding and the message framing.
+    for (const GenerationPoint& p : decl->points) described += p.canonical.size() + 256;
+    if (static_cast<int64_t>(described) > options_.max_blueprint_bytes) {
+      return too_large("the blueprint (its source and the specs of its generation points)", described);
+    }
+  }
 
   // Read and check the lockfile completely before storing anything.
   struct Locked {
@@ -573,11 +590,21 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
             where, "point '", e.point, "': the lockfile says artifact ", QuoteInput(e.artifact_digest), " but its source hashes to ",
             *digest, "; if you edited the source on purpose, delete the `artifact` line"));
       }
+      const std::string artifact_what =
+          absl::StrCat("the artifact locked for '", e.point, "' (source, options and validation report)");
+      if (const size_t bytes = code.source.size() + code.options_json.size();
+          static_cast<int64_t>(bytes) > options_.max_blueprint_bytes) {
+        return too_large(artifact_what, bytes);
+      }
       absl::StatusOr<Validation> v = ValidateArtifact(*it, code, lua_runner_, options_.load_limits);
       if (!v.ok()) return v.status();
       if (!v->passed) {
         return absl::InvalidArgumentError(absl::StrCat(where, "the artifact locked for '", e.point,
                                                        "' fails its own spec: ", v->first_failure));
+      }
+      if (const size_t bytes = code.source.size() + code.options_json.size() + v->report_json.size();
+          static_cast<int64_t>(bytes) > options_.max_blueprint_bytes) {
+        return too_large(artifact_what, bytes);
       }
       locked.push_back(Locked{e, &*it, std::move(code), *std::move(digest), v->report_json});
     }
@@ -922,11 +949,13 @@ void Engine::ExecuteRun(const Job& job) {
     spdlog::warn("run {} did not start: {}", id, std::string(run.status().message()));
     return;
   }
+  // Faults of the store before the blueprint executes stop the run without a verdict, as an
+  // interruption does.
   if (absl::Status s = AppendEvents(id, {StateEvent(store::RunState::kRunning)}); !s.ok()) {
-    return fail(store::RunState::kFailed, absl::StrCat("recording the run failed: ", s.message()));
+    return fail(store::RunState::kFailed, absl::StrCat("recording the run failed: ", s.message()), /*interrupted=*/true);
   }
   absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(run->blueprint_digest);
-  if (!bp.ok()) return fail(store::RunState::kFailed, std::string(bp.status().message()));
+  if (!bp.ok()) return fail(store::RunState::kFailed, std::string(bp.status().message()), /*interrupted=*/true);
 
   std::vector<store::Binding> bindings = run->bindings;
   // All unbound points go to the generator at once: their attempts share the model's batches.
@@ -1171,6 +1200,27 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
   }
   absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(run->blueprint_digest);
   if (!bp.ok()) return bp.status();
+  // A run executes only once every generation point is bound, and its bindings are recorded
+  // before it executes; a failed run that lacks one failed before its blueprint ran (generating
+  // the code failed, the generated artifact was pending review, the point was unbound). Replay
+  // refuses it rather than calling it equal: that failure was decided by what the run's record
+  // does not hold (the model, the generation cache, review states and policy at that moment),
+  // which replay never consults, so it would certify a verdict it did not recompute; and it
+  // cannot execute the blueprint either, having no code for the point.
+  std::vector<std::string> unbound;
+  for (const store::GenerationSpecRecord& p : bp->generation_points) {
+    if (std::none_of(run->bindings.begin(), run->bindings.end(),
+                     [&](const store::Binding& b) { return b.generation_point == p.name; })) {
+      unbound.push_back(absl::StrCat("'", p.name, "'"));
+    }
+  }
+  if (run->state == store::RunState::kFailed && !unbound.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        RunName(run->id), " failed before its blueprint executed: it has no artifact for generation point ",
+        absl::StrJoin(unbound, ", "), " (", run->error,
+        "); replay neither generates nor reviews code, so there is no execution to replay: bind an approved "
+        "artifact and submit it again"));
+  }
   if (std::string now = store::Sha256Digest(bp->source); now != run->blueprint_digest) {
     return absl::FailedPreconditionError(absl::StrCat(
         "blueprint ", bp->name, " changed since ", RunName(run->id), " ran: the run used ", run->blueprint_digest,
@@ -1322,6 +1372,10 @@ absl::StatusOr<ArtifactView> Engine::ReviewArtifact(std::string_view name, store
   if (etag.empty()) {
     return absl::InvalidArgumentError("etag is required: pass the etag from GetArtifact, so a review never "
                                       "decides on a state the reviewer did not see");
+  }
+  if (comment.size() > kMaxReviewCommentBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the review comment is ", comment.size(), " bytes, more than ",
+                                                   kMaxReviewCommentBytes));
   }
   absl::StatusOr<ArtifactView> current = GetArtifact(name);
   if (!current.ok()) return current.status();

@@ -45,7 +45,15 @@ struct EngineOptions {
   // the limits do not catch, such as a stuck worker).
   std::chrono::milliseconds run_deadline{std::chrono::minutes(30)};
   std::string rote_version = "0.0.0";
+  // The largest blueprint registration accepts, counted as GetBlueprint returns it (the source
+  // plus each generation point's name, task, signature and examples), and the largest artifact a
+  // lockfile may hold (source, options and validation report, as GetArtifact returns it). The
+  // server sets half its message limit, so a whole item always fits a response.
+  int64_t max_blueprint_bytes = 32 << 20;
 };
+
+// A review comment is at most this many bytes: every review travels with its artifact.
+inline constexpr size_t kMaxReviewCommentBytes = 4096;
 
 // A failed run's error is recorded up to this many bytes (then "... (N more bytes)").
 inline constexpr size_t kMaxRunErrorBytes = 16 * 1024;

@@ -35,14 +35,33 @@ TEST(ArtifactsE2e, RevisionsReviewAndDiff) {
   ASSERT_EQ(revisions.revisions_size(), 2);
   EXPECT_EQ(revisions.revisions(0).revision(), 1);
   EXPECT_EQ(revisions.revisions(1).revision(), 2);
-  EXPECT_EQ(revisions.revisions(1).source(), v2);
+  // Revisions, as any list, name sources by digest and size; GetArtifact returns them whole.
+  EXPECT_TRUE(revisions.revisions(1).source().empty());
+  EXPECT_TRUE(revisions.revisions(1).source_omitted());
+  EXPECT_EQ(revisions.revisions(1).source_size_bytes(), static_cast<int64_t>(v2.size()));
   for (const auto& a : revisions.revisions()) {
     EXPECT_EQ(a.state(), rote::v1::REVIEW_STATE_APPROVED);
     EXPECT_EQ(a.provenance().author(), "expert");
     EXPECT_EQ(a.kind(), rote::v1::ARTIFACT_KIND_LUA_FUNCTION);
     ASSERT_EQ(a.reviews_size(), 1);
     EXPECT_EQ(a.reviews(0).principal(), "local");
-    EXPECT_NE(a.validation_report_json().find(R"("passed":true)"), std::string::npos);
+    EXPECT_TRUE(a.validation_report_json().empty());
+    rote::v1::GetArtifactRequest get;
+    get.set_name(a.name());
+    rote::v1::Artifact whole;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(server.artifacts().GetArtifact(&ctx, get, &whole).ok());
+    EXPECT_FALSE(whole.source_omitted());
+    EXPECT_EQ(static_cast<int64_t>(whole.source().size()), a.source_size_bytes());
+    EXPECT_NE(whole.validation_report_json().find(R"("passed":true)"), std::string::npos);
+  }
+  {
+    rote::v1::GetArtifactRequest get;
+    get.set_name(revisions.revisions(1).name());
+    rote::v1::Artifact whole;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(server.artifacts().GetArtifact(&ctx, get, &whole).ok());
+    EXPECT_EQ(whole.source(), v2);
   }
   bool bound_to_v2 = false;
   for (const auto& b : bp.bindings()) {

@@ -399,7 +399,13 @@ class FourEyesTest : public ::testing::Test {
     rote::v1::ListArtifactsResponse resp;
     EXPECT_TRUE(artifacts_->ListArtifacts(As(kAlice).get(), req, &resp).ok());
     EXPECT_EQ(resp.artifacts_size(), 1);
-    return resp.artifacts_size() > 0 ? resp.artifacts(0) : rote::v1::Artifact();
+    if (resp.artifacts_size() == 0) return rote::v1::Artifact();
+    // List items leave the source out; GetArtifact returns the artifact whole.
+    rote::v1::GetArtifactRequest get;
+    get.set_name(resp.artifacts(0).name());
+    rote::v1::Artifact whole;
+    EXPECT_TRUE(artifacts_->GetArtifact(As(kAlice).get(), get, &whole).ok());
+    return whole;
   }
 
   grpc::Status Approve(const char* token, const rote::v1::Artifact& a, rote::v1::Artifact* out) {

@@ -153,6 +153,16 @@ std::string ShippedSample(const std::string& name) {
   return ReadFileOrDie(std::string(ROTE_BLUEPRINTS_DIR) + "/" + name + ".sample.json");
 }
 
+std::unique_ptr<store::Store> OpenFreshStore(const std::string& dir) {
+  std::filesystem::remove_all(dir);
+  store::StoreOptions o;
+  o.path = dir;
+  o.synchronous = store::SyncMode::kNormal;
+  auto s = store::Store::Open(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *std::move(s) : nullptr;
+}
+
 void ExecSql(const std::string& data_dir, const std::string& sql) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((data_dir + "/rote.db").c_str(), &db), SQLITE_OK);

@@ -10,6 +10,7 @@
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/blueprints.grpc.pb.h"
 #include "rote/v1/runs.grpc.pb.h"
+#include "store/store.h"
 
 namespace rote::e2e {
 
@@ -62,6 +63,10 @@ std::string ReadFileOrDie(const std::string& path);
 std::string ShippedBlueprint(const std::string& name);
 std::string ShippedLockfile(const std::string& name);
 std::string ShippedSample(const std::string& name);
+
+// An empty store in `dir` (removed first), for tests that drive the engine directly; null
+// (with a test failure) when it does not open.
+std::unique_ptr<store::Store> OpenFreshStore(const std::string& dir);
 
 // Runs SQL on the server's database (tests tamper with stored bytes; the server must be stopped).
 void ExecSql(const std::string& data_dir, const std::string& sql);
