@@ -15,7 +15,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!loaded.ok()) return 0;
   const Tokenizer& tok = *loaded;
   const std::string_view text = parts[4];
-  for (int32_t id : tok.stop_token_ids()) ROTE_FUZZ_CHECK(id >= 0 && id < tok.vocab_size());
+  // Stop ids come from config.json / generation_config.json and may lie past the tokenizer's
+  // entries (a model's vocabulary may be larger; tokenizer.cc); they must still be token ids,
+  // and decoding one must not read outside the tables.
+  for (int32_t id : tok.stop_token_ids()) {
+    ROTE_FUZZ_CHECK(id >= 0);
+    const int32_t one[] = {id};
+    (void)tok.Decode(one, false);
+    (void)tok.TokenBytes(id);
+  }
   if (tok.bos_id()) ROTE_FUZZ_CHECK(*tok.bos_id() >= 0 && *tok.bos_id() < tok.vocab_size());
   if (tok.eos_id()) ROTE_FUZZ_CHECK(*tok.eos_id() >= 0 && *tok.eos_id() < tok.vocab_size());
 
