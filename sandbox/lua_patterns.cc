@@ -11,6 +11,7 @@
 #include <lua.hpp>
 
 #include "sandbox/lua_internal.h"
+#include "sandbox/lua_profile.h"
 #include "sandbox/lua_runtime.h"
 
 namespace rote::sandbox::internal {

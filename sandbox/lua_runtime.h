@@ -32,7 +32,7 @@
 // asynchronously; lua.c does it on SIGINT) whose function raises an error. The runtime honours
 // such a host hook where a plain hook would miss it: its own hook runs it in coroutines (which
 // keep their own hooks), every charge and Poll inside C functions runs it, and xpcall message
-// handlers and coroutine.close no longer run Lua code once it is installed.
+// handlers and coroutine.close run no Lua code once it is installed.
 //
 // Status codes: INVALID_ARGUMENT for compile errors and values that cannot be converted,
 // FAILED_PRECONDITION for runtime errors raised by the script ("name.lua:12: message"),
@@ -59,6 +59,10 @@
 // LuaState::Charge(L, n) for work proportional to their input (at least one unit per loop
 // iteration), call LuaState::Poll(L) every few thousand iterations of a long loop, and must
 // raise errors with luaL_error (never longjmp across C++ frames holding resources).
+//
+// Dependencies go one way: value.h <- value_encoding.h <- lua_value_codec.h <- lua_runtime.h
+// <- worker_protocol.h <- worker_pool.h. lua_internal.h lists the files that implement this
+// header.
 #pragma once
 
 #include <chrono>
@@ -72,11 +76,16 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "sandbox/lua_value_codec.h"
 #include "sandbox/value.h"
 
 struct lua_State;
 
 namespace rote::sandbox {
+
+namespace internal {
+struct LuaArena;
+}  // namespace internal
 
 struct Limits {
   uint64_t max_instructions = 100'000'000;  // VM instructions plus charged C work
@@ -95,8 +104,8 @@ struct Usage {
 inline constexpr int kInstructionQuantum = 1000;
 
 // Name and version of the profile, recorded with every run so replays can check they execute
-// under the same rules.
-// /2: C loops charge per iteration, heap growth is charged, limits survive a returning call.
+// under the same rules. The version changes with anything a script can observe: results,
+// charges, limits.
 inline constexpr std::string_view kProfileName = "rote-lua5.4-deterministic/2";
 
 class LuaState {
@@ -109,7 +118,7 @@ class LuaState {
   LuaState& operator=(const LuaState&) = delete;
 
   lua_State* raw() const { return L_; }
-  // Whether the string hash seed was pinned to a constant (see lua_runtime.cc); with it the
+  // Whether the string hash seed was pinned to a constant (see lua_allocator.cc); with it the
   // internal hash layout of tables is the same in every process.
   bool seed_pinned() const { return seed_pinned_; }
   static LuaState* From(lua_State* L);
@@ -137,7 +146,7 @@ class LuaState {
 
   // Pushes a Value (in protected mode, so hitting the memory limit is an error, not a panic).
   absl::Status Push(const Value& v);
-  // Pushes a value in the worker protocol's binary encoding (sandbox/worker_protocol.h).
+  // Pushes a value in the binary value encoding (sandbox/value_encoding.h).
   absl::Status PushEncoded(std::string_view bytes);
 
   void ResetBudget();
@@ -173,7 +182,6 @@ class LuaState {
 
  private:
   LuaState();
-  struct Arena;
   struct Snapshot;
   friend struct LuaStateAccess;
   [[noreturn]] void RaiseLimit(lua_State* L);
@@ -203,24 +211,9 @@ class LuaState {
   size_t lg_size_ = 0;
   bool seed_checked_ = false;
   bool seed_pinned_ = false;
-  std::unique_ptr<Arena> arena_;
+  std::unique_ptr<internal::LuaArena> arena_;
   std::unique_ptr<Snapshot> snapshot_;
 };
-
-// Converts the Lua value at idx. Tables whose keys are exactly 1..n (n >= 1) become Arrays;
-// tables with only string keys become Maps; an empty table becomes an empty Map unless it is
-// the array-marked empty table that Push(empty Array) creates. Integer keys that are not a
-// sequence, float/boolean/table keys, functions, userdata, threads, cycles and nesting deeper
-// than kMaxJsonDepth are INVALID_ARGUMENT errors that name the path ("$.items[3].name").
-absl::StatusOr<Value> ToValue(lua_State* L, int idx);
-
-// Appends the Lua value at idx to `out` in the worker protocol's binary encoding, under the
-// rules of ToValue (which is this followed by protocol::DecodeValue). Never raises a Lua error.
-absl::Status EncodeLuaValue(lua_State* L, int idx, std::string& out);
-
-// Pushes a Value without protection; may raise a Lua error (memory limit). Inside C functions
-// called from Lua, use this; from host code, use LuaState::Push.
-void PushValueUnprotected(lua_State* L, const Value& v);
 
 // One input's outcome when a function artifact is applied to a batch.
 struct CallResult {

@@ -1,9 +1,13 @@
 // Wire format between WorkerPool and rote-sandbox-worker over a Unix stream socket.
 // Every message is a u64 little-endian length followed by that many bytes of payload. Values
-// travel in a lossless binary encoding (canonical JSON cannot carry arbitrary bytes), and the
-// parent decodes everything a worker sends as untrusted input: bounds-checked, depth-limited.
-// Each message has one spelling (map keys strictly increasing, no message on an OK status):
-// anything else is malformed, so decoding and encoding again gives the same bytes.
+// travel in the binary encoding of value_encoding.h, and the parent decodes everything a
+// worker sends as untrusted input: bounds-checked, depth-limited. Each message has one
+// spelling (map keys strictly increasing, no message on an OK status): anything else is
+// malformed, so decoding and encoding again gives the same bytes.
+//
+// Dependencies go one way: the protocol frames the runtime's requests and results
+// (lua_runtime.h: Limits, Usage, CallResult) and the values of value_encoding.h; the Lua
+// runtime never includes this file.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "sandbox/lua_runtime.h"
 #include "sandbox/value.h"
+#include "sandbox/value_encoding.h"
 
 namespace rote::sandbox::protocol {
 
@@ -38,15 +43,6 @@ struct Response {
   absl::Status batch_status;  // compile errors: apply to the whole batch
   std::vector<CallResult> results;
 };
-
-// Tags of the binary value encoding.
-enum ValueTag : uint8_t { kTagNil = 0, kTagFalse = 1, kTagTrue = 2, kTagInt = 3, kTagFloat = 4, kTagString = 5,
-                          kTagArray = 6, kTagMap = 7 };
-// Little-endian fixed-width helpers shared with the Lua converters.
-void PutU64(std::string& out, uint64_t v);
-
-void EncodeValue(const Value& v, std::string& out);
-absl::StatusOr<Value> DecodeValue(std::string_view bytes);
 
 // A request whose inputs are left encoded: spans into the payload, each one validated value.
 struct EncodedRequest {

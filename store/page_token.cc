@@ -90,4 +90,10 @@ absl::StatusOr<int> EffectivePageSize(int32_t requested) {
   return std::min<int>(requested, kMaxPageSize);
 }
 
+std::string FilterKey(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view p : parts) Append(out, p.size(), ":", p, ";");
+  return out;
+}
+
 }  // namespace rote::store::internal

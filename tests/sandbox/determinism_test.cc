@@ -156,7 +156,7 @@ TEST(DeterministicProfileTest, DocumentedChoices) {
 namespace rote::sandbox {
 namespace {
 
-// The raw hash layout (stock next order) no longer depends on the per-process seed: two states
+// The raw hash layout (stock next order) does not depend on a per-process seed: two states
 // in one process (different addresses, so different seeds in stock Lua) agree, and so do fresh
 // processes (the determinism suite).
 std::string RawNextOrder(LuaState& st) {

@@ -149,8 +149,8 @@ TEST_P(CLoopLimitTest, HugeCountFailsFastWithTheInstructionLimitInAWorker) {
 INSTANTIATE_TEST_SUITE_P(Cases, CLoopLimitTest, testing::ValuesIn(kLoopCases),
                          [](const testing::TestParamInfo<LoopCase>& p) { return std::string(p.param.name); });
 
-// table.insert and table.remove read the length once: a __len that answers 0 to the charge and
-// 2^40 to the loop used to shift 2^40 elements for the price of none.
+// table.insert and table.remove read the length once, so a __len that answers 0 to the charge
+// and 2^40 to the loop cannot shift 2^40 elements for the price of none.
 TEST(CLoopLimitTest, LengthIsReadOnceByInsertAndRemove) {
   for (const char* op : {"table.insert(t, 1, 'x')", "table.remove(t, 1)"}) {
     std::string body = std::string(

@@ -1,0 +1,42 @@
+// What every resource family of the SQLite store works through: the single writer (group
+// commit), the pool of reader connections, the clock and the page token codec. SqliteStore
+// owns one and opens it; the families hold a reference.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "store/group_commit.h"
+#include "store/page_token.h"
+#include "store/reader_pool.h"
+#include "store/sqlite.h"
+#include "store/status_macros.h"
+
+namespace rote::store::internal {
+
+struct SqliteDb {
+  std::function<int64_t()> clock_ms;  // unix milliseconds, for every time the store records
+  PageTokenCodec tokens{""};
+  ReaderPool readers;
+  // Declared last so it is destroyed first: its queued writes commit while the rest is alive.
+  std::unique_ptr<GroupCommitWriter> writer;
+
+  absl::Status Write(GroupCommitWriter::WriteFn fn) { return writer->Write(std::move(fn)); }
+
+  // A read in one transaction, so multi-statement reads see one snapshot.
+  template <typename F>
+  auto ReadTx(F&& fn) -> decltype(fn(std::declval<Connection&>())) {
+    ReaderPool::Lease lease = readers.Acquire();
+    Connection& conn = *lease;
+    RETURN_IF_ERROR(conn.Exec("BEGIN"));
+    auto result = fn(conn);
+    // Ending a read transaction cannot lose anything; its status adds nothing to `result`.
+    conn.Exec("COMMIT").IgnoreError();
+    return result;
+  }
+};
+
+}  // namespace rote::store::internal
