@@ -67,18 +67,9 @@ absl::Status LoadAttempts(Connection& conn, int64_t artifact_id, ArtifactRecord&
 template <typename Bind>
 absl::StatusOr<std::vector<std::pair<int64_t, ArtifactRecord>>> QueryArtifacts(
     Connection& conn, const std::string& sql, Bind bind) {
-  std::vector<std::pair<int64_t, ArtifactRecord>> rows;
-  {
-    ASSIGN_OR_RETURN(Statement stmt, conn.Prepare(sql));
-    bind(stmt);
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, stmt.Step());
-      if (!row) break;
-      rows.push_back(ReadArtifactRow(stmt));
-    }
-  }
-  for (auto& [id, a] : rows) RETURN_IF_ERROR(LoadAttempts(conn, id, a));
-  return rows;
+  return QueryRows<std::pair<int64_t, ArtifactRecord>>(
+      conn, sql, bind, ReadArtifactRow,
+      [](Connection& c, auto& row) { return LoadAttempts(c, row.first, row.second); });
 }
 
 absl::StatusOr<ArtifactRecord> LoadArtifact(Connection& conn, std::string_view digest) {

@@ -47,18 +47,9 @@ std::pair<int64_t, BlueprintRecord> ReadBlueprintRow(const Statement& stmt) {
 template <typename Bind>
 absl::StatusOr<std::vector<std::pair<int64_t, BlueprintRecord>>> QueryBlueprints(
     Connection& conn, const std::string& sql, Bind bind) {
-  std::vector<std::pair<int64_t, BlueprintRecord>> rows;
-  {
-    ASSIGN_OR_RETURN(Statement stmt, conn.Prepare(sql));
-    bind(stmt);
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, stmt.Step());
-      if (!row) break;
-      rows.push_back(ReadBlueprintRow(stmt));
-    }
-  }
-  for (auto& [id, bp] : rows) RETURN_IF_ERROR(LoadBlueprintPoints(conn, id, bp));
-  return rows;
+  return QueryRows<std::pair<int64_t, BlueprintRecord>>(
+      conn, sql, bind, ReadBlueprintRow,
+      [](Connection& c, auto& row) { return LoadBlueprintPoints(c, row.first, row.second); });
 }
 
 absl::StatusOr<BlueprintRecord> LoadBlueprint(Connection& conn, std::string_view digest) {

@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "store/group_commit.h"
 #include "store/page_token.h"
 #include "store/reader_pool.h"
@@ -38,5 +41,24 @@ struct SqliteDb {
     return result;
   }
 };
+
+// Runs `sql` (parameters bound by `bind`), reads each row with `read_row`, then completes each
+// row with `complete(conn, row)`, which may query again: the first statement is reset by then.
+template <typename Row, typename Bind, typename Read, typename Complete>
+absl::StatusOr<std::vector<Row>> QueryRows(Connection& conn, const std::string& sql, Bind bind,
+                                           Read read_row, Complete complete) {
+  std::vector<Row> rows;
+  {
+    ASSIGN_OR_RETURN(Statement stmt, conn.Prepare(sql));
+    bind(stmt);
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      rows.push_back(read_row(stmt));
+    }
+  }
+  for (Row& row : rows) RETURN_IF_ERROR(complete(conn, row));
+  return rows;
+}
 
 }  // namespace rote::store::internal

@@ -53,18 +53,7 @@ absl::Status LoadRunBindings(Connection& conn, RunRecord& run) {
 template <typename Bind>
 absl::StatusOr<std::vector<RunRecord>> QueryRuns(Connection& conn, const std::string& sql,
                                                  Bind bind) {
-  std::vector<RunRecord> runs;
-  {
-    ASSIGN_OR_RETURN(Statement stmt, conn.Prepare(sql));
-    bind(stmt);
-    while (true) {
-      ASSIGN_OR_RETURN(bool row, stmt.Step());
-      if (!row) break;
-      runs.push_back(ReadRunRow(stmt));
-    }
-  }
-  for (RunRecord& r : runs) RETURN_IF_ERROR(LoadRunBindings(conn, r));
-  return runs;
+  return QueryRows<RunRecord>(conn, sql, bind, ReadRunRow, LoadRunBindings);
 }
 
 absl::StatusOr<RunRecord> LoadRun(Connection& conn, int64_t run_id) {
