@@ -1,20 +1,22 @@
-// The engine: request bookkeeping, the scheduler thread (continuous batching with chunked
-// prefill over a paged KV cache, preemption by recomputation), sampling and streaming.
-// Nothing here touches a number the backend computes except to choose tokens, so batch
-// invariance of the logits carries over to the tokens.
+// The engine facade: validates requests and turns them into sequences, runs the scheduler
+// thread, and drives each step through the backend (the scheduler decides what runs; the backend
+// computes; the tokens are chosen here and fed back to the sequences). Nothing here touches a
+// number the backend computes except to choose tokens, so batch invariance of the logits carries
+// over to the tokens.
 #include "inference/engine.h"
 
 #include <algorithm>
 #include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 
-#include "inference/util/thread_pool.h"
 #include "inference/cuda/cuda_backend.h"
 #include "inference/kv_block_manager.h"
+#include "inference/scheduler.h"
+#include "inference/sequence.h"
+#include "inference/util/thread_pool.h"
 
 namespace rote::inference {
 
@@ -53,30 +55,6 @@ const char* FinishReasonName(FinishReason reason) {
   return "unknown";
 }
 
-namespace {
-
-int32_t BlocksFor(int64_t positions) { return static_cast<int32_t>((positions + kKvBlockSize - 1) / kKvBlockSize); }
-
-struct Sequence {
-  RequestId id = 0;
-  SamplingParams sampling;
-  uint64_t sampling_key = 0;
-  TokenCallback on_token;
-  std::vector<int32_t> all;  // prompt, then generated tokens
-  size_t prompt_len = 0;
-  int32_t computed = 0;      // positions whose K/V are in the cache
-  std::vector<int32_t> blocks;
-  std::unique_ptr<StreamDecoder> decoder;
-  std::string text;          // decoded output so far
-  size_t emitted = 0;        // bytes of text already streamed
-  GenerationResult result;
-  Status error;
-  bool cancel_requested = false;  // guarded by Impl::mu
-  bool done = false;              // guarded by Impl::mu
-};
-
-}  // namespace
-
 struct Engine::Impl {
   std::shared_ptr<const Model> model;
   Tokenizer tokenizer;
@@ -85,6 +63,7 @@ struct Engine::Impl {
   int32_t max_context = 0;
   std::vector<int32_t> stop_tokens;  // sorted
   std::unique_ptr<KvBlockManager> blocks;  // scheduler thread only
+  std::unique_ptr<Scheduler> scheduler;
   std::vector<float> step_logits;          // scheduler thread only: the last step's logits
   std::unique_ptr<ThreadPool> sample_pool;  // scheduler thread only: sampled rows in parallel
   // Threads that sample a step's rows: the machine's cores, at most 16 (a step has at most
@@ -92,23 +71,14 @@ struct Engine::Impl {
   int SamplingThreads() const {
     return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 16u));
   }
-  // Prefix sharing (scheduler thread only): a full block is known by its parent block id and
-  // its 16 tokens. Blocks keep their key after their last user leaves (a cache) until they are
-  // allocated again; then their key and every descendant's key are forgotten, so a key never
-  // names a block whose content or parent changed.
-  std::map<std::vector<int32_t>, int32_t> prefix_blocks;
-  std::map<int32_t, std::vector<int32_t>> block_keys;
-  std::multimap<int32_t, int32_t> block_children;  // parent block -> child blocks with keys
 
   std::mutex mu;
   std::condition_variable work_cv;
   std::condition_variable done_cv;
-  std::deque<std::shared_ptr<Sequence>> waiting;          // guarded by mu
   std::map<RequestId, std::shared_ptr<Sequence>> active;  // guarded by mu: submitted, not yet waited
   RequestId next_id = 1;                                   // guarded by mu
   bool stopping = false;                                   // guarded by mu
-  std::vector<std::shared_ptr<Sequence>> running;          // scheduler thread only, admission order
-  std::thread scheduler;
+  std::thread scheduler_thread;
 
   Impl(std::shared_ptr<const Model> m, Tokenizer t) : model(std::move(m)), tokenizer(std::move(t)) {}
 
@@ -118,27 +88,22 @@ struct Engine::Impl {
   // all of them or none.
   void Enqueue(const std::vector<std::shared_ptr<Sequence>>& seqs, std::vector<RequestId>* ids);
   void SchedulerLoop();
-  // One sequence's share of a step: n new tokens, and whether its last one's logits are wanted.
-  struct Part {
-    std::shared_ptr<Sequence> seq;
-    int32_t n;
-    bool wants_logits;
-  };
   void Step();
-  // How many greedy steps the step planned as `parts` runs in one backend call (1: just itself;
-  // EngineOptions::greedy_chain_steps), its blocks taken.
-  int32_t ChainLength(const std::vector<Part>& parts);
+  // Ends cancelled waiting requests and admits waiting ones, then ends cancelled running ones.
+  void AdmitAndCancel();
+  // Runs the step planned as `parts` (`chain` greedy steps of it) on the backend: the chosen
+  // tokens in `backend_tokens` when the backend chooses them, else the logits in step_logits.
+  Status Compute(const std::vector<StepPart>& parts, int32_t chain, bool greedy_step, bool device_sampled,
+                 std::vector<int32_t>* backend_tokens);
+  // Samples the rows whose logits the backend returned, rows in parallel.
+  std::vector<int32_t> SampleRows(const std::vector<StepPart>& parts);
+  // Feeds each part its token (`tokens`, one per row that wants logits, row after row of each
+  // step of the chain), streams it and finishes the sequences that end.
+  void Deliver(const std::vector<StepPart>& parts, int32_t chain, bool host_sampled,
+               const std::vector<int32_t>& tokens);
   void Finish(const std::shared_ptr<Sequence>& s, FinishReason reason);
   void Fail(const std::shared_ptr<Sequence>& s, const Status& status);
-  void Preempt(const std::shared_ptr<Sequence>& s);
-  void ReleaseBlocks(Sequence& s);
-  std::optional<int32_t> AllocateBlock();
-  void ForgetBlock(int32_t block);
-  std::vector<int32_t> BlockKey(const Sequence& s, size_t block_index) const;
-  void ShareCachedPrefix(Sequence& s);
-  void RegisterFullBlocks(const Sequence& s, int32_t computed_before);
-  // Appends a chosen token, fills the event to stream; returns why the sequence ends, if it does.
-  std::optional<FinishReason> Accept(Sequence& s, int32_t token, std::vector<float>* logits, TokenEvent* ev);
+  AcceptRules Rules() const { return {stop_tokens, max_context, options.capture_logits}; }
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -201,13 +166,22 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> mo
   const int32_t blocks = static_cast<int32_t>(std::min<int64_t>(n_blocks, 1 << 24));
   ROTE_RETURN_IF_ERROR(backend->AllocateKvCache(blocks));
   impl->blocks = std::make_unique<KvBlockManager>(blocks);
+  SchedulerLimits limits;
+  limits.max_batch = options.max_batch;
+  limits.prefill_chunk = options.prefill_chunk;
+  limits.max_step_tokens = options.max_step_tokens;
+  limits.greedy_chain_steps = options.greedy_chain_steps;
+  limits.capture_logits = options.capture_logits;
+  limits.prefix_sharing = options.prefix_sharing;
+  limits.max_context = impl->max_context;
+  impl->scheduler = std::make_unique<Scheduler>(limits, impl->blocks.get(), &impl->mu);
   impl->backend = std::move(backend);
   impl->stop_tokens = impl->tokenizer.stop_token_ids();
   for (int32_t id : impl->model->config().eos_token_ids) impl->stop_tokens.push_back(id);
   std::sort(impl->stop_tokens.begin(), impl->stop_tokens.end());
   impl->stop_tokens.erase(std::unique(impl->stop_tokens.begin(), impl->stop_tokens.end()), impl->stop_tokens.end());
   Impl* raw = impl.get();
-  impl->scheduler = std::thread([raw] { raw->SchedulerLoop(); });
+  impl->scheduler_thread = std::thread([raw] { raw->SchedulerLoop(); });
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -217,7 +191,7 @@ Engine::~Engine() {
     impl_->stopping = true;
   }
   impl_->work_cv.notify_all();
-  impl_->scheduler.join();
+  impl_->scheduler_thread.join();
 }
 
 const Model& Engine::model() const { return *impl_->model; }
@@ -294,7 +268,7 @@ void Engine::Impl::Enqueue(const std::vector<std::shared_ptr<Sequence>>& seqs, s
       seq->id = next_id++;
       ids->push_back(seq->id);
       active[seq->id] = seq;
-      waiting.push_back(seq);
+      scheduler->Add(seq);
     }
   }
   work_cv.notify_all();
@@ -351,16 +325,13 @@ void Engine::Impl::SchedulerLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu);
-      work_cv.wait(lock, [&] { return stopping || !waiting.empty() || !running.empty(); });
+      work_cv.wait(lock, [&] { return stopping || scheduler->has_work(); });
       if (stopping) {
-        for (auto& s : waiting) running.push_back(s);
-        waiting.clear();
-        for (auto& s : running) {
+        for (auto& s : scheduler->TakeAll()) {
           s->result.finish_reason = FinishReason::kCancelled;
           s->result.text = s->text;
           s->done = true;
         }
-        running.clear();
         done_cv.notify_all();
         return;
       }
@@ -369,83 +340,10 @@ void Engine::Impl::SchedulerLoop() {
   }
 }
 
-void Engine::Impl::ReleaseBlocks(Sequence& s) {
-  for (int32_t b : s.blocks) blocks->Release(b);
-  s.blocks.clear();
-  s.computed = 0;
-}
-
-void Engine::Impl::ForgetBlock(int32_t block) {
-  auto it = block_keys.find(block);
-  if (it == block_keys.end()) return;
-  const int32_t parent = it->second[0];
-  prefix_blocks.erase(it->second);
-  block_keys.erase(it);
-  for (auto [c, end] = block_children.equal_range(parent); c != end; ++c) {
-    if (c->second == block) {
-      block_children.erase(c);
-      break;
-    }
-  }
-  std::vector<int32_t> children;
-  for (auto [c, end] = block_children.equal_range(block); c != end; ++c) children.push_back(c->second);
-  for (int32_t child : children) ForgetBlock(child);
-}
-
-std::optional<int32_t> Engine::Impl::AllocateBlock() {
-  std::optional<int32_t> b = blocks->Allocate();
-  if (b.has_value()) ForgetBlock(*b);  // its cached content is about to be overwritten
-  return b;
-}
-
-std::vector<int32_t> Engine::Impl::BlockKey(const Sequence& s, size_t block_index) const {
-  std::vector<int32_t> key;
-  key.reserve(kKvBlockSize + 1);
-  key.push_back(block_index == 0 ? -1 : s.blocks[block_index - 1]);
-  key.insert(key.end(), s.all.begin() + block_index * kKvBlockSize, s.all.begin() + (block_index + 1) * kKvBlockSize);
-  return key;
-}
-
-void Engine::Impl::ShareCachedPrefix(Sequence& s) {
-  if (!options.prefix_sharing || s.computed != 0 || !s.blocks.empty()) return;
-  // At least the last token is always computed: its logits choose the next token.
-  const size_t shareable = (s.all.size() - 1) / kKvBlockSize;
-  for (size_t b = 0; b < shareable; ++b) {
-    auto it = prefix_blocks.find(BlockKey(s, b));
-    if (it == prefix_blocks.end()) break;
-    blocks->Revive(it->second);
-    s.blocks.push_back(it->second);
-  }
-  s.computed = static_cast<int32_t>(s.blocks.size()) * kKvBlockSize;
-  s.result.prompt_tokens_reused = std::max(s.result.prompt_tokens_reused, s.computed);
-}
-
-void Engine::Impl::RegisterFullBlocks(const Sequence& s, int32_t computed_before) {
-  if (!options.prefix_sharing) return;
-  for (int32_t b = computed_before / kKvBlockSize; b < s.computed / kKvBlockSize; ++b) {
-    if (block_keys.count(s.blocks[b])) continue;  // already known (a shared block)
-    std::vector<int32_t> key = BlockKey(s, static_cast<size_t>(b));
-    if (prefix_blocks.count(key)) continue;  // another sequence computed the same prefix first
-    prefix_blocks.emplace(key, s.blocks[b]);
-    block_children.emplace(key[0], s.blocks[b]);
-    block_keys.emplace(s.blocks[b], std::move(key));
-  }
-}
-
-void Engine::Impl::Preempt(const std::shared_ptr<Sequence>& s) {
-  // Recomputation gives the same K/V bits (batch invariance), so a preempted sequence resumes
-  // exactly where it was.
-  ReleaseBlocks(*s);
-  running.erase(std::find(running.begin(), running.end(), s));
-  std::lock_guard<std::mutex> lock(mu);
-  waiting.push_front(s);
-}
-
 void Engine::Impl::Finish(const std::shared_ptr<Sequence>& s, FinishReason reason) {
   s->result.finish_reason = reason;
   s->result.text = s->text;
-  ReleaseBlocks(*s);
-  running.erase(std::find(running.begin(), running.end(), s));
+  scheduler->Remove(s);
   std::lock_guard<std::mutex> lock(mu);
   s->done = true;
   done_cv.notify_all();
@@ -453,144 +351,61 @@ void Engine::Impl::Finish(const std::shared_ptr<Sequence>& s, FinishReason reaso
 
 void Engine::Impl::Fail(const std::shared_ptr<Sequence>& s, const Status& status) {
   s->error = status;
-  ReleaseBlocks(*s);
-  running.erase(std::find(running.begin(), running.end(), s));
+  scheduler->Remove(s);
   std::lock_guard<std::mutex> lock(mu);
   s->done = true;
   done_cv.notify_all();
 }
 
-std::optional<FinishReason> Engine::Impl::Accept(Sequence& s, int32_t token, std::vector<float>* logits,
-                                                 TokenEvent* ev) {
-  s.all.push_back(token);
-  s.result.tokens.push_back(token);
-  if (options.capture_logits) s.result.step_logits.push_back(std::move(*logits));
-  ev->token = token;
-  ev->index = static_cast<int32_t>(s.result.tokens.size()) - 1;
-  std::optional<FinishReason> finish;
-  const bool is_stop_token =
-      !s.sampling.ignore_eos && std::binary_search(stop_tokens.begin(), stop_tokens.end(), token);
-  if (is_stop_token) {
-    finish = FinishReason::kEndOfSequence;
-  } else {
-    s.text += s.decoder->Push(token);
-    // A stop sequence ends the output where it begins; text that could still become one is
-    // held back from the stream until it cannot.
-    size_t longest_stop = 0;
-    for (const std::string& st : s.sampling.stop) longest_stop = std::max(longest_stop, st.size());
-    const size_t from = s.emitted > longest_stop ? s.emitted - longest_stop : 0;
-    size_t cut = std::string::npos;
-    for (const std::string& st : s.sampling.stop) cut = std::min(cut, s.text.find(st, from));
-    if (cut != std::string::npos) {
-      s.text.resize(cut);
-      finish = FinishReason::kStopSequence;
-    }
-  }
-  if (!finish.has_value()) {
-    if (static_cast<int32_t>(s.result.tokens.size()) >= s.sampling.max_tokens ||
-        static_cast<int64_t>(s.all.size()) >= max_context) {
-      finish = FinishReason::kLength;
-    }
-  }
-  if (finish.has_value() && *finish != FinishReason::kStopSequence) s.text += s.decoder->Finish();
-  size_t safe = s.text.size();
-  if (!finish.has_value()) {
-    size_t held = 0;
-    for (const std::string& st : s.sampling.stop) {
-      for (size_t k = std::min(st.size() - 1, s.text.size()); k > held; --k) {
-        if (s.text.compare(s.text.size() - k, k, st, 0, k) == 0) {
-          held = k;
-          break;
-        }
-      }
-    }
-    safe = s.text.size() - held;
-  }
-  if (safe > s.emitted) {
-    ev->text = s.text.substr(s.emitted, safe - s.emitted);
-    s.emitted = safe;
-  }
-  return finish;
-}
-
-void Engine::Impl::Step() {
-  // Admission and cancellation, under the lock.
+void Engine::Impl::AdmitAndCancel() {
   {
     std::lock_guard<std::mutex> lock(mu);
-    for (auto it = waiting.begin(); it != waiting.end();) {
-      if ((*it)->cancel_requested) {
-        (*it)->result.finish_reason = FinishReason::kCancelled;
-        (*it)->result.text = (*it)->text;
-        (*it)->done = true;
-        it = waiting.erase(it);
-        done_cv.notify_all();
-      } else {
-        ++it;
-      }
+    for (const auto& s : scheduler->TakeCancelledWaiting()) {
+      s->result.finish_reason = FinishReason::kCancelled;
+      s->result.text = s->text;
+      s->done = true;
+      done_cv.notify_all();
     }
-    while (!waiting.empty() && static_cast<int32_t>(running.size()) < options.max_batch) {
-      const auto& s = waiting.front();
-      // Admit only when its current tokens fit in the free blocks, so a new arrival does not
-      // immediately force a preemption.
-      if (BlocksFor(static_cast<int64_t>(s->all.size()) + 1) > blocks->num_free() && !running.empty()) break;
-      ShareCachedPrefix(*s);
-      running.push_back(s);
-      waiting.pop_front();
-    }
+    scheduler->Admit();
   }
   std::vector<std::shared_ptr<Sequence>> cancelled;
   {
     std::lock_guard<std::mutex> lock(mu);
-    for (auto& s : running) {
-      if (s->cancel_requested) cancelled.push_back(s);
-    }
+    cancelled = scheduler->CancelledRunning();
   }
   for (auto& s : cancelled) Finish(s, FinishReason::kCancelled);
-  if (running.empty()) return;
+}
 
-  // Plan: every decoding sequence takes one token, then prefilling sequences take chunks
-  // while the step's token budget lasts.
-  std::vector<Part> parts;
-  int32_t budget = options.max_step_tokens;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (auto& s : running) {
-      const int32_t remaining = static_cast<int32_t>(s->all.size()) - s->computed;
-      const bool decoding = remaining == 1;
-      if ((pass == 0) != decoding || budget == 0) continue;
-      const int32_t n = std::min({remaining, options.prefill_chunk, budget});
-      budget -= n;
-      parts.push_back({s, n, s->computed + n == static_cast<int32_t>(s->all.size())});
-    }
-  }
-  // Blocks for every part's positions; when the cache is full, the most recently admitted
-  // sequence is preempted (possibly the one asking).
-  for (size_t i = 0; i < parts.size(); ++i) {
-    Sequence& s = *parts[i].seq;
-    bool dropped_self = false;
-    while (BlocksFor(s.computed + parts[i].n) > static_cast<int32_t>(s.blocks.size())) {
-      std::optional<int32_t> b = AllocateBlock();
-      if (b.has_value()) {
-        s.blocks.push_back(*b);
-        continue;
-      }
-      std::shared_ptr<Sequence> victim = running.back();
-      auto pit = std::find_if(parts.begin(), parts.end(), [&](const Part& p) { return p.seq == victim; });
-      const size_t victim_index = static_cast<size_t>(pit - parts.begin());
-      if (pit != parts.end()) parts.erase(pit);
-      Preempt(victim);
-      if (victim.get() == &s) {
-        dropped_self = true;
-        break;
-      }
-      if (victim_index < i) --i;  // the victim's part came earlier in the plan
-    }
-    if (dropped_self) --i;
-  }
+void Engine::Impl::Step() {
+  AdmitAndCancel();
+  const std::vector<StepPart> parts = scheduler->Schedule();
   if (parts.empty()) return;
-  const int32_t chain = ChainLength(parts);
+  const int32_t chain = scheduler->ChainLength(parts);
+  // A step whose every sampled row is greedy, with no logits captured, needs only each row's
+  // argmax: the backend picks the tokens where the logits are (ForwardGreedy; on a GPU they then
+  // never cross to the host). SampleToken at temperature 0 is the same argmax, so the tokens are
+  // the same either way.
+  bool greedy_step = !options.capture_logits;
+  for (const StepPart& p : parts)
+    if (p.wants_logits && p.seq->sampling.temperature > 0.0f) greedy_step = false;
+  // Sampled rows too are chosen where the logits are when the backend can (the CUDA backend's
+  // device sampler: the same token as SampleToken, docs/numerics.md section 6).
+  const bool device_sampled = !greedy_step && !options.capture_logits && backend->samples_on_device();
+  std::vector<int32_t> backend_tokens;
+  const Status status = Compute(parts, chain, greedy_step, device_sampled, &backend_tokens);
+  if (!status.ok()) {
+    for (const StepPart& p : parts) Fail(p.seq, status);
+    return;
+  }
+  const bool host_sampled = !greedy_step && !device_sampled;
+  if (host_sampled) backend_tokens = SampleRows(parts);
+  Deliver(parts, chain, host_sampled, backend_tokens);
+}
 
+Status Engine::Impl::Compute(const std::vector<StepPart>& parts, int32_t chain, bool greedy_step,
+                             bool device_sampled, std::vector<int32_t>* backend_tokens) {
   BatchPlan plan;
-  for (const Part& p : parts) {
+  for (const StepPart& p : parts) {
     SequenceStep st;
     st.tokens = std::span<const int32_t>(p.seq->all).subspan(p.seq->computed, p.n);
     st.start_pos = p.seq->computed;
@@ -598,93 +413,78 @@ void Engine::Impl::Step() {
     st.num_logits = p.wants_logits ? 1 : 0;
     plan.sequences.push_back(st);
   }
-  // A step whose every sampled row is greedy, with no logits captured, needs only each row's
-  // argmax: the backend picks the tokens where the logits are (ForwardGreedy; on a GPU they then
-  // never cross to the host). SampleToken at temperature 0 is the same argmax, so the tokens are
-  // the same either way.
-  bool greedy_step = !options.capture_logits;
-  for (const Part& p : parts)
-    if (p.wants_logits && p.seq->sampling.temperature > 0.0f) greedy_step = false;
-  // Sampled rows too are chosen where the logits are when the backend can (the CUDA backend's
-  // device sampler: the same token as SampleToken, docs/numerics.md section 6).
-  const bool device_sampled = !greedy_step && !options.capture_logits && backend->samples_on_device();
-  std::vector<float>& logits = step_logits;  // kept across steps: no fresh pages each step
-  std::vector<int32_t> backend_tokens;
   Status status;
   if (greedy_step && chain > 1) {
-    status = backend->ForwardGreedySteps(plan, chain, &backend_tokens);
+    status = backend->ForwardGreedySteps(plan, chain, backend_tokens);
   } else if (greedy_step) {
-    status = backend->ForwardGreedy(plan, &backend_tokens);
+    status = backend->ForwardGreedy(plan, backend_tokens);
   } else if (device_sampled) {
     std::vector<RowSampling> rules;
-    for (const Part& p : parts)
+    for (const StepPart& p : parts)
       if (p.wants_logits) rules.push_back(RowSamplingFor(p.seq->sampling, p.seq->sampling_key, p.seq->all.size()));
-    status = backend->ForwardSampled(plan, rules, &backend_tokens);
+    status = backend->ForwardSampled(plan, rules, backend_tokens);
   } else {
-    status = backend->Forward(plan, &logits);
+    // The logits buffer is kept across steps: no fresh pages each step.
+    status = backend->Forward(plan, &step_logits);
   }
   if (status.ok() && (greedy_step || device_sampled)) {
     size_t rows = 0;
-    for (const Part& p : parts) rows += p.wants_logits ? 1 : 0;
-    if (backend_tokens.size() != rows * static_cast<size_t>(chain))
-      status = Internal("backend returned " + std::to_string(backend_tokens.size()) + " tokens for " +
+    for (const StepPart& p : parts) rows += p.wants_logits ? 1 : 0;
+    if (backend_tokens->size() != rows * static_cast<size_t>(chain))
+      status = Internal("backend returned " + std::to_string(backend_tokens->size()) + " tokens for " +
                         std::to_string(rows) + " rows x " + std::to_string(chain) + " steps");
   }
-  if (!status.ok()) {
-    for (const Part& p : parts) Fail(p.seq, status);
-    return;
-  }
+  return status;
+}
+
+std::vector<int32_t> Engine::Impl::SampleRows(const std::vector<StepPart>& parts) {
+  // Each row's rule reads only its own logits and keys, so the tokens do not depend on the
+  // threads (a row of a 152k vocabulary takes a few ms).
   const int32_t vocab = model->config().vocab_size;
-  // The sampled rows' tokens, rows in parallel: each row's rule reads only its own logits and
-  // keys, so the tokens do not depend on the threads (a row of a 152k vocabulary takes a few ms).
-  std::vector<int32_t> sampled_tokens;
-  if (!greedy_step && !device_sampled) {
-    std::vector<const Part*> rows;
-    for (const Part& p : parts)
-      if (p.wants_logits) rows.push_back(&p);
-    sampled_tokens.resize(rows.size());
-    auto sample = [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const Sequence& s = *rows[static_cast<size_t>(r)]->seq;
-        const std::span<const float> l(logits.data() + r * vocab, vocab);
-        const uint64_t position = s.all.size();  // where the chosen token will sit
-        sampled_tokens[static_cast<size_t>(r)] = SampleToken(l, s.sampling, s.sampling_key, position);
-      }
-    };
-    size_t sampling_rows = 0;
-    for (const Part* p : rows) sampling_rows += p->seq->sampling.temperature > 0.0f ? 1 : 0;
-    if (sampling_rows >= 2) {
-      if (!sample_pool) sample_pool = std::make_unique<ThreadPool>(SamplingThreads());
-      sample_pool->ParallelFor(static_cast<int64_t>(rows.size()), sample);
-    } else {
-      sample(0, static_cast<int64_t>(rows.size()));
+  std::vector<const StepPart*> rows;
+  for (const StepPart& p : parts)
+    if (p.wants_logits) rows.push_back(&p);
+  std::vector<int32_t> sampled_tokens(rows.size());
+  auto sample = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const Sequence& s = *rows[static_cast<size_t>(r)]->seq;
+      const std::span<const float> l(step_logits.data() + r * vocab, vocab);
+      const uint64_t position = s.all.size();  // where the chosen token will sit
+      sampled_tokens[static_cast<size_t>(r)] = SampleToken(l, s.sampling, s.sampling_key, position);
     }
+  };
+  size_t sampling_rows = 0;
+  for (const StepPart* p : rows) sampling_rows += p->seq->sampling.temperature > 0.0f ? 1 : 0;
+  if (sampling_rows >= 2) {
+    if (!sample_pool) sample_pool = std::make_unique<ThreadPool>(SamplingThreads());
+    sample_pool->ParallelFor(static_cast<int64_t>(rows.size()), sample);
+  } else {
+    sample(0, static_cast<int64_t>(rows.size()));
   }
-  // Step after step of a chained run (one step otherwise): in a chained run every part decodes one
-  // token a step (ChainLength), and a request that finished at an earlier step takes no more.
+  return sampled_tokens;
+}
+
+void Engine::Impl::Deliver(const std::vector<StepPart>& parts, int32_t chain, bool host_sampled,
+                           const std::vector<int32_t>& tokens) {
+  const int32_t vocab = model->config().vocab_size;
+  const AcceptRules rules = Rules();
+  // In a chained run every part decodes one token a step (Scheduler::ChainLength), and a request
+  // that finished at an earlier step takes no more.
   std::vector<bool> finished(parts.size(), false);
   size_t row = 0;
   for (int32_t step = 0; step < chain; ++step) {
     for (size_t i = 0; i < parts.size(); ++i) {
-      const Part& p = parts[i];
+      const StepPart& p = parts[i];
       const size_t this_row = row;
       if (p.wants_logits) ++row;
       if (finished[i]) continue;
-      const int32_t before = p.seq->computed;
-      p.seq->computed += p.n;
-      RegisterFullBlocks(*p.seq, before);
+      scheduler->Advance(*p.seq, p.n);
       if (!p.wants_logits) continue;
-      int32_t token = 0;
       std::vector<float> captured;
-      if (greedy_step || device_sampled) {
-        token = backend_tokens[this_row];
-      } else {
-        token = sampled_tokens[this_row];
-        if (options.capture_logits)
-          captured.assign(logits.begin() + this_row * vocab, logits.begin() + (this_row + 1) * vocab);
-      }
+      if (host_sampled && options.capture_logits)
+        captured.assign(step_logits.begin() + this_row * vocab, step_logits.begin() + (this_row + 1) * vocab);
       TokenEvent event;
-      const std::optional<FinishReason> finish = Accept(*p.seq, token, &captured, &event);
+      const std::optional<FinishReason> finish = p.seq->Accept(tokens[this_row], &captured, rules, &event);
       // Stream before Finish marks the request done, so Wait never returns ahead of its tokens.
       if (p.seq->on_token) p.seq->on_token(event);
       if (finish.has_value()) {
@@ -693,36 +493,6 @@ void Engine::Impl::Step() {
       }
     }
   }
-}
-
-int32_t Engine::Impl::ChainLength(const std::vector<Part>& parts) {
-  if (options.greedy_chain_steps <= 1 || options.capture_logits) return 1;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!waiting.empty()) return 1;  // an arrival is admitted at the next step, as without chaining
-  }
-  int64_t run = options.greedy_chain_steps;
-  for (const Part& p : parts) {
-    const Sequence& s = *p.seq;
-    if (p.n != 1 || !p.wants_logits || s.sampling.temperature > 0.0f) return 1;
-    // No request may reach its length limit before the run's last step (a stop token or sequence
-    // may: the tokens past it are dropped).
-    run = std::min<int64_t>(run, static_cast<int64_t>(s.sampling.max_tokens) - static_cast<int64_t>(s.result.tokens.size()));
-    run = std::min<int64_t>(run, static_cast<int64_t>(max_context) - static_cast<int64_t>(s.all.size()));
-  }
-  // Blocks for every step's position, taken only where free (a run never preempts).
-  for (const Part& p : parts) {
-    Sequence& s = *p.seq;
-    while (run > 1 && BlocksFor(s.computed + run) > static_cast<int32_t>(s.blocks.size())) {
-      std::optional<int32_t> b = AllocateBlock();
-      if (!b.has_value()) {
-        run = std::min<int64_t>(run, static_cast<int64_t>(s.blocks.size()) * kKvBlockSize - s.computed);
-        break;
-      }
-      s.blocks.push_back(*b);
-    }
-  }
-  return static_cast<int32_t>(std::max<int64_t>(run, 1));
 }
 
 }  // namespace rote::inference

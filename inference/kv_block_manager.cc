@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <functional>
 
+#include "inference/backend.h"
+
 namespace rote::inference {
 
 KvBlockManager::KvBlockManager(int32_t num_blocks) : refs_(num_blocks, 0) {
@@ -15,6 +17,7 @@ std::optional<int32_t> KvBlockManager::Allocate() {
   const int32_t b = free_.back();
   free_.pop_back();
   refs_[b] = 1;
+  ForgetBlock(b);  // its cached content is about to be overwritten
   return b;
 }
 
@@ -39,6 +42,53 @@ void KvBlockManager::Release(int32_t block) {
   if (--refs_[block] == 0) {
     free_.insert(std::upper_bound(free_.begin(), free_.end(), block, std::greater<int32_t>()), block);
   }
+}
+
+KvBlockManager::Key KvBlockManager::BlockKey(std::span<const int32_t> tokens, std::span<const int32_t> blocks,
+                                             size_t index) {
+  Key key;
+  key.reserve(kKvBlockSize + 1);
+  key.push_back(index == 0 ? -1 : blocks[index - 1]);
+  key.insert(key.end(), tokens.begin() + index * kKvBlockSize, tokens.begin() + (index + 1) * kKvBlockSize);
+  return key;
+}
+
+void KvBlockManager::ForgetBlock(int32_t block) {
+  auto it = block_keys_.find(block);
+  if (it == block_keys_.end()) return;
+  const int32_t parent = it->second[0];
+  prefix_blocks_.erase(it->second);
+  block_keys_.erase(it);
+  for (auto [c, end] = block_children_.equal_range(parent); c != end; ++c) {
+    if (c->second == block) {
+      block_children_.erase(c);
+      break;
+    }
+  }
+  std::vector<int32_t> children;
+  for (auto [c, end] = block_children_.equal_range(block); c != end; ++c) children.push_back(c->second);
+  for (int32_t child : children) ForgetBlock(child);
+}
+
+int32_t KvBlockManager::ShareCachedPrefix(std::span<const int32_t> tokens, size_t max_blocks,
+                                          std::vector<int32_t>* blocks) {
+  for (size_t b = 0; b < max_blocks; ++b) {
+    auto it = prefix_blocks_.find(BlockKey(tokens, *blocks, b));
+    if (it == prefix_blocks_.end()) break;
+    Revive(it->second);
+    blocks->push_back(it->second);
+  }
+  return static_cast<int32_t>(blocks->size());
+}
+
+void KvBlockManager::RegisterFullBlock(std::span<const int32_t> tokens, std::span<const int32_t> blocks,
+                                       size_t index) {
+  if (block_keys_.count(blocks[index])) return;  // already known (a shared block)
+  Key key = BlockKey(tokens, blocks, index);
+  if (prefix_blocks_.count(key)) return;  // another sequence computed the same prefix first
+  prefix_blocks_.emplace(key, blocks[index]);
+  block_children_.emplace(key[0], blocks[index]);
+  block_keys_.emplace(blocks[index], std::move(key));
 }
 
 }  // namespace rote::inference

@@ -81,7 +81,7 @@ class Tokenizer {
   std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) const;
 
-  struct Impl;  // defined in tokenizer.cc
+  struct Impl;  // defined in tokenizer_internal.h
 
  private:
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}

@@ -157,8 +157,8 @@ TEST(ModelDirHardening, MergesNamingUnknownTokensAreErrors) {
               "model.merges");
 }
 
-// Each of these threw a nlohmann exception or read a missing member of a const object
-// (undefined behaviour); now each is an error naming the field.
+// Each of these would throw a nlohmann exception or read a missing member of a const object
+// (undefined behaviour) if read unchecked; each must be an error naming the field.
 TEST(ModelDirHardening, WrongJsonTypesInTokenizerJsonAreErrors) {
   const Json tj = Json::parse(ReadAll(Fixture("qwen2") + "/tokenizer.json"));
   const std::vector<EditCase> cases = {
@@ -255,8 +255,8 @@ TEST(ModelDirHardening, StopTokenIdsMustBeTokenIds) {
               "config.json", "model_type");
 }
 
-// A Qwen template made of openings of the default-system literal and no close took time quadratic
-// in its length; now one pass.
+// A Qwen template made of openings of the default-system literal and no close: a naive scan takes
+// time quadratic in its length; the scan must be one pass.
 TEST(ModelDirHardening, ChatTemplateScanIsLinear) {
   std::string tpl;
   for (int i = 0; i < 50'000; ++i) tpl += "'<|im_start|>system\\n";
@@ -351,7 +351,7 @@ TEST(ModelDirHardening, HiddenSizeNotDivisibleByHeadsIsAnError) {
   ExpectNamed(r.status(), StatusCode::kInvalidArgument, "dir/config.json", "num_attention_heads");
 }
 
-// Wrong JSON types used to throw out of nlohmann's value() (an abort) or be read as something else.
+// Wrong JSON types would throw out of nlohmann's value() (an abort) or be read as something else.
 TEST(ModelDirHardening, WrongJsonTypesInConfigAreErrors) {
   ExpectEachRejected({
       {"model_type", 2},
@@ -514,7 +514,7 @@ Status LoadWithDeadline(const std::function<Status()>& load, const std::string& 
   return result.get();
 }
 
-// Was a hang: opening a FIFO for reading waits for a writer.
+// Opening a FIFO for reading waits for a writer, so a FIFO must be refused before it is opened.
 TEST(ModelDirHardening, FifoInPlaceOfAFileIsRefusedWithoutBlocking) {
   for (const char* file : {"model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json",
                            "model.safetensors.index.json"}) {
@@ -552,7 +552,8 @@ TEST(ModelDirHardening, OversizedJsonFileIsRefusedFromItsSize) {
 
 // --- rote model info ---
 
-// Used to print "tokenizer: not loadable" and succeed (exit 0).
+// A model whose tokenizer cannot load is not a usable model: info fails rather than printing
+// "tokenizer: not loadable" and exiting 0.
 TEST(ModelDirHardening, ModelInfoFailsWhenTheTokenizerCannotLoad) {
   const std::string dir = CopyFixture("info_no_tokenizer");
   std::filesystem::remove(dir + "/tokenizer.json");

@@ -1,0 +1,160 @@
+#include "inference/scheduler.h"
+
+#include <algorithm>
+
+#include "inference/backend.h"
+
+namespace rote::inference {
+
+Scheduler::Scheduler(const SchedulerLimits& limits, KvBlockManager* blocks, std::mutex* mu)
+    : limits_(limits), blocks_(blocks), mu_(mu) {}
+
+void Scheduler::Add(std::shared_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+
+std::vector<std::shared_ptr<Sequence>> Scheduler::TakeCancelledWaiting() {
+  std::vector<std::shared_ptr<Sequence>> cancelled;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->cancel_requested) {
+      cancelled.push_back(*it);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return cancelled;
+}
+
+void Scheduler::Admit() {
+  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < limits_.max_batch) {
+    const auto& s = waiting_.front();
+    if (BlocksFor(static_cast<int64_t>(s->all.size()) + 1) > blocks_->num_free() && !running_.empty()) break;
+    ShareCachedPrefix(*s);
+    running_.push_back(s);
+    waiting_.pop_front();
+  }
+}
+
+std::vector<std::shared_ptr<Sequence>> Scheduler::CancelledRunning() const {
+  std::vector<std::shared_ptr<Sequence>> cancelled;
+  for (const auto& s : running_) {
+    if (s->cancel_requested) cancelled.push_back(s);
+  }
+  return cancelled;
+}
+
+std::vector<std::shared_ptr<Sequence>> Scheduler::TakeAll() {
+  std::vector<std::shared_ptr<Sequence>> all = std::move(running_);
+  running_.clear();
+  all.insert(all.end(), waiting_.begin(), waiting_.end());
+  waiting_.clear();
+  return all;
+}
+
+std::vector<StepPart> Scheduler::Schedule() {
+  std::vector<StepPart> parts;
+  if (running_.empty()) return parts;
+  int32_t budget = limits_.max_step_tokens;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (auto& s : running_) {
+      const int32_t remaining = s->uncomputed();
+      const bool decoding = remaining == 1;
+      if ((pass == 0) != decoding || budget == 0) continue;
+      const int32_t n = std::min({remaining, limits_.prefill_chunk, budget});
+      budget -= n;
+      parts.push_back({s, n, s->computed + n == static_cast<int32_t>(s->all.size())});
+    }
+  }
+  AllocateBlocks(parts);
+  return parts;
+}
+
+void Scheduler::AllocateBlocks(std::vector<StepPart>& parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    Sequence& s = *parts[i].seq;
+    bool dropped_self = false;
+    while (BlocksFor(s.computed + parts[i].n) > static_cast<int32_t>(s.blocks.size())) {
+      std::optional<int32_t> b = blocks_->Allocate();
+      if (b.has_value()) {
+        s.blocks.push_back(*b);
+        continue;
+      }
+      std::shared_ptr<Sequence> victim = running_.back();
+      auto pit = std::find_if(parts.begin(), parts.end(), [&](const StepPart& p) { return p.seq == victim; });
+      const size_t victim_index = static_cast<size_t>(pit - parts.begin());
+      if (pit != parts.end()) parts.erase(pit);
+      Preempt(victim);
+      if (victim.get() == &s) {
+        dropped_self = true;
+        break;
+      }
+      if (victim_index < i) --i;  // the victim's part came earlier in the plan
+    }
+    if (dropped_self) --i;
+  }
+}
+
+int32_t Scheduler::ChainLength(const std::vector<StepPart>& parts) {
+  if (limits_.greedy_chain_steps <= 1 || limits_.capture_logits) return 1;
+  {
+    std::lock_guard<std::mutex> lock(*mu_);
+    if (!waiting_.empty()) return 1;  // an arrival is admitted at the next step, as without chaining
+  }
+  int64_t run = limits_.greedy_chain_steps;
+  for (const StepPart& p : parts) {
+    const Sequence& s = *p.seq;
+    if (p.n != 1 || !p.wants_logits || s.sampling.temperature > 0.0f) return 1;
+    // No request may reach its length limit before the run's last step (a stop token or sequence
+    // may: the tokens past it are dropped).
+    run = std::min<int64_t>(run, static_cast<int64_t>(s.sampling.max_tokens) - static_cast<int64_t>(s.result.tokens.size()));
+    run = std::min<int64_t>(run, limits_.max_context - static_cast<int64_t>(s.all.size()));
+  }
+  for (const StepPart& p : parts) {
+    Sequence& s = *p.seq;
+    while (run > 1 && BlocksFor(s.computed + run) > static_cast<int32_t>(s.blocks.size())) {
+      std::optional<int32_t> b = blocks_->Allocate();
+      if (!b.has_value()) {
+        run = std::min<int64_t>(run, static_cast<int64_t>(s.blocks.size()) * kKvBlockSize - s.computed);
+        break;
+      }
+      s.blocks.push_back(*b);
+    }
+  }
+  return static_cast<int32_t>(std::max<int64_t>(run, 1));
+}
+
+void Scheduler::Advance(Sequence& s, int32_t n) {
+  const int32_t before = s.computed;
+  s.computed += n;
+  if (!limits_.prefix_sharing) return;
+  for (int32_t b = before / kKvBlockSize; b < s.computed / kKvBlockSize; ++b) {
+    blocks_->RegisterFullBlock(s.all, s.blocks, static_cast<size_t>(b));
+  }
+}
+
+void Scheduler::Remove(const std::shared_ptr<Sequence>& s) {
+  ReleaseBlocks(*s);
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+}
+
+void Scheduler::Preempt(const std::shared_ptr<Sequence>& s) {
+  Remove(s);
+  std::lock_guard<std::mutex> lock(*mu_);
+  waiting_.push_front(s);
+}
+
+void Scheduler::ReleaseBlocks(Sequence& s) {
+  for (int32_t b : s.blocks) blocks_->Release(b);
+  s.blocks.clear();
+  s.computed = 0;
+}
+
+void Scheduler::ShareCachedPrefix(Sequence& s) {
+  if (!limits_.prefix_sharing || s.computed != 0 || !s.blocks.empty()) return;
+  // At least the last token is always computed: its logits choose the next token.
+  const size_t shareable = (s.all.size() - 1) / kKvBlockSize;
+  blocks_->ShareCachedPrefix(s.all, shareable, &s.blocks);
+  s.computed = static_cast<int32_t>(s.blocks.size()) * kKvBlockSize;
+  s.result.prompt_tokens_reused = std::max(s.result.prompt_tokens_reused, s.computed);
+}
+
+}  // namespace rote::inference

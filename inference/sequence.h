@@ -1,0 +1,56 @@
+// One request's state inside the engine: its tokens (prompt, then generated), how many positions
+// have K/V in the cache and the blocks that hold them, its sampling rule, and the text streamed
+// so far. The scheduler moves sequences between its queues; the engine facade feeds them tokens.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "inference/engine.h"
+
+namespace rote::inference {
+
+// KV blocks that hold `positions` positions.
+int32_t BlocksFor(int64_t positions);
+
+// What ends a sequence besides its own sampling parameters, and whether logits are kept.
+struct AcceptRules {
+  std::span<const int32_t> stop_tokens;  // sorted
+  int64_t max_context = 0;
+  bool capture_logits = false;
+};
+
+struct Sequence {
+  RequestId id = 0;
+  SamplingParams sampling;
+  uint64_t sampling_key = 0;
+  TokenCallback on_token;
+  std::vector<int32_t> all;  // prompt, then generated tokens
+  size_t prompt_len = 0;
+  int32_t computed = 0;      // positions whose K/V are in the cache
+  std::vector<int32_t> blocks;
+  std::unique_ptr<StreamDecoder> decoder;
+  std::string text;          // decoded output so far
+  size_t emitted = 0;        // bytes of text already streamed
+  GenerationResult result;
+  Status error;
+  bool cancel_requested = false;  // guarded by the engine's lock
+  bool done = false;              // guarded by the engine's lock
+
+  // Positions still to feed the backend (1 while decoding).
+  int32_t uncomputed() const { return static_cast<int32_t>(all.size()) - computed; }
+
+  // Appends a chosen token (and, with rules.capture_logits, the logits it came from), fills the
+  // event to stream; returns why the sequence ends, if it does. A stop sequence ends the text
+  // where it begins; text that could still become one is held back from the stream until it
+  // cannot.
+  std::optional<FinishReason> Accept(int32_t token, std::vector<float>* logits, const AcceptRules& rules,
+                                     TokenEvent* ev);
+};
+
+}  // namespace rote::inference
