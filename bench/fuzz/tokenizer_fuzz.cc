@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Tokenizer& tok = *loaded;
   const std::string_view text = parts[4];
   // Stop ids come from config.json / generation_config.json and may lie past the tokenizer's
-  // entries (a model's vocabulary may be larger; tokenizer.cc); they must still be token ids,
+  // entries (a model's vocabulary may be larger; tokenizer_json.cc, LoadSpecialIds); they must still be token ids,
   // and decoding one must not read outside the tables.
   for (int32_t id : tok.stop_token_ids()) {
     ROTE_FUZZ_CHECK(id >= 0);
