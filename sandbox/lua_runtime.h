@@ -215,6 +215,9 @@ class LuaState {
   std::unique_ptr<Snapshot> snapshot_;
 };
 
+// Values cross into and out of Lua through lua_value_codec.h, included above: ToValue,
+// EncodeLuaValue, PushValueUnprotected.
+
 // One input's outcome when a function artifact is applied to a batch.
 struct CallResult {
   absl::Status status;  // OK, FAILED_PRECONDITION (script error), RESOURCE_EXHAUSTED (limit), ...

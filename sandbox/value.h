@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -27,12 +28,12 @@ class Value {
 
   Value() = default;
   static Value Nil() { return Value(); }
-  static Value Bool(bool b) { return Value(Storage(b)); }
-  static Value Int(int64_t i) { return Value(Storage(i)); }
-  static Value Float(double d) { return Value(Storage(d)); }
-  static Value String(std::string s) { return Value(Storage(std::move(s))); }
-  static Value FromArray(Array a) { return Value(Storage(std::move(a))); }
-  static Value FromMap(Map m) { return Value(Storage(std::move(m))); }
+  static Value Bool(bool b) { return Value(std::in_place_type<bool>, b); }
+  static Value Int(int64_t i) { return Value(std::in_place_type<int64_t>, i); }
+  static Value Float(double d) { return Value(std::in_place_type<double>, d); }
+  static Value String(std::string s) { return Value(std::in_place_type<std::string>, std::move(s)); }
+  static Value FromArray(Array a) { return Value(std::in_place_type<Array>, std::move(a)); }
+  static Value FromMap(Map m) { return Value(std::in_place_type<Map>, std::move(m)); }
 
   Kind kind() const { return static_cast<Kind>(storage_.index()); }
   bool is_nil() const { return kind() == Kind::kNil; }
@@ -59,7 +60,10 @@ class Value {
 
  private:
   using Storage = std::variant<std::monostate, bool, int64_t, double, std::string, Array, Map>;
-  explicit Value(Storage s) : storage_(std::move(s)) {}
+  // The factories build the alternative in place: a temporary variant moved into storage_
+  // would make g++ warn (-Wmaybe-uninitialized) about the moved-from temporary at -O2.
+  template <typename T, typename... Args>
+  explicit Value(std::in_place_type_t<T> type, Args&&... args) : storage_(type, std::forward<Args>(args)...) {}
   Storage storage_;
 };
 

@@ -11,6 +11,16 @@
 
 namespace rote::sandbox {
 
+namespace {
+
+// What libseccomp's SCMP_A<n> macros build, as C++: they expand to C compound literals, which
+// -Wpedantic (clang) refuses.
+scmp_arg_cmp Arg(unsigned int arg, scmp_compare op, scmp_datum_t a, scmp_datum_t b = 0) {
+  return scmp_arg_cmp{arg, op, a, b};
+}
+
+}  // namespace
+
 absl::Status ApplyWorkerRlimits(uint64_t address_space_bytes, uint64_t cpu_seconds) {
   struct Limit {
     int resource;
@@ -40,12 +50,12 @@ absl::Status InstallWorkerSeccompFilter() {
     if (rc == 0) rc = count == 0 ? seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0) : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, arg);
   };
   // I/O only on the request socket (0 in, 1 out) and stderr (/dev/null under the pool).
-  rule(SCMP_SYS(read), 1, SCMP_A0(SCMP_CMP_EQ, 0));
-  rule(SCMP_SYS(write), 1, SCMP_A0(SCMP_CMP_EQ, 1));
-  rule(SCMP_SYS(write), 1, SCMP_A0(SCMP_CMP_EQ, 2));
+  rule(SCMP_SYS(read), 1, Arg(0, SCMP_CMP_EQ, 0));
+  rule(SCMP_SYS(write), 1, Arg(0, SCMP_CMP_EQ, 1));
+  rule(SCMP_SYS(write), 1, Arg(0, SCMP_CMP_EQ, 2));
   // Memory for malloc and the Lua arena; never executable mappings.
   rule(SCMP_SYS(brk), 0);
-  rule(SCMP_SYS(mmap), 1, SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
+  rule(SCMP_SYS(mmap), 1, Arg(2, SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
   rule(SCMP_SYS(munmap), 0);
   rule(SCMP_SYS(mremap), 0);
   rule(SCMP_SYS(futex), 0);
