@@ -4,13 +4,12 @@
 #include <sys/stat.h>
 
 #include <cstdio>
-#include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
-#include "store/store.h"
+#include "orchestrator/offline_backup.h"
 
 namespace rote::cli {
 namespace {
@@ -69,16 +68,7 @@ int CmdBackup(const Args& args) {
                  db_path.c_str());
     return kExitNotFound;
   }
-  store::StoreOptions options;
-  options.path = data_dir;
-  options.reader_pool_size = 1;
-  absl::StatusOr<std::unique_ptr<store::Store>> store = store::Store::Open(options);
-  if (!store.ok()) {
-    std::fprintf(stderr, "rote backup: cannot open %s: %s\n", data_dir.c_str(),
-                 std::string(store.status().message()).c_str());
-    return ExitCodeFor(store.status());
-  }
-  absl::Status status = (*store)->Backup(out);
+  absl::Status status = orchestrator::offline::BackupStore(data_dir, out);
   if (!status.ok()) {
     std::fprintf(stderr, "rote backup: %s\n", std::string(status.message()).c_str());
     return ExitCodeFor(status);

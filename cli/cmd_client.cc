@@ -16,7 +16,7 @@
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/blueprints.grpc.pb.h"
 #include "rote/v1/runs.grpc.pb.h"
-#include "store/digest.h"
+#include "orchestrator/offline.h"
 
 namespace rote::cli {
 
@@ -25,8 +25,8 @@ namespace {
 using google::protobuf::util::TimeUtil;
 
 // Blueprint sources, lockfiles and run inputs travel in proto string fields, which must be
-// UTF-8: other bytes used to fail inside protobuf as an INTERNAL error with no message.
-// Exit 6 (invalid) with the file and the offset of the first bad byte.
+// UTF-8: protobuf would refuse other bytes as an INTERNAL error with no message. So they are
+// checked here: exit 6 (invalid) with the file and the offset of the first bad byte.
 std::optional<int> RejectNonUtf8(const std::string& bytes, const std::string& what) {
   const std::optional<size_t> bad = FirstInvalidUtf8(bytes);
   if (!bad) return std::nullopt;
@@ -334,7 +334,7 @@ grpc::Status ReadRunPayload(const Client& client, rote::v1::RunService::Stub& st
   }
   grpc::Status st = reader->Finish();
   if (!st.ok()) return st;
-  if (!in_order || named.empty() || store::Sha256Digest(*out) != named) {
+  if (!in_order || named.empty() || orchestrator::offline::Sha256Digest(*out) != named) {
     return grpc::Status(grpc::StatusCode::DATA_LOSS,
                         absl::StrCat("the ", out->size(), " bytes received for ", run, " do not hash to ",
                                      named.empty() ? std::string("a digest") : named,

@@ -9,13 +9,12 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
-#include "inference/commands.h"
+#include "orchestrator/offline.h"
 #include "rote/v1/generation.grpc.pb.h"
-#include "sandbox/value.h"
 
 namespace rote::cli {
 
-int InferenceToolExitCode(const rote::inference::Status& s, const char* command);  // cmd_model.cc
+int InferenceToolExitCode(const orchestrator::offline::ToolStatus& s, const char* command);  // cmd_model.cc
 
 namespace {
 
@@ -38,43 +37,19 @@ bool ReadSpec(const std::string& path, int64_t max_bytes, rote::v1::GenerateRequ
     std::cerr << "rote generate: " << error << "\n";
     return false;
   }
-  absl::StatusOr<sandbox::Value> v = sandbox::ParseJson(text);
-  if (!v.ok() || !v->is_map()) {
-    std::cerr << "rote generate: " << path << " is not a JSON object"
-              << (v.ok() ? "" : absl::StrCat(": ", v.status().message())) << "\n";
+  absl::StatusOr<orchestrator::offline::GenerationSpecFile> file =
+      orchestrator::offline::ParseGenerationSpec(text, path);
+  if (!file.ok()) {
+    std::cerr << "rote generate: " << file.status().message() << "\n";
     return false;
   }
-  const sandbox::Map& m = v->as_map();
-  auto str = [&](const char* key) {
-    auto it = m.find(key);
-    return it != m.end() && it->second.is_string() ? it->second.as_string() : std::string();
-  };
   rote::v1::GenerationSpec* spec = req->mutable_spec();
-  spec->set_name(str("name"));
-  spec->set_task(str("task"));
-  spec->set_signature(str("signature"));
-  const std::string kind = str("kind");
-  if (kind == "lua_function") {
-    spec->set_kind(rote::v1::ARTIFACT_KIND_LUA_FUNCTION);
-  } else if (kind == "re2_pattern") {
-    spec->set_kind(rote::v1::ARTIFACT_KIND_RE2_PATTERN);
-  } else {
-    std::cerr << "rote generate: " << path << ": \"kind\" must be \"lua_function\" or \"re2_pattern\"\n";
-    return false;
-  }
-  auto examples = m.find("examples");
-  if (examples == m.end() || !examples->second.is_array()) {
-    std::cerr << "rote generate: " << path << ": \"examples\" must be an array of {\"input\", ...} objects\n";
-    return false;
-  }
-  for (const sandbox::Value& e : examples->second.as_array()) {
-    absl::StatusOr<std::string> json = sandbox::CanonicalJson(e);
-    if (!json.ok()) {
-      std::cerr << "rote generate: " << path << ": an example has no canonical JSON form\n";
-      return false;
-    }
-    spec->add_examples_json(*json);
-  }
+  spec->set_name(file->name);
+  spec->set_task(file->task);
+  spec->set_signature(file->signature);
+  spec->set_kind(file->kind == "lua_function" ? rote::v1::ARTIFACT_KIND_LUA_FUNCTION
+                                              : rote::v1::ARTIFACT_KIND_RE2_PATTERN);
+  for (const std::string& example : file->examples_json) spec->add_examples_json(example);
   return true;
 }
 
@@ -157,7 +132,7 @@ int CmdGenerate(const Args& args) {
   if (std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "--spec" || a.rfind("--spec=", 0) == 0; })) {
     return GenerateOnServer(args);
   }
-  return InferenceToolExitCode(rote::inference::tool::GenerateCommand(args, std::cout, std::cerr), "generate");
+  return InferenceToolExitCode(orchestrator::offline::GenerateTool(args, std::cout, std::cerr), "generate");
 }
 
 }  // namespace rote::cli

@@ -1,32 +1,32 @@
 // `rote model info DIR` and `rote model synth ...`: the implementation lives in the inference
-// module (inference/commands.h) so the standalone rote-infer shares it.
+// module (inference/commands.h) so the standalone rote-infer shares it; the CLI reaches it
+// through orchestrator/offline.h.
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
-#include "inference/commands.h"
+#include "orchestrator/offline.h"
 
 namespace rote::cli {
 
 // Exit code for an inference tool's status (shared with cmd_generate.cc).
-int InferenceToolExitCode(const rote::inference::Status& s, const char* command) {
-  using rote::inference::StatusCode;
-  if (s.ok()) return kExitOk;
-  std::cerr << "rote " << command << ": " << s.message() << "\n";
-  if (rote::inference::tool::IsUsageError(s)) return kExitUsage;
-  switch (s.code()) {
-    case StatusCode::kNotFound: return kExitNotFound;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kFailedPrecondition: return kExitInvalid;
-    case StatusCode::kDataLoss: return kExitDataLoss;
-    case StatusCode::kResourceExhausted:
-    case StatusCode::kCancelled: return kExitFailure;
+int InferenceToolExitCode(const orchestrator::offline::ToolStatus& s, const char* command) {
+  if (s.status.ok()) return kExitOk;
+  std::cerr << "rote " << command << ": " << s.status.message() << "\n";
+  if (s.usage_error) return kExitUsage;
+  switch (s.status.code()) {
+    case absl::StatusCode::kNotFound: return kExitNotFound;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition: return kExitInvalid;
+    case absl::StatusCode::kDataLoss: return kExitDataLoss;
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kCancelled: return kExitFailure;
     default: return kExitInternal;
   }
 }
 
 int CmdModel(const Args& args) {
-  return InferenceToolExitCode(rote::inference::tool::ModelCommand(args, std::cout, std::cerr), "model");
+  return InferenceToolExitCode(orchestrator::offline::ModelTool(args, std::cout, std::cerr), "model");
 }
 
 }  // namespace rote::cli

@@ -5,7 +5,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
-#include "sandbox/regex.h"
+#include "orchestrator/offline.h"
 
 namespace rote::cli {
 namespace {
@@ -44,8 +44,8 @@ int CmdRegex(const Args& args) {
     std::cout << kUsage;
     return kExitOk;
   }
-  sandbox::RegexOptions options;
-  options.case_insensitive = flags->Has("ignore-case");
+  orchestrator::offline::RegexFlags options;
+  options.ignore_case = flags->Has("ignore-case");
   options.dot_matches_newline = flags->Has("dot-nl");
   options.longest_match = flags->Has("longest");
   options.literal = flags->Has("literal");
@@ -58,7 +58,7 @@ int CmdRegex(const Args& args) {
     }
   }
   if (flags->Has("options")) {
-    std::cout << options.CanonicalJson() << "\n";
+    std::cout << orchestrator::offline::RegexOptionsJson(options) << "\n";
     return kExitOk;
   }
   const auto& pos = flags->positionals;
@@ -66,7 +66,7 @@ int CmdRegex(const Args& args) {
     std::cerr << kUsage;
     return kExitUsage;
   }
-  auto re = sandbox::Re2Matcher::Compile(pos[1], options);
+  absl::StatusOr<orchestrator::offline::Regex> re = orchestrator::offline::Regex::Compile(pos[1], options);
   if (!re.ok()) {
     std::cerr << "rote regex: " << re.status().message() << "\n";
     return kExitInvalid;
@@ -89,23 +89,20 @@ int CmdRegex(const Args& args) {
       }
     }
   }
+  // Named records are printed as they come; plain matches are collected and written at once.
+  const bool named = flags->Has("named");
   size_t count = 0;
-  if (flags->Has("named")) {
-    sandbox::Value records = re->NamedCaptures(text);
-    for (const sandbox::Value& rec : records.as_array()) {
-      auto json = sandbox::CanonicalJson(rec);
-      std::cout << (json.ok() ? *json : "error: " + std::string(json.status().message())) << "\n";
-      ++count;
-    }
-  } else {
-    std::string out;
-    re->ForEachMatch(text, [&](size_t off, size_t len) {
-      out.append(text, off, len);
+  std::string out;
+  re->Find(text, named, [&](std::string_view line) {
+    if (named) {
+      std::cout << line << "\n";
+    } else {
+      out.append(line);
       out += '\n';
-      ++count;
-    });
-    std::cout << out;
-  }
+    }
+    ++count;
+  });
+  std::cout << out;
   return count > 0 ? kExitOk : kExitFailure;
 }
 

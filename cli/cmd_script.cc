@@ -1,14 +1,14 @@
 // rote script run: runs a Lua function artifact exactly as generated code runs in the server
 // (a rote-sandbox-worker process under seccomp, the deterministic profile, the same limits).
+#include <chrono>
 #include <iostream>
+#include <utility>
 
 #include "cli/client.h"  // ReadWholeFile
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
-#include "sandbox/lua_runtime.h"
-#include "sandbox/value.h"
-#include "sandbox/worker_pool.h"
+#include "orchestrator/offline.h"
 
 namespace rote::cli {
 namespace {
@@ -91,12 +91,11 @@ int CmdScript(const Args& args) {
       return kExitUsage;
     }
   }
-  auto input = sandbox::ParseJson(input_text);
-  if (!input.ok()) {
-    std::cerr << "rote script: --input: " << input.status().message() << "\n";
+  if (absl::Status input = orchestrator::offline::CheckJson(input_text); !input.ok()) {
+    std::cerr << "rote script: --input: " << input.message() << "\n";
     return kExitUsage;
   }
-  sandbox::Limits limits;
+  orchestrator::offline::ScriptLimits limits = orchestrator::offline::DefaultScriptLimits();
   uint64_t deadline_ms = 30'000;
   if (!ParseCount(*flags, "max-instructions", &limits.max_instructions) ||
       !ParseCount(*flags, "max-memory", &limits.max_memory_bytes) ||
@@ -104,40 +103,37 @@ int CmdScript(const Args& args) {
     std::cerr << "rote script: limits must be non-negative integers\n";
     return kExitUsage;
   }
-  std::string chunkname = path.substr(path.find_last_of('/') + 1);
-  auto deadline = std::chrono::milliseconds(deadline_ms);
+  orchestrator::offline::ScriptRequest request;
+  request.source = std::move(source);
+  request.chunkname = path.substr(path.find_last_of('/') + 1);
+  request.input_json = std::move(input_text);
+  request.limits = limits;
+  request.deadline = std::chrono::milliseconds(deadline_ms);
+  request.in_process = flags->Has("in-process");
+  request.worker_path = flags->GetOr("worker", "");
 
-  absl::StatusOr<std::vector<sandbox::CallResult>> results;
-  if (flags->Has("in-process")) {
-    results = sandbox::RunFunctionArtifact(source, chunkname, {*input}, limits,
-                                           sandbox::LuaState::Clock::now() + deadline);
-  } else {
-    sandbox::WorkerPoolOptions options;
-    options.num_workers = 1;
-    options.worker_path = flags->GetOr("worker", "");
-    auto pool = sandbox::WorkerPool::Start(options);
-    if (!pool.ok()) {
-      std::cerr << "rote script: " << pool.status().message() << "\n";
+  using Failure = orchestrator::offline::ScriptOutcome::Failure;
+  const orchestrator::offline::ScriptOutcome r = orchestrator::offline::RunScript(request);
+  switch (r.failure) {
+    case Failure::kInput:
+      std::cerr << "rote script: --input: " << r.status.message() << "\n";
+      return kExitUsage;
+    case Failure::kWorkerStart:
+      std::cerr << "rote script: " << r.status.message() << "\n";
       return kExitInternal;
-    }
-    results = (*pool)->Call(source, chunkname, {*input}, limits, deadline);
+    case Failure::kCall:
+      std::cerr << "error: " << r.status.message() << "\n";
+      return ExitCodeFor(r.status);
+    case Failure::kScript:
+      std::cerr << r.output << "error: " << r.status.message() << "\n";
+      return ExitCodeFor(r.status);
+    case Failure::kResult:
+      std::cerr << r.output << "error: result: " << r.status.message() << "\n";
+      return kExitInvalid;
+    case Failure::kNone: break;
   }
-  if (!results.ok()) {
-    std::cerr << "error: " << results.status().message() << "\n";
-    return ExitCodeFor(results.status());
-  }
-  const sandbox::CallResult& r = results->front();
   std::cerr << r.output;
-  if (!r.status.ok()) {
-    std::cerr << "error: " << r.status.message() << "\n";
-    return ExitCodeFor(r.status);
-  }
-  auto json = sandbox::CanonicalJson(r.value);
-  if (!json.ok()) {
-    std::cerr << "error: result: " << json.status().message() << "\n";
-    return kExitInvalid;
-  }
-  std::cout << *json << "\n";
+  std::cout << r.result_json << "\n";
   return kExitOk;
 }
 

@@ -14,7 +14,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
-#include "inference/engine.h"
+#include "orchestrator/offline.h"
 #include "orchestrator/server.h"
 #include "spdlog/spdlog.h"
 
@@ -175,8 +175,8 @@ int CmdServe(const Args& args) {
   opt.kv_cache_mb = *kv_cache_mb;
   opt.generation_attempts = static_cast<int>(*attempts);
   opt.generation_max_tokens = static_cast<int>(*max_tokens);
-  inference::EngineOptions device_check;
-  if (!inference::ParseDeviceName(opt.device, &device_check).ok()) {
+  const absl::StatusOr<bool> cuda = orchestrator::offline::DeviceIsCuda(opt.device);
+  if (!cuda.ok()) {
     std::cerr << "rote serve: --device must be cpu, cuda or cuda:N (N a device ordinal), got `" << opt.device
               << "`\n\n"
               << kUsage;
@@ -186,7 +186,7 @@ int CmdServe(const Args& args) {
     std::cerr << "rote serve: --numerics must be exact or fast, got `" << opt.numerics << "`\n\n" << kUsage;
     return kExitUsage;
   }
-  if (opt.numerics == "fast" && device_check.device != inference::Device::kCuda) {
+  if (opt.numerics == "fast" && !*cuda) {
     std::cerr << "rote serve: --numerics fast needs --device cuda (tensor cores)\n\n" << kUsage;
     return kExitUsage;
   }

@@ -314,6 +314,65 @@ absl::Status CheckOptionFiles(const ServerOptions& opt) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Loads the model named by the options, on their device and numerics profile.
+absl::StatusOr<std::unique_ptr<generate::InferenceCodeModel>> LoadModel(const ServerOptions& opt,
+                                                                         store::Store* store) {
+  // The model digest covers every weight byte; hashing a 1.5B model takes seconds, so it is
+  // cached in the store under the files' identity (names, sizes, mtimes) and reused while
+  // the files are unchanged.
+  inference::EngineOptions load_options;
+  if (inference::Status s = inference::ParseDeviceName(opt.device, &load_options); !s.ok())
+    return absl::InvalidArgumentError(s.message());
+  if (opt.numerics == "fast") {
+    load_options.numerics_profile = inference::NumericsProfile::kFast;
+  } else if (opt.numerics != "exact") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown numerics profile '", opt.numerics, "': use exact or fast"));
+  }
+  if (opt.kv_cache_mb < 0 || opt.kv_cache_mb > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("kv_cache_mb ", opt.kv_cache_mb, " is out of range (0 to 2^30)"));
+  }
+  if (opt.kv_cache_mb > 0) {
+    load_options.kv_cache_bytes = opt.kv_cache_mb << 20;
+  } else if (load_options.device == inference::Device::kCuda) {
+    load_options.kv_cache_bytes = 0;  // every block free device memory holds (Engine::Load)
+  }
+  std::string identity_key;
+  if (auto identity = inference::Model::FileIdentity(opt.model_dir); identity.ok()) {
+    identity_key = store::Sha256Digest(*identity);
+    if (auto cached = store->KvGet(kModelDigestNamespace, identity_key); cached.ok()) {
+      load_options.known_model_digest = *cached;
+    }
+  }
+  spdlog::info("loading model from {} on {}, {} numerics ({})", opt.model_dir, opt.device, opt.numerics,
+               load_options.known_model_digest.empty()
+                   ? "reading and hashing every tensor"
+                   : "files unchanged since their digest was cached: not re-hashing");
+  const auto load_start = std::chrono::steady_clock::now();
+  auto model = generate::InferenceCodeModel::Load(opt.model_dir, opt.device, load_options);
+  if (!model.ok()) {
+    return absl::Status(model.status().code(), absl::StrCat("loading the model in ", opt.model_dir, ": ",
+                                                            std::string(model.status().message())));
+  }
+  std::unique_ptr<generate::InferenceCodeModel> loaded = *std::move(model);
+  if (!identity_key.empty() && load_options.known_model_digest.empty()) {
+    if (absl::Status put = store->KvPut(kModelDigestNamespace, identity_key, loaded->engine().model().digest());
+        !put.ok()) {
+      spdlog::warn("could not cache the model digest: {}", std::string(put.message()));
+    }
+  }
+  const generate::ModelDescription m = loaded->Describe();
+  spdlog::info("model loaded in {:.1f}s: {}, {} layers, hidden {}, vocab {}, {} parameters, {} on {}, digest {}; "
+               "KV cache {} MiB ({} blocks)",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(), m.family,
+               m.num_layers, m.hidden_size, m.vocab_size, m.parameter_count, m.numerics_profile, m.device, m.digest,
+               loaded->engine().kv_cache_bytes() >> 20, loaded->engine().kv_blocks());
+  return loaded;
+}
+
+}  // namespace
+
 struct Server::State {
   // Declared first, so released last: after the store and everything using it are closed.
   std::unique_ptr<DataDirLock> data_dir_lock;
@@ -431,56 +490,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     pipeline_options.decoding.max_attempts = opt.generation_attempts;
     pipeline_options.decoding.max_tokens = opt.generation_max_tokens;
     if (absl::Status s = generate::CheckDecoding(pipeline_options.decoding); !s.ok()) return s;
-    // The model digest covers every weight byte; hashing a 1.5B model takes seconds, so it is
-    // cached in the store under the files' identity (names, sizes, mtimes) and reused while
-    // the files are unchanged.
-    inference::EngineOptions load_options;
-    if (inference::Status s = inference::ParseDeviceName(opt.device, &load_options); !s.ok())
-      return absl::InvalidArgumentError(s.message());
-    if (opt.numerics == "fast") {
-      load_options.numerics_profile = inference::NumericsProfile::kFast;
-    } else if (opt.numerics != "exact") {
-      return absl::InvalidArgumentError(absl::StrCat("unknown numerics profile '", opt.numerics, "': use exact or fast"));
-    }
-    if (opt.kv_cache_mb < 0 || opt.kv_cache_mb > (int64_t{1} << 30)) {
-      return absl::InvalidArgumentError(absl::StrCat("kv_cache_mb ", opt.kv_cache_mb, " is out of range (0 to 2^30)"));
-    }
-    if (opt.kv_cache_mb > 0) {
-      load_options.kv_cache_bytes = opt.kv_cache_mb << 20;
-    } else if (load_options.device == inference::Device::kCuda) {
-      load_options.kv_cache_bytes = 0;  // every block free device memory holds (Engine::Load)
-    }
-    std::string identity_key;
-    if (auto identity = inference::Model::FileIdentity(opt.model_dir); identity.ok()) {
-      identity_key = store::Sha256Digest(*identity);
-      if (auto cached = state->store->KvGet(kModelDigestNamespace, identity_key); cached.ok()) {
-        load_options.known_model_digest = *cached;
-      }
-    }
-    spdlog::info("loading model from {} on {}, {} numerics ({})", opt.model_dir, opt.device, opt.numerics,
-                 load_options.known_model_digest.empty()
-                     ? "reading and hashing every tensor"
-                     : "files unchanged since their digest was cached: not re-hashing");
-    const auto load_start = std::chrono::steady_clock::now();
-    auto model = generate::InferenceCodeModel::Load(opt.model_dir, opt.device, load_options);
-    if (!model.ok()) {
-      return absl::Status(model.status().code(), absl::StrCat("loading the model in ", opt.model_dir, ": ",
-                                                              std::string(model.status().message())));
-    }
+    auto model = LoadModel(opt, state->store.get());
+    if (!model.ok()) return model.status();
     state->model = *std::move(model);
-    if (!identity_key.empty() && load_options.known_model_digest.empty()) {
-      if (absl::Status put = state->store->KvPut(kModelDigestNamespace, identity_key,
-                                                 state->model->engine().model().digest());
-          !put.ok()) {
-        spdlog::warn("could not cache the model digest: {}", std::string(put.message()));
-      }
-    }
-    const generate::ModelDescription m = state->model->Describe();
-    spdlog::info("model loaded in {:.1f}s: {}, {} layers, hidden {}, vocab {}, {} parameters, {} on {}, digest {}; "
-                 "KV cache {} MiB ({} blocks)",
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(), m.family,
-                 m.num_layers, m.hidden_size, m.vocab_size, m.parameter_count, m.numerics_profile, m.device, m.digest,
-                 state->model->engine().kv_cache_bytes() >> 20, state->model->engine().kv_blocks());
     state->pipeline = std::make_unique<generate::GenerationPipeline>(
         state->store.get(), state->model.get(), state->lua_runner.get(), state->review_policy, pipeline_options);
   }

@@ -135,6 +135,29 @@ absl::StatusOr<store::PageRequest> Page(int32_t size, const std::string& token) 
   return store::PageRequest{size, token};
 }
 
+void ToProto(const engine::RunEvent& e, rote::v1::RunEvent* out) {
+  out->set_sequence(e.sequence);
+  if (e.time_ms) {
+    out->mutable_time()->set_seconds(*e.time_ms / 1000);
+    out->mutable_time()->set_nanos(static_cast<int32_t>((*e.time_ms % 1000) * 1000000));
+  }
+  switch (e.kind) {
+    case engine::RunEvent::Kind::kNone: break;
+    case engine::RunEvent::Kind::kState: out->set_state(ProtoRunState(e.state)); break;
+    case engine::RunEvent::Kind::kGenerationProgress: out->set_generation_progress(e.text); break;
+    case engine::RunEvent::Kind::kLog: out->set_log(e.text); break;
+    case engine::RunEvent::Kind::kStep: {
+      rote::v1::Step* s = out->mutable_step();
+      s->set_index(e.step.index);
+      s->set_generation_point(e.step.generation_point);
+      s->set_artifact_digest(e.step.artifact_digest);
+      s->set_input_digest(e.step.input_digest);
+      s->set_output_digest(e.step.output_digest);
+      break;
+    }
+  }
+}
+
 void ToProto(const store::Binding& b, rote::v1::Binding* out) {
   out->set_generation_point(b.generation_point);
   out->set_artifact_digest(b.artifact_digest);
@@ -374,7 +397,12 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     if (!principal.ok()) return ToGrpc(principal.status());
     if (auto owned = OwnedRun(deps_, *principal, req->name()); !owned.ok()) return ToGrpc(owned.status());
     return ToGrpc(deps_.engine->WatchRun(
-        req->name(), [&](const rote::v1::RunEvent& e) { return writer->Write(e); },
+        req->name(),
+        [&](const engine::RunEvent& e) {
+          rote::v1::RunEvent message;
+          ToProto(e, &message);
+          return writer->Write(message);
+        },
         [&] { return ctx->IsCancelled(); }));
   }
   grpc::Status ReplayRun(grpc::ServerContext* ctx, const rote::v1::ReplayRunRequest* req,

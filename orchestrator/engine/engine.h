@@ -1,6 +1,12 @@
 // The engine behind the API: registers blueprints (with their lockfiles), resolves generation
 // points, executes runs on a bounded pool of threads, records everything in the store, streams
-// run events, replays runs step by step, and serves the artifact review flow.
+// run events, replays runs step by step, and serves the artifact review flow. It speaks rote's
+// own types; the API (orchestrator/api/) converts to and from the proto messages.
+//
+// Its members are defined by concern: engine.cc (construction, recovery, the engine profile),
+// blueprints.cc, runs.cc (submission, lookup, cancellation), run_workers.cc (the queue, the
+// worker pool and executing a run), replay.cc, artifacts_review.cc; engine_internal.h holds what
+// they share. The event bus (event_bus.h) and the journal (journal.h) are components of their own.
 //
 // Names are the API's resource names: "blueprints/{hex}" or "blueprints/{display name}",
 // "runs/{id}", "artifacts/{hex}" or "artifacts/{blueprint}/{point}/revisions/{n}". Artifacts of a
@@ -23,9 +29,9 @@
 
 #include "absl/status/statusor.h"
 #include "orchestrator/engine/blueprint_runtime.h"
+#include "orchestrator/engine/event_bus.h"
 #include "orchestrator/engine/generator.h"
 #include "orchestrator/engine/lua_runner.h"
-#include "rote/v1/runs.pb.h"
 #include "sandbox/lua_runtime.h"
 #include "store/store.h"
 
@@ -141,7 +147,7 @@ class Engine {
   absl::StatusOr<ReplayResult> ReplayRun(std::string_view name);
   // Sends the run's events from the start (sequence dense from 0) and returns after the
   // terminal state. `send` returns false when the client has gone; `stop` is polled.
-  absl::Status WatchRun(std::string_view name, const std::function<bool(const rote::v1::RunEvent&)>& send,
+  absl::Status WatchRun(std::string_view name, const std::function<bool(const RunEvent&)>& send,
                         const std::function<bool()>& stop);
   // The output of a succeeded run as canonical JSON (verified against its digest).
   absl::StatusOr<std::string> OutputJson(const store::RunRecord& run);
@@ -171,7 +177,6 @@ class Engine {
     int64_t run_id = 0;
     std::shared_ptr<RunControl> control;
   };
-  class Journal;
 
   Engine(store::Store* store, LuaArtifactRunner* lua_runner, Generator* generator, EngineOptions options);
   absl::Status Recover();
@@ -179,8 +184,6 @@ class Engine {
   void Enqueue(int64_t run_id, std::shared_ptr<RunControl> control);
   void ExecuteRun(const Job& job);
   absl::Status FinishAndAnnounce(int64_t run_id, const store::RunOutcome& outcome);
-  absl::Status AppendEvents(int64_t run_id, const std::vector<rote::v1::RunEvent>& events);
-  void NotifyWatchers();
   bool IsActive(int64_t run_id);
 
   absl::StatusOr<store::BlueprintRecord> ResolveBlueprint(std::string_view name);
@@ -208,10 +211,7 @@ class Engine {
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 
-  // Watchers wait for this to change (bumped whenever events are appended).
-  std::mutex events_mu_;
-  std::condition_variable events_cv_;
-  uint64_t events_epoch_ = 0;
+  EventBus events_;
 };
 
 }  // namespace rote::orchestrator::engine

@@ -140,7 +140,7 @@ TEST(CliHelpTest, UnknownCommandIsAUsageError) {
 }
 
 // Bad values of `rote serve`'s flags are usage errors (exit 2, the flag named), found before
-// anything starts: a number that does not parse used to throw out of main (abort, exit 134).
+// anything starts, never an exception out of main (abort, exit 134).
 TEST(CliHelpTest, ServeFlagValuesAreCheckedBeforeStarting) {
   struct Case {
     std::vector<std::string> args;
@@ -281,8 +281,8 @@ TEST_F(CliTest, FilesLargerThanTheMessageLimitAreRefused) {
   std::filesystem::remove(path);
 }
 
-// Text that is not UTF-8 used to leave the CLI as INTERNAL (exit 8) with an empty message and
-// a libprotobuf error line; it is invalid input (exit 6), named with the offset of the bad byte.
+// Text that is not UTF-8 is invalid input (exit 6), named with the offset of the bad byte, not
+// protobuf's INTERNAL (exit 8) with an empty message and a libprotobuf error line.
 TEST_F(CliTest, NonUtf8SourceAndInputNameTheFileAndOffset) {
   const std::string base = (std::filesystem::temp_directory_path() /
                             ("rote-cli-latin1-" + std::to_string(::getpid()))).string();
@@ -301,7 +301,8 @@ TEST_F(CliTest, NonUtf8SourceAndInputNameTheFileAndOffset) {
 }
 
 // Names, request ids, etags and comments given on the command line travel in proto string
-// fields; non-UTF-8 bytes there used to fail inside protobuf as exit 8 with no message.
+// fields; non-UTF-8 bytes there are invalid (exit 6) and named, not protobuf's exit 8 with no
+// message.
 TEST_F(CliTest, NonUtf8ArgumentsAreInvalidAndNamed) {
   const std::string token = "cli-test-token-0123456789";
   for (const std::vector<std::string>& args :
@@ -329,7 +330,8 @@ TEST_F(CliTest, DigestAsPrintedNamesTheResource) {
   EXPECT_EQ(prefixed.exit_code, bare.exit_code) << prefixed.err;
 }
 
-// `--tls-ca /nonexistent` used to print a warning and go on to fail as "unreachable" (exit 3).
+// A bad TLS file (`--tls-ca /nonexistent`) is a usage error, not a warning followed by an
+// "unreachable" failure (exit 3).
 TEST(CliTlsTest, BadTlsFilesAreUsageErrors) {
   const std::string dir = (std::filesystem::temp_directory_path() / ("rote-cli-tls-" + std::to_string(::getpid()))).string();
   std::filesystem::create_directories(dir);
@@ -366,7 +368,8 @@ TEST(CliTlsTest, BadTlsFilesAreUsageErrors) {
   std::filesystem::remove_all(dir);
 }
 
-// A time the server has not set (a run not ended yet) used to print as 1970-01-01T00:00:00Z.
+// A time the server has not set (a run not ended yet) is left out, not printed as
+// 1970-01-01T00:00:00Z.
 TEST(CliJsonTest, UnsetTimestampsAreLeftOut) {
   rote::v1::Run run;
   run.set_name("runs/1");
@@ -420,7 +423,7 @@ std::string DamagedModel(const std::string& name, const std::string& file,
 }
 
 // `rote model info` on damaged directories: an exit code and a message naming the file and field,
-// where it used to crash (SIGSEGV, 139), abort (134), hang, or succeed without a tokenizer.
+// never a crash (SIGSEGV, 139), an abort (134), a hang, or success without a tokenizer.
 TEST(CliModelTest, ModelInfoOnDamagedDirectoriesExitsWithTheError) {
   const std::string ok = DamagedModel("ok", "", nullptr);
   Result r = RunRote({"model", "info", ok});
@@ -449,7 +452,7 @@ TEST(CliModelTest, ModelInfoOnDamagedDirectoriesExitsWithTheError) {
   for (const std::string& dir : {ok, negative_id, layers, fifo}) std::filesystem::remove_all(dir);
 }
 
-// It used to print "tokenizer: not loadable" and exit 0.
+// A model without a usable tokenizer is an error, not "tokenizer: not loadable" and exit 0.
 TEST(CliModelTest, ModelInfoExitsNonZeroWhenTheTokenizerCannotLoad) {
   const std::string dir = DamagedModel("no_tokenizer", "", nullptr);
   std::filesystem::remove(dir + "/tokenizer.json");
@@ -518,8 +521,8 @@ std::string SlowLoadingModel(const std::string& name) {
   return dir;
 }
 
-// SIGTERM while `rote serve --model` loads used to wait for the whole load (the signal was
-// blocked until the server was up); now the process ends at once, saying why.
+// SIGTERM while `rote serve --model` loads ends the process at once, saying why, rather than
+// after the whole load.
 TEST(CliModelTest, ServeExitsPromptlyOnSigtermWhileLoadingTheModel) {
   const std::string dir = SlowLoadingModel("serve_sigterm");
   const std::string data = dir + "-data";

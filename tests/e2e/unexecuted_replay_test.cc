@@ -66,7 +66,7 @@ class UnexecutedReplay : public ::testing::Test {
     EXPECT_TRUE(run.ok()) << run.status();
     if (!run.ok()) return {};
     const std::string name = "runs/" + std::to_string(run->id);
-    EXPECT_TRUE(engine_->WatchRun(name, [](const rote::v1::RunEvent&) { return true; }, [] { return false; }).ok());
+    EXPECT_TRUE(engine_->WatchRun(name, [](const orchestrator::engine::RunEvent&) { return true; }, [] { return false; }).ok());
     auto done = engine_->GetRun(name);
     EXPECT_TRUE(done.ok()) << done.status();
     return done.ok() ? *done : store::RunRecord{};

@@ -1,9 +1,11 @@
 // The engine's formats: spec and artifact digests (pinned: they identify stored things across
-// versions), lockfiles (round trip, errors with lines), unified diffs.
+// versions), lockfiles (round trip, errors with lines), unified diffs, stored run events (pinned:
+// the stores' journals hold them).
 #include <string>
 
 #include "gtest/gtest.h"
 #include "orchestrator/engine/artifact.h"
+#include "orchestrator/engine/event_bus.h"
 #include "orchestrator/engine/lockfile.h"
 #include "orchestrator/engine/spec.h"
 #include "orchestrator/engine/unified_diff.h"
@@ -138,6 +140,34 @@ TEST(EngineUnifiedDiff, HunksWithContext) {
   const std::string d = UnifiedDiff(a, b, "a", "b");
   EXPECT_NE(d.find("@@ -1,5 +1,5 @@"), std::string::npos) << d;
   EXPECT_NE(d.find("@@ -16,5 +16,5 @@"), std::string::npos) << d;
+}
+
+TEST(EngineRunEvents, StoredEncodingIsPinnedAndRoundTrips) {
+  const std::vector<RunEvent> events = {
+      RunEvent::State(store::RunState::kRunning),
+      RunEvent::Step(store::StepRecord{3, "p", "sha256:a", "sha256:b", "sha256:c"}),
+      RunEvent::Log("hi"),
+      RunEvent::GenerationProgress(""),
+      RunEvent::State(store::RunState::kSucceeded),
+  };
+  // Each event prefixed with its length: state (field 3), step (field 5: index, point and
+  // digests), log (field 6), generation progress (field 4, present even when empty).
+  const std::string expected = std::string("\x02\x18\x02", 3) +
+                               "\x25\x2a\x23\x08\x03\x12\x01p\x1a\x08sha256:a\x22\x08sha256:b\x2a\x08sha256:c" +
+                               std::string("\x04\x32\x02hi\x02\x22\x00\x02\x18\x03", 11);
+  const std::string encoded = EncodeRunEvents(events);
+  EXPECT_EQ(encoded, expected);
+  absl::StatusOr<std::vector<RunEvent>> decoded = DecodeRunEvents(encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ((*decoded)[i].kind, events[i].kind) << i;
+    EXPECT_EQ((*decoded)[i].state, events[i].state) << i;
+    EXPECT_EQ((*decoded)[i].text, events[i].text) << i;
+    EXPECT_EQ((*decoded)[i].step.index, events[i].step.index) << i;
+    EXPECT_EQ((*decoded)[i].step.output_digest, events[i].step.output_digest) << i;
+  }
+  EXPECT_EQ(DecodeRunEvents(encoded.substr(0, encoded.size() - 1)).status().code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

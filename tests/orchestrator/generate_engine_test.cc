@@ -83,8 +83,8 @@ class EngineGenerationTest : public ::testing::Test {
     const std::string name = "runs/" + std::to_string(run->id);
     absl::Status watched = engine_->WatchRun(
         name,
-        [&](const rote::v1::RunEvent& e) {
-          if (e.has_generation_progress()) progress.push_back(e.generation_progress());
+        [&](const engine::RunEvent& e) {
+          if (e.kind == engine::RunEvent::Kind::kGenerationProgress) progress.push_back(e.text);
           return true;
         },
         [] { return false; });

@@ -172,8 +172,8 @@ class RenamedProfileBackend final : public inference::Backend {
   std::string profile_;
 };
 
-// identity() used to say "exact" whatever the engine ran, so artifacts made under the fast
-// profile would have been recorded, and accepted for re-derivation, as exact ones.
+// identity() names the profile the engine runs: were it to say "exact" under the fast profile,
+// artifacts made there would be recorded, and accepted for re-derivation, as exact ones.
 TEST(InferenceCodeModelTest, IdentityNamesTheProfileTheEngineRuns) {
   auto model = inference::Model::Load(FixtureDir());
   ASSERT_TRUE(model.ok()) << model.status().ToString();

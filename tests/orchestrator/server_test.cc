@@ -418,8 +418,8 @@ TEST(ServerTest, MetricsEndpointCountsCallsByMethodAndCode) {
   EXPECT_THAT(body, HasSubstr("rote_rpc_duration_seconds_count{method=\"/grpc.health.v1.Health/Check\"} 3"));
 }
 
-// Every method path a client sends used to become a label: 300 calls to made-up methods grew
-// /metrics to megabytes, before and without authentication. They now share one label.
+// A method path is a label only when the binary has that method: otherwise 300 calls to made-up
+// methods would grow /metrics to megabytes, before and without authentication. They share one.
 TEST(ServerTest, UnknownMethodsShareOneMetricsSeries) {
   ServerOptions opt = TestOptions("metrics-unknown");
   opt.metrics_listen = "127.0.0.1:0";
@@ -465,7 +465,8 @@ TEST(ServerTest, UnknownMethodsShareOneMetricsSeries) {
 }
 
 // A raw client (not rote's stubs) sending a blueprint source that is not UTF-8: protobuf
-// refuses the request and gRPC used to answer INTERNAL with an empty message.
+// refuses the request, and the answer must say so (INVALID_ARGUMENT), not INTERNAL with an empty
+// message as gRPC gives by default.
 TEST(ServerTest, RequestWithNonUtf8TextIsInvalidArgument) {
   auto server = Server::Start(TestOptions("utf8"));
   ASSERT_TRUE(server.ok()) << server.status();
@@ -519,7 +520,7 @@ void MakeCertificate(const std::string& dir, const std::string& name) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl could not make a test certificate";
 }
 
-// gRPC reports bad TLS files as "the address is in use or invalid"; each is now named with
+// gRPC reports bad TLS files as "the address is in use or invalid"; so each is named with
 // what is wrong, before anything starts.
 TEST(ServerTlsTest, MismatchedKeyNamesBothFiles) {
   ServerOptions opt = TestOptions("tls-mismatch");
@@ -569,7 +570,7 @@ TEST(ServerTlsTest, MissingFileIsNotFound) {
 }
 
 // Files the server reads at start (key file, TLS files) are regular files of bounded size:
-// /dev/zero used to be read until memory ran out, a FIFO blocked forever.
+// /dev/zero would be read until memory ran out, a FIFO would block forever.
 TEST(ReadBoundedFileTest, RefusesDevicesFifosDirectoriesAndOversizedFiles) {
   const std::string dir = TempDir("bounded-file");
   auto zero = ReadBoundedFile("/dev/zero", 1 << 20, "key file (--keys)");

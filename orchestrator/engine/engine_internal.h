@@ -1,0 +1,39 @@
+// What the files defining Engine's members share. Not for use outside orchestrator/engine/.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "orchestrator/engine/engine.h"
+
+namespace rote::orchestrator::engine {
+
+// A run this process queued or executes.
+struct Engine::RunControl {
+  RunInterrupt interrupt;
+  std::mutex mu;
+  bool started = false;    // a worker took it
+  bool cancelled = false;  // CancelRun finished it before a worker took it
+  RunPolicy policy;
+  std::string principal;
+  std::vector<GenerationPoint> deferred;  // points to generate before executing
+};
+
+// Artifacts of a generation point are stored under "{blueprint name}/{point name}".
+std::string ArtifactKey(std::string_view blueprint_name, std::string_view point);
+std::string StateWord(store::RunState s);
+std::string RunName(int64_t id);
+
+// A failed run's error as recorded. A blueprint may raise a string of any size, and every run
+// listing carries the error, so it is cut (at a UTF-8 boundary) past kMaxRunErrorBytes; replay
+// cuts a replayed error the same way before comparing.
+std::string RecordedError(std::string_view message);
+
+// The limits a run was recorded with, from its engine profile.
+absl::StatusOr<sandbox::Limits> LimitsFromProfile(std::string_view profile_json);
+
+}  // namespace rote::orchestrator::engine
