@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
-#include "orchestrator/offline.h"
+#include "orchestrator/offline_backup.h"
 
 namespace rote::cli {
 namespace {

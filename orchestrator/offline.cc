@@ -1,6 +1,5 @@
 #include "orchestrator/offline.h"
 
-#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,7 +10,6 @@
 #include "sandbox/value.h"
 #include "sandbox/worker_pool.h"
 #include "store/digest.h"
-#include "store/store.h"
 
 namespace rote::orchestrator::offline {
 namespace {
@@ -35,18 +33,6 @@ ToolStatus FromInference(const inference::Status& s) {
 }
 
 }  // namespace
-
-absl::Status BackupStore(const std::string& data_dir, const std::string& out) {
-  store::StoreOptions options;
-  options.path = data_dir;
-  options.reader_pool_size = 1;
-  absl::StatusOr<std::unique_ptr<store::Store>> store = store::Store::Open(options);
-  if (!store.ok()) {
-    return absl::Status(store.status().code(),
-                        absl::StrCat("cannot open ", data_dir, ": ", std::string(store.status().message())));
-  }
-  return (*store)->Backup(out);
-}
 
 std::string RegexOptionsJson(const RegexFlags& flags) { return OptionsOf(flags).CanonicalJson(); }
 

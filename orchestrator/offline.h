@@ -2,6 +2,7 @@
 // regex and script runners, the inference module's model and generate tools, and the few checks
 // the client makes itself. cli/ reaches store, sandbox and inference only through this facade
 // (docs/architecture.md, "Dependency rule"), so their headers stay out of the command's code.
+// The backup is in offline_backup.h.
 #pragma once
 
 #include <chrono>
@@ -24,12 +25,6 @@ class Re2Matcher;
 }  // namespace rote::sandbox
 
 namespace rote::orchestrator::offline {
-
-// ---- backup
-// Copies the store at `data_dir` (a data directory, or a .db file) into one self-contained
-// SQLite file at `out`, from one snapshot. A store that does not open says "cannot open
-// DATA_DIR: ...".
-absl::Status BackupStore(const std::string& data_dir, const std::string& out);
 
 // ---- regex: RE2 with the options rote pins for pattern artifacts
 struct RegexFlags {

@@ -1,5 +1,6 @@
 // Engine: registering blueprints with their lockfiles, looking them up, locking them.
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,90 @@ namespace rote::orchestrator::engine {
 namespace {
 
 constexpr size_t kMaxFilenameBytes = 255;
+
+// An artifact a lockfile binds, checked against its point's spec.
+struct LockedArtifact {
+  LockEntry entry;
+  const GenerationPoint* point;
+  ArtifactCode code;
+  std::string digest;
+  std::string report_json;
+};
+
+using TooLarge = std::function<absl::Status(const std::string& what, size_t bytes)>;
+
+// Reads and checks the lockfile completely against the loaded blueprint, so that nothing is
+// stored for a registration that fails.
+absl::StatusOr<std::vector<LockedArtifact>> CheckLockfile(std::string_view lockfile, std::string_view filename,
+                                                          const std::string& chunkname, const BlueprintDecl& decl,
+                                                          LuaArtifactRunner* lua_runner, const EngineOptions& engine_options,
+                                                          const TooLarge& too_large) {
+  std::vector<LockedArtifact> locked;
+  std::string origin = chunkname;
+  if (absl::EndsWith(origin, ".lua")) origin.resize(origin.size() - 4);
+  origin = filename.empty() ? std::string("lockfile") : absl::StrCat(origin, ".lock");
+  absl::StatusOr<Lockfile> lock = ParseLockfile(lockfile, origin);
+  if (!lock.ok()) return lock.status();
+  if (!lock->blueprint.empty() && lock->blueprint != decl.name) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": the lockfile is for blueprint ", QuoteInput(lock->blueprint),
+                                                   " but the source declares '", decl.name, "'"));
+  }
+  std::vector<std::string> declared;
+  for (const GenerationPoint& p : decl.points) declared.push_back(p.name);
+  for (const LockEntry& e : lock->entries) {
+    auto where = absl::StrCat(origin, ":", e.line, ": ");
+    auto it = std::find_if(decl.points.begin(), decl.points.end(),
+                           [&](const GenerationPoint& p) { return p.name == e.point; });
+    if (it == decl.points.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "point ", QuoteInput(e.point), " is not declared by blueprint '",
+                                                     decl.name, "' (it declares: ", absl::StrJoin(declared, ", "), ")"));
+    }
+    for (const LockedArtifact& l : locked) {
+      if (l.entry.point == e.point) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "point '", e.point, "' is locked twice (also at line ",
+                                                       l.entry.line, ")"));
+      }
+    }
+    if (it->kind != e.kind) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "point '", e.point, "' is a ", KindName(it->kind),
+                                                     " in the blueprint but a ", KindName(e.kind), " in the lockfile"));
+    }
+    if (!e.spec_digest.empty() && e.spec_digest != it->digest) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "point '", e.point, "' was locked for spec ", QuoteInput(e.spec_digest), " but the blueprint now declares ",
+          it->digest, " (its task, signature or examples changed): check that the artifact still fits, then delete "
+          "the `spec` line or lock again"));
+    }
+    absl::StatusOr<std::string> options = NormalizeOptions(e.kind, e.options_json);
+    if (!options.ok()) return absl::InvalidArgumentError(absl::StrCat(where, options.status().message()));
+    ArtifactCode code{e.kind, e.source, *options};
+    absl::StatusOr<std::string> digest = ArtifactDigest(code);
+    if (!digest.ok()) return absl::InvalidArgumentError(absl::StrCat(where, digest.status().message()));
+    if (!e.artifact_digest.empty() && e.artifact_digest != *digest) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "point '", e.point, "': the lockfile says artifact ", QuoteInput(e.artifact_digest), " but its source hashes to ",
+          *digest, "; if you edited the source on purpose, delete the `artifact` line"));
+    }
+    const std::string artifact_what =
+        absl::StrCat("the artifact locked for '", e.point, "' (source, options and validation report)");
+    if (const size_t bytes = code.source.size() + code.options_json.size();
+        static_cast<int64_t>(bytes) > engine_options.max_blueprint_bytes) {
+      return too_large(artifact_what, bytes);
+    }
+    absl::StatusOr<Validation> v = ValidateArtifact(*it, code, lua_runner, engine_options.load_limits);
+    if (!v.ok()) return v.status();
+    if (!v->passed) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "the artifact locked for '", e.point,
+                                                     "' fails its own spec: ", v->first_failure));
+    }
+    if (const size_t bytes = code.source.size() + code.options_json.size() + v->report_json.size();
+        static_cast<int64_t>(bytes) > engine_options.max_blueprint_bytes) {
+      return too_large(artifact_what, bytes);
+    }
+    locked.push_back(LockedArtifact{e, &*it, std::move(code), *std::move(digest), v->report_json});
+  }
+  return locked;
+}
 
 }  // namespace
 
@@ -83,79 +168,12 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
     }
   }
 
-  // Read and check the lockfile completely before storing anything.
-  struct Locked {
-    LockEntry entry;
-    const GenerationPoint* point;
-    ArtifactCode code;
-    std::string digest;
-    std::string report_json;
-  };
-  std::vector<Locked> locked;
+  std::vector<LockedArtifact> locked;
   if (!lockfile.empty()) {
-    std::string origin = chunkname;
-    if (absl::EndsWith(origin, ".lua")) origin.resize(origin.size() - 4);
-    origin = filename.empty() ? std::string("lockfile") : absl::StrCat(origin, ".lock");
-    absl::StatusOr<Lockfile> lock = ParseLockfile(lockfile, origin);
-    if (!lock.ok()) return lock.status();
-    if (!lock->blueprint.empty() && lock->blueprint != decl->name) {
-      return absl::InvalidArgumentError(absl::StrCat(origin, ": the lockfile is for blueprint ", QuoteInput(lock->blueprint),
-                                                     " but the source declares '", decl->name, "'"));
-    }
-    std::vector<std::string> declared;
-    for (const GenerationPoint& p : decl->points) declared.push_back(p.name);
-    for (const LockEntry& e : lock->entries) {
-      auto where = absl::StrCat(origin, ":", e.line, ": ");
-      auto it = std::find_if(decl->points.begin(), decl->points.end(),
-                             [&](const GenerationPoint& p) { return p.name == e.point; });
-      if (it == decl->points.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "point ", QuoteInput(e.point), " is not declared by blueprint '",
-                                                       decl->name, "' (it declares: ", absl::StrJoin(declared, ", "), ")"));
-      }
-      for (const Locked& l : locked) {
-        if (l.entry.point == e.point) {
-          return absl::InvalidArgumentError(absl::StrCat(where, "point '", e.point, "' is locked twice (also at line ",
-                                                         l.entry.line, ")"));
-        }
-      }
-      if (it->kind != e.kind) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "point '", e.point, "' is a ", KindName(it->kind),
-                                                       " in the blueprint but a ", KindName(e.kind), " in the lockfile"));
-      }
-      if (!e.spec_digest.empty() && e.spec_digest != it->digest) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "point '", e.point, "' was locked for spec ", QuoteInput(e.spec_digest), " but the blueprint now declares ",
-            it->digest, " (its task, signature or examples changed): check that the artifact still fits, then delete "
-            "the `spec` line or lock again"));
-      }
-      absl::StatusOr<std::string> options = NormalizeOptions(e.kind, e.options_json);
-      if (!options.ok()) return absl::InvalidArgumentError(absl::StrCat(where, options.status().message()));
-      ArtifactCode code{e.kind, e.source, *options};
-      absl::StatusOr<std::string> digest = ArtifactDigest(code);
-      if (!digest.ok()) return absl::InvalidArgumentError(absl::StrCat(where, digest.status().message()));
-      if (!e.artifact_digest.empty() && e.artifact_digest != *digest) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, "point '", e.point, "': the lockfile says artifact ", QuoteInput(e.artifact_digest), " but its source hashes to ",
-            *digest, "; if you edited the source on purpose, delete the `artifact` line"));
-      }
-      const std::string artifact_what =
-          absl::StrCat("the artifact locked for '", e.point, "' (source, options and validation report)");
-      if (const size_t bytes = code.source.size() + code.options_json.size();
-          static_cast<int64_t>(bytes) > options_.max_blueprint_bytes) {
-        return too_large(artifact_what, bytes);
-      }
-      absl::StatusOr<Validation> v = ValidateArtifact(*it, code, lua_runner_, options_.load_limits);
-      if (!v.ok()) return v.status();
-      if (!v->passed) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "the artifact locked for '", e.point,
-                                                       "' fails its own spec: ", v->first_failure));
-      }
-      if (const size_t bytes = code.source.size() + code.options_json.size() + v->report_json.size();
-          static_cast<int64_t>(bytes) > options_.max_blueprint_bytes) {
-        return too_large(artifact_what, bytes);
-      }
-      locked.push_back(Locked{e, &*it, std::move(code), *std::move(digest), v->report_json});
-    }
+    absl::StatusOr<std::vector<LockedArtifact>> checked =
+        CheckLockfile(lockfile, filename, chunkname, *decl, lua_runner_, options_, too_large);
+    if (!checked.ok()) return checked.status();
+    locked = *std::move(checked);
   }
 
   store::BlueprintRecord record;
@@ -167,7 +185,7 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
   absl::StatusOr<store::BlueprintRecord> stored = store_->PutBlueprint(record);
   if (!stored.ok()) return stored.status();
 
-  for (const Locked& l : locked) {
+  for (const LockedArtifact& l : locked) {
     absl::StatusOr<store::ArtifactRecord> artifact = store_->GetArtifact(l.digest);
     if (absl::IsNotFound(artifact.status())) {
       store::ArtifactRecord a;

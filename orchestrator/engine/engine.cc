@@ -1,6 +1,7 @@
 #include "orchestrator/engine/engine.h"
 
 #include "absl/strings/str_cat.h"
+#include "orchestrator/engine/artifact.h"
 #include "orchestrator/engine/engine_internal.h"
 #include "orchestrator/engine/regex_artifact.h"
 #include "spdlog/spdlog.h"
@@ -48,6 +49,18 @@ absl::StatusOr<sandbox::Limits> LimitsFromProfile(std::string_view profile_json)
   return limits;
 }
 
+
+absl::StatusOr<std::vector<BoundArtifact>> LoadArtifacts(store::Store* store, const std::vector<store::Binding>& bindings) {
+  std::vector<BoundArtifact> out;
+  for (const store::Binding& b : bindings) {
+    absl::StatusOr<store::ArtifactRecord> a = store->GetArtifact(b.artifact_digest);
+    if (!a.ok()) return a.status();
+    absl::StatusOr<ArtifactCode> code = VerifiedCode(*a);
+    if (!code.ok()) return code.status();
+    out.push_back(BoundArtifact{b.generation_point, b.artifact_digest, *std::move(code)});
+  }
+  return out;
+}
 
 // ---- construction, recovery ----------------------------------------------------------------
 

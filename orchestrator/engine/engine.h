@@ -5,8 +5,9 @@
 //
 // Its members are defined by concern: engine.cc (construction, recovery, the engine profile),
 // blueprints.cc, runs.cc (submission, lookup, cancellation), run_workers.cc (the queue, the
-// worker pool and executing a run), replay.cc, artifacts_review.cc; engine_internal.h holds what
-// they share. The event bus (event_bus.h) and the journal (journal.h) are components of their own.
+// worker pool and executing a run), artifacts_review.cc; engine_internal.h holds what they
+// share. The event bus (event_bus.h), the journal (journal.h) and replay (replay.h) are
+// components of their own.
 //
 // Names are the API's resource names: "blueprints/{hex}" or "blueprints/{display name}",
 // "runs/{id}", "artifacts/{hex}" or "artifacts/{blueprint}/{point}/revisions/{n}". Artifacts of a
@@ -193,7 +194,6 @@ class Engine {
   absl::StatusOr<std::vector<store::Binding>> ResolveBindings(const BlueprintView& bp, const RunPolicy& policy,
                                                               const std::string& principal,
                                                               std::vector<GenerationPoint>* deferred);
-  absl::StatusOr<std::vector<BoundArtifact>> LoadArtifacts(const std::vector<store::Binding>& bindings);
   absl::StatusOr<std::optional<store::ArtifactRecord>> NewestArtifactFor(const std::string& key,
                                                                          const GenerationPoint& point,
                                                                          store::ReviewState state);

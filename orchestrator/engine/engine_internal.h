@@ -33,6 +33,10 @@ std::string RunName(int64_t id);
 // cuts a replayed error the same way before comparing.
 std::string RecordedError(std::string_view message);
 
+// The code of each bound artifact, verified against its digest.
+absl::StatusOr<std::vector<BoundArtifact>> LoadArtifacts(store::Store* store,
+                                                         const std::vector<store::Binding>& bindings);
+
 // The limits a run was recorded with, from its engine profile.
 absl::StatusOr<sandbox::Limits> LimitsFromProfile(std::string_view profile_json);
 

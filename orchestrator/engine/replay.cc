@@ -1,4 +1,5 @@
-// Engine: replaying a recorded run step by step against its journal.
+#include "orchestrator/engine/replay.h"
+
 #include <algorithm>
 #include <map>
 
@@ -116,20 +117,18 @@ class ReplayComparator final : public StepObserver {
 
 }  // namespace
 
-absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
-  absl::StatusOr<store::RunRecord> run = GetRun(name);
-  if (!run.ok()) return run.status();
-  if (run->state != store::RunState::kSucceeded && run->state != store::RunState::kFailed) {
+absl::StatusOr<ReplayResult> Replayer::Replay(const store::RunRecord& run, std::string_view current_profile) {
+  if (run.state != store::RunState::kSucceeded && run.state != store::RunState::kFailed) {
     return absl::FailedPreconditionError(absl::StrCat(
-        RunName(run->id), " is ", StateWord(run->state),
+        RunName(run.id), " is ", StateWord(run.state),
         "; only succeeded or failed runs have a complete record to replay"));
   }
-  if (run->interrupted) {
+  if (run.interrupted) {
     return absl::FailedPreconditionError(absl::StrCat(
-        RunName(run->id), " failed because it was interrupted, not by its blueprint (", run->error,
+        RunName(run.id), " failed because it was interrupted, not by its blueprint (", run.error,
         "); like a cancelled run it has no complete record to replay: submit it again"));
   }
-  absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(run->blueprint_digest);
+  absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(run.blueprint_digest);
   if (!bp.ok()) return bp.status();
   // A run executes only once every generation point is bound, and its bindings are recorded
   // before it executes; a failed run that lacks one failed before its blueprint ran (generating
@@ -140,21 +139,21 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
   // cannot execute the blueprint either, having no code for the point.
   std::vector<std::string> unbound;
   for (const store::GenerationSpecRecord& p : bp->generation_points) {
-    if (std::none_of(run->bindings.begin(), run->bindings.end(),
+    if (std::none_of(run.bindings.begin(), run.bindings.end(),
                      [&](const store::Binding& b) { return b.generation_point == p.name; })) {
       unbound.push_back(absl::StrCat("'", p.name, "'"));
     }
   }
-  if (run->state == store::RunState::kFailed && !unbound.empty()) {
+  if (run.state == store::RunState::kFailed && !unbound.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        RunName(run->id), " failed before its blueprint executed: it has no artifact for generation point ",
-        absl::StrJoin(unbound, ", "), " (", run->error,
+        RunName(run.id), " failed before its blueprint executed: it has no artifact for generation point ",
+        absl::StrJoin(unbound, ", "), " (", run.error,
         "); replay neither generates nor reviews code, so there is no execution to replay: bind an approved "
         "artifact and submit it again"));
   }
-  if (std::string now = store::Sha256Digest(bp->source); now != run->blueprint_digest) {
+  if (std::string now = store::Sha256Digest(bp->source); now != run.blueprint_digest) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "blueprint ", bp->name, " changed since ", RunName(run->id), " ran: the run used ", run->blueprint_digest,
+        "blueprint ", bp->name, " changed since ", RunName(run.id), " ran: the run used ", run.blueprint_digest,
         " but the stored source now hashes to ", now, "; a replay would not compare like with like"));
   }
   absl::StatusOr<BlueprintDecl> decl = LoadBlueprint(bp->source, absl::StrCat(bp->name, ".lua"), options_.load_limits);
@@ -166,28 +165,27 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
                              [&](const store::GenerationSpecRecord& s) { return s.name == p.name; });
     if (spec == bp->generation_points.end() || spec->digest != p.digest) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "blueprint ", bp->name, " changed since ", RunName(run->id), " ran: generation point '", p.name,
+          "blueprint ", bp->name, " changed since ", RunName(run.id), " ran: generation point '", p.name,
           "' now has spec ", p.digest, spec == bp->generation_points.end() ? " and was not declared then" : absl::StrCat(", recorded ", spec->digest)));
     }
   }
-  const std::string current_profile = EngineProfileJson(options_.default_limits);
-  absl::StatusOr<std::string> recorded_semantics = SemanticProfile(run->engine_profile_json);
+  absl::StatusOr<std::string> recorded_semantics = SemanticProfile(run.engine_profile_json);
   absl::StatusOr<std::string> current_semantics = SemanticProfile(current_profile);
   if (!recorded_semantics.ok()) return recorded_semantics.status();
   if (!current_semantics.ok()) return current_semantics.status();
   if (*recorded_semantics != *current_semantics) {
-    return absl::FailedPreconditionError(absl::StrCat(RunName(run->id), " ran under engine profile ", *recorded_semantics,
+    return absl::FailedPreconditionError(absl::StrCat(RunName(run.id), " ran under engine profile ", *recorded_semantics,
                                                       " but this server runs ", *current_semantics));
   }
-  absl::StatusOr<sandbox::Limits> limits = LimitsFromProfile(run->engine_profile_json);
+  absl::StatusOr<sandbox::Limits> limits = LimitsFromProfile(run.engine_profile_json);
   if (!limits.ok()) return limits.status();
-  absl::StatusOr<std::vector<BoundArtifact>> artifacts = LoadArtifacts(run->bindings);
+  absl::StatusOr<std::vector<BoundArtifact>> artifacts = LoadArtifacts(store_, run.bindings);
   if (!artifacts.ok()) return artifacts.status();
-  absl::StatusOr<std::string> input_json = store_->GetBlob(run->input_digest);
+  absl::StatusOr<std::string> input_json = store_->GetBlob(run.input_digest);
   if (!input_json.ok()) return input_json.status();
   absl::StatusOr<Value> input = sandbox::ParseJson(*input_json);
   if (!input.ok()) return absl::DataLossError(absl::StrCat("the recorded input does not parse: ", input.status().message()));
-  absl::StatusOr<std::vector<store::StepRecord>> steps = store_->ListSteps(run->id);
+  absl::StatusOr<std::vector<store::StepRecord>> steps = store_->ListSteps(run.id);
   if (!steps.ok()) return steps.status();
   // Every recorded value is read (and so verified) up front: a tampered journal is DATA_LOSS even
   // when the replay would never look at that step's value.
@@ -201,8 +199,8 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
     }
   }
   std::string recorded_output;
-  if (run->state == store::RunState::kSucceeded) {
-    absl::StatusOr<std::string> out = store_->GetBlob(run->output_digest);
+  if (run.state == store::RunState::kSucceeded) {
+    absl::StatusOr<std::string> out = store_->GetBlob(run.output_digest);
     if (!out.ok()) return out.status();
     recorded_output = *std::move(out);
   }
@@ -232,7 +230,7 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
     return r;
   }
   std::string replayed = output.ok() ? output->json : ErrorJson(RecordedError(std::string(output.status().message())));
-  std::string recorded = run->state == store::RunState::kSucceeded ? recorded_output : ErrorJson(run->error);
+  std::string recorded = run.state == store::RunState::kSucceeded ? recorded_output : ErrorJson(run.error);
   r.output_digest = output.ok() ? output->digest : "";
   r.matched = replayed == recorded;
   if (!r.matched) {
@@ -241,6 +239,12 @@ absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
     r.replayed_json = std::move(replayed);
   }
   return r;
+}
+
+absl::StatusOr<ReplayResult> Engine::ReplayRun(std::string_view name) {
+  absl::StatusOr<store::RunRecord> run = GetRun(name);
+  if (!run.ok()) return run.status();
+  return Replayer(store_, lua_runner_, options_).Replay(*run, EngineProfileJson(options_.default_limits));
 }
 
 }  // namespace rote::orchestrator::engine

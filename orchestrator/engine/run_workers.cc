@@ -45,18 +45,6 @@ bool Engine::IsActive(int64_t run_id) {
   return active_.count(run_id) != 0;
 }
 
-absl::StatusOr<std::vector<BoundArtifact>> Engine::LoadArtifacts(const std::vector<store::Binding>& bindings) {
-  std::vector<BoundArtifact> out;
-  for (const store::Binding& b : bindings) {
-    absl::StatusOr<store::ArtifactRecord> a = store_->GetArtifact(b.artifact_digest);
-    if (!a.ok()) return a.status();
-    absl::StatusOr<ArtifactCode> code = VerifiedCode(*a);
-    if (!code.ok()) return code.status();
-    out.push_back(BoundArtifact{b.generation_point, b.artifact_digest, *std::move(code)});
-  }
-  return out;
-}
-
 void Engine::ExecuteRun(const Job& job) {
   RunControl& control = *job.control;
   {
@@ -116,7 +104,7 @@ void Engine::ExecuteRun(const Job& job) {
     bindings.push_back(b);
   }
 
-  absl::StatusOr<std::vector<BoundArtifact>> artifacts = LoadArtifacts(bindings);
+  absl::StatusOr<std::vector<BoundArtifact>> artifacts = LoadArtifacts(store_, bindings);
   if (!artifacts.ok()) return fail(store::RunState::kFailed, std::string(artifacts.status().message()));
   absl::StatusOr<std::string> input_json = store_->GetBlob(run->input_digest);
   if (!input_json.ok()) return fail(store::RunState::kFailed, std::string(input_json.status().message()));
