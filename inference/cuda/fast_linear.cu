@@ -11,18 +11,16 @@
 // shared memory in warp order. The slices of a tile are one thread-block cluster: every block
 // finishes a share of the tile's outputs; each pushes its sums of every share into the finishing
 // block's inbox (distributed shared memory, st.async onto the inbox's mbarrier), and once its
-// inbox is complete each adds the slices' sums in slice order, then applies the epilogue. (Until
-// the fourteenth session the slices went through global scratch, a fence and a ticket counter,
-// the last block adding them alone: the cluster made batch 8 +12%, 32 +9%, 64 +6%, H100; until
-// the sixteenth the blocks read each other's sums remotely after the barrier and needed a second
-// one: the inbox made batch 32 +7%; until the twenty-fourth a cluster barrier stood between the
-// pushes and the sums: the mbarrier made batch 8 +1.1-1.6%.) Two or three short slices (at most 6 steps per warp) run in one
-// block instead, warps 8 s to 8 s + 7 on slice s, adding the slices' sums from their own shared
-// memory (merged slices, seventeenth session: batch 32 +3%).
+// inbox is complete each adds the slices' sums in slice order, then applies the epilogue. The
+// cluster keeps the slices' sums on chip (through global scratch, a fence and a ticket counter
+// they cost batch 8 12%, H100); pushing into an inbox spares the second cluster barrier that
+// remote reads need, and the inbox's mbarrier the one between the pushes and the sums. Two or
+// three short slices (at most 6 steps per warp) run in one block instead, warps 8 s to 8 s + 7 on
+// slice s, adding the slices' sums from their own shared memory (merged slices: no cluster
+// launch; batch 32 3% faster).
 #include "inference/cuda/fast_linear.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -42,32 +40,17 @@ using numerics::canonical_silu;
 constexpr int kWarps = kFastWarps;  // per slice
 constexpr int kStepCols = kFastTileCols;  // columns per step: one mma's k
 // Slices: a matrix of R rows gets about kSplitTarget / ceil(R / 64) of them, never fewer than
-// kFastMinStepsPerWarp steps per warp each (fast_shapes.h). A function of the shape only (it
-// fixes the order of the sums). 32 from fast3 (the slices meeting in a cluster; at 0.5B batch 32
-// 22,812-22,822 tok/s against 19,753-19,848 for 128, the fast2 value) to fast4; 48 with at least
-// 3 steps per warp since fast5 (fast_shapes.h).
+// kFastMinStepsPerWarp steps per warp each (fast_shapes.h). A function of the shape only: it
+// fixes the order of the sums, so it is part of the profile (fast5).
 constexpr int kSplitTarget = kFastSplitTarget;
-int g_split_target = kSplitTarget;  // SetFastLinearSplitTargetForBenchmark
-// SetFastLinearSplitsForBenchmark: slices forced for matrices of a given shape.
-struct SplitOverride {
-  int rows, cols_padded, splits;
-};
-constexpr int kMaxSplitOverrides = 8;
-SplitOverride g_split_overrides[kMaxSplitOverrides];
-int g_split_override_count = 0;
 
-std::atomic<int64_t> g_fast_launches{0};
-std::atomic<int64_t> g_merged_launches{0};
-std::atomic<int64_t> g_norm_staged_launches{0};
-std::atomic<int64_t> g_stream_launches{0};
-// Products of at most this many K slices (2 or 3) run them in one block (merged slices); 0 or 1:
-// every sliced product is a cluster. SetFastLinearMergedSlices.
-int g_merge_max_slices = kFastMergeMaxSlices;
-int g_merge_max_steps = kFastMergeMaxStepsPerWarp;  // SetFastLinearMergedSlices
-int g_fast_tile = 0;
-int g_fast_token_tile = 0;
-int g_shape_rule = 0;  // SetFastLinearShapeRuleForBenchmark
-bool g_norm_staged = true;  // SetFastLinearNormStagedForTesting
+// CudaTuning's merged slices, negative values standing for fast_shapes.h's defaults.
+int MergeMaxSlices(const CudaTuning& t) {
+  return t.fast_merge_max_slices < 0 ? kFastMergeMaxSlices : t.fast_merge_max_slices;
+}
+int MergeMaxSteps(const CudaTuning& t) {
+  return t.fast_merge_max_steps_per_warp < 0 ? kFastMergeMaxStepsPerWarp : t.fast_merge_max_steps_per_warp;
+}
 
 // Not volatile: the compiler may interleave independent mma with other work; those on one
 // accumulator stay in program order through their data dependence (the order of the sums).
@@ -233,9 +216,9 @@ struct FastShape {
   // With the norm, its weights for the block's steps (cols_padded floats, in their row order)
   // follow everything else, staged before the wait: one shared load a step in the loop instead
   // of a global one. With the global load, batch 32 ran about 4% slower than with no load at all
-  // (an ablation, twenty-sixth session), and reading it a step ahead recovered only a quarter of
-  // that; staged and read a step ahead, batch 32 +1.7%, 1.5B +3%. Up to what two blocks leave
-  // free; a longer row keeps the global load (FastNormStaged).
+  // (an ablation), and reading it a step ahead recovered only a quarter of that; staged and read
+  // a step ahead, batch 32 is 1.7% faster, 1.5B 3%. Up to what two blocks leave free; a longer row
+  // keeps the global load (FastNormStaged).
   static constexpr int kNormOffset = (kSmemBytes + 15) / 16 * 16;
   static constexpr int kNormCapacityBytes = NORM ? (228 * 1024 / kBlocksPerSM - 1024 - kNormOffset) / 16 * 16 : 0;
   static constexpr int kMaxSmemBytes = kNormOffset + kNormCapacityBytes;
@@ -451,8 +434,8 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   // Each copy's source advances by a fixed stride from one of the warp's steps to the next, and its
   // destination slot goes round the ring: pointers and offsets kept and advanced, not recomputed
   // from the step's index (that arithmetic, 64-bit with i % kStages, and the shared window's base
-  // read back at every copy, were about a third of the loop's instructions: SASS, twenty-sixth
-  // session). Tiles past the matrix repeat the last one (their sums are never stored).
+  // read back at every copy, were about a third of the loop's instructions in the SASS). Tiles
+  // past the matrix repeat the last one (their sums are never stored).
   constexpr int kWeightStride = kWarps * 32 * 16;      // bytes from one of the warp's steps to the next
   constexpr int kActStride = kWarps * kStepCols * 4;  // the same in an activation row
   const int s_first = s_begin + slice_warp;
@@ -537,7 +520,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   const float4* norm_weights = reinterpret_cast<const float4*>(a.norm_weight) + t;
   float4* staged_norm = reinterpret_cast<float4*>(fast_smem + S::kNormOffset) + t;
   if constexpr (NORM) {
-    if (norm_staged) {  // FastNormStaged, unless SetFastLinearNormStagedForTesting turned it off
+    if (norm_staged) {  // FastNormStaged, unless CudaTuning::fast_norm_staged is off
       for (int i = g; i < nsteps; i += 8) {
         const int at = (s_begin + slice_warp + kWarps * i) * (kStepCols / 4);
         staged_norm[at] = __ldg(norm_weights + at);
@@ -681,10 +664,10 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
     // finishing block's inbox (distributed shared memory, slot `split`) with st.async, completing
     // the bytes the owner's inbox barrier expects; each block waits on its own barrier, reads its
     // inbox locally and adds the slices' sums in slice order. No block reads another's shared
-    // memory, and none waits for another to finish its epilogue. (The fourteenth session's
-    // version read the slices' sums remotely after a first cluster barrier and kept its shared
-    // memory alive for them with a second one; the sixteenth to twenty-third sessions' had one
-    // cluster barrier between the pushes and the sums.)
+    // memory, and none waits for another to finish its epilogue: reading the slices' sums
+    // remotely would need a cluster barrier before the reads and a second one to keep the shared
+    // memory alive for them, and a barrier between the pushes and the sums waits longer than the
+    // inbox's.
     float* inbox = reinterpret_cast<float*>(fast_smem + S::kInboxOffset);
     float* inbox_squares = inbox + 2 * (kPairs * S::kToks + kFastMaxSplits);
     const int per_owner = (kPairs * S::kToks + splits - 1) / splits;  // pairs each block finishes
@@ -778,7 +761,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   TimelinePoint(4);  // thread 0's outputs stored
 }
 
-// Weights streamed past resident activations (eighteenth session). A matrix of very many rows
+// Weights streamed past resident activations. A matrix of very many rows
 // (the lm_head, 151,936 at 0.5B) in FastLinearKernel's 64 x 32 blocks copies each block's tokens'
 // activations again beside its weights: half of what its blocks take in. Here one block per
 // multiprocessor copies its token tile's activations into shared memory once (multiplied by the
@@ -797,8 +780,6 @@ constexpr int kStreamWarps = 12;
 constexpr int kStreamMaxSmem = 227 * 1024;
 // A block asks for at least this much shared memory, so two never share a multiprocessor.
 constexpr int kStreamMinSmem = 116 * 1024;
-int g_stream_mode = 1;  // SetFastLinearStream: 0 never, 1 the lm_head rule, 2 wherever it can
-int g_stream_row_tiles = 3;  // SetFastLinearStream: RT of 32-token tiles (2 or 3)
 
 template <int RT, int NTK, int STAGES>
 struct StreamShape {
@@ -840,7 +821,7 @@ __global__ void __launch_bounds__(kStreamWarps * 32, 1) FastStreamKernel(LinearA
   // Its sources are pointers advanced by a virtual warp's stride and re-aimed only where a
   // virtual warp's steps end (every steps / 8 copies); its slots are rotating shared offsets. The
   // 64-bit index recomputed at every copy, i % STAGES and the shared window's base were about a
-  // fifth of the loop's instructions (SASS, twenty-sixth session), as in FastLinearKernel.
+  // fifth of the loop's instructions in the SASS, as in FastLinearKernel.
   constexpr int kWeightStride = kWarps * 32 * 16;  // bytes from one of a virtual warp's steps to the next
   constexpr uint32_t kRingSpan = kStreamStages * S::kSlotBytes;
   int p_unit = unit_begin, p_v = 0, p_s = 0;
@@ -1035,7 +1016,7 @@ bool CanStream(const LinearArgs& a, int32_t splits) {
 }
 
 template <int RT, int NTK, bool NORM, int STAGES>
-cudaError_t LaunchStreamCompiled(const LinearArgs& a, cudaStream_t stream) {
+cudaError_t LaunchStreamCompiled(const LinearArgs& a, const LaunchContext& ctx, cudaStream_t stream) {
   using S = StreamShape<RT, NTK, STAGES>;
   static PerDevice<cudaError_t> prepared_on;
   const cudaError_t prepared = prepared_on.Get([] {
@@ -1052,8 +1033,10 @@ cudaError_t LaunchStreamCompiled(const LinearArgs& a, cudaStream_t stream) {
   const int units_per_warp = (units + per_tile * kStreamWarps - 1) / (per_tile * kStreamWarps);
   const int warps = (units + per_tile * units_per_warp - 1) / (per_tile * units_per_warp);
   const int blocks = (units + warps * units_per_warp - 1) / (warps * units_per_warp);
-  g_fast_launches.fetch_add(1, std::memory_order_relaxed);
-  g_stream_launches.fetch_add(1, std::memory_order_relaxed);
+  if (ctx.stats != nullptr) {
+    ++ctx.stats->fast_linear_launches;
+    ++ctx.stats->fast_stream_launches;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(token_tiles));
   cfg.blockDim = dim3(static_cast<unsigned>(32 * warps));
@@ -1061,32 +1044,36 @@ cudaError_t LaunchStreamCompiled(const LinearArgs& a, cudaStream_t stream) {
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = ProgrammaticLaunch() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, FastStreamKernel<RT, NTK, NORM, STAGES>, a, units_per_warp);
 }
 
-// FastStreamKernel where g_stream_mode asks for it and it can run `a` (1: matrices of so many rows
+// FastStreamKernel where CudaTuning::fast_stream_mode asks for it and it can run `a` (1: matrices of so many rows
 // that 64-row blocks would give every multiprocessor 8 of them, the lm_head): tiles of 8 tokens
 // for up to 8, 16 for up to 16, else 32. Where 32 tokens' activations do not fit beside the rings,
 // as at 1.5B, it does not run: 16-token tiles would read the weights twice (1.5B's batch 32
 // lost 2%). Returns false where it does not run.
 template <int RT, int NTK, int STAGES>
-bool LaunchStreamIf(const LinearArgs& a, int32_t splits, cudaStream_t stream, cudaError_t* result) {
+bool LaunchStreamIf(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream,
+                    cudaError_t* result) {
   if (!CanStream<RT, NTK, STAGES>(a, splits)) return false;
-  *result = a.norm_weight != nullptr ? LaunchStreamCompiled<RT, NTK, true, STAGES>(a, stream)
-                                     : LaunchStreamCompiled<RT, NTK, false, STAGES>(a, stream);
+  *result = a.norm_weight != nullptr ? LaunchStreamCompiled<RT, NTK, true, STAGES>(a, ctx, stream)
+                                     : LaunchStreamCompiled<RT, NTK, false, STAGES>(a, ctx, stream);
   return true;
 }
 
-bool LaunchFastStream(const LinearArgs& a, int32_t splits, cudaStream_t stream, cudaError_t* result) {
-  if (g_stream_mode == 0 || a.tokens > 64) return false;
-  if (g_stream_mode == 1 && static_cast<int64_t>(a.w.rows) < int64_t{8} * 64 * MultiprocessorCount()) return false;
-  if (a.tokens <= 8) return LaunchStreamIf<2, 1, 8>(a, splits, stream, result);
-  if (a.tokens <= 16) return LaunchStreamIf<2, 2, 8>(a, splits, stream, result);
-  return g_stream_row_tiles == 3 ? LaunchStreamIf<3, 4, 6>(a, splits, stream, result)
-                                 : LaunchStreamIf<2, 4, 8>(a, splits, stream, result);
+bool LaunchFastStream(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream,
+                      cudaError_t* result) {
+  const int mode = ctx.tuning->fast_stream_mode < 0 ? 1 : ctx.tuning->fast_stream_mode;
+  const int row_tiles = ctx.tuning->fast_stream_row_tiles == 2 ? 2 : 3;
+  if (mode == 0 || a.tokens > 64) return false;
+  if (mode == 1 && static_cast<int64_t>(a.w.rows) < int64_t{8} * 64 * MultiprocessorCount()) return false;
+  if (a.tokens <= 8) return LaunchStreamIf<2, 1, 8>(a, splits, ctx, stream, result);
+  if (a.tokens <= 16) return LaunchStreamIf<2, 2, 8>(a, splits, ctx, stream, result);
+  return row_tiles == 3 ? LaunchStreamIf<3, 4, 6>(a, splits, ctx, stream, result)
+                        : LaunchStreamIf<2, 4, 8>(a, splits, ctx, stream, result);
 }
 
 template <int RT, int NTK>
@@ -1097,7 +1084,7 @@ int64_t FastBlocks(const LinearArgs& a, int32_t splits) {
 }
 
 template <int RT, int NTK, bool NORM, bool SLICED, int SB, int EPI>
-cudaError_t LaunchFastCompiledFor(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+cudaError_t LaunchFastCompiledFor(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
   using S = FastShape<RT, NTK, NORM, SLICED, SB>;
   const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, SB > 1 ? 1 : splits);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
@@ -1111,18 +1098,20 @@ cudaError_t LaunchFastCompiledFor(const LinearArgs& a, int32_t splits, cudaStrea
     return e;
   });
   if (prepared != cudaSuccess) return prepared;
-  g_fast_launches.fetch_add(1, std::memory_order_relaxed);
-  if (SB > 1) g_merged_launches.fetch_add(1, std::memory_order_relaxed);
+  if (ctx.stats != nullptr) {
+    ++ctx.stats->fast_linear_launches;
+    if (SB > 1) ++ctx.stats->fast_merged_launches;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(S::kThreads);
-  const bool norm_staged = NORM && g_norm_staged && FastNormStaged<S>(a.w.cols_padded);
-  if (norm_staged) g_norm_staged_launches.fetch_add(1, std::memory_order_relaxed);
+  const bool norm_staged = NORM && ctx.tuning->fast_norm_staged && FastNormStaged<S>(a.w.cols_padded);
+  if (norm_staged && ctx.stats != nullptr) ++ctx.stats->fast_norm_staged_launches;
   cfg.dynamicSmemBytes = static_cast<size_t>(norm_staged ? S::kNormOffset + a.w.cols_padded * 4 : S::kSmemBytes);
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = ProgrammaticLaunch() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   attr[1].id = cudaLaunchAttributeClusterDimension;
   attr[1].val.clusterDim.x = 1;
   attr[1].val.clusterDim.y = 1;
@@ -1136,101 +1125,89 @@ cudaError_t LaunchFastCompiledFor(const LinearArgs& a, int32_t splits, cudaStrea
 // q|k|v's rotary store and gate|up's SiLU; without, o's and down's residual. Other products (the
 // lm_head, q|k|v with a separate rotary kernel) take the kernel that branches on the kind.
 template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1>
-cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
   constexpr int kRope = static_cast<int>(LinearEpilogue::kRopeStore);
   constexpr int kSilu = static_cast<int>(LinearEpilogue::kSiluMul);
   constexpr int kResidual = static_cast<int>(LinearEpilogue::kAddResidual);
   if constexpr (NORM) {
     if (a.epilogue == LinearEpilogue::kRopeStore)
-      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kRope>(a, splits, stream);
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kRope>(a, splits, ctx, stream);
     if (a.epilogue == LinearEpilogue::kSiluMul)
-      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kSilu>(a, splits, stream);
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kSilu>(a, splits, ctx, stream);
   } else {
     if (a.epilogue == LinearEpilogue::kAddResidual)
-      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kResidual>(a, splits, stream);
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kResidual>(a, splits, ctx, stream);
   }
-  return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, -1>(a, splits, stream);
+  return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, -1>(a, splits, ctx, stream);
 }
 
 template <int RT, int NTK>
-cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
   // Merged slices where the shape is compiled with them and they are on for this product.
-  if (FastMergesSlices(a.w.cols_padded, splits, g_merge_max_slices, g_merge_max_steps)) {
+  if (FastMergesSlices(a.w.cols_padded, splits, MergeMaxSlices(*ctx.tuning), MergeMaxSteps(*ctx.tuning))) {
     if constexpr (FastMergedShapeFits(RT, NTK, 2))
       if (splits == 2)
-        return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false, 2>(a, splits, stream)
-                                        : LaunchFastCompiled<RT, NTK, false, false, 2>(a, splits, stream);
+        return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false, 2>(a, splits, ctx, stream)
+                                        : LaunchFastCompiled<RT, NTK, false, false, 2>(a, splits, ctx, stream);
     if constexpr (FastMergedShapeFits(RT, NTK, 3))
       if (splits == 3)
-        return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false, 3>(a, splits, stream)
-                                        : LaunchFastCompiled<RT, NTK, false, false, 3>(a, splits, stream);
+        return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false, 3>(a, splits, ctx, stream)
+                                        : LaunchFastCompiled<RT, NTK, false, false, 3>(a, splits, ctx, stream);
   }
   // Sliced products (a cluster per tile) and the others are compiled apart: only the first need
   // the inbox and its code (registers).
   if (splits > 1)
-    return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, true>(a, splits, stream)
-                                    : LaunchFastCompiled<RT, NTK, false, true>(a, splits, stream);
-  return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false>(a, splits, stream)
-                                  : LaunchFastCompiled<RT, NTK, false, false>(a, splits, stream);
+    return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, true>(a, splits, ctx, stream)
+                                    : LaunchFastCompiled<RT, NTK, false, true>(a, splits, ctx, stream);
+  return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false>(a, splits, ctx, stream)
+                                  : LaunchFastCompiled<RT, NTK, false, false>(a, splits, ctx, stream);
 }
 
-// Benchmarking only: block shapes forced for matrices of a given number of rows
-// (SetFastLinearShapeForRowsForBenchmark).
-struct ShapeOverride {
-  int rows, cols, rt, ntk;  // cols 0: any
-};
-constexpr int kMaxShapeOverrides = 8;
-ShapeOverride g_shape_overrides[kMaxShapeOverrides];
-int g_shape_override_count = 0;
-
 // The instantiated block shapes, by value.
-cudaError_t LaunchFastShape(int rt, int ntk, const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+cudaError_t LaunchFastShape(int rt, int ntk, const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
   switch (10 * ntk + rt) {
-    case 11: return LaunchFast<1, 1>(a, splits, stream);
-    case 12: return LaunchFast<2, 1>(a, splits, stream);
-    case 13: return LaunchFast<3, 1>(a, splits, stream);
-    case 14: return LaunchFast<4, 1>(a, splits, stream);
-    case 15: return LaunchFast<5, 1>(a, splits, stream);
-    case 16: return LaunchFast<6, 1>(a, splits, stream);
-    case 21: return LaunchFast<1, 2>(a, splits, stream);
-    case 22: return LaunchFast<2, 2>(a, splits, stream);
-    case 23: return LaunchFast<3, 2>(a, splits, stream);
-    case 24: return LaunchFast<4, 2>(a, splits, stream);
-    case 25: return LaunchFast<5, 2>(a, splits, stream);
-    case 26: return LaunchFast<6, 2>(a, splits, stream);
-    case 41: return LaunchFast<1, 4>(a, splits, stream);
-    case 42: return LaunchFast<2, 4>(a, splits, stream);
-    case 43: return LaunchFast<3, 4>(a, splits, stream);
-    case 44: return LaunchFast<4, 4>(a, splits, stream);
+    case 11: return LaunchFast<1, 1>(a, splits, ctx, stream);
+    case 12: return LaunchFast<2, 1>(a, splits, ctx, stream);
+    case 13: return LaunchFast<3, 1>(a, splits, ctx, stream);
+    case 14: return LaunchFast<4, 1>(a, splits, ctx, stream);
+    case 15: return LaunchFast<5, 1>(a, splits, ctx, stream);
+    case 16: return LaunchFast<6, 1>(a, splits, ctx, stream);
+    case 21: return LaunchFast<1, 2>(a, splits, ctx, stream);
+    case 22: return LaunchFast<2, 2>(a, splits, ctx, stream);
+    case 23: return LaunchFast<3, 2>(a, splits, ctx, stream);
+    case 24: return LaunchFast<4, 2>(a, splits, ctx, stream);
+    case 25: return LaunchFast<5, 2>(a, splits, ctx, stream);
+    case 26: return LaunchFast<6, 2>(a, splits, ctx, stream);
+    case 41: return LaunchFast<1, 4>(a, splits, ctx, stream);
+    case 42: return LaunchFast<2, 4>(a, splits, ctx, stream);
+    case 43: return LaunchFast<3, 4>(a, splits, ctx, stream);
+    case 44: return LaunchFast<4, 4>(a, splits, ctx, stream);
     default: return cudaErrorInvalidValue;
   }
 }
 
 template <int NTK>
-cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, cudaStream_t stream) {
+cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
   // The most weight rows per block (each activation read serves more rows) whose grid still
   // gives every multiprocessor a block; else one tile per block.
-  // A forced row tile (SetFastLinearTile) of more than 4 has no 32-token shape: 16 tokens then.
-  if (g_fast_tile > 0) return LaunchFastShape(g_fast_tile, NTK == 4 && g_fast_tile > 4 ? 2 : NTK, a, splits, stream);
+  // A forced row tile (CudaTuning::fast_row_tiles) of more than 4 has no 32-token shape: 16 tokens then.
+  const int forced = ctx.tuning->fast_row_tiles;
+  if (forced > 0) return LaunchFastShape(forced, NTK == 4 && forced > 4 ? 2 : NTK, a, splits, ctx, stream);
   const int64_t want = static_cast<int64_t>(MultiprocessorCount());
-  if (FastBlocks<4, NTK>(a, splits) >= want) return LaunchFast<4, NTK>(a, splits, stream);
-  if (FastBlocks<2, NTK>(a, splits) >= want) return LaunchFast<2, NTK>(a, splits, stream);
-  return LaunchFast<1, NTK>(a, splits, stream);
+  if (FastBlocks<4, NTK>(a, splits) >= want) return LaunchFast<4, NTK>(a, splits, ctx, stream);
+  if (FastBlocks<2, NTK>(a, splits) >= want) return LaunchFast<2, NTK>(a, splits, ctx, stream);
+  return LaunchFast<1, NTK>(a, splits, ctx, stream);
 }
 
 }  // namespace
 
-int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) {
-  for (int i = 0; i < g_split_override_count; ++i)
-    if (g_split_overrides[i].rows == rows && g_split_overrides[i].cols_padded == cols_padded)
-      return std::clamp(g_split_overrides[i].splits, 1, std::min(kFastMaxSplits, cols_padded / kStepCols));
-  return FastLinearSplitsFor(rows, cols_padded, g_split_target);
-}
+int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) { return FastLinearSplitsFor(rows, cols_padded, kSplitTarget); }
 
-FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors) {
+FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors,
+                                      const CudaTuning& tuning) {
   const int32_t splits = FastLinearSplits(rows, cols_padded);
   return ChooseFastLinearShapeFor(rows, tokens, splits, multiprocessors,
-                                  FastMergesSlices(cols_padded, splits, g_merge_max_slices, g_merge_max_steps));
+                                  FastMergesSlices(cols_padded, splits, MergeMaxSlices(tuning), MergeMaxSteps(tuning)));
 }
 
 bool CanRunFastLinear(const LinearArgs& a) {
@@ -1247,58 +1224,37 @@ bool CanRunFastLinear(const LinearArgs& a) {
   return true;
 }
 
-cudaError_t LaunchFastLinear(const LinearArgs& args, cudaStream_t stream) {
+cudaError_t LaunchFastLinear(const LinearArgs& args, const LaunchContext& ctx, cudaStream_t stream) {
   if (!CanRunFastLinear(args)) return cudaErrorInvalidValue;
   const int32_t splits = FastLinearSplits(args.w.rows, args.w.cols_padded);
   LinearArgs a = args;
   // Late blocks' first weights (kernels.h): gate|up, behind o's merged blocks. (q|k|v, behind
-  // down, measured no faster with it: thirty-third session.)
+  // down, measured no faster with it.)
   a.prefetch_early_blocks = 0;
   if (a.norm_weight != nullptr && a.epilogue == LinearEpilogue::kSiluMul && splits == 1 &&
-      (a.prefetch_early_blocks = LatePrefetchEarlyBlocks(a.tokens)) > 0)
-    CountLatePrefetchLaunch();
-  if (cudaError_t e; LaunchFastStream(a, splits, stream, &e)) return e;
-  for (int i = 0; i < g_shape_override_count; ++i)
-    if (g_shape_overrides[i].rows == a.w.rows && (g_shape_overrides[i].cols == 0 || g_shape_overrides[i].cols == a.w.cols))
-      return LaunchFastShape(g_shape_overrides[i].rt, g_shape_overrides[i].ntk, a, splits, stream);
+      (a.prefetch_early_blocks = LatePrefetchEarlyBlocks(a.tokens, *ctx.tuning)) > 0 && ctx.stats != nullptr)
+    ++ctx.stats->late_prefetch_launches;
+  if (cudaError_t e; LaunchFastStream(a, splits, ctx, stream, &e)) return e;
   // Token tiles of 8 rows for a batch of up to 8; 16 up to 32 (two blocks share each weight
   // tile through L2, and each warp's chain of dependent instructions halves: measured faster at
   // batch 32 than 32-row tiles); 32 beyond.
-  const int tokens = g_fast_token_tile > 0 ? std::min(a.tokens, g_fast_token_tile) : a.tokens;
-  if (tokens <= 64 && g_fast_tile == 0 && g_fast_token_tile == 0 && g_shape_rule == 0) {
-    const FastLinearShape c = ChooseFastLinearShape(a.w.rows, a.w.cols_padded, tokens, MultiprocessorCount());
-    return LaunchFastShape(c.row_tiles, c.token_groups, a, splits, stream);
+  const int token_tile = ctx.tuning->fast_token_tile, row_tiles = ctx.tuning->fast_row_tiles;
+  const int tokens = token_tile > 0 ? std::min(a.tokens, token_tile) : a.tokens;
+  if (tokens <= 64 && row_tiles == 0 && token_tile == 0) {
+    const FastLinearShape c =
+        ChooseFastLinearShape(a.w.rows, a.w.cols_padded, tokens, MultiprocessorCount(), *ctx.tuning);
+    return LaunchFastShape(c.row_tiles, c.token_groups, a, splits, ctx, stream);
   }
-  // Prefill (and the previous rule, for the benchmark's comparison):
-  if (tokens <= 8) return LaunchFastRows<1>(a, splits, stream);
+  // Prefill (and forced tiles):
+  if (tokens <= 8) return LaunchFastRows<1>(a, splits, ctx, stream);
   // A matrix of so many rows (the lm_head) that 64-row blocks give every multiprocessor 8 of
   // them: one 32-token block reads each weight once, where two 16-token ones would read it twice
   // through L2 (which ncu had 75% busy there). Batch 32 +2% (H100).
-  if (tokens > 16 && tokens <= 32 && g_fast_tile == 0 && g_fast_token_tile == 0 &&
+  if (tokens > 16 && tokens <= 32 && row_tiles == 0 && token_tile == 0 &&
       FastBlocks<4, 4>(a, splits) >= 8 * static_cast<int64_t>(MultiprocessorCount()))
-    return LaunchFast<4, 4>(a, splits, stream);
-  if (tokens <= 32) return LaunchFastRows<2>(a, splits, stream);
-  return LaunchFastRows<4>(a, splits, stream);
-}
-
-bool SetFastLinearShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int token_groups) {
-  if (rows <= 0) {
-    g_shape_override_count = 0;
-    return true;
-  }
-  if (g_shape_override_count == kMaxShapeOverrides) return false;
-  g_shape_overrides[g_shape_override_count++] = {rows, cols, row_tiles, token_groups};
-  return true;
-}
-
-bool SetFastLinearSplitsForBenchmark(int rows, int cols_padded, int splits) {
-  if (rows <= 0) {
-    g_split_override_count = 0;
-    return true;
-  }
-  if (g_split_override_count == kMaxSplitOverrides) return false;
-  g_split_overrides[g_split_override_count++] = {rows, cols_padded, splits};
-  return true;
+    return LaunchFast<4, 4>(a, splits, ctx, stream);
+  if (tokens <= 32) return LaunchFastRows<2>(a, splits, ctx, stream);
+  return LaunchFastRows<4>(a, splits, ctx, stream);
 }
 
 cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t stream) {
@@ -1309,32 +1265,5 @@ cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t st
   return device_buffer == nullptr ? cudaSuccess : cudaErrorNotSupported;
 #endif
 }
-
-void SetFastLinearShapeRuleForBenchmark(int rule) { g_shape_rule = rule; }
-
-int64_t FastLinearLaunches() { return g_fast_launches.load(std::memory_order_relaxed); }
-
-int64_t FastLinearMergedLaunches() { return g_merged_launches.load(std::memory_order_relaxed); }
-int64_t FastLinearNormStagedLaunches() { return g_norm_staged_launches.load(std::memory_order_relaxed); }
-
-int64_t FastLinearStreamLaunches() { return g_stream_launches.load(std::memory_order_relaxed); }
-
-void SetFastLinearStream(int mode, int row_tiles) {
-  g_stream_mode = mode < 0 ? 1 : mode;
-  g_stream_row_tiles = row_tiles == 2 ? 2 : 3;
-}
-
-void SetFastLinearMergedSlices(int max_slices, int max_steps_per_warp) {
-  g_merge_max_slices = max_slices < 0 ? kFastMergeMaxSlices : max_slices;
-  g_merge_max_steps = max_steps_per_warp < 0 ? kFastMergeMaxStepsPerWarp : max_steps_per_warp;
-}
-
-void SetFastLinearNormStaged(bool staged) { g_norm_staged = staged; }
-
-void SetFastLinearTile(int row_tiles_per_block) { g_fast_tile = row_tiles_per_block; }
-
-void SetFastLinearTokenTile(int tokens) { g_fast_token_tile = tokens; }
-
-void SetFastLinearSplitTargetForBenchmark(int target) { g_split_target = target > 0 ? target : kSplitTarget; }
 
 }  // namespace rote::inference::cuda
