@@ -9,12 +9,15 @@
 // with every column sorted, compared).
 //
 //   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
-//              [--prefill 0|1] [--tiles -1,3,4] [--ablate 1,32] [--timeline 1,32]
-//              [--attention-variants 0,1,2 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2] [--one-token-kernels 0,1,2] [--mlp-warps 16,4]
-//              [--step-prefetch 0,32] [--step-attention-split 0,512] [--attention-parts 0,4,2]
-//              [--numerics exact|fast] [--fast-split-target 128] [--fast-shape 9728:4:4] [--fast-shape-rule 1] [--fast-rope-fused 0]
-//              [--fast-merge 0|2|3[:STEPS]] [--fast-splits ROWSxCOLS:S] [--pdl 0] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K] [--late-prefetch 0]
-//              [--engine-batches 8,32] [--engine-sampling 0.8:40:1] [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
+//              [--prefill 0|1] [--tiles -1,0,4] [--ablate 1,32] [--timeline 1,32]
+//              [--attention-variants 0,2,5 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2]
+//              [--one-token-kernels 0,1,2] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
+//              [--attention-parts 0,4,2] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0]
+//              [--fast-merge 0|2|3[:STEPS]] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K]
+//              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
+//              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
+// Settings compared side by side each run on a backend of their own (CudaBackendOptions::tuning
+// is fixed per backend); the flags that set one CudaTuning field apply to every backend.
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
 // lists its block shapes as 10 x token rows + 16-row tiles per block (0 the default choice; 4:
 // 64 weight rows; 162: 16 tokens by 32 rows; 80: 8 tokens, rows by size).
@@ -139,15 +142,22 @@ bool Steps(CudaBackend* b, std::vector<Seq>& seqs, int32_t steps, int32_t chain)
 
 // The CUDA backend, with ForwardGreedy either its own (the argmax on the device) or Backend's
 // default (Forward's logits copied to the host, argmax there: what the engine did for every step
-// before it asked for tokens only), and sampled steps on the device or on the host.
+// before it asked for tokens only), and sampled steps on the device or on the host. `sorted`
+// (may be null): a backend of the same model whose device sampler sorts every column, which takes
+// every call while all_columns_sorted is set (each run starts its requests afresh, so the two
+// backends' KV caches need not agree).
 class GreedySwitch final : public Backend {
  public:
-  explicit GreedySwitch(std::unique_ptr<CudaBackend> inner) : inner_(std::move(inner)) {}
+  GreedySwitch(std::unique_ptr<CudaBackend> inner, std::unique_ptr<CudaBackend> sorted)
+      : inner_(std::move(inner)), sorted_(std::move(sorted)) {}
   std::string device() const override { return inner_->device(); }
   std::string numerics_profile() const override { return inner_->numerics_profile(); }
   int64_t KvBytesPerBlock() const override { return inner_->KvBytesPerBlock(); }
-  Status AllocateKvCache(int32_t n) override { return inner_->AllocateKvCache(n); }
-  Status Forward(const BatchPlan& plan, std::vector<float>* logits) override { return inner_->Forward(plan, logits); }
+  Status AllocateKvCache(int32_t n) override {
+    ROTE_RETURN_IF_ERROR(inner_->AllocateKvCache(n));
+    return sorted_ != nullptr ? sorted_->AllocateKvCache(n) : OkStatus();
+  }
+  Status Forward(const BatchPlan& plan, std::vector<float>* logits) override { return active()->Forward(plan, logits); }
   Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
     {
       // Into the rows' existing storage: this copy lies in the engine's measured turn, so it
@@ -163,7 +173,7 @@ class GreedySwitch final : public Backend {
       }
     }
     const Clock::time_point t0 = Clock::now();
-    Status s = on_device ? inner_->ForwardGreedy(plan, tokens) : Backend::ForwardGreedy(plan, tokens);
+    Status s = on_device ? active()->ForwardGreedy(plan, tokens) : Backend::ForwardGreedy(plan, tokens);
     Record(t0);
     return s;
   }
@@ -172,7 +182,7 @@ class GreedySwitch final : public Backend {
   Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
                         std::vector<int32_t>* tokens) override {
     const Clock::time_point t0 = Clock::now();
-    Status s = inner_->ForwardSampled(plan, rules, tokens);
+    Status s = active()->ForwardSampled(plan, rules, tokens);
     Record(t0);
     return s;
   }
@@ -191,695 +201,757 @@ class GreedySwitch final : public Backend {
     return last_plan_;
   }
   void ClearCalls() { calls_.Clear(); }
+  CudaBackend* active() const { return all_columns_sorted && sorted_ != nullptr ? sorted_.get() : inner_.get(); }
   std::atomic<bool> on_device{true};
+  std::atomic<bool> all_columns_sorted{false};
 
  private:
   void Record(Clock::time_point t0) { calls_.Record(t0); }
-  std::unique_ptr<CudaBackend> inner_;
+  std::unique_ptr<CudaBackend> inner_, sorted_;
   std::mutex calls_mu_;  // guards last_plan_
   rote::bench::CallTimes calls_;
   std::vector<PlanRow> last_plan_;
 };
 
-// B sequences with blocks [i * stride, (i + 1) * stride).
-// --kv-interleave 1: sequence i's k-th block is k * batch + i instead (the blocks of a batch's
-// sequences interleaved, as an engine's allocator hands them out while they grow together).
-bool g_kv_interleave = false;
-std::vector<Seq> MakeSeqs(int32_t batch, int32_t prompt, int32_t vocab, int32_t stride, const std::vector<int32_t>& needle) {
+// B sequences with blocks [i * stride, (i + 1) * stride); with interleave, sequence i's k-th
+// block is k * batch + i instead (the blocks of a batch's sequences interleaved, as an engine's
+// allocator hands them out while they grow together).
+std::vector<Seq> MakeSeqs(int32_t batch, int32_t prompt, int32_t vocab, int32_t stride, const std::vector<int32_t>& needle,
+                          bool interleave) {
   std::vector<Seq> seqs(batch);
   for (int32_t i = 0; i < batch; ++i) {
     seqs[i].tokens = i == 0 ? needle : RandomTokens(prompt, vocab, 1000 + i);
-    for (int32_t k = 0; k < stride; ++k) seqs[i].blocks.push_back(g_kv_interleave ? k * batch + i : i * stride + k);
+    for (int32_t k = 0; k < stride; ++k) seqs[i].blocks.push_back(interleave ? k * batch + i : i * stride + k);
   }
   return seqs;
 }
 
-}  // namespace
+void PrintError(const std::string& message) {
+  std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", message.c_str());
+}
 
-int main(int argc, char** argv) {
-  const std::string shape = Arg(argc, argv, "--shape", "0.5b");
-  g_kv_interleave = Arg(argc, argv, "--kv-interleave", "0") == "1";
-  const std::string dir = Arg(argc, argv, "--dir", "/tmp/rote_synth_" + shape);
-  const int32_t steps = std::stoi(Arg(argc, argv, "--steps", "128"));
+// The run's model, its measured ceilings, the flags and what they fix for every backend.
+class Bench {
+ public:
+  Bench(int argc, char** argv) : argc_(argc), argv_(argv) {}
+
+  std::string Flag(const char* name, const std::string& def) const { return Arg(argc_, argv_, name, def); }
+
+  // Flags, ceilings, the model; false (after printing the error) where any fails.
+  bool Init();
+  // The backend of `tuning` (the flags' by default) and `instruments`, its KV cache allocated.
+  std::unique_ptr<CudaBackend> Create(const CudaTuning& tuning, const CudaInstruments& instruments = {}) const;
+  std::unique_ptr<CudaBackend> Create() const { return Create(base_); }
+
+  // Prefill, `warm` steps, then `steps` timed decode steps of `batch` sequences; returns the
+  // seconds of the timed steps (negative on failure) and leaves the sequences in `seqs`.
+  double TimeDecode(CudaBackend* b, int32_t batch, std::vector<Seq>& seqs) const;
+
+  bool PrintModel(CudaBackend* b, double upload_s) const;
+  bool OneTokenKernels();
+  bool CompareSettings(const char* what, const char* key, const std::string& list,
+                       const std::function<void(CudaTuning&, int32_t)>& set);
+  bool TraceStep();
+  bool Timeline();
+  bool Ablate();
+  bool DecodeAndPrefill(CudaBackend* base);
+  bool EngineDecode(std::unique_ptr<CudaBackend> backend);
+
+  const CudaTuning& base() const { return base_; }
+
+ private:
+  int argc_;
+  char** argv_;
+  std::string shape_;
+  int32_t steps_ = 0, prompt_ = 0, chain_ = 1;
+  static constexpr int32_t kWarm = 8;
+  bool interleave_ = false;
+  double bw_ = 0, fma_ = 0;
+  std::shared_ptr<const Model> model_;
+  CudaBackendOptions options_;
+  CudaTuning base_;
+  int32_t stride_ = 0, blocks_ = 0;
+  static constexpr int32_t kPrefillLen = 1000, kPrefillSeqs = 4;
+  int32_t prefill_stride_ = 0;
+  int64_t matrix_params_ = 0, kv_bytes_per_position_ = 0;
+  double synth_s_ = 0, load_s_ = 0;
+  std::vector<int32_t> needle_, needle_alone_;
+  std::map<int32_t, double> direct_tps_;  // decode tok/s with the backend driven directly, by batch
+};
+
+bool Bench::Init() {
+  shape_ = Flag("--shape", "0.5b");
+  interleave_ = Flag("--kv-interleave", "0") == "1";
+  const std::string dir = Flag("--dir", "/tmp/rote_synth_" + shape_);
+  steps_ = std::stoi(Flag("--steps", "128"));
   // --prompt N: the decode runs' prompt length (64 by default; prefill figures use 1,000 tokens).
-  const int32_t prompt = std::stoi(Arg(argc, argv, "--prompt", "64")), warm = 8;
+  prompt_ = std::stoi(Flag("--prompt", "64"));
+  // --chain K: the timed decode steps as ForwardGreedySteps runs of up to K steps (the host waits
+  // once a run; 1, the default: one ForwardGreedy a step). The needle's run alone stays one step
+  // at a time, so its comparison also checks chained against single steps. --timeline and
+  // --ablate time their steps this way too.
+  chain_ = std::max(1, std::stoi(Flag("--chain", "1")));
 
   if (CudaDeviceCount() == 0) {
-    std::printf("{\"what\":\"error\",\"message\":\"no CUDA device\"}\n");
-    return 1;
+    PrintError("no CUDA device");
+    return false;
   }
-  const double bw = rote::bench::MeasureCopyBandwidth();
-  const double fma = rote::bench::MeasureFmaRate();
+  bw_ = rote::bench::MeasureCopyBandwidth();
+  fma_ = rote::bench::MeasureFmaRate();
   std::printf("{\"what\":\"ceilings\",\"copy_bandwidth_TBps\":%.4f,\"fp32_fma_TFMAps\":%.3f,\"fp32_TFLOPs\":%.3f}\n",
-              bw / 1e12, fma / 1e12, 2 * fma / 1e12);
+              bw_ / 1e12, fma_ / 1e12, 2 * fma_ / 1e12);
   std::fflush(stdout);
+
+  options_.max_positions = 2048;
+  const std::string numerics = Flag("--numerics", "exact");
+  if (numerics == "fast") {
+    options_.profile = NumericsProfile::kFast;
+  } else if (numerics != "exact") {
+    PrintError("--numerics must be exact or fast");
+    return false;
+  }
+  // --fast-merge N[:STEPS]: the fast profile's products of at most N K slices (of at most STEPS
+  // steps per warp) run them in one block; 0: every sliced product is a cluster (same bits).
+  if (const std::string r = Flag("--fast-merge", ""); !r.empty()) {
+    const size_t colon = r.find(':');
+    base_.fast_merge_max_slices = std::stoi(r.substr(0, colon));
+    base_.fast_merge_max_steps_per_warp = colon == std::string::npos ? -1 : std::stoi(r.substr(colon + 1));
+  }
+  // --fast-stream 0|1|2: where the fast profile streams weights past activations held in shared
+  // memory (0 never, 1 the lm_head, the default, 2 every product it can run; same bits).
+  // :RT, the rows of a warp's unit for 32-token tiles in 16-row tiles (2 or 3).
+  if (const std::string r = Flag("--fast-stream", ""); !r.empty()) {
+    const size_t colon = r.find(':');
+    base_.fast_stream_mode = std::stoi(r.substr(0, colon));
+    base_.fast_stream_row_tiles = colon == std::string::npos ? 0 : std::stoi(r.substr(colon + 1));
+  }
+  // --fast-norm-staged 0: the fast profile's products read their norm weights from global memory
+  // at every step instead of staging them in shared memory (same bits).
+  if (const std::string r = Flag("--fast-norm-staged", ""); !r.empty()) base_.fast_norm_staged = r != "0";
+  // --late-prefetch 0: no block asks L2 for the first weights or K/V pages of the blocks that start
+  // only when the previous kernel's leave (N: the first N blocks of each such launch do; same bits).
+  if (const std::string r = Flag("--late-prefetch", ""); !r.empty()) base_.late_prefetch_blocks = std::stoi(r);
+  // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
+  // epilogue (same bits).
+  if (const std::string r = Flag("--fast-rope-fused", ""); !r.empty()) base_.fast_rope_fused = r != "0";
+  // --attention-variant V: every backend with attention variant V (same bits).
+  if (const std::string av = Flag("--attention-variant", ""); !av.empty()) base_.attention_variant = std::stoi(av);
 
   auto t0 = Clock::now();
   if (!std::filesystem::exists(dir + "/model.safetensors")) {
-    if (!rote::inference::cuda_test::WriteSynthModel(dir, rote::inference::cuda_test::Qwen25Shape(shape))) {
-      std::printf("{\"what\":\"error\",\"message\":\"cannot write %s\"}\n", dir.c_str());
-      return 1;
+    if (!rote::inference::cuda_test::WriteSynthModel(dir, rote::inference::cuda_test::Qwen25Shape(shape_))) {
+      PrintError("cannot write " + dir);
+      return false;
     }
   }
   auto t1 = Clock::now();
   auto model = Model::Load(dir);
   if (!model.ok()) {
-    std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", model.status().ToString().c_str());
-    return 1;
+    PrintError(model.status().ToString());
+    return false;
   }
+  model_ = *model;
   auto t2 = Clock::now();
-  CudaBackendOptions opt;
-  opt.max_positions = 2048;
-  const std::string numerics = Arg(argc, argv, "--numerics", "exact");
-  if (numerics == "fast") {
-    opt.profile = NumericsProfile::kFast;
-  } else if (numerics != "exact") {
-    std::printf("{\"what\":\"error\",\"message\":\"--numerics must be exact or fast\"}\n");
-    return 1;
-  }
-  // --fast-split-target N: the fast profile's K-slice target (benchmarks only; other bits).
-  if (const std::string st = Arg(argc, argv, "--fast-split-target", ""); !st.empty())
-    SetCudaFastSplitTargetForBenchmark(std::stoi(st));
-  // --fast-splits ROWSxCOLS:S[+...]: the fast profile's products of ROWS x COLS (padded)
-  // matrices in S K slices (benchmarks only; other bits).
-  if (const std::string fs = Arg(argc, argv, "--fast-splits", ""); !fs.empty()) {
-    size_t at = 0;
-    while (at < fs.size()) {
-      const size_t end = std::min(fs.find('+', at), fs.size());
-      const std::string one = fs.substr(at, end - at);
-      int rows = 0, cols = 0, splits = 0;
-      if (std::sscanf(one.c_str(), "%dx%d:%d", &rows, &cols, &splits) != 3 || rows <= 0 || splits <= 0) {
-        std::printf("{\"what\":\"error\",\"message\":\"--fast-splits wants ROWSxCOLS:S, got %s\"}\n", one.c_str());
-        return 1;
-      }
-      SetCudaFastSplitsForBenchmark(rows, cols, splits);
-      at = end + 1;
-    }
-  }
-  // --fast-merge N[:STEPS]: the fast profile's products of at most N K slices (of at most STEPS
-  // steps per warp) run them in one block; 0: every sliced product is a cluster (same bits).
-  if (const std::string r = Arg(argc, argv, "--fast-merge", ""); !r.empty()) {
-    const size_t colon = r.find(':');
-    SetCudaFastMergedSlicesForTesting(std::stoi(r.substr(0, colon)),
-                                      colon == std::string::npos ? -1 : std::stoi(r.substr(colon + 1)));
-  }
-  // --fast-stream 0|1|2: where the fast profile streams weights past activations held in shared
-  // memory (0 never, 1 the lm_head, the default, 2 every product it can run; same bits).
-  // :RT, the rows of a warp's unit for 32-token tiles in 16-row tiles (2 or 3).
-  if (const std::string r = Arg(argc, argv, "--fast-stream", ""); !r.empty()) {
-    const size_t colon = r.find(':');
-    SetCudaFastStreamForTesting(std::stoi(r.substr(0, colon)), colon == std::string::npos ? 0 : std::stoi(r.substr(colon + 1)));
-  }
-  // --fast-norm-staged 0: the fast profile's products read their norm weights from global memory
-  // at every step instead of staging them in shared memory (same bits).
-  if (const std::string r = Arg(argc, argv, "--fast-norm-staged", ""); !r.empty())
-    SetCudaFastNormStagedForTesting(r != "0");
-  // --late-prefetch 0: no block asks L2 for the first weights or K/V pages of the blocks that start
-  // only when the previous kernel's leave (N: the first N blocks of each such launch do; same bits).
-  if (const std::string r = Arg(argc, argv, "--late-prefetch", ""); !r.empty())
-    SetCudaLatePrefetchForTesting(std::stoi(r));
-  // --pdl 0: no programmatic dependent launch (same bits).
-  if (const std::string r = Arg(argc, argv, "--pdl", ""); !r.empty()) SetCudaProgrammaticLaunchForBenchmark(r != "0");
-  // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
-  // epilogue (benchmarks only; same bits).
-  if (const std::string r = Arg(argc, argv, "--fast-rope-fused", ""); !r.empty())
-    SetCudaFastRopeFusedForTesting(r != "0");
-  // --fast-shape-rule 1: the fast profile's block-shape rule before the wave model (benchmarks only;
-  // same bits).
-  if (const std::string r = Arg(argc, argv, "--fast-shape-rule", ""); !r.empty())
-    SetCudaFastShapeRuleForBenchmark(std::stoi(r));
-  // --fast-shape ROWS[xCOLS]:RT:NTK[+...]: the fast profile's products of matrices with ROWS
-  // rows (and COLS columns) use blocks of RT 16-row tiles by NTK 8-token groups (benchmarks only; same bits).
-  if (const std::string fs = Arg(argc, argv, "--fast-shape", ""); !fs.empty()) {
-    size_t at = 0;
-    while (at < fs.size()) {
-      const size_t end = std::min(fs.find('+', at), fs.size());
-      const std::string one = fs.substr(at, end - at);
-      int rows = 0, cols = 0, rt = 0, ntk = 0;
-      if (std::sscanf(one.c_str(), "%dx%d:%d:%d", &rows, &cols, &rt, &ntk) != 4 &&
-          (cols = 0, std::sscanf(one.c_str(), "%d:%d:%d", &rows, &rt, &ntk) != 3)) {
-        std::printf("{\"what\":\"error\",\"message\":\"--fast-shape wants ROWS:RT:NTK, got %s\"}\n", one.c_str());
-        return 1;
-      }
-      SetCudaFastShapeForRowsForBenchmark(rows, cols, rt, ntk);
-      at = end + 1;
-    }
-  }
-  auto created = CreateCudaBackend(*model, opt);
+  synth_s_ = Seconds(t0, t1);
+  load_s_ = Seconds(t1, t2);
+
+  const ModelConfig& c = model_->config();
+  const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), h = c.intermediate_size;
+  matrix_params_ = c.num_layers * (d * (qd + 2 * kvd) + qd * d + 3 * d * h) + static_cast<int64_t>(c.vocab_size) * d;
+  stride_ = (prompt_ + kWarm + steps_ + 2 + kKvBlockSize - 1) / kKvBlockSize;
+  prefill_stride_ = (kPrefillLen + kKvBlockSize) / kKvBlockSize;
+  blocks_ = std::max(64 * stride_, kPrefillSeqs * prefill_stride_);
+  needle_ = RandomTokens(prompt_, c.vocab_size, 7);
+  kv_bytes_per_position_ = int64_t{2} * c.num_layers * c.kv_dim() * 4;
+  return true;
+}
+
+std::unique_ptr<CudaBackend> Bench::Create(const CudaTuning& tuning, const CudaInstruments& instruments) const {
+  CudaBackendOptions o = options_;
+  o.tuning = tuning;
+  o.instruments = instruments;
+  auto created = CreateCudaBackend(model_, o);
   if (!created.ok()) {
-    std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", created.status().ToString().c_str());
-    return 1;
+    PrintError(created.status().ToString());
+    return nullptr;
   }
-  auto t3 = Clock::now();
-  CudaBackend* b = created->get();
-  const ModelConfig& c = (*model)->config();
-  int64_t matrix_params = 0;
-  {
-    const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), h = c.intermediate_size;
-    matrix_params = c.num_layers * (d * (qd + 2 * kvd) + qd * d + 3 * d * h) + static_cast<int64_t>(c.vocab_size) * d;
+  if (Status s = (*created)->AllocateKvCache(blocks_); !s.ok()) {
+    PrintError(s.ToString());
+    return nullptr;
   }
+  return std::move(created).value();
+}
+
+double Bench::TimeDecode(CudaBackend* b, int32_t batch, std::vector<Seq>& seqs) const {
+  seqs = MakeSeqs(batch, prompt_, model_->config().vocab_size, stride_, needle_, interleave_);
+  bool ok = Step(b, seqs);
+  for (int32_t i = 0; ok && i < kWarm; ++i) ok = Step(b, seqs);
+  auto s0 = Clock::now();
+  ok = ok && Steps(b, seqs, steps_, chain_);
+  auto s1 = Clock::now();
+  return ok ? Seconds(s0, s1) : -1.0;
+}
+
+bool Bench::PrintModel(CudaBackend* b, double upload_s) const {
   std::printf("{\"what\":\"model\",\"source_revision\":\"%s\",\"shape\":\"%s\",\"device\":\"%s\",\"numerics\":\"%s\","
               "\"weight_bytes_on_device\":%lld,\"matrix_params\":%lld,\"synth_s\":%.1f,\"load_s\":%.1f,\"upload_s\":%.1f,"
               "\"kv_blocks_fitting_free_memory\":%d}\n",
-              ROTE_SOURCE_REVISION, shape.c_str(), b->device().c_str(), b->numerics_profile().c_str(), static_cast<long long>(b->WeightBytes()),
-              static_cast<long long>(matrix_params), Seconds(t0, t1), Seconds(t1, t2), Seconds(t2, t3),
-              b->KvBlocksForFreeMemory(0, int64_t{4} << 30));
+              ROTE_SOURCE_REVISION, shape_.c_str(), b->device().c_str(), b->numerics_profile().c_str(),
+              static_cast<long long>(b->WeightBytes()), static_cast<long long>(matrix_params_), synth_s_, load_s_,
+              upload_s, b->KvBlocksForFreeMemory(0, int64_t{4} << 30));
   std::fflush(stdout);
+  return true;
+}
 
-  const int32_t stride = (prompt + warm + steps + 2 + kKvBlockSize - 1) / kKvBlockSize;
-  const int32_t prefill_len = 1000, prefill_seqs = 4;
-  const int32_t prefill_stride = (prefill_len + kKvBlockSize) / kKvBlockSize;
-  const int32_t blocks = std::max(64 * stride, prefill_seqs * prefill_stride);
-  if (Status s = b->AllocateKvCache(blocks); !s.ok()) {
-    std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", s.ToString().c_str());
-    return 1;
-  }
-  const std::vector<int32_t> needle = RandomTokens(prompt, c.vocab_size, 7);
-  std::vector<int32_t> needle_alone;
-  const int64_t kv_bytes_per_position = int64_t{2} * c.num_layers * c.kv_dim() * 4;
-  // Prefill, `warm` steps, then `steps` timed decode steps of `batch` sequences; returns the
-  // seconds of the timed steps (negative on failure) and leaves the sequences in `seqs`.
-  // --chain K: the timed decode steps as ForwardGreedySteps runs of up to K steps (the host waits
-  // once a run; 1, the default: one ForwardGreedy a step). The needle's run alone stays one step
-  // at a time, so its comparison also checks chained against single steps. --timeline and
-  // --ablate time their steps this way too.
-  const int32_t chain = std::max(1, std::stoi(Arg(argc, argv, "--chain", "1")));
-  auto time_decode = [&](int32_t batch, std::vector<Seq>& seqs) {
-    seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
-    bool ok = Step(b, seqs);
-    for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
-    auto s0 = Clock::now();
-    ok = ok && Steps(b, seqs, steps, chain);
-    auto s1 = Clock::now();
-    return ok ? Seconds(s0, s1) : -1.0;
-  };
-  // --one-token-kernels 0,1,2: batch-1 decode with each one-token product kernel, side by side
-  // (SetCudaOneTokenKernelForTesting); every variant's tokens must equal the first one's.
-  const std::string otk = Arg(argc, argv, "--one-token-kernels", "");
-  if (!otk.empty()) {
-    std::vector<int32_t> first_tokens;
-    // --mlp-warps 16,4: repeat the variants with each most-warps-per-block of the MLP-block kernel.
-    // --step-prefetch 0,32: and with each L2 prefetch distance of the one-launch step (tiles).
-    // --step-attention-split 0,512: and with each context from which the one-launch step attends a
-    // head in 8 blocks over parts of its positions (0: never; -1: the default).
-    // --attention-parts 0,4,2: and with each number of those blocks per head (0: the most that fit).
-    for (int32_t parts : IntList(Arg(argc, argv, "--attention-parts", "0"))) {
-    SetCudaAttentionPartsForTesting(parts);
-    for (int32_t split : IntList(Arg(argc, argv, "--step-attention-split", "-1"))) {
-    SetCudaStepAttentionSplitForTesting(split);
-    for (int32_t prefetch : IntList(Arg(argc, argv, "--step-prefetch", "-1"))) {
-    SetCudaStepPrefetchTilesForTesting(prefetch);
-    for (int32_t mlp_warps : IntList(Arg(argc, argv, "--mlp-warps", "16"))) {
-    SetCudaMlpBlockMaxWarpsForTesting(mlp_warps);
-    for (int32_t variant : IntList(otk)) {
-      SetCudaOneTokenKernelForTesting(variant);
-      std::vector<Seq> seqs;
-      const int64_t step_launches = CudaDecodeStepsForTesting();
-      const double secs = time_decode(1, seqs);
-      const bool one_launch = CudaDecodeStepsForTesting() > step_launches;
-      if (secs < 0) return 1;
-      if (first_tokens.empty()) first_tokens = seqs[0].tokens;
-      const double tps = steps / secs;
-      const double bytes = static_cast<double>(b->WeightBytesPerStep());
-      std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"mlp_warps\":%d,"
-                  "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"weights_TBps\":%.4f,"
-                  "\"fraction_of_copy_bandwidth\":%.3f,\"tokens_equal_first_variant\":%s,"
-                  "\"step_as_one_launch\":%s,\"step_prefetch_tiles\":%d,\"step_attention_split\":%d,"
-                  "\"attention_parts\":%d}\n",
-                  shape.c_str(), variant, mlp_warps, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw,
-                  seqs[0].tokens == first_tokens ? "true" : "false", one_launch ? "true" : "false", prefetch, split,
-                  parts);
-      std::fflush(stdout);
-    }
-    }
-    }
-    }
-    }
-    SetCudaAttentionPartsForTesting(0);
-    SetCudaStepAttentionSplitForTesting(-1);
-    SetCudaStepPrefetchTilesForTesting(-1);
-    SetCudaMlpBlockMaxWarpsForTesting(16);
-    SetCudaOneTokenKernelForTesting(0);
-  }
-  // Decode at --attention-batches (default 1,32) with each setting of a knob, side by side,
-  // --attention-rounds times interleaved; every setting's tokens must equal the first one's.
-  auto compare_settings = [&](const char* what, const char* key, const std::string& list,
-                              const std::function<void(int32_t)>& set) -> bool {
-    const int32_t rounds = std::stoi(Arg(argc, argv, "--attention-rounds", "1"));
-    for (int32_t batch : IntList(Arg(argc, argv, "--attention-batches", "1,32"))) {
-      std::vector<int32_t> first_tokens;
-      for (int32_t round = 0; round < rounds; ++round) {
-        for (int32_t value : IntList(list)) {
-          set(value);
-          std::vector<Seq> seqs;
-          const double secs = time_decode(batch, seqs);
-          if (secs < 0) return false;
-          if (first_tokens.empty()) first_tokens = seqs[0].tokens;
-          std::printf("{\"what\":\"%s\",\"shape\":\"%s\",\"batch\":%d,\"%s\":%d,\"round\":%d,"
-                      "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"tokens_equal_first_setting\":%s}\n",
-                      what, shape.c_str(), batch, key, value, round, batch * steps / secs, 1e6 * secs / steps,
-                      seqs[0].tokens == first_tokens ? "true" : "false");
-          std::fflush(stdout);
-        }
-      }
-    }
-    return true;
-  };
-  // --attention-variants 0,1,2: each attention variant (SetCudaAttentionVariantForTesting).
-  if (const std::string list = Arg(argc, argv, "--attention-variants", ""); !list.empty()) {
-    if (!compare_settings("attention_variant", "variant", list, SetCudaAttentionVariantForTesting)) return 1;
-    SetCudaAttentionVariantForTesting(-1);
-  }
-  // --evict-first 0,1: weight reads hinted L2 evict_first off and on (SetCudaWeightEvictFirstForTesting).
-  if (const std::string list = Arg(argc, argv, "--evict-first", ""); !list.empty()) {
-    if (!compare_settings("weight_evict_first", "evict_first", list,
-                          [](int32_t on) { SetCudaWeightEvictFirstForTesting(on != 0); }))
-      return 1;
-    SetCudaWeightEvictFirstForTesting(true);
-  }
-  // --trace-step 1: one batch-1 decode step as one DecodeStepKernel with timer readings at every
-  // grid barrier: per phase kind, the mean time from the first block leaving the previous barrier
-  // to the last block arriving (work), from that arrival to the last block leaving (barrier), and
-  // from the first block arriving to the last (the blocks' spread, part of the work).
-  // --trace-step-kernel 9: with that one-launch variant (SetCudaOneTokenKernelForTesting; 7).
-  if (Arg(argc, argv, "--trace-step", "0") == "1") {
-    SetCudaOneTokenKernelForTesting(std::stoi(Arg(argc, argv, "--trace-step-kernel", "7")));
-    SetCudaStepTraceForBenchmark(true);
-    std::vector<Seq> seqs;
-    const int64_t before = CudaDecodeStepsForTesting();
-    if (time_decode(1, seqs) < 0) return 1;
-    const bool ran = CudaDecodeStepsForTesting() > before;
-    int32_t grid = 0, slots = 0;
-    const std::vector<int64_t> t = CudaStepTraceForBenchmark(&grid, &slots);
-    SetCudaStepTraceForBenchmark(false);
-    SetCudaOneTokenKernelForTesting(0);
-    if (!ran || t.empty()) {
-      std::printf("{\"what\":\"error\",\"message\":\"the step did not run as one launch\"}\n");
-      return 1;
-    }
-    auto at = [&](int32_t blk, int32_t k, int32_t which) { return t[(static_cast<size_t>(blk) * slots + k) * 2 + which]; };
-    const char* kinds[] = {"qkv", "attention", "out", "gate_up", "down", "lm_head"};
-    double work[6] = {}, barrier[6] = {}, spread[6] = {};
-    int32_t count[6] = {};
-    // Slots past the barriers' (timeline builds: attention's points, below) are not pairs.
-    const int32_t barrier_slots = 5 * c.num_layers + 2;
-    for (int32_t k = 1; k < barrier_slots; ++k) {
-      int64_t first_leave_prev = INT64_MAX, first_arrive = INT64_MAX, last_arrive = 0, last_leave = 0;
-      for (int32_t g = 0; g < grid; ++g) {
-        first_leave_prev = std::min(first_leave_prev, at(g, k - 1, 1));
-        first_arrive = std::min(first_arrive, at(g, k, 0));
-        last_arrive = std::max(last_arrive, at(g, k, 0));
-        last_leave = std::max(last_leave, at(g, k, 1));
-      }
-      const int kind = k == barrier_slots - 1 ? 5 : (k - 1) % 5;
-      work[kind] += static_cast<double>(last_arrive - first_leave_prev) / 1e3;
-      barrier[kind] += static_cast<double>(last_leave - last_arrive) / 1e3;
-      spread[kind] += static_cast<double>(last_arrive - first_arrive) / 1e3;
-      ++count[kind];
-    }
-    int64_t start = INT64_MAX, end = 0;
-    for (int32_t g = 0; g < grid; ++g) {
-      start = std::min(start, at(g, 0, 0));
-      end = std::max(end, at(g, barrier_slots - 1, 0));
-    }
-    std::printf("{\"what\":\"step_trace\",\"shape\":\"%s\",\"blocks\":%d,\"kernel_us\":%.1f", shape.c_str(), grid,
-                static_cast<double>(end - start) / 1e3);
-    for (int i = 0; i < 6; ++i)
-      std::printf(",\"%s_us\":[%.2f,%.2f,%.2f]", kinds[i], work[i] / std::max(1, count[i]),
-                  barrier[i] / std::max(1, count[i]), spread[i] / std::max(1, count[i]));
-    std::printf(",\"per_layer_work_barrier_and_arrival_spread\":true}\n");
-    // ROTE_CUDA_TIMELINE builds: attention's block barriers in the attending blocks, us after the
-    // barrier before attention (per layer, the latest attending block; mean over layers).
-    const int32_t points = 2 * (slots - barrier_slots) / std::max(1, c.num_layers);
-    if (points > 0) {
-      std::vector<double> sum(points + 1, 0.0);
-      for (int32_t l = 0; l < c.num_layers; ++l) {
-        std::vector<int64_t> latest(points + 1, 0);
-        for (int32_t g = 0; g < std::min(grid, c.num_heads); ++g) {
-          const int64_t from = at(g, 1 + 5 * l, 1);
-          for (int32_t p = 0; p < points; ++p) {
-            const int64_t v = t[static_cast<size_t>(g) * slots * 2 + 2 * barrier_slots + l * points + p];
-            if (v != 0) latest[p] = std::max(latest[p], v - from);
+// --one-token-kernels 0,1,2: batch-1 decode with each one-token product kernel
+// (CudaTuning::one_token_kernel), side by side; every variant's tokens must equal the first one's.
+// --mlp-warps 16,4: repeat the variants with each most-warps-per-block of the MLP-block kernel.
+// --step-prefetch 0,32: and with each L2 prefetch distance of the one-launch step (tiles).
+// --step-attention-split 0,512: and with each context from which the one-launch step attends a
+// head in 8 blocks over parts of its positions (0: never; -1: the default).
+// --attention-parts 0,4,2: and with each number of those blocks per head (0: the most that fit).
+bool Bench::OneTokenKernels() {
+  const std::string otk = Flag("--one-token-kernels", "");
+  if (otk.empty()) return true;
+  std::vector<int32_t> first_tokens;
+  for (int32_t parts : IntList(Flag("--attention-parts", "0")))
+    for (int32_t split : IntList(Flag("--step-attention-split", "-1")))
+      for (int32_t prefetch : IntList(Flag("--step-prefetch", "-1")))
+        for (int32_t mlp_warps : IntList(Flag("--mlp-warps", "16")))
+          for (int32_t variant : IntList(otk)) {
+            CudaTuning t = base_;
+            t.attention_parts = parts;
+            if (split >= 0) t.step_attention_split = t.attention_parts_min_context = split;
+            if (prefetch >= 0) t.step_prefetch_tiles = prefetch;
+            t.mlp_block_max_warps = mlp_warps;
+            t.one_token_kernel = variant;
+            auto b = Create(t);
+            if (!b) return false;
+            std::vector<Seq> seqs;
+            const double secs = TimeDecode(b.get(), 1, seqs);
+            if (secs < 0) return false;
+            const bool one_launch = b->launch_stats().decode_steps > 0;
+            if (first_tokens.empty()) first_tokens = seqs[0].tokens;
+            const double tps = steps_ / secs;
+            const double bytes = static_cast<double>(b->WeightBytesPerStep());
+            std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"mlp_warps\":%d,"
+                        "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"weights_TBps\":%.4f,"
+                        "\"fraction_of_copy_bandwidth\":%.3f,\"tokens_equal_first_variant\":%s,"
+                        "\"step_as_one_launch\":%s,\"step_prefetch_tiles\":%d,\"step_attention_split\":%d,"
+                        "\"attention_parts\":%d}\n",
+                        shape_.c_str(), variant, mlp_warps, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw_,
+                        seqs[0].tokens == first_tokens ? "true" : "false", one_launch ? "true" : "false", prefetch,
+                        split, parts);
+            std::fflush(stdout);
           }
-          latest[points] = std::max(latest[points], at(g, 2 + 5 * l, 0) - from);
-        }
-        for (int32_t p = 0; p <= points; ++p) sum[p] += static_cast<double>(latest[p]) / 1e3;
-      }
-      std::printf("{\"what\":\"step_attention_trace\",\"shape\":\"%s\",\"us_after_barrier\":[", shape.c_str());
-      for (int32_t p = 0; p <= points; ++p) std::printf("%s%.2f", p ? "," : "", sum[p] / c.num_layers);
-      std::printf("],\"points\":\"q staged, scores, max, weights, V partials, (unused...), arrival\"}\n");
-    }
-    std::fflush(stdout);
-  }
-  // --timeline B1,B2: one decode step's kernels at these batches, in launch order, from the
-  // kernels' own timer readings (SetCudaKernelTimelineForBenchmark): per kernel, the gap from
-  // the previous kernel's last warp ending to this one's first return from its wait (the price
-  // of the boundary), the spread of that return over its blocks, and the run from that return to
-  // its last warp's end. One JSON line per kernel, then a summary by kind.
-  const std::string timeline = Arg(argc, argv, "--timeline", "");
-  if (!timeline.empty()) {
-    const char* kind_names[] = {"?", "embed", "linear", "tma_gemv", "tiled", "rmsnorm", "rope", "attention", "argmax"};
-    // --timeline-one-token-kernel 8: batch 1 as separate launches where it would run as one.
-    SetCudaOneTokenKernelForTesting(std::stoi(Arg(argc, argv, "--timeline-one-token-kernel", "0")));
-    // --timeline-skip MASK: with these kernel kinds left out (SetCudaSkipKernelsForBenchmark; 512:
-    // the layers read no weights), to see what the rest does without them.
-    const uint32_t timeline_skip = static_cast<uint32_t>(std::stoul(Arg(argc, argv, "--timeline-skip", "0")));
-    for (int32_t batch : IntList(timeline)) {
-      SetCudaKernelTimelineForBenchmark(true);
-      SetCudaSkipKernelsForBenchmark(timeline_skip);
-      std::vector<Seq> seqs;
-      const double secs = time_decode(batch, seqs);
-      SetCudaSkipKernelsForBenchmark(0);
-      SetCudaKernelTimelineForBenchmark(false);
-      if (secs < 0) return 1;
-      const std::vector<CudaKernelTime> t = CudaKernelTimelineForBenchmark();
-      if (t.empty()) {
-        std::printf("{\"what\":\"error\",\"message\":\"no timeline recorded (configure with -DROTE_CUDA_TIMELINE=ON)\"}\n");
-        return 1;
-      }
-      double gap_sum[9] = {}, run_sum[9] = {}, spread_sum[9] = {};
-      int32_t count[9] = {};
-      size_t prev = 0;  // the last kernel (not a point inside one)
-      for (size_t i = 0; i < t.size(); ++i) {
-        for (int p = 1; p < 8; ++p)  // points inside the body, from its first wait
-          if (t[i].point_last_ns[p] != 0)
-            std::printf("{\"what\":\"timeline_point\",\"shape\":\"%s\",\"batch\":%d,\"i\":%zu,\"point\":%d,"
-                        "\"first_us\":%.2f,\"last_us\":%.2f}\n",
-                        shape.c_str(), batch, i, p, (t[i].point_first_ns[p] - t[i].first_wait_ns) / 1e3,
-                        (t[i].point_last_ns[p] - t[i].first_wait_ns) / 1e3);
-        const uint32_t kind = t[i].kind < 9 ? t[i].kind : 0;
-        const double gap = i == 0 ? 0.0 : (t[i].first_wait_ns - t[prev].end_ns) / 1e3;
-        const double spread = (t[i].last_wait_ns - t[i].first_wait_ns) / 1e3;
-        const double run = (t[i].end_ns - t[i].first_wait_ns) / 1e3;
-        const double early = (t[i].first_wait_ns - t[i].start_ns) / 1e3;  // resident before its wait returned
-        gap_sum[kind] += gap;
-        run_sum[kind] += run;
-        spread_sum[kind] += spread;
-        ++count[kind];
-        std::printf("{\"what\":\"timeline_kernel\",\"shape\":\"%s\",\"batch\":%d,\"i\":%zu,\"kind\":\"%s\","
-                    "\"blocks\":%u,\"blocks_recorded\":%u,\"started_before_wait_us\":%.2f,\"gap_us\":%.2f,"
-                    "\"wait_spread_us\":%.2f,\"run_us\":%.2f,\"late_blocks\":%u,\"late_prologue_max_us\":%.2f,"
-                    "\"late_prologue_mean_us\":%.2f}\n",
-                    shape.c_str(), batch, i, kind_names[kind], t[i].blocks, t[i].blocks_recorded, early, gap, spread, run,
-                    t[i].late_blocks, t[i].late_prologue_max_ns / 1e3, t[i].late_prologue_mean_ns / 1e3);
-        prev = i;
-      }
-      std::printf("{\"what\":\"timeline\",\"shape\":\"%s\",\"batch\":%d,\"kernels\":%zu,\"span_us\":%.1f,"
-                  "\"us_per_step_timed\":%.1f",
-                  shape.c_str(), batch, t.size(), (t.back().end_ns - t.front().start_ns) / 1e3, 1e6 * secs / steps);
-      for (int k = 1; k < 9; ++k)
-        if (count[k] > 0)
-          std::printf(",\"%s\":{\"n\":%d,\"gap_us\":%.1f,\"run_us\":%.1f,\"spread_us\":%.1f}", kind_names[k],
-                      count[k], gap_sum[k], run_sum[k], spread_sum[k]);
-      std::printf("}\n");
-      std::fflush(stdout);
-    }
-    SetCudaOneTokenKernelForTesting(0);
-  }
-  // --ablate B1,B2: time decode steps at these batches with each kernel kind left out, and with
-  // only that kind kept: a kind's marginal share of a replayed step (full - without it) and its
-  // cost alone (only it - nothing). Results are meaningless in these runs; only times count.
-  const std::string ablate = Arg(argc, argv, "--ablate", "");
-  if (!ablate.empty()) {
-    const std::pair<const char*, uint32_t> kinds[] = {
-        {"embed", 1}, {"qkv", 2}, {"rope", 4}, {"attention", 8}, {"out", 16},
-        {"gate_up", 32}, {"down", 64}, {"lm_head", 128}, {"argmax", 256}};
-    for (int32_t batch : IntList(ablate)) {
-      auto time_mask = [&](uint32_t mask) {
-        SetCudaSkipKernelsForBenchmark(mask);
+  return true;
+}
+
+// Decode at --attention-batches (default 1,32) with each setting of a tuning field, side by side,
+// --attention-rounds times interleaved; every setting's tokens must equal the first one's.
+bool Bench::CompareSettings(const char* what, const char* key, const std::string& list,
+                            const std::function<void(CudaTuning&, int32_t)>& set) {
+  const int32_t rounds = std::stoi(Flag("--attention-rounds", "1"));
+  for (int32_t batch : IntList(Flag("--attention-batches", "1,32"))) {
+    std::vector<int32_t> first_tokens;
+    for (int32_t round = 0; round < rounds; ++round) {
+      for (int32_t value : IntList(list)) {
+        CudaTuning t = base_;
+        set(t, value);
+        auto b = Create(t);
+        if (!b) return false;
         std::vector<Seq> seqs;
-        const double secs = time_decode(batch, seqs);
-        SetCudaSkipKernelsForBenchmark(0);
-        return secs < 0 ? -1.0 : 1e6 * secs / steps;
-      };
-      const double full = time_mask(0), nothing = time_mask(kAllCudaKernelKinds);
-      const double no_weights = time_mask(static_cast<uint32_t>(CudaKernelKind::kLayerWeightReads));
-      std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"us_per_step\":%.1f,"
-                  "\"us_per_step_no_kernels\":%.1f,\"us_per_step_no_layer_weight_reads\":%.1f}\n",
-                  shape.c_str(), batch, full, nothing, no_weights);
-      for (const auto& [name, bit] : kinds) {
-        const double without = time_mask(bit), only = time_mask(kAllCudaKernelKinds & ~bit);
-        std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"kind\":\"%s\",\"marginal_us\":%.1f,"
-                    "\"alone_us\":%.1f}\n",
-                    shape.c_str(), batch, name, full - without, only - nothing);
+        const double secs = TimeDecode(b.get(), batch, seqs);
+        if (secs < 0) return false;
+        if (first_tokens.empty()) first_tokens = seqs[0].tokens;
+        std::printf("{\"what\":\"%s\",\"shape\":\"%s\",\"batch\":%d,\"%s\":%d,\"round\":%d,"
+                    "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"tokens_equal_first_setting\":%s}\n",
+                    what, shape_.c_str(), batch, key, value, round, batch * steps_ / secs, 1e6 * secs / steps_,
+                    seqs[0].tokens == first_tokens ? "true" : "false");
         std::fflush(stdout);
       }
     }
-    return 0;
   }
-  // --attention-variant V: the decode and prefill figures below with attention variant V.
-  if (const std::string av = Arg(argc, argv, "--attention-variant", ""); !av.empty())
-    SetCudaAttentionVariantForTesting(std::stoi(av));
-  // --tiles: the batched-product tile variants to time, side by side (SetCudaLargeBatchTileForTesting;
-  // -1 is the default choice, 3 the shared-memory tile everywhere, 4 never it).
-  const bool fast = opt.profile == NumericsProfile::kFast;
-  const std::string profile = b->numerics_profile();
-  std::map<int32_t, double> direct_tps;  // decode tok/s with the backend driven directly, by batch
-  for (int32_t tile : IntList(Arg(argc, argv, "--tiles", "-1"))) {
-  if (fast) {
-    // 10 * token rows + row tiles: 4 is 64-row blocks, 162 16 tokens by 32 rows, 160 16 tokens.
-    SetCudaFastLinearTileForTesting(tile < 0 ? 0 : tile % 10, tile < 0 ? 0 : tile / 10);
-  } else {
-    SetCudaLargeBatchTileForTesting(tile);
-  }
-  // Any batch sizes from 1 to 64 (the figures are 1, 8, 32 and 64).
-  for (int32_t batch : IntList(Arg(argc, argv, "--batches", "1,8,32,64"))) {
-    if (batch < 1 || batch > 64) {
-      std::printf("{\"what\":\"error\",\"message\":\"--batches takes 1 to 64, got %d\"}\n", batch);
-      return 1;
-    }
-    if (!fast && tile >= 0 && batch == 1) continue;  // forced tiles apply above one token
-    std::vector<Seq> seqs = MakeSeqs(batch, prompt, c.vocab_size, stride, needle);
-    bool ok = Step(b, seqs);  // prefill of every prompt in one step
-    for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
-    auto s0 = Clock::now();
-    ok = ok && Steps(b, seqs, steps, chain);
-    auto s1 = Clock::now();
-    if (!ok) return 1;
-    // The last step's graph replayed back to back: the device's time per step without the host's
-    // turn between steps (which the figure below includes, as a user's steps do). Before the
-    // needle's run alone, which would make its graph the last.
-    auto replay = b->TimeLastGraphForBenchmark(steps);
-    const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;
-    if (batch == 1) needle_alone = seqs[0].tokens;
-    if (needle_alone.empty()) {
-      // Batch 1 was not asked for: run the needle alone (untimed) for the comparison.
-      std::vector<Seq> alone = MakeSeqs(1, prompt, c.vocab_size, stride, needle);
-      bool alone_ok = Step(b, alone);
-      for (int32_t i = 0; alone_ok && i < warm + steps; ++i) alone_ok = Step(b, alone);
-      if (!alone_ok) return 1;
-      needle_alone = alone[0].tokens;
-    }
-    const bool invariant = seqs[0].tokens == needle_alone;
-    // FNV-1a of every sequence's tokens: two builds (or flags) that claim the same bits must
-    // print the same value.
-    uint64_t tokens_fnv = 1469598103934665603ull;
-    for (const Seq& q : seqs)
-      for (int32_t tk : q.tokens) tokens_fnv = (tokens_fnv ^ static_cast<uint32_t>(tk)) * 1099511628211ull;
-    const double secs = Seconds(s0, s1);
-    const double tps = batch * steps / secs;
-    direct_tps[batch] = tps;
-    const double mean_context = prompt + warm + 1 + steps / 2.0;
-    const double bytes_per_step =
-        static_cast<double>(b->WeightBytesPerStep()) + batch * mean_context * kv_bytes_per_position;
-    const double bytes_per_token = bytes_per_step / batch;
-    const double flops_per_token =
-        2.0 * matrix_params + 4.0 * mean_context * c.q_dim() * c.num_layers;  // scores + weighted sum
-    std::printf("{\"what\":\"decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
-                "\"ms_per_step\":%.3f,\"bytes_per_token\":%.0f,\"achieved_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
-                "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d,"
-                "\"numerics\":\"%s\",\"tokens_fnv\":\"%016llx\",\"graph_replay_ms_per_step\":%.3f,\"chain\":%d}\n",
-                shape.c_str(), batch, steps, tps, 1e3 * secs / steps, bytes_per_token,
-                bytes_per_token * tps / 1e12, bytes_per_token * tps / bw, flops_per_token * tps / 1e12,
-                flops_per_token * tps / (2 * fma), invariant ? "true" : "false", tile, profile.c_str(),
-                static_cast<unsigned long long>(tokens_fnv), graph_ms, chain);
-    std::fflush(stdout);
-  }
+  return true;
+}
 
-  const bool prefill = Arg(argc, argv, "--prefill", "1") == "1";
-  for (int32_t n : {1, prefill_seqs}) {
-    if (!prefill) continue;
-    std::vector<double> times;
-    std::vector<int32_t> first_tokens;
-    for (int rep = 0; rep < 4; ++rep) {
-      std::vector<Seq> seqs(n);
-      for (int32_t i = 0; i < n; ++i) {
-        seqs[i].tokens = RandomTokens(prefill_len, c.vocab_size, 77 + i);
-        for (int32_t k = 0; k < prefill_stride; ++k) seqs[i].blocks.push_back(i * prefill_stride + k);
+// --trace-step 1: one batch-1 decode step as one DecodeStepKernel with timer readings at every
+// grid barrier: per phase kind, the mean time from the first block leaving the previous barrier
+// to the last block arriving (work), from that arrival to the last block leaving (barrier), and
+// from the first block arriving to the last (the blocks' spread, part of the work).
+// --trace-step-kernel 9: with that one-launch variant (CudaTuning::one_token_kernel; 7).
+bool Bench::TraceStep() {
+  if (Flag("--trace-step", "0") != "1") return true;
+  const ModelConfig& c = model_->config();
+  CudaTuning tuning = base_;
+  tuning.one_token_kernel = std::stoi(Flag("--trace-step-kernel", "7"));
+  CudaInstruments instruments;
+  instruments.step_trace = true;
+  auto b = Create(tuning, instruments);
+  if (!b) return false;
+  std::vector<Seq> seqs;
+  if (TimeDecode(b.get(), 1, seqs) < 0) return false;
+  const bool ran = b->launch_stats().decode_steps > 0;
+  int32_t grid = 0, slots = 0;
+  const std::vector<int64_t> t = b->StepTrace(&grid, &slots);
+  if (!ran || t.empty()) {
+    PrintError("the step did not run as one launch");
+    return false;
+  }
+  auto at = [&](int32_t blk, int32_t k, int32_t which) { return t[(static_cast<size_t>(blk) * slots + k) * 2 + which]; };
+  const char* kinds[] = {"qkv", "attention", "out", "gate_up", "down", "lm_head"};
+  double work[6] = {}, barrier[6] = {}, spread[6] = {};
+  int32_t count[6] = {};
+  // Slots past the barriers' (timeline builds: attention's points, below) are not pairs.
+  const int32_t barrier_slots = 5 * c.num_layers + 2;
+  for (int32_t k = 1; k < barrier_slots; ++k) {
+    int64_t first_leave_prev = INT64_MAX, first_arrive = INT64_MAX, last_arrive = 0, last_leave = 0;
+    for (int32_t g = 0; g < grid; ++g) {
+      first_leave_prev = std::min(first_leave_prev, at(g, k - 1, 1));
+      first_arrive = std::min(first_arrive, at(g, k, 0));
+      last_arrive = std::max(last_arrive, at(g, k, 0));
+      last_leave = std::max(last_leave, at(g, k, 1));
+    }
+    const int kind = k == barrier_slots - 1 ? 5 : (k - 1) % 5;
+    work[kind] += static_cast<double>(last_arrive - first_leave_prev) / 1e3;
+    barrier[kind] += static_cast<double>(last_leave - last_arrive) / 1e3;
+    spread[kind] += static_cast<double>(last_arrive - first_arrive) / 1e3;
+    ++count[kind];
+  }
+  int64_t start = INT64_MAX, end = 0;
+  for (int32_t g = 0; g < grid; ++g) {
+    start = std::min(start, at(g, 0, 0));
+    end = std::max(end, at(g, barrier_slots - 1, 0));
+  }
+  std::printf("{\"what\":\"step_trace\",\"shape\":\"%s\",\"blocks\":%d,\"kernel_us\":%.1f", shape_.c_str(), grid,
+              static_cast<double>(end - start) / 1e3);
+  for (int i = 0; i < 6; ++i)
+    std::printf(",\"%s_us\":[%.2f,%.2f,%.2f]", kinds[i], work[i] / std::max(1, count[i]),
+                barrier[i] / std::max(1, count[i]), spread[i] / std::max(1, count[i]));
+  std::printf(",\"per_layer_work_barrier_and_arrival_spread\":true}\n");
+  // ROTE_CUDA_TIMELINE builds: attention's block barriers in the attending blocks, us after the
+  // barrier before attention (per layer, the latest attending block; mean over layers).
+  const int32_t points = 2 * (slots - barrier_slots) / std::max(1, c.num_layers);
+  if (points > 0) {
+    std::vector<double> sum(points + 1, 0.0);
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      std::vector<int64_t> latest(points + 1, 0);
+      for (int32_t g = 0; g < std::min(grid, c.num_heads); ++g) {
+        const int64_t from = at(g, 1 + 5 * l, 1);
+        for (int32_t p = 0; p < points; ++p) {
+          const int64_t v = t[static_cast<size_t>(g) * slots * 2 + 2 * barrier_slots + l * points + p];
+          if (v != 0) latest[p] = std::max(latest[p], v - from);
+        }
+        latest[points] = std::max(latest[points], at(g, 2 + 5 * l, 0) - from);
       }
-      auto p0 = Clock::now();
-      if (!Step(b, seqs)) return 1;
-      auto p1 = Clock::now();
-      if (rep > 0) times.push_back(Seconds(p0, p1));
-      if (rep == 0) first_tokens.push_back(seqs[0].tokens.back());
-      else if (seqs[0].tokens.back() != first_tokens[0]) first_tokens.push_back(-1);
+      for (int32_t p = 0; p <= points; ++p) sum[p] += static_cast<double>(latest[p]) / 1e3;
     }
-    std::sort(times.begin(), times.end());
-    const double secs = times[times.size() / 2];
-    const double tps = n * prefill_len / secs;
-    const double flops_per_token = 2.0 * (matrix_params - static_cast<int64_t>(c.vocab_size) * c.hidden_size) +
-                                   4.0 * (prefill_len / 2.0) * c.q_dim() * c.num_layers;
-    std::printf("{\"what\":\"prefill\",\"shape\":\"%s\",\"prompts\":%d,\"prompt_tokens\":%d,\"tokens_per_s\":%.1f,"
-                "\"seconds\":%.4f,\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"repeat_equal\":%s,\"tile\":%d,"
-                "\"numerics\":\"%s\"}\n",
-                shape.c_str(), n, prefill_len, tps, secs, flops_per_token * tps / 1e12,
-                flops_per_token * tps / (2 * fma), first_tokens.size() == 1 ? "true" : "false", tile, profile.c_str());
+    std::printf("{\"what\":\"step_attention_trace\",\"shape\":\"%s\",\"us_after_barrier\":[", shape_.c_str());
+    for (int32_t p = 0; p <= points; ++p) std::printf("%s%.2f", p ? "," : "", sum[p] / c.num_layers);
+    std::printf("],\"points\":\"q staged, scores, max, weights, V partials, (unused...), arrival\"}\n");
+  }
+  std::fflush(stdout);
+  return true;
+}
+
+// --timeline B1,B2: one decode step's kernels at these batches, in launch order, from the
+// kernels' own timer readings (CudaInstruments::kernel_timeline): per kernel, the gap from the
+// previous kernel's last warp ending to this one's first return from its wait (the price of the
+// boundary), the spread of that return over its blocks, and the run from that return to its last
+// warp's end. One JSON line per kernel, then a summary by kind.
+// --timeline-one-token-kernel 8: batch 1 as separate launches where it would run as one.
+// --timeline-skip MASK: with these kernel kinds left out (CudaInstruments::skip_kernels; 512: the
+// layers read no weights), to see what the rest does without them.
+bool Bench::Timeline() {
+  const std::string timeline = Flag("--timeline", "");
+  if (timeline.empty()) return true;
+  const char* kind_names[] = {"?", "embed", "linear", "tma_gemv", "tiled", "rmsnorm", "rope", "attention", "argmax"};
+  CudaTuning tuning = base_;
+  tuning.one_token_kernel = std::stoi(Flag("--timeline-one-token-kernel", "0"));
+  CudaInstruments instruments;
+  instruments.kernel_timeline = true;
+  instruments.skip_kernels = static_cast<uint32_t>(std::stoul(Flag("--timeline-skip", "0")));
+  for (int32_t batch : IntList(timeline)) {
+    auto b = Create(tuning, instruments);
+    if (!b) return false;
+    std::vector<Seq> seqs;
+    const double secs = TimeDecode(b.get(), batch, seqs);
+    if (secs < 0) return false;
+    const std::vector<CudaKernelTime> t = b->KernelTimeline();
+    if (t.empty()) {
+      PrintError("no timeline recorded (configure with -DROTE_CUDA_TIMELINE=ON)");
+      return false;
+    }
+    double gap_sum[9] = {}, run_sum[9] = {}, spread_sum[9] = {};
+    int32_t count[9] = {};
+    size_t prev = 0;  // the last kernel (not a point inside one)
+    for (size_t i = 0; i < t.size(); ++i) {
+      for (int p = 1; p < 8; ++p)  // points inside the body, from its first wait
+        if (t[i].point_last_ns[p] != 0)
+          std::printf("{\"what\":\"timeline_point\",\"shape\":\"%s\",\"batch\":%d,\"i\":%zu,\"point\":%d,"
+                      "\"first_us\":%.2f,\"last_us\":%.2f}\n",
+                      shape_.c_str(), batch, i, p, (t[i].point_first_ns[p] - t[i].first_wait_ns) / 1e3,
+                      (t[i].point_last_ns[p] - t[i].first_wait_ns) / 1e3);
+      const uint32_t kind = t[i].kind < 9 ? t[i].kind : 0;
+      const double gap = i == 0 ? 0.0 : (t[i].first_wait_ns - t[prev].end_ns) / 1e3;
+      const double spread = (t[i].last_wait_ns - t[i].first_wait_ns) / 1e3;
+      const double run = (t[i].end_ns - t[i].first_wait_ns) / 1e3;
+      const double early = (t[i].first_wait_ns - t[i].start_ns) / 1e3;  // resident before its wait returned
+      gap_sum[kind] += gap;
+      run_sum[kind] += run;
+      spread_sum[kind] += spread;
+      ++count[kind];
+      std::printf("{\"what\":\"timeline_kernel\",\"shape\":\"%s\",\"batch\":%d,\"i\":%zu,\"kind\":\"%s\","
+                  "\"blocks\":%u,\"blocks_recorded\":%u,\"started_before_wait_us\":%.2f,\"gap_us\":%.2f,"
+                  "\"wait_spread_us\":%.2f,\"run_us\":%.2f,\"late_blocks\":%u,\"late_prologue_max_us\":%.2f,"
+                  "\"late_prologue_mean_us\":%.2f}\n",
+                  shape_.c_str(), batch, i, kind_names[kind], t[i].blocks, t[i].blocks_recorded, early, gap, spread,
+                  run, t[i].late_blocks, t[i].late_prologue_max_ns / 1e3, t[i].late_prologue_mean_ns / 1e3);
+      prev = i;
+    }
+    std::printf("{\"what\":\"timeline\",\"shape\":\"%s\",\"batch\":%d,\"kernels\":%zu,\"span_us\":%.1f,"
+                "\"us_per_step_timed\":%.1f",
+                shape_.c_str(), batch, t.size(), (t.back().end_ns - t.front().start_ns) / 1e3, 1e6 * secs / steps_);
+    for (int k = 1; k < 9; ++k)
+      if (count[k] > 0)
+        std::printf(",\"%s\":{\"n\":%d,\"gap_us\":%.1f,\"run_us\":%.1f,\"spread_us\":%.1f}", kind_names[k], count[k],
+                    gap_sum[k], run_sum[k], spread_sum[k]);
+    std::printf("}\n");
     std::fflush(stdout);
   }
-  }
+  return true;
+}
 
-  // --engine-batches 8,32: the same decode through the engine (scheduler, paged-KV allocator,
-  // stream decoding, stop checks) that `rote generate` and the service use: `batch` greedy
-  // requests of the same prompts submitted at once, timed from the step that gives every request
-  // its token `warm` to the one that gives token `warm + steps`. Each batch runs twice, tokens
-  // chosen on the device (ForwardGreedy) and from logits copied to the host, side by side; the
-  // ratio is against the backend driven directly above. The engine takes the backend, so this
-  // comes last.
-  const std::vector<int32_t> engine_batches = IntList(Arg(argc, argv, "--engine-batches", ""));
+// --ablate B1,B2: time decode steps at these batches with each kernel kind left out, and with
+// only that kind kept: a kind's marginal share of a replayed step (full - without it) and its
+// cost alone (only it - nothing). Results are meaningless in these runs; only times count.
+bool Bench::Ablate() {
+  const std::string ablate = Flag("--ablate", "");
+  const std::pair<const char*, uint32_t> kinds[] = {
+      {"embed", 1}, {"qkv", 2}, {"rope", 4}, {"attention", 8}, {"out", 16},
+      {"gate_up", 32}, {"down", 64}, {"lm_head", 128}, {"argmax", 256}};
+  for (int32_t batch : IntList(ablate)) {
+    auto time_mask = [&](uint32_t mask) {
+      CudaInstruments instruments;
+      instruments.skip_kernels = mask;
+      auto b = Create(base_, instruments);
+      std::vector<Seq> seqs;
+      const double secs = b ? TimeDecode(b.get(), batch, seqs) : -1.0;
+      return secs < 0 ? -1.0 : 1e6 * secs / steps_;
+    };
+    const double full = time_mask(0), nothing = time_mask(kAllCudaKernelKinds);
+    const double no_weights = time_mask(static_cast<uint32_t>(CudaKernelKind::kLayerWeightReads));
+    std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"us_per_step\":%.1f,"
+                "\"us_per_step_no_kernels\":%.1f,\"us_per_step_no_layer_weight_reads\":%.1f}\n",
+                shape_.c_str(), batch, full, nothing, no_weights);
+    for (const auto& [name, bit] : kinds) {
+      const double without = time_mask(bit), only = time_mask(kAllCudaKernelKinds & ~bit);
+      std::printf("{\"what\":\"ablate\",\"shape\":\"%s\",\"batch\":%d,\"kind\":\"%s\",\"marginal_us\":%.1f,"
+                  "\"alone_us\":%.1f}\n",
+                  shape_.c_str(), batch, name, full - without, only - nothing);
+      std::fflush(stdout);
+    }
+  }
+  return true;
+}
+
+// The decode figures at --batches and the prefill figures, for each of --tiles: the batched
+// products' tile (CudaTuning::large_batch_tile; -1 the default choice, 0-2 register tiles, 4
+// never the shared-memory tile). --numerics fast: the fast profile's block shapes as 10 x token
+// rows + 16-row tiles per block (0 the default choice; 4: 64 weight rows; 162: 16 tokens by 32
+// rows; 80: 8 tokens, rows by size). The default runs on `base`.
+bool Bench::DecodeAndPrefill(CudaBackend* base) {
+  const ModelConfig& c = model_->config();
+  const bool fast = options_.profile == NumericsProfile::kFast;
+  for (int32_t tile : IntList(Flag("--tiles", "-1"))) {
+    std::unique_ptr<CudaBackend> tiled;
+    CudaBackend* b = base;
+    if (tile >= 0) {
+      CudaTuning t = base_;
+      if (fast) {
+        t.fast_row_tiles = tile % 10;
+        t.fast_token_tile = tile / 10;
+      } else {
+        t.large_batch_tile = tile;
+      }
+      tiled = Create(t);
+      if (!tiled) return false;
+      b = tiled.get();
+    }
+    const std::string profile = b->numerics_profile();
+    // Any batch sizes from 1 to 64 (the figures are 1, 8, 32 and 64).
+    for (int32_t batch : IntList(Flag("--batches", "1,8,32,64"))) {
+      if (batch < 1 || batch > 64) {
+        PrintError("--batches takes 1 to 64, got " + std::to_string(batch));
+        return false;
+      }
+      if (!fast && tile >= 0 && batch == 1) continue;  // forced tiles apply above one token
+      std::vector<Seq> seqs;
+      const double secs = TimeDecode(b, batch, seqs);
+      if (secs < 0) return false;
+      // The last step's graph replayed back to back: the device's time per step without the host's
+      // turn between steps (which the figure below includes, as a user's steps do). Before the
+      // needle's run alone, which would make its graph the last.
+      auto replay = b->TimeLastGraph(steps_);
+      const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;
+      if (batch == 1) needle_alone_ = seqs[0].tokens;
+      if (needle_alone_.empty()) {
+        // Batch 1 was not asked for: run the needle alone (untimed) for the comparison.
+        std::vector<Seq> alone = MakeSeqs(1, prompt_, c.vocab_size, stride_, needle_, interleave_);
+        bool alone_ok = Step(b, alone);
+        for (int32_t i = 0; alone_ok && i < kWarm + steps_; ++i) alone_ok = Step(b, alone);
+        if (!alone_ok) return false;
+        needle_alone_ = alone[0].tokens;
+      }
+      const bool invariant = seqs[0].tokens == needle_alone_;
+      // FNV-1a of every sequence's tokens: two builds (or flags) that claim the same bits must
+      // print the same value.
+      uint64_t tokens_fnv = 1469598103934665603ull;
+      for (const Seq& q : seqs)
+        for (int32_t tk : q.tokens) tokens_fnv = (tokens_fnv ^ static_cast<uint32_t>(tk)) * 1099511628211ull;
+      const double tps = batch * steps_ / secs;
+      direct_tps_[batch] = tps;
+      const double mean_context = prompt_ + kWarm + 1 + steps_ / 2.0;
+      const double bytes_per_step =
+          static_cast<double>(b->WeightBytesPerStep()) + batch * mean_context * kv_bytes_per_position_;
+      const double bytes_per_token = bytes_per_step / batch;
+      const double flops_per_token =
+          2.0 * matrix_params_ + 4.0 * mean_context * c.q_dim() * c.num_layers;  // scores + weighted sum
+      std::printf("{\"what\":\"decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
+                  "\"ms_per_step\":%.3f,\"bytes_per_token\":%.0f,\"achieved_TBps\":%.4f,\"fraction_of_copy_bandwidth\":%.3f,"
+                  "\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"needle_tokens_equal_batch1\":%s,\"tile\":%d,"
+                  "\"numerics\":\"%s\",\"tokens_fnv\":\"%016llx\",\"graph_replay_ms_per_step\":%.3f,\"chain\":%d}\n",
+                  shape_.c_str(), batch, steps_, tps, 1e3 * secs / steps_, bytes_per_token,
+                  bytes_per_token * tps / 1e12, bytes_per_token * tps / bw_, flops_per_token * tps / 1e12,
+                  flops_per_token * tps / (2 * fma_), invariant ? "true" : "false", tile, profile.c_str(),
+                  static_cast<unsigned long long>(tokens_fnv), graph_ms, chain_);
+      std::fflush(stdout);
+    }
+
+    const bool prefill = Flag("--prefill", "1") == "1";
+    for (int32_t n : {1, kPrefillSeqs}) {
+      if (!prefill) continue;
+      std::vector<double> times;
+      std::vector<int32_t> first_tokens;
+      for (int rep = 0; rep < 4; ++rep) {
+        std::vector<Seq> seqs(n);
+        for (int32_t i = 0; i < n; ++i) {
+          seqs[i].tokens = RandomTokens(kPrefillLen, c.vocab_size, 77 + i);
+          for (int32_t k = 0; k < prefill_stride_; ++k) seqs[i].blocks.push_back(i * prefill_stride_ + k);
+        }
+        auto p0 = Clock::now();
+        if (!Step(b, seqs)) return false;
+        auto p1 = Clock::now();
+        if (rep > 0) times.push_back(Seconds(p0, p1));
+        if (rep == 0) first_tokens.push_back(seqs[0].tokens.back());
+        else if (seqs[0].tokens.back() != first_tokens[0]) first_tokens.push_back(-1);
+      }
+      std::sort(times.begin(), times.end());
+      const double secs = times[times.size() / 2];
+      const double tps = n * kPrefillLen / secs;
+      const double flops_per_token = 2.0 * (matrix_params_ - static_cast<int64_t>(c.vocab_size) * c.hidden_size) +
+                                     4.0 * (kPrefillLen / 2.0) * c.q_dim() * c.num_layers;
+      std::printf("{\"what\":\"prefill\",\"shape\":\"%s\",\"prompts\":%d,\"prompt_tokens\":%d,\"tokens_per_s\":%.1f,"
+                  "\"seconds\":%.4f,\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"repeat_equal\":%s,\"tile\":%d,"
+                  "\"numerics\":\"%s\"}\n",
+                  shape_.c_str(), n, kPrefillLen, tps, secs, flops_per_token * tps / 1e12,
+                  flops_per_token * tps / (2 * fma_), first_tokens.size() == 1 ? "true" : "false", tile, profile.c_str());
+      std::fflush(stdout);
+    }
+  }
+  return true;
+}
+
+// --engine-batches 8,32: the same decode through the engine (scheduler, paged-KV allocator,
+// stream decoding, stop checks) that `rote generate` and the service use: `batch` greedy
+// requests of the same prompts submitted at once, timed from the step that gives every request
+// its token `warm` to the one that gives token `warm + steps`. Each batch runs twice, tokens
+// chosen on the device (ForwardGreedy) and from logits copied to the host, side by side; the
+// ratio is against the backend driven directly above. The engine takes the backend, so this
+// comes last.
+bool Bench::EngineDecode(std::unique_ptr<CudaBackend> backend) {
+  const std::vector<int32_t> engine_batches = IntList(Flag("--engine-batches", ""));
   SamplingParams engine_sampling;
-  if (const std::string es = Arg(argc, argv, "--engine-sampling", ""); !es.empty()) {
+  if (const std::string es = Flag("--engine-sampling", ""); !es.empty()) {
     if (std::sscanf(es.c_str(), "%f:%d:%f", &engine_sampling.temperature, &engine_sampling.top_k,
                     &engine_sampling.top_p) != 3 ||
         !(engine_sampling.temperature > 0.0f)) {
-      std::printf("{\"what\":\"error\",\"message\":\"--engine-sampling wants T:K:P with T > 0, got %s\"}\n", es.c_str());
-      return 1;
+      PrintError("--engine-sampling wants T:K:P with T > 0, got " + es);
+      return false;
     }
     engine_sampling.seed = 3;
   }
-  if (!engine_batches.empty()) {
-    // --tokenizer DIR: the engine's tokenizer (the synthesized model has none); ids past its
-    // vocabulary decode to nothing. Relative to the working directory, the repository's root.
-    auto tokenizer = Tokenizer::Load(Arg(argc, argv, "--tokenizer", "tests/fixtures/qwen2"));
-    if (!tokenizer.ok()) {
-      std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", tokenizer.status().ToString().c_str());
-      return 1;
-    }
-    const int32_t max_batch = *std::max_element(engine_batches.begin(), engine_batches.end());
-    EngineOptions eo;
-    eo.device = Device::kCuda;
-    eo.numerics_profile = opt.profile;
-    eo.max_batch = max_batch;
-    eo.max_context = prompt + warm + steps + 2 * kKvBlockSize;
-    eo.kv_cache_bytes = static_cast<int64_t>(max_batch) * ((eo.max_context + kKvBlockSize - 1) / kKvBlockSize + 1) *
-                        b->KvBytesPerBlock();
-    eo.prefix_sharing = false;
-    // Every prompt in the first step, so that all requests decode in step with each other as the
-    // direct runs do.
-    eo.prefill_chunk = prompt;
-    eo.max_step_tokens = max_batch * prompt;
-    auto switched = std::make_unique<GreedySwitch>(std::move(created).value());
-    GreedySwitch* greedy_switch = switched.get();
-    auto engine = Engine::Create(*model, std::move(*tokenizer), std::move(switched), eo);
-    if (!engine.ok()) {
-      std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", engine.status().ToString().c_str());
-      return 1;
-    }
-    std::vector<std::vector<int32_t>> sampled_on_device;
-    for (int32_t batch : engine_batches) {
-      // Runs: 0 greedy, tokens on the device; 1 greedy, logits to the host; with
-      // --engine-sampling T:K:P (temperature, top-k, top-p), 2 sampled on the device, 3 sampled
-      // on the host, 4 sampled on the device with every column sorted (the candidate path off:
-      // the same as 2 where the rule keeps more than its 1,024 ranks).
-      for (int run = 0; run < (engine_sampling.temperature > 0.0f ? 5 : 2); ++run) {
-        const bool on_device = run == 0 || run == 2 || run == 4;
-        const bool sampled = run >= 2;
-        greedy_switch->on_device = on_device;  // the engine is idle between runs
-        greedy_switch->ClearCalls();
-        SetCudaSampleCandidatesForTesting(run == 4 ? 0 : 1);
-        rote::bench::StepWindow window(batch, warm, steps);
-        // Submitted together (SubmitAll), so the engine's first step holds every prompt, as the
-        // direct runs' does (separate Submit calls let the scheduler start on the first few).
-        std::vector<GenerationRequest> requests;
-        for (int32_t i = 0; i < batch; ++i) {
-          GenerationRequest r;
-          r.prompt_tokens = i == 0 ? needle : RandomTokens(prompt, c.vocab_size, 1000 + i);
-          if (sampled) {
-            r.sampling = engine_sampling;
-            r.sampling_key = static_cast<uint64_t>(i);
-          }
-          r.sampling.max_tokens = warm + steps + 1;
-          r.sampling.ignore_eos = true;
-          r.on_token = window.Callback<TokenEvent>();
-          requests.push_back(std::move(r));
+  if (engine_batches.empty()) return true;
+  const ModelConfig& c = model_->config();
+  const std::string profile = backend->numerics_profile();
+  // --tokenizer DIR: the engine's tokenizer (the synthesized model has none); ids past its
+  // vocabulary decode to nothing. Relative to the working directory, the repository's root.
+  auto tokenizer = Tokenizer::Load(Flag("--tokenizer", "tests/fixtures/qwen2"));
+  if (!tokenizer.ok()) {
+    PrintError(tokenizer.status().ToString());
+    return false;
+  }
+  const bool sampling = engine_sampling.temperature > 0.0f;
+  // Sampled runs with every column sorted (the candidate path off) take a backend of their own.
+  std::unique_ptr<CudaBackend> sorted;
+  if (sampling) {
+    CudaTuning t = base_;
+    t.sample_candidates = 0;
+    if (!(sorted = Create(t))) return false;
+  }
+  CudaBackend* b = backend.get();
+  const int32_t max_batch = *std::max_element(engine_batches.begin(), engine_batches.end());
+  EngineOptions eo;
+  eo.device = Device::kCuda;
+  eo.numerics_profile = options_.profile;
+  eo.max_batch = max_batch;
+  eo.max_context = prompt_ + kWarm + steps_ + 2 * kKvBlockSize;
+  eo.kv_cache_bytes = static_cast<int64_t>(max_batch) * ((eo.max_context + kKvBlockSize - 1) / kKvBlockSize + 1) *
+                      b->KvBytesPerBlock();
+  eo.prefix_sharing = false;
+  // Every prompt in the first step, so that all requests decode in step with each other as the
+  // direct runs do.
+  eo.prefill_chunk = prompt_;
+  eo.max_step_tokens = max_batch * prompt_;
+  auto switched = std::make_unique<GreedySwitch>(std::move(backend), std::move(sorted));
+  GreedySwitch* greedy_switch = switched.get();
+  auto engine = Engine::Create(model_, std::move(*tokenizer), std::move(switched), eo);
+  if (!engine.ok()) {
+    PrintError(engine.status().ToString());
+    return false;
+  }
+  std::vector<std::vector<int32_t>> sampled_on_device;
+  for (int32_t batch : engine_batches) {
+    // Runs: 0 greedy, tokens on the device; 1 greedy, logits to the host; with
+    // --engine-sampling T:K:P (temperature, top-k, top-p), 2 sampled on the device, 3 sampled
+    // on the host, 4 sampled on the device with every column sorted (the candidate path off:
+    // the same as 2 where the rule keeps more than its 1,024 ranks).
+    for (int run = 0; run < (sampling ? 5 : 2); ++run) {
+      const bool on_device = run == 0 || run == 2 || run == 4;
+      const bool sampled = run >= 2;
+      greedy_switch->on_device = on_device;  // the engine is idle between runs
+      greedy_switch->all_columns_sorted = run == 4;
+      greedy_switch->ClearCalls();
+      rote::bench::StepWindow window(batch, kWarm, steps_);
+      // Submitted together (SubmitAll), so the engine's first step holds every prompt, as the
+      // direct runs' does (separate Submit calls let the scheduler start on the first few).
+      std::vector<GenerationRequest> requests;
+      for (int32_t i = 0; i < batch; ++i) {
+        GenerationRequest r;
+        r.prompt_tokens = i == 0 ? needle_ : RandomTokens(prompt_, c.vocab_size, 1000 + i);
+        if (sampled) {
+          r.sampling = engine_sampling;
+          r.sampling_key = static_cast<uint64_t>(i);
         }
-        auto submitted = (*engine)->SubmitAll(std::move(requests));
-        if (!submitted.ok()) {
-          std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", submitted.status().ToString().c_str());
-          return 1;
+        r.sampling.max_tokens = kWarm + steps_ + 1;
+        r.sampling.ignore_eos = true;
+        r.on_token = window.Callback<TokenEvent>();
+        requests.push_back(std::move(r));
+      }
+      auto submitted = (*engine)->SubmitAll(std::move(requests));
+      if (!submitted.ok()) {
+        PrintError(submitted.status().ToString());
+        return false;
+      }
+      const std::vector<RequestId> ids = std::move(submitted).value();
+      std::vector<int32_t> needle_tokens;
+      std::vector<std::vector<int32_t>> all_tokens;
+      for (RequestId id : ids) {
+        auto res = (*engine)->Wait(id);
+        if (!res.ok()) {
+          PrintError(res.status().ToString());
+          return false;
         }
-        const std::vector<RequestId> ids = std::move(submitted).value();
-        std::vector<int32_t> needle_tokens;
-        std::vector<std::vector<int32_t>> all_tokens;
-        for (RequestId id : ids) {
-          auto res = (*engine)->Wait(id);
-          if (!res.ok()) {
-            std::printf("{\"what\":\"error\",\"message\":\"%s\"}\n", res.status().ToString().c_str());
-            return 1;
-          }
-          if (id == ids[0]) needle_tokens = res->tokens;
-          all_tokens.push_back(res->tokens);
+        if (id == ids[0]) needle_tokens = res->tokens;
+        all_tokens.push_back(res->tokens);
+      }
+      // Sampled on the device (run 2) against on the host (run 3) and with every column sorted
+      // (run 4): every request's tokens.
+      if (run == 2) sampled_on_device = all_tokens;
+      const char* sampled_equal = run < 3 ? "null" : sampled_on_device == all_tokens ? "true" : "false";
+      const double tps = batch * steps_ / Seconds(window.begin(), window.end());
+      // Where the window went: inside the backend's calls, or between them (the engine's own
+      // turn: planning, the callbacks, waking its thread).
+      const auto [backend_s, backend_calls] = greedy_switch->BackendSecondsWithin(window.begin(), window.end());
+      const double outside_us =
+          backend_calls > 0 ? 1e6 * (Seconds(window.begin(), window.end()) - backend_s) / backend_calls : 0.0;
+      const double inside_ms = backend_calls > 0 ? 1e3 * backend_s / backend_calls : 0.0;
+      // The engine's last step (all requests), replayed.
+      auto replay = greedy_switch->active()->TimeLastGraph(steps_);
+      const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;
+      // The direct runs' needle: its prompt, then its generated tokens.
+      const bool same_needle =
+          !needle_alone_.empty() && needle_tokens.size() <= needle_alone_.size() - needle_.size() &&
+          std::equal(needle_tokens.begin(), needle_tokens.end(), needle_alone_.begin() + needle_.size());
+      const auto direct = direct_tps_.find(batch);
+      std::printf("{\"what\":\"engine_decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,"
+                  "\"on_device\":%s,\"sampled\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
+                  "\"ratio_to_backend_direct\":%.3f,\"needle_tokens_equal_direct\":%s,\"numerics\":\"%s\","
+                  "\"graph_replay_ms_per_step\":%.3f,\"sampled_tokens_equal_on_device\":%s,\"sample_candidates\":%s,"
+                  "\"backend_ms_per_call\":%.3f,\"engine_us_between_calls\":%.1f}\n",
+                  shape_.c_str(), batch, steps_, on_device ? "true" : "false", sampled ? "true" : "false", tps,
+                  1e3 * batch / tps, direct == direct_tps_.end() ? 0.0 : tps / direct->second,
+                  sampled ? "null" : same_needle ? "true" : "false", profile.c_str(), graph_ms, sampled_equal,
+                  !sampled || !on_device ? "null" : run == 4 ? "false" : "true", inside_ms, outside_us);
+      std::fflush(stdout);
+      if (run == 0) {  // the engine's last greedy plan, for comparison with the direct runs'
+        std::string rows;
+        for (const GreedySwitch::PlanRow& pr : greedy_switch->LastPlan()) {
+          rows += rows.empty() ? "[" : ",[";
+          rows += std::to_string(pr.start_pos) + "," + std::to_string(pr.tokens);
+          for (int32_t blk : pr.blocks) rows += "," + std::to_string(blk);
+          rows += "]";
         }
-        // Sampled on the device (run 2) against on the host (run 3) and with every column sorted
-        // (run 4): every request's tokens.
-        if (run == 2) sampled_on_device = all_tokens;
-        const char* sampled_equal = run < 3 ? "null" : sampled_on_device == all_tokens ? "true" : "false";
-        const double tps = batch * steps / Seconds(window.begin(), window.end());
-        // Where the window went: inside the backend's calls, or between them (the engine's own
-        // turn: planning, the callbacks, waking its thread).
-        const auto [backend_s, backend_calls] = greedy_switch->BackendSecondsWithin(window.begin(), window.end());
-        const double outside_us = backend_calls > 0 ? 1e6 * (Seconds(window.begin(), window.end()) - backend_s) / backend_calls : 0.0;
-        const double inside_ms = backend_calls > 0 ? 1e3 * backend_s / backend_calls : 0.0;
-        auto replay = b->TimeLastGraphForBenchmark(steps);  // the engine's last step (all requests), replayed
-        const double graph_ms = replay.ok() ? 1e3 * *replay : 0.0;
-        // The direct runs' needle: its prompt, then its generated tokens.
-        const bool same_needle =
-            !needle_alone.empty() && needle_tokens.size() <= needle_alone.size() - needle.size() &&
-            std::equal(needle_tokens.begin(), needle_tokens.end(), needle_alone.begin() + needle.size());
-        const auto direct = direct_tps.find(batch);
-        std::printf("{\"what\":\"engine_decode\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,"
-                    "\"on_device\":%s,\"sampled\":%s,\"tokens_per_s\":%.1f,\"ms_per_step\":%.3f,"
-                    "\"ratio_to_backend_direct\":%.3f,\"needle_tokens_equal_direct\":%s,\"numerics\":\"%s\","
-                    "\"graph_replay_ms_per_step\":%.3f,\"sampled_tokens_equal_on_device\":%s,\"sample_candidates\":%s,"
-                    "\"backend_ms_per_call\":%.3f,\"engine_us_between_calls\":%.1f}\n",
-                    shape.c_str(), batch, steps, on_device ? "true" : "false", sampled ? "true" : "false", tps,
-                    1e3 * batch / tps,
-                    direct == direct_tps.end() ? 0.0 : tps / direct->second,
-                    sampled ? "null" : same_needle ? "true" : "false",
-                    profile.c_str(), graph_ms, sampled_equal,
-                    !sampled || !on_device ? "null" : run == 4 ? "false" : "true", inside_ms, outside_us);
+        std::printf("{\"what\":\"engine_last_plan\",\"batch\":%d,\"rows\":[%s]}\n", batch, rows.c_str());
         std::fflush(stdout);
-        if (run == 0) {  // the engine's last greedy plan, for comparison with the direct runs'
-          std::string rows;
-          for (const GreedySwitch::PlanRow& pr : greedy_switch->LastPlan()) {
-            rows += rows.empty() ? "[" : ",[";
-            rows += std::to_string(pr.start_pos) + "," + std::to_string(pr.tokens);
-            for (int32_t blk : pr.blocks) rows += "," + std::to_string(blk);
-            rows += "]";
-          }
-          std::printf("{\"what\":\"engine_last_plan\",\"batch\":%d,\"rows\":[%s]}\n", batch, rows.c_str());
-          std::fflush(stdout);
-        }
       }
     }
-    // The first engine batch driven directly again, on the same backend after the engine's runs
-    // (its KV cache now the engine's, every request finished): whether the engine's steps are
-    // slower for their plans or for the backend's state after them.
-    const int32_t again = engine_batches.front();
-    if (again * stride <= static_cast<int32_t>(eo.kv_cache_bytes / b->KvBytesPerBlock())) {
-      std::vector<Seq> seqs = MakeSeqs(again, prompt, c.vocab_size, stride, needle);
-      bool ok = Step(b, seqs);
-      for (int32_t i = 0; ok && i < warm; ++i) ok = Step(b, seqs);
-      auto s0 = Clock::now();
-      for (int32_t i = 0; ok && i < steps; ++i) ok = Step(b, seqs);
-      auto s1 = Clock::now();
-      if (!ok) return 1;
-      auto replay = b->TimeLastGraphForBenchmark(steps);
-      std::printf("{\"what\":\"decode_after_engine\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
-                  "\"ms_per_step\":%.3f,\"graph_replay_ms_per_step\":%.3f,\"needle_tokens_equal_batch1\":%s}\n",
-                  shape.c_str(), again, steps, again * steps / Seconds(s0, s1), 1e3 * Seconds(s0, s1) / steps,
-                  replay.ok() ? 1e3 * *replay : 0.0, seqs[0].tokens == needle_alone ? "true" : "false");
-      std::fflush(stdout);
-    }
   }
-  return 0;
+  greedy_switch->all_columns_sorted = false;
+  // The first engine batch driven directly again, on the same backend after the engine's runs
+  // (its KV cache now the engine's, every request finished): whether the engine's steps are
+  // slower for their plans or for the backend's state after them.
+  const int32_t again = engine_batches.front();
+  if (again * stride_ <= static_cast<int32_t>(eo.kv_cache_bytes / b->KvBytesPerBlock())) {
+    std::vector<Seq> seqs = MakeSeqs(again, prompt_, c.vocab_size, stride_, needle_, interleave_);
+    bool ok = Step(b, seqs);
+    for (int32_t i = 0; ok && i < kWarm; ++i) ok = Step(b, seqs);
+    auto s0 = Clock::now();
+    for (int32_t i = 0; ok && i < steps_; ++i) ok = Step(b, seqs);
+    auto s1 = Clock::now();
+    if (!ok) return false;
+    auto replay = b->TimeLastGraph(steps_);
+    std::printf("{\"what\":\"decode_after_engine\",\"shape\":\"%s\",\"batch\":%d,\"steps\":%d,\"tokens_per_s\":%.1f,"
+                "\"ms_per_step\":%.3f,\"graph_replay_ms_per_step\":%.3f,\"needle_tokens_equal_batch1\":%s}\n",
+                shape_.c_str(), again, steps_, again * steps_ / Seconds(s0, s1), 1e3 * Seconds(s0, s1) / steps_,
+                replay.ok() ? 1e3 * *replay : 0.0, seqs[0].tokens == needle_alone_ ? "true" : "false");
+    std::fflush(stdout);
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Bench bench(argc, argv);
+  if (!bench.Init()) return 1;
+  const auto t0 = Clock::now();
+  std::unique_ptr<CudaBackend> backend = bench.Create();
+  if (!backend) return 1;
+  bench.PrintModel(backend.get(), Seconds(t0, Clock::now()));
+  if (!bench.OneTokenKernels()) return 1;
+  // --attention-variants 0,2,5: each attention variant (CudaTuning::attention_variant).
+  if (const std::string list = bench.Flag("--attention-variants", ""); !list.empty() &&
+      !bench.CompareSettings("attention_variant", "variant", list,
+                             [](CudaTuning& t, int32_t v) { t.attention_variant = v; }))
+    return 1;
+  // --evict-first 0,1: weight reads hinted L2 evict_first off and on (CudaTuning::weight_evict_first).
+  if (const std::string list = bench.Flag("--evict-first", ""); !list.empty() &&
+      !bench.CompareSettings("weight_evict_first", "evict_first", list,
+                             [](CudaTuning& t, int32_t on) { t.weight_evict_first = on != 0; }))
+    return 1;
+  if (!bench.TraceStep() || !bench.Timeline()) return 1;
+  if (!bench.Flag("--ablate", "").empty()) return bench.Ablate() ? 0 : 1;
+  if (!bench.DecodeAndPrefill(backend.get())) return 1;
+  return bench.EngineDecode(std::move(backend)) ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a kernel's warps wait, from ncu's source view (docs/performance.md, "Twenty-fourth session").
+"""Where a kernel's warps wait, from ncu's source view (docs/performance.md, how to measure).
 
 Make the input on the GPU machine, one instance of each kernel of interest, e.g. one decode layer:
 

@@ -1,7 +1,7 @@
 // Does Hopper's warpgroup product (wgmma.mma_async m64n16k16, bf16 -> fp32) give the same bits as
 // the fast profile's mma.sync.m16n8k16 when each accumulator is chained in the same order? If it
 // does, a warpgroup form of the fast profile's products can keep its order and so its bits
-// (docs/fast_profile.md, "Next"; docs/performance.md, "Twenty-sixth session").
+// (docs/fast_profile.md).
 //
 // One warpgroup computes 64 weight rows x 16 tokens over kSteps 16-column steps; per step the
 // activations' three pieces (lo, mid, hi: fast_tiles.h's exact split) each go through one

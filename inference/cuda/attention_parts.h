@@ -18,7 +18,7 @@ inline constexpr int kMaxAttentionParts = 8;
 // (requested anything else, 0 by default) 8 or 4, the most that fit; 0 where none does (the
 // caller then attends each head in one block). Never 2 unless asked: with two parts each thread
 // walks four position classes one after another, and 1.5B batch 1 at 1,000-1,072 positions
-// measured 366 tok/s against 428 without parts (H100; 4 parts 471, 8 parts 533).
+// measured 14% slower than without parts (H100; 4 parts 10% faster, 8 parts 25%).
 ROTE_PARTS_HD inline int AttentionPartsFor(int requested, int heads, int blocks) {
   if (requested == 8 || requested == 4 || requested == 2) return heads * requested <= blocks ? requested : 0;
   if (heads * kMaxAttentionParts <= blocks) return kMaxAttentionParts;

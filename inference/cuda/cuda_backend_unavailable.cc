@@ -9,52 +9,14 @@ StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(std::shared_ptr<const M
 }
 
 int CudaDeviceCount() { return 0; }
-int CudaCurrentDeviceForTesting() { return -1; }
+int CudaCurrentDevice() { return -1; }
 
-void SetCudaLargeBatchTileForTesting(int) {}
-void SetCudaAttentionVariantForTesting(int) {}
-void SetCudaWeightEvictFirstForTesting(bool) {}
-void SetCudaSkipKernelsForBenchmark(uint32_t) {}
-void SetCudaOneTokenKernelForTesting(int) {}
-void SetCudaMlpBlockMaxWarpsForTesting(int) {}
-int64_t CudaDecodeStepsForTesting() { return 0; }
-int64_t CudaTiledLinearLaunchesForTesting() { return 0; }
-int64_t CudaFastLinearLaunchesForTesting() { return 0; }
-int64_t CudaFastMergedLaunchesForTesting() { return 0; }
-StatusOr<std::vector<int32_t>> CudaArgmaxForTesting(const std::vector<float>&, int32_t, int32_t) {
+StatusOr<std::vector<int32_t>> CudaArgmax(const std::vector<float>&, int32_t, int32_t) {
   return Unimplemented("this build of rote has no CUDA backend");
 }
-StatusOr<std::vector<int32_t>> CudaSampleRowsForTesting(const std::vector<float>&, int32_t, int32_t,
-                                                       const std::vector<RowSampling>&, int*) {
+StatusOr<std::vector<int32_t>> CudaSampleRows(const std::vector<float>&, int32_t, int32_t,
+                                              const std::vector<RowSampling>&, int, int*) {
   return Unimplemented("this build of rote has no CUDA backend");
-}
-void SetCudaSampleCandidatesForTesting(int) {}
-void SetCudaFastMergedSlicesForTesting(int, int) {}
-int64_t CudaFastStreamLaunchesForTesting() { return 0; }
-void SetCudaFastStreamForTesting(int, int) {}
-void SetCudaFastLinearTileForTesting(int, int) {}
-void SetCudaFastSplitTargetForBenchmark(int) {}
-void SetCudaFastSplitsForBenchmark(int, int, int) {}
-void SetCudaFastShapeForRowsForBenchmark(int, int, int, int) {}
-void SetCudaFastShapeRuleForBenchmark(int) {}
-void SetCudaFastRopeFusedForTesting(bool) {}
-void SetCudaFastNormStagedForTesting(bool) {}
-void SetCudaLatePrefetchForTesting(int) {}
-int64_t CudaLatePrefetchLaunchesForTesting() { return 0; }
-int64_t CudaFastNormStagedLaunchesForTesting() { return 0; }
-void SetCudaProgrammaticLaunchForBenchmark(bool) {}
-int64_t CudaAttentionPartsLaunchesForTesting() { return 0; }
-int64_t CudaDecodeStepsInPartsForTesting() { return 0; }
-void SetCudaStepTraceForBenchmark(bool) {}
-void SetCudaStepPrefetchTilesForTesting(int) {}
-void SetCudaStepAttentionSplitForTesting(int) {}
-void SetCudaAttentionPartsForTesting(int) {}
-void SetCudaKernelTimelineForBenchmark(bool) {}
-std::vector<CudaKernelTime> CudaKernelTimelineForBenchmark() { return {}; }
-std::vector<int64_t> CudaStepTraceForBenchmark(int32_t* blocks, int32_t* slots) {
-  *blocks = 0;
-  *slots = 0;
-  return {};
 }
 
 }  // namespace rote::inference

@@ -41,55 +41,14 @@ int32_t FastLinearSplits(int32_t rows, int32_t cols_padded);
 // not used.
 bool CanRunFastLinear(const LinearArgs& args);
 // The block shape LaunchFastLinear uses for up to 64 tokens: ChooseFastLinearShapeFor
-// (fast_shapes.h) with this matrix's slices. Host code.
-FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors);
-cudaError_t LaunchFastLinear(const LinearArgs& args, cudaStream_t stream);
+// (fast_shapes.h) with this matrix's slices and the tuning's merged slices. Host code.
+FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors,
+                                      const CudaTuning& tuning);
+// Block shapes, merged slices, staged norm weights and streamed weights follow ctx.tuning
+// (CudaTuning's fast_* fields): the same bits whatever they are.
+cudaError_t LaunchFastLinear(const LinearArgs& args, const LaunchContext& ctx, cudaStream_t stream);
 // Benchmarks, ROTE_CUDA_TIMELINE builds (kernels.h, SetKernelTimeline calls it): this file's
 // kernels record into device_buffer.
 cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t stream);
-// Tests: launches issued so far (graph captures count once), and those of merged slices.
-int64_t FastLinearLaunches();
-int64_t FastLinearMergedLaunches();
-// FastLinearKernel launches that staged their norm weights in shared memory (tests).
-int64_t FastLinearNormStagedLaunches();
-// Tests: launches of FastStreamKernel (weights streamed past resident activations, the lm_head)
-// issued so far.
-int64_t FastLinearStreamLaunches();
-// Benchmarking and tests: where FastStreamKernel runs unsliced products of up to 64 tokens
-// (store, bias or residual epilogues): 0 never, 1 (the default; negative: the default) matrices
-// of at least 8 x 64 rows per multiprocessor (the lm_head), 2 wherever it can; row_tiles, the
-// rows per warp's unit for 32-token tiles in 16-row tiles, 2 or 3 (0: the default, 3). Same bits.
-void SetFastLinearStream(int mode, int row_tiles = 0);
-// Benchmarking and tests: products of at most `max_slices` K slices (2 or 3) of at most
-// `max_steps_per_warp` steps per warp run them in one block (merged slices) instead of a cluster;
-// max_slices 0 or 1: always a cluster; negative: the defaults (kFastMergeMaxSlices,
-// kFastMergeMaxStepsPerWarp). Same bits.
-void SetFastLinearMergedSlices(int max_slices, int max_steps_per_warp = -1);
-// Benchmarking and tests: whether products with the norm stage its weights in shared memory
-// before their wait (true, the default, where they fit beside two blocks' rings) or read them from
-// global memory at every step. Set before capturing graphs. Same bits.
-void SetFastLinearNormStaged(bool staged);
-// Benchmarking and tests only: 16-row tiles per block (1 to 6; 0, the default: by size; above 4,
-// blocks of more than 16 tokens take 16).
-// Same bits.
-void SetFastLinearTile(int row_tiles_per_block);
-// Benchmarking and tests only: the most token rows per block (8, 16 or 32; 0, the default: up
-// to 32). Same bits.
-void SetFastLinearTokenTile(int tokens);
-// Benchmarking only, and NOT the same bits: the slice target of FastLinearSplits (0: the
-// default, 32).
-void SetFastLinearSplitTargetForBenchmark(int target);
-// Benchmarking only, and NOT the same bits: matrices of `rows` rows and `cols_padded` padded
-// columns run in `splits` K slices (1 to 16, at most one 16-column step each), whatever the
-// target. rows <= 0 clears every override; false when the table is full.
-bool SetFastLinearSplitsForBenchmark(int rows, int cols_padded, int splits);
-// Benchmarking only: matrices of `rows` rows (and `cols` columns, unless 0) run blocks of row_tiles 16-row tiles by
-// token_groups 8-token groups (among the instantiated shapes; others fail with
-// cudaErrorInvalidValue). rows <= 0 clears every override; false when the table is full. Same bits.
-bool SetFastLinearShapeForRowsForBenchmark(int rows, int cols, int row_tiles, int token_groups);
-// Benchmarking only: 0, the default, chooses decode-sized block shapes by the wave model
-// (fast_linear.cu, ChooseFastShape); 1, the rule before it (64-row blocks where they give every
-// multiprocessor one). Same bits.
-void SetFastLinearShapeRuleForBenchmark(int rule);
 
 }  // namespace rote::inference::cuda

@@ -14,10 +14,10 @@ inline constexpr int kFastWarps = 8;             // warps per block (they split 
 inline constexpr int kFastMaxSplits = 16;        // Hopper's non-portable cluster limit
 inline constexpr int kFastSplitRows = 64;        // the slice target counts 64-row tiles
 // The profile's (fast5) slice rule: about kFastSplitTarget / (64-row tiles) slices, each giving
-// every warp at least kFastMinStepsPerWarp steps. fast4 had 32 and 2: 0.5B's o ran 3 slices of
-// 2-3 steps per warp and down 3 of 12-13; fast5 runs o in 2 (3-4 per warp, merged) and down in 4
-// (9-10 per warp). 0.5B batch 32 +2.4% / +3.2%, 64 +2.6%, batch 1 +19%, 1,000-token prefill
-// +1.8-2.6%, batch 8 -0.4% (H100, twentieth session); 1.5B's slices are unchanged.
+// every warp at least kFastMinStepsPerWarp steps. Against 32 and 2 (fast4: 0.5B's o in 3 slices
+// of 2-3 steps per warp, down in 3 of 12-13), fast5 runs o in 2 (3-4 per warp, merged) and down
+// in 4 (9-10 per warp): 0.5B batch 32 2.4-3.2% faster, 64 2.6%, batch 1 19%, 1,000-token prefill
+// 1.8-2.6%, batch 8 0.4% slower (H100); 1.5B's slices are the same under both.
 inline constexpr int kFastMinStepsPerWarp = 3;
 inline constexpr int kFastSplitTarget = 48;
 // Products of 2 or 3 short K slices run them in one block of 16 or 24 warps (merged slices,
@@ -70,10 +70,10 @@ struct FastLinearShape {
 // runs in ceil(blocks / (2 x multiprocessors)) waves, and a block lasts about as long as the bytes
 // it copies per column: 32 per 16-row tile (bf16 weights) and 32 per 8-token group (fp32
 // activations). The model is waves x bytes per column; ties go to fewer token groups (shorter
-// chains of dependent mma per warp), then to more rows. Before it, 64-row blocks were taken
-// whenever they gave every multiprocessor one: gate|up at batch 32 ran 304 blocks, a full wave and
-// 40 more, where 80-row blocks fit in one wave (244): batch 32 +7%, batch 64 +4% (0.5B, H100,
-// fifteenth session). The shape never changes the order of the sums.
+// chains of dependent mma per warp), then to more rows. Taking 64-row blocks whenever they give
+// every multiprocessor one runs gate|up at batch 32 in 304 blocks, a full wave and 40 more, where
+// 80-row blocks fit in one wave (244): the model is 7% faster at batch 32, 4% at 64 (0.5B, H100).
+// The shape never changes the order of the sums.
 // With merged slices (merged: FastMergesSlices), a block holds all the slices of its tile and runs alone on
 // its multiprocessor: one slot per multiprocessor, no factor of `splits` in the blocks, and only
 // the shapes compiled merged (FastMergedShapeFits). A warp copies what it would in a slice's

@@ -11,11 +11,19 @@
 
 #include <cstdint>
 
+#include "inference/cuda/tuning.h"
 #include "inference/numerics/canonical.h"  // ROTE_HD
 
 namespace rote::inference::cuda {
 
 enum class WeightType : int { kBF16 = 0, kF16 = 1, kF32 = 2 };
+
+// What the launchers that choose among kernels read: the backend's tuning (tuning.h), and the
+// backend's counters of what they launched (null: not counted).
+struct LaunchContext {
+  const CudaTuning* tuning = nullptr;
+  CudaLaunchStats* stats = nullptr;
+};
 
 // Terms a lane reads per 16-byte-aligned group step: group g of a permuted row holds the
 // 128 columns [128 g, 128 g + 128); lane t's four terms k = 128 g + 32 i + t (i = 0..3) sit
@@ -127,17 +135,19 @@ struct LinearArgs {
   int32_t split_tickets_count = 0;
   bool bench_skip_weight_reads = false;  // benchmarks only: one-token bulk-copy kernels read no weights
   // Weight reads hinted L2 evict_first (one-token bulk copies and register tiles; LaunchLinear also
-  // sets it where SetWeightEvictFirst is on).
+  // sets it where CudaTuning::weight_evict_first is on).
   bool weight_evict_first = false;
   // FastLinearKernel, unsliced: blocks 0 .. prefetch_early_blocks - 1 in launch order ask L2,
   // before their wait, for the weights that the later blocks copy before theirs (LatePrefetch
   // below). 0: none.
   int32_t prefetch_early_blocks = 0;
 };
-cudaError_t LaunchLinear(const LinearArgs& args, cudaStream_t stream);
+// The kernel and its tile are chosen by size and ctx.tuning (CudaTuning::one_token_kernel and
+// large_batch_tile); every choice gives the same bits.
+cudaError_t LaunchLinear(const LinearArgs& args, const LaunchContext& ctx, cudaStream_t stream);
 // Whether LaunchLinear can run `args` (one token) with the kRopeStore epilogue; when it cannot,
 // the caller runs kAddBias / kStore and LaunchRopeStore.
-bool CanFuseRope(const LinearArgs& args);
+bool CanFuseRope(const LinearArgs& args, const CudaTuning& tuning);
 // The o product + residual, RMSNorm + gate|up + SiLU, and down product + residual of one token
 // as one persistent launch with grid barriers between them (MlpBlockKernel): `out`, `gate_up`
 // and `down` are exactly the LinearArgs the three separate launches would get (tokens 1, no
@@ -147,72 +157,19 @@ struct MlpBlockArgs {
   LinearArgs out, gate_up, down;
   uint32_t* barrier = nullptr;
 };
-bool CanRunMlpBlock(const MlpBlockArgs& args);
-// Benchmarking only: the most warps per MlpBlockKernel block (16, 8 or 4; default 16; fewer are
-// used where each warp would not get two ring slots). Same bits.
-void SetMlpBlockMaxWarps(int warps);
-cudaError_t LaunchMlpBlock(const MlpBlockArgs& args, cudaStream_t stream);
+// At most CudaTuning::mlp_block_max_warps warps per block.
+bool CanRunMlpBlock(const MlpBlockArgs& args, const CudaTuning& tuning);
+cudaError_t LaunchMlpBlock(const MlpBlockArgs& args, const CudaTuning& tuning, cudaStream_t stream);
 
-// Benchmarking only: force the tile of batches over one token (0: 8 rows x 8 tokens per warp,
-// 1: 4 x 8, 2: 4 x 16, all LinearKernel; TiledLinearKernel wherever the activations come
-// normalised with 3: its smallest block tile (16 rows x 8 tokens; SiLU 32 x 16), 5: its largest
-// (32 x 32), 6: 16 x 16 (SiLU 32 x 16), 7: 32 x 32 with K's classes split over 4 blocks, 8: over
-// 8 blocks (7 and 8 need LinearArgs::split_*), 9: the default with the splits tried before the
-// 16-row tiles, 10: the default without the 64 x 8 tile, 11: 64 x 8, 12: the default without
-// the 2-way split 16 x 8 tile, 13: the default with 16 x 32 blocks of 4 warps first, 15: the
-// default without the 8-way split 32 x 8 tile of small batches, 16: that tile everywhere; 4: never
-// TiledLinearKernel, LinearKernel tiles by
-// size; -1, the default: the TiledLinearKernel tile of fewest operand bytes per FMA whose grid
-// fills the multiprocessors, else LinearKernel by size). Results are identical in every bit for
-// all of them; only speed differs.
-void SetLargeBatchTile(int variant);
-// Benchmarking only: the attention kernel's variant (0: rows of earlier steps prefetched into L1,
-// plain loops; 1: prefetched into L2 with evict_last; 2: L1, loops that issue the loads of 8
-// positions (4 at head_dim > 128) before using them; 3: L2 and batched; 4: both and batched;
-// 5: L1 and batches of 2 positions (1 at head_dim over 128); 6: as 2 with the loops' first batch
-// of rows of earlier steps loaded into registers before the wait (head_dim <= 64, else as 2; twice
-// the registers); 7: as 5, rows of earlier steps not prefetched; 8: as 5, prefetched into L2;
-// 9: every K/V row of the head group in shared memory, batches of 2 (head_dim <= 64 and
-// max_context rows within 160 KB; else as 5); 10: the query heads of a KV head in one block
-// (GroupAttentionKernel: its K/V rows staged once), in parts that leave about one block per
-// multiprocessor (head_dim 64 or 128 and the scores fitting in shared memory; else as 5); 11: as 10
-// in as few parts as the threads allow; -1, the default: 10 where the parts share K/V rows (fewer
-// parts than query heads per KV head) and it can run, else 9 for
-// grids of at most one block per four multiprocessors where it fits, else 2 for grids of at most
-// one block per multiprocessor over contexts of more than 256 positions, else 5 up to 8 blocks
-// per multiprocessor at head_dim <= 64, else 2 where the grid has at most one block per
-// multiprocessor, else 0).
-// Same bits.
-void SetAttentionVariant(int variant);
 // Late blocks. A kernel's blocks that find no multiprocessor free beside the previous kernel's
 // (gate|up behind o's merged blocks, attention behind q|k|v's) start only when those leave, and
-// then wait for their first reads from DRAM (2.2-2.9 us for gate|up at 0.5B batch 32; docs/
-// performance.md, thirty-first session). So the first blocks in launch order, which do find one,
-// ask L2 for those reads (cp.async.bulk.prefetch.L2) before their own wait: gate|up's first steps
-// of every later row tile (fast profile), grouped attention's K and V pages of every later token.
-// A prefetch moves no bits. How many blocks ask, for a launch of `tokens` token rows:
-// SetLatePrefetch's count; by default a quarter of the multiprocessors for 17 to 64 tokens (the
-// decode batches where it measured faster), none otherwise.
-int LatePrefetchEarlyBlocks(int32_t tokens);
-void SetLatePrefetch(int early_blocks);  // -1: the default; 0: none; N: the first N blocks
-void CountLatePrefetchLaunch();
-int64_t LatePrefetchLaunches();           // launches that prefetched (graph captures count once)
-// Tests: how many TiledLinearKernel launches this process has issued (graph captures count once).
-int64_t TiledLinearLaunches();
-// Benchmarking only: the kernel of one-token products (0, the default: shared-memory bulk copies
-// where they fit; 1: the plain tile LinearKernel; 2: the register-ring GemvKernel; 3: the
-// persistent streaming kernel for every product; 4: streaming for matrices of 8,192 rows or more;
-// 5: bulk copies, with the o, gate|up and down products always in one MlpBlockKernel; 6: bulk
-// copies, never MlpBlockKernel; 7: the whole step as one DecodeStepKernel wherever it can run;
-// 8: as 0 but never DecodeStepKernel; 9: as 7 with the fire-and-forget grid barrier; 10: as 7
-// with the producer copying through grid barriers). Same bits.
-void SetOneTokenKernel(int variant);
-// Weight reads of every matrix kernel hinted L2 evict_first (the default; false for benchmarks'
-// comparisons), so the weight stream stops evicting what later kernels read again. Same bits.
-void SetWeightEvictFirst(bool on);
-// Benchmarking only: how many tiles ahead of its shared-memory ring DecodeStepKernel's producer
-// asks L2 for weights (0: none). Same bits.
-void SetStepPrefetchTiles(int tiles);
+// then wait for their first reads from DRAM (2.2-2.9 us for gate|up at 0.5B batch 32, H100). So
+// the first blocks in launch order, which do find one, ask L2 for those reads
+// (cp.async.bulk.prefetch.L2) before their own wait: gate|up's first steps of every later row
+// tile (fast profile), grouped attention's K and V pages of every later token. A prefetch moves
+// no bits. How many blocks ask, for a launch of `tokens` token rows: CudaTuning::
+// late_prefetch_blocks.
+int LatePrefetchEarlyBlocks(int32_t tokens, const CudaTuning& tuning);
 
 // y = RMSNorm(x) * weight over lane rows of `cols` (padding stays zero), one warp per token.
 // x_rows (may be null: identity): row m of y normalises x row x_rows[m].
@@ -299,8 +256,10 @@ ROTE_HD inline int32_t DecodeStepTraceSlots(int32_t num_layers) {
   return 5 * num_layers + 2 + num_layers * kStepAttentionTracePoints / 2;
 }
 // layer0: the host's copy of layers[0] (every layer has the same shapes).
-bool CanRunDecodeStep(const DecodeStepArgs& args, const StepLayerArgs& layer0);
-cudaError_t LaunchDecodeStep(const DecodeStepArgs& args, const StepLayerArgs& layer0, cudaStream_t stream);
+// CudaTuning::one_token_kernel decides where it runs, and how its barrier and producer behave.
+bool CanRunDecodeStep(const DecodeStepArgs& args, const StepLayerArgs& layer0, const CudaTuning& tuning);
+cudaError_t LaunchDecodeStep(const DecodeStepArgs& args, const StepLayerArgs& layer0, const CudaTuning& tuning,
+                             cudaStream_t stream);
 
 // From the fused q|k|v rows (tokens, q_dim + 2 kv_dim): optional per-head RMSNorm of q and k
 // (Qwen3), rotary at each token's position, q to q_out (tokens, q_dim), k and v into the cache.
@@ -313,9 +272,10 @@ cudaError_t LaunchRopeStore(const float* qkv, const StepTokens& step, const Atte
 // max, canonical_expf, canonical sum, canonical weighted sum of V, one divide.
 // out: (tokens, out_stride) lane rows of q_dim. max_context bounds pos + 1 (sizes the scores
 // in shared memory).
+// The variant: CudaTuning::attention_variant (by grid size by default).
 cudaError_t LaunchAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
                             float scale, int32_t max_context, float* out, int32_t out_stride,
-                            cudaStream_t stream);
+                            const LaunchContext& ctx, cudaStream_t stream);
 // One token decoding over a long context: each head attended by 8, 4 or 2 blocks over parts of its
 // positions, meeting through counters (the one-launch step's long-context attention as a launch
 // of its own; docs/cuda.md). Same bits as LaunchAttention. The scratch is DecodeStepArgs::attn_*'s.
@@ -327,11 +287,9 @@ struct AttentionParts {
   int32_t parts = 0;  // blocks per head: 8, 4 or 2; 0: 8 or 4, the most with num_heads x parts <= multiprocessors
 };
 bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, int32_t max_context, int32_t parts);
-// Tests: how many LaunchAttentionParts launches this process has issued (graph captures count once).
-int64_t AttentionPartsLaunches();
 cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
                                  float scale, int32_t max_context, float* out, const AttentionParts& parts,
-                                 cudaStream_t stream);
+                                 const LaunchContext& ctx, cudaStream_t stream);
 // Shared memory LaunchAttention needs for max_context positions (it raises the kernel's limit).
 int64_t AttentionSharedBytes(int32_t max_context);
 cudaError_t PrepareAttention(int32_t max_context);
@@ -377,8 +335,5 @@ struct KernelTimeline {
   KernelTimelineRecord log[kTimelineMaxSms][kTimelineRecordsPerSm];
 };
 cudaError_t SetKernelTimeline(KernelTimeline* device_buffer, cudaStream_t stream);
-
-// Benchmarks only: false launches every kernel without programmatic dependent launch (launch.cuh).
-void SetProgrammaticLaunch(bool on);
 
 }  // namespace rote::inference::cuda

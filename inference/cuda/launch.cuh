@@ -16,10 +16,6 @@ namespace rote::inference::cuda {
 __device__ __forceinline__ void WaitForPrevious() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void LetNextStart() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
-// Benchmarks: whether launches use programmatic dependent launch (true by default).
-bool ProgrammaticLaunch();
-void SetProgrammaticLaunch(bool on);
-
 // cooperative: every block must be resident at once (a grid barrier inside): the launch fails
 // instead of starting when they cannot be, e.g. under MPS with part of the device.
 template <typename... KernelArgs, typename... Args>
@@ -32,7 +28,7 @@ cudaError_t LaunchChainedImpl(bool cooperative, void (*kernel)(KernelArgs...), d
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = ProgrammaticLaunch() ? 1 : 0;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   attr[1].id = cudaLaunchAttributeCooperative;
   attr[1].val.cooperative = 1;
   cfg.attrs = attr;

@@ -142,24 +142,21 @@ std::unique_ptr<Backend> Cpu(std::shared_ptr<const Model> m) {
 }
 
 std::unique_ptr<CudaBackend> Cuda(std::shared_ptr<const Model> m, bool graphs = true,
-                                  NumericsProfile profile = NumericsProfile::kExact) {
+                                  NumericsProfile profile = NumericsProfile::kExact, const CudaTuning& tuning = {}) {
   CudaBackendOptions o;
   o.max_positions = 4096;
   o.use_graphs = graphs;
   o.profile = profile;
+  o.tuning = tuning;
   auto b = CreateCudaBackend(std::move(m), o);
   EXPECT_TRUE(b.ok()) << b.status().ToString();
   return b.ok() ? std::move(*b) : nullptr;
 }
 
 // Prefill (every position's logits) then greedy decode; CPU and CUDA must agree in every bit
-// at every step. Returns the number of steps compared.
-void ExpectCpuEqualsCuda(std::shared_ptr<const Model> model, int32_t prompt_len, int32_t decode_steps) {
-  auto cpu = Cpu(model);
-  auto gpu = Cuda(model);
-  ASSERT_TRUE(cpu && gpu);
-  const int32_t vocab = model->config().vocab_size;
-  Driver dc(cpu.get(), 64), dg(gpu.get(), 64);
+// at every step.
+void ExpectSameSteps(Backend* cpu, Backend* gpu, int32_t vocab, int32_t prompt_len, int32_t decode_steps) {
+  Driver dc(cpu, 64), dg(gpu, 64);
   Seq sc, sg;
   sc.tokens = sg.tokens = Prompt(prompt_len, vocab, 11);
   std::vector<float> lc = dc.Step({{&sc, prompt_len, prompt_len}});
@@ -173,6 +170,16 @@ void ExpectCpuEqualsCuda(std::shared_ptr<const Model> model, int32_t prompt_len,
     lg = dg.Step({{&sg, 1, 1}});
     ASSERT_TRUE(SameBits(lc, lg)) << "decode step " << step;
   }
+}
+
+// ExpectSameSteps for a CUDA backend of `tuning`; *stats (where given): what it launched.
+void ExpectCpuEqualsCuda(std::shared_ptr<const Model> model, int32_t prompt_len, int32_t decode_steps,
+                         const CudaTuning& tuning = {}, CudaLaunchStats* stats = nullptr) {
+  auto cpu = Cpu(model);
+  auto gpu = Cuda(model, true, NumericsProfile::kExact, tuning);
+  ASSERT_TRUE(cpu && gpu);
+  ExpectSameSteps(cpu.get(), gpu.get(), model->config().vocab_size, prompt_len, decode_steps);
+  if (stats != nullptr) *stats = gpu->launch_stats();
 }
 
 TEST(CudaBackend, CreateWithoutDeviceIsFailedPrecondition) {
@@ -351,58 +358,83 @@ TEST(CudaInvariance, WholeChunkedAndTokenByTokenPrefillAgree) {
 
 // Every register tile of the matrix kernel (forced, and the size-chosen default) gives the same
 // bits: tiles decide which thread computes an output, never the order of its terms.
-TEST(CudaInvariance, TileShapesGiveIdenticalLogits) {
+// Every position's logits of 11 sequences prefilled in one step, then 3 batched decode steps,
+// under `tuning`; *tiled: the shared-memory tile's launches.
+std::vector<float> TileShapesRun(std::shared_ptr<const Model> model, const CudaTuning& tuning, int64_t* tiled) {
+  const int32_t vocab = model->config().vocab_size;
+  auto gpu = Cuda(model, true, NumericsProfile::kExact, tuning);
+  if (!gpu) return {};
+  Driver d(gpu.get(), 256);
+  std::vector<Seq> seqs(11);
+  std::vector<Driver::Part> parts;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].tokens = Prompt(3 + 7 * static_cast<int32_t>(i), vocab, 40 + static_cast<uint32_t>(i));
+    parts.push_back({&seqs[i], static_cast<int32_t>(seqs[i].tokens.size()), 2});
+  }
+  std::vector<float> all = d.Step(parts);
+  for (int step = 0; step < 3; ++step) {
+    parts.clear();
+    for (auto& s : seqs) {
+      s.tokens.push_back(static_cast<int32_t>((s.tokens.back() * 31 + step) % vocab));
+      parts.push_back({&s, 1, 1});
+    }
+    std::vector<float> l = d.Step(parts);
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  *tiled = gpu->launch_stats().tiled_linear_launches;
+  return all;
+}
+
+// The tiles of batched products (CudaTuning::large_batch_tile) against the default choice: the
+// same logits in every bit.
+class CudaTileShapes : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaTileShapes, GiveIdenticalLogits) {
   SKIP_WITHOUT_GPU();
   auto model = InvarianceModel();
   ASSERT_TRUE(model);
-  const int32_t vocab = model->config().vocab_size;
-  std::vector<float> reference;
-  for (int tile : {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16}) {
-    SCOPED_TRACE("tile=" + std::to_string(tile));
-    SetCudaLargeBatchTileForTesting(tile);
-    const int64_t tiled_before = CudaTiledLinearLaunchesForTesting();
-    auto gpu = Cuda(model);
-    Driver d(gpu.get(), 256);
-    std::vector<Seq> seqs(11);
-    std::vector<Driver::Part> parts;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      seqs[i].tokens = Prompt(3 + 7 * static_cast<int32_t>(i), vocab, 40 + static_cast<uint32_t>(i));
-      parts.push_back({&seqs[i], static_cast<int32_t>(seqs[i].tokens.size()), 2});
-    }
-    std::vector<float> all = d.Step(parts);
-    for (int step = 0; step < 3; ++step) {
-      parts.clear();
-      for (auto& s : seqs) {
-        s.tokens.push_back(static_cast<int32_t>((s.tokens.back() * 31 + step) % vocab));
-        parts.push_back({&s, 1, 1});
-      }
-      std::vector<float> l = d.Step(parts);
-      all.insert(all.end(), l.begin(), l.end());
-    }
-    const int64_t tiled = CudaTiledLinearLaunchesForTesting() - tiled_before;
-    // Variants 3 and 5-8 must really have run the shared-memory tile (a silent fallback would
-    // compare LinearKernel with itself; 7 and 8 split K over blocks); 0, 1, 2 and 4 must not have.
-    if (tile == 3 || (tile >= 5 && tile <= 8) || tile == 11 || tile == 16) {
-      EXPECT_GT(tiled, 0);
-    } else if (tile != -1 && (tile < 9 || tile > 15)) {
-      EXPECT_EQ(tiled, 0);
-    }
-    if (tile == -1) {
-      reference = all;
-    } else {
-      EXPECT_TRUE(SameBits(reference, all));
-    }
+  const int tile = GetParam();
+  int64_t tiled_default = 0, tiled = 0;
+  const std::vector<float> reference = TileShapesRun(model, CudaTuning{}, &tiled_default);
+  CudaTuning tuning;
+  tuning.large_batch_tile = tile;
+  const std::vector<float> all = TileShapesRun(model, tuning, &tiled);
+  ASSERT_FALSE(reference.empty());
+  // The register tiles (0, 1, 2) and "never the shared-memory tile" (4) must not have run it (a
+  // silent fallback would compare the shared-memory tile with itself).
+  if (tile < 9 || tile > 15) {
+    EXPECT_EQ(tiled, 0);
   }
-  SetCudaLargeBatchTileForTesting(-1);
+  EXPECT_TRUE(SameBits(reference, all));
 }
+
+INSTANTIATE_TEST_SUITE_P(LargeBatchTile, CudaTileShapes, ::testing::Values(0, 1, 2, 4, 10, 12, 15));
 
 // One-token products have several kernels (weights brought into shared memory by bulk copies, the
 // plain register tile, a register ring, a persistent stream, the o/gate|up/down products as one
 // persistent launch); which one runs changes only speed. A model whose MLP is
 // wide enough for the four-rows-per-warp tiles (gate|up 8,200 rows) and whose widths need padding
 // (320, 4,100), in bf16 and in fp16: each kernel equals the CPU at every prefill and decode step.
-TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
+struct OneTokenCase {
+  const char* name;
+  CudaTuning tuning;
+  int decode_step;  // 1: decode steps must run as one DecodeStepKernel; 0: never; -1: either
+};
+
+CudaTuning OneToken(int kernel) {
+  CudaTuning t;
+  t.one_token_kernel = kernel;
+  return t;
+}
+
+std::string OneTokenCaseName(const ::testing::TestParamInfo<OneTokenCase>& p) { return p.param.name; }
+void PrintTo(const OneTokenCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaOneTokenKernels : public ::testing::TestWithParam<OneTokenCase> {};
+
+TEST_P(CudaOneTokenKernels, EqualCpu) {
   SKIP_WITHOUT_GPU();
+  const OneTokenCase& c = GetParam();
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     SynthSpec spec;
     spec.dtype = dtype;
@@ -414,143 +446,153 @@ TEST(CudaInvariance, OneTokenKernelsEqualCpu) {
     spec.head_dim = 64;
     auto model = SynthModel(dtype == DType::kBF16 ? "wide_bf16" : "wide_f16", spec);
     ASSERT_TRUE(model);
-    for (int variant : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
-      SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)) + " one_token_kernel=" + std::to_string(variant));
-      SetCudaOneTokenKernelForTesting(variant);
-      const int64_t launches = CudaDecodeStepsForTesting();
-      ExpectCpuEqualsCuda(model, 9, 6);
-      // Variants 7, 9 and 10 run every decode step as one DecodeStepKernel; 8 never does.
-      if (variant == 7 || variant == 9 || variant == 10) {
-        EXPECT_GT(CudaDecodeStepsForTesting(), launches);
-      }
-      if (variant == 8) {
-        EXPECT_EQ(CudaDecodeStepsForTesting(), launches);
-      }
+    SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)));
+    CudaLaunchStats stats;
+    ExpectCpuEqualsCuda(model, 9, 6, c.tuning, &stats);
+    if (c.decode_step == 1) {
+      EXPECT_GT(stats.decode_steps, 0);
     }
-    // The one-launch step with its producer prefetching weights into L2 far ahead of its ring.
-    {
-      SCOPED_TRACE("one-launch step, L2 prefetch 48 tiles ahead");
-      SetCudaOneTokenKernelForTesting(7);
-      SetCudaStepPrefetchTilesForTesting(48);
-      const int64_t launches = CudaDecodeStepsForTesting();
-      ExpectCpuEqualsCuda(model, 9, 6);
-      EXPECT_GT(CudaDecodeStepsForTesting(), launches);
-      SetCudaStepPrefetchTilesForTesting(-1);
+    if (c.decode_step == 0) {
+      EXPECT_EQ(stats.decode_steps, 0);
     }
-    // Weight reads without the L2 evict_first hint (the default has it): separate launches and
-    // the one-launch step.
-    for (int variant : {0, 7}) {
-      SCOPED_TRACE("weight reads not hinted, one_token_kernel=" + std::to_string(variant));
-      SetCudaOneTokenKernelForTesting(variant);
-      SetCudaWeightEvictFirstForTesting(false);
-      ExpectCpuEqualsCuda(model, 9, 6);
-      SetCudaWeightEvictFirstForTesting(true);
-    }
-    // The MLP block with 4 warps per block as well (the default plan gives this model 8).
-    SCOPED_TRACE("mlp block, 4 warps");
-    SetCudaOneTokenKernelForTesting(5);
-    SetCudaMlpBlockMaxWarpsForTesting(4);
-    ExpectCpuEqualsCuda(model, 9, 6);
-    SetCudaMlpBlockMaxWarpsForTesting(16);
   }
-  SetCudaOneTokenKernelForTesting(0);
 }
+
+// Kernels 7, 9 and 10 run every decode step as one DecodeStepKernel; 8 never does. The
+// one-launch step's producer also prefetching weights into L2 far ahead of its ring; weight reads
+// without the L2 evict_first hint (separate launches and the one-launch step); the MLP block with
+// 4 warps per block (the default plan gives this model 8).
+CudaTuning StepPrefetch48() {
+  CudaTuning t = OneToken(7);
+  t.step_prefetch_tiles = 48;
+  return t;
+}
+CudaTuning NoEvictFirst(int kernel) {
+  CudaTuning t = OneToken(kernel);
+  t.weight_evict_first = false;
+  return t;
+}
+CudaTuning MlpBlockFourWarps() {
+  CudaTuning t = OneToken(5);
+  t.mlp_block_max_warps = 4;
+  return t;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, CudaOneTokenKernels,
+    ::testing::Values(OneTokenCase{"default", OneToken(0), -1}, OneTokenCase{"register_tile", OneToken(1), -1},
+                      OneTokenCase{"register_ring", OneToken(2), -1}, OneTokenCase{"mlp_block_always", OneToken(5), -1},
+                      OneTokenCase{"mlp_block_never", OneToken(6), -1}, OneTokenCase{"one_launch", OneToken(7), 1},
+                      OneTokenCase{"never_one_launch", OneToken(8), 0},
+                      OneTokenCase{"one_launch_fire_and_forget_barrier", OneToken(9), 1},
+                      OneTokenCase{"one_launch_producer_through_barriers", OneToken(10), 1},
+                      OneTokenCase{"one_launch_l2_prefetch_48", StepPrefetch48(), 1},
+                      OneTokenCase{"no_evict_first", NoEvictFirst(0), -1},
+                      OneTokenCase{"one_launch_no_evict_first", NoEvictFirst(7), -1},
+                      OneTokenCase{"mlp_block_4_warps", MlpBlockFourWarps(), -1}),
+    OneTokenCaseName);
 
 // The attention kernel's variants (where earlier steps' K/V rows are prefetched, how many
 // positions its loops keep in flight) change only speed: head dims of one, two and four V groups
 // per warp (136: the one-launch step's V slices of 40, 40, 40 and 16 dims), a context long enough
 // (290 + 4) for the 8-deep loops to run whole, each variant and the one-launch decode step against
 // the CPU at every prefill and decode step.
-TEST(CudaInvariance, AttentionVariantsEqualCpu) {
+CudaTuning Attention(int variant) {
+  CudaTuning t;
+  t.attention_variant = variant;
+  return t;
+}
+
+// The attention in parts of long contexts from `split` positions (CudaTuning::step_attention_split
+// and attention_parts_min_context; -1: the defaults), with `parts` blocks per head, in the
+// one-launch step (one_token_kernel 7) or in separate launches (0).
+CudaTuning AttentionSplit(int one_token_kernel, int split, int parts) {
+  CudaTuning t;
+  t.one_token_kernel = one_token_kernel;
+  if (split >= 0) {
+    t.step_attention_split = split;
+    t.attention_parts_min_context = split;
+  }
+  t.attention_parts = parts;
+  return t;
+}
+
+class CudaAttentionVariants : public ::testing::TestWithParam<int32_t> {};
+
+TEST_P(CudaAttentionVariants, EqualCpu) {
   SKIP_WITHOUT_GPU();
-  for (int32_t head_dim : {64, 128, 136}) {
-    SynthSpec spec;
-    spec.hidden = 256;
-    spec.heads = 4;
-    spec.kv_heads = 2;
-    spec.head_dim = head_dim;
-    auto model = SynthModel("attn_hd" + std::to_string(head_dim), spec);
-    ASSERT_TRUE(model);
-    for (int variant : {-1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
-      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " attention_variant=" + std::to_string(variant));
-      SetCudaAttentionVariantForTesting(variant);
-      ExpectCpuEqualsCuda(model, 290, 4);
-    }
-    // Variant 9 (every K/V row in shared memory, the default for small decode grids) needs a
-    // context whose rows fit: 60 + 40 positions (graphs bucket it to 256; at head_dim 128 it
-    // falls back to variant 5).
-    for (int variant : {9, 10, 11, -1}) {
-      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " short context, attention_variant=" +
-                   std::to_string(variant));
-      SetCudaAttentionVariantForTesting(variant);
-      ExpectCpuEqualsCuda(model, 60, 40);
-    }
-    SetCudaAttentionVariantForTesting(-1);
-    // The one-launch decode step runs the same attention body, instantiated per head dimension;
-    // with the split (each head in 8 blocks over parts of its positions) from every context, and
-    // never. Steps whose context reaches the split run the kernel with the parts' code, the others
-    // the kernel without it.
-    SetCudaOneTokenKernelForTesting(7);
-    for (int split : {-1, 1, 0}) {
-      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, attention split from " +
-                   std::to_string(split));
-      SetCudaStepAttentionSplitForTesting(split);
-      const int64_t launches = CudaDecodeStepsForTesting(), in_parts = CudaDecodeStepsInPartsForTesting();
-      ExpectCpuEqualsCuda(model, 290, 4);
-      EXPECT_GT(CudaDecodeStepsForTesting(), launches);
-      if (split == 0)
-        EXPECT_EQ(CudaDecodeStepsInPartsForTesting(), in_parts);
-      else
-        EXPECT_GT(CudaDecodeStepsInPartsForTesting(), in_parts);
-    }
-    {
-      // 60 + 40 positions, below the default split (192): every step without the parts' code.
-      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, short context");
-      SetCudaStepAttentionSplitForTesting(-1);
-      const int64_t launches = CudaDecodeStepsForTesting(), in_parts = CudaDecodeStepsInPartsForTesting();
-      ExpectCpuEqualsCuda(model, 60, 40);
-      EXPECT_GT(CudaDecodeStepsForTesting(), launches);
-      EXPECT_EQ(CudaDecodeStepsInPartsForTesting(), in_parts);
-    }
-    {
-      // Contexts 186-197 cross the default split inside one graph bucket: a graph of each kernel.
-      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, crossing the split");
-      SetCudaStepAttentionSplitForTesting(-1);
-      const int64_t launches = CudaDecodeStepsForTesting(), in_parts = CudaDecodeStepsInPartsForTesting();
-      ExpectCpuEqualsCuda(model, 185, 12);
-      const int64_t steps = CudaDecodeStepsForTesting() - launches, steps_in_parts = CudaDecodeStepsInPartsForTesting() - in_parts;
-      EXPECT_GT(steps_in_parts, 0);
-      EXPECT_GT(steps, steps_in_parts);
-    }
-    // Models with more heads than multiprocessors / 8 split each head over 4 or 2 blocks instead;
-    // forced here (4 heads would take 8): other classes per part, other tree levels inside it.
-    for (int parts : {4, 2}) {
-      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, " + std::to_string(parts) +
-                   " parts per head");
-      SetCudaStepAttentionSplitForTesting(1);
-      SetCudaAttentionPartsForTesting(parts);
-      const int64_t launches = CudaDecodeStepsForTesting();
-      ExpectCpuEqualsCuda(model, 290, 4);
-      EXPECT_GT(CudaDecodeStepsForTesting(), launches);
-    }
-    SetCudaAttentionPartsForTesting(0);
-    SetCudaStepAttentionSplitForTesting(-1);
-    SetCudaOneTokenKernelForTesting(0);
-    // Separate launches with the parts as a launch of their own (LaunchAttentionParts), from every
-    // context bucket, with 8 (the default here), 4 and 2 blocks per head.
-    for (int parts : {0, 4, 2}) {
-      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " separate launches, attention in parts (" +
-                   std::to_string(parts) + ")");
-      SetCudaStepAttentionSplitForTesting(1);
-      SetCudaAttentionPartsForTesting(parts);
-      const int64_t parts_before = CudaAttentionPartsLaunchesForTesting();
-      ExpectCpuEqualsCuda(model, 290, 4);
-      EXPECT_GT(CudaAttentionPartsLaunchesForTesting(), parts_before);
-    }
-    SetCudaAttentionPartsForTesting(0);
-    SetCudaStepAttentionSplitForTesting(-1);
+  const int32_t head_dim = GetParam();
+  SynthSpec spec;
+  spec.hidden = 256;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = head_dim;
+  auto model = SynthModel("attn_hd" + std::to_string(head_dim), spec);
+  ASSERT_TRUE(model);
+  for (int variant : {-1, 0, 2, 5, 9, 10, 11}) {
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " attention_variant=" + std::to_string(variant));
+    ExpectCpuEqualsCuda(model, 290, 4, Attention(variant));
+  }
+  // Variant 9 (every K/V row in shared memory, the default for small decode grids) needs a
+  // context whose rows fit: 60 + 40 positions (graphs bucket it to 256; at head_dim 128 it
+  // falls back to variant 5).
+  for (int variant : {9, 10, 11, -1}) {
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " short context, attention_variant=" +
+                 std::to_string(variant));
+    ExpectCpuEqualsCuda(model, 60, 40, Attention(variant));
+  }
+  // The one-launch decode step runs the same attention body, instantiated per head dimension;
+  // with the split (each head in 8 blocks over parts of its positions) from every context, and
+  // never. Steps whose context reaches the split run the kernel with the parts' code, the others
+  // the kernel without it.
+  for (int split : {-1, 1, 0}) {
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, attention split from " +
+                 std::to_string(split));
+    CudaLaunchStats stats;
+    ExpectCpuEqualsCuda(model, 290, 4, AttentionSplit(7, split, 0), &stats);
+    EXPECT_GT(stats.decode_steps, 0);
+    if (split == 0)
+      EXPECT_EQ(stats.decode_steps_in_parts, 0);
+    else
+      EXPECT_GT(stats.decode_steps_in_parts, 0);
+  }
+  {
+    // 60 + 40 positions, below the default split (192): every step without the parts' code.
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, short context");
+    CudaLaunchStats stats;
+    ExpectCpuEqualsCuda(model, 60, 40, AttentionSplit(7, -1, 0), &stats);
+    EXPECT_GT(stats.decode_steps, 0);
+    EXPECT_EQ(stats.decode_steps_in_parts, 0);
+  }
+  {
+    // Contexts 186-197 cross the default split inside one graph bucket: a graph of each kernel.
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, crossing the split");
+    CudaLaunchStats stats;
+    ExpectCpuEqualsCuda(model, 185, 12, AttentionSplit(7, -1, 0), &stats);
+    EXPECT_GT(stats.decode_steps_in_parts, 0);
+    EXPECT_GT(stats.decode_steps, stats.decode_steps_in_parts);
+  }
+  // Models with more heads than multiprocessors / 8 split each head over 4 or 2 blocks instead;
+  // forced here (4 heads would take 8): other classes per part, other tree levels inside it.
+  for (int parts : {4, 2}) {
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " one-launch step, " + std::to_string(parts) +
+                 " parts per head");
+    CudaLaunchStats stats;
+    ExpectCpuEqualsCuda(model, 290, 4, AttentionSplit(7, 1, parts), &stats);
+    EXPECT_GT(stats.decode_steps, 0);
+  }
+  // Separate launches with the parts as a launch of their own (LaunchAttentionParts), from every
+  // context bucket, with 8 (the default here), 4 and 2 blocks per head.
+  for (int parts : {0, 4, 2}) {
+    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " separate launches, attention in parts (" +
+                 std::to_string(parts) + ")");
+    CudaLaunchStats stats;
+    ExpectCpuEqualsCuda(model, 290, 4, AttentionSplit(0, 1, parts), &stats);
+    EXPECT_GT(stats.attention_parts_launches, 0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionVariants, ::testing::Values(64, 128, 136));
 
 // Variants 10 and 11 (GroupAttentionKernel: the query heads of a KV head in one block, their K/V
 // rows staged once) at Qwen2.5's groupings: 7 query heads per KV head at head_dim 64 (one part
@@ -568,14 +610,12 @@ TEST(CudaInvariance, GroupedAttentionEqualsCpu) {
     auto model = SynthModel("attn_group_hd" + std::to_string(head_dim), spec);
     ASSERT_TRUE(model);
     for (int variant : {10, 11}) {  // parts for about one block per multiprocessor; as few as possible
-      SetCudaAttentionVariantForTesting(variant);
       for (const auto& [prompt, steps] : {std::pair{60, 40}, std::pair{290, 4}}) {
         SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " prompt=" + std::to_string(prompt) +
                      " variant=" + std::to_string(variant));
-        ExpectCpuEqualsCuda(model, prompt, steps);
+        ExpectCpuEqualsCuda(model, prompt, steps, Attention(variant));
       }
     }
-    SetCudaAttentionVariantForTesting(-1);
   }
 }
 
@@ -955,11 +995,11 @@ TEST(CudaEngine, RunsOnAnyDeviceAndLeavesTheCallersDeviceAlone) {
     o.max_context = 512;
     o.kv_cache_bytes = int64_t{64} << 20;
     o.capture_logits = true;
-    const int before = CudaCurrentDeviceForTesting();
+    const int before = CudaCurrentDevice();
     auto engine = Engine::Load(dir, o);
     EXPECT_TRUE(engine.ok()) << engine.status().ToString();
     if (!engine.ok()) return std::vector<GenerationResult>{};
-    EXPECT_EQ(CudaCurrentDeviceForTesting(), before) << "Load changed the caller's device";
+    EXPECT_EQ(CudaCurrentDevice(), before) << "Load changed the caller's device";
     std::vector<GenerationRequest> requests;
     for (int i = 0; i < 3; ++i) {
       GenerationRequest r;
@@ -977,7 +1017,7 @@ TEST(CudaEngine, RunsOnAnyDeviceAndLeavesTheCallersDeviceAlone) {
     for (const GenerationResult& r : results)
       EXPECT_EQ(r.provenance.device.rfind("cuda:" + std::to_string(device) + " ", 0), 0u) << r.provenance.device;
     engine->reset();  // the backend frees its buffers with its device current
-    EXPECT_EQ(CudaCurrentDeviceForTesting(), before) << "destruction changed the caller's device";
+    EXPECT_EQ(CudaCurrentDevice(), before) << "destruction changed the caller's device";
     return results;
   };
   for (NumericsProfile profile : {NumericsProfile::kExact, NumericsProfile::kFast}) {
@@ -1018,7 +1058,7 @@ TEST(CudaBackend, GraphReplayRepeatsTheLastStep) {
     const std::vector<int32_t> blocks = {0, 1};
     int32_t cached = 0;
     if (replays > 0) {
-      auto none = b->TimeLastGraphForBenchmark(replays);
+      auto none = b->TimeLastGraph(replays);
       EXPECT_FALSE(none.ok());
       EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
     }
@@ -1031,7 +1071,7 @@ TEST(CudaBackend, GraphReplayRepeatsTheLastStep) {
       cached = static_cast<int32_t>(tokens.size());
       tokens.push_back(next[0]);
       if (replays > 0 && step >= 1) {  // step 0 is the prefill, without a graph
-        auto secs = b->TimeLastGraphForBenchmark(replays);
+        auto secs = b->TimeLastGraph(replays);
         EXPECT_TRUE(secs.ok()) << secs.status().ToString();
         if (secs.ok()) {
           EXPECT_GT(*secs, 0.0);
@@ -1186,7 +1226,7 @@ TEST(CudaSampler, ChoosesWhatTheHostRuleChooses) {
         }
       }
       int path = -1;
-      auto got = CudaSampleRowsForTesting(logits, rows, cols, rules, &path);
+      auto got = CudaSampleRows(logits, rows, cols, rules, 1, &path);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
       EXPECT_EQ(path, pass < 2 || cols <= 4096 ? 0 : cols == 4099 ? 2 : 1) << "pass " << pass << " cols " << cols;
       ASSERT_EQ(got->size(), static_cast<size_t>(rows));
@@ -1302,12 +1342,12 @@ TEST(CudaBackend, ForwardSampledByCandidatesMatchesTheHostRule) {
   EXPECT_GT(distinct.size(), 4u);  // the rows do not all fall on one token
   for (int mode : {0, 1, 2}) {
     SCOPED_TRACE("candidates mode " + std::to_string(mode));
-    SetCudaSampleCandidatesForTesting(mode);
-    auto b = Cuda(model);
+    CudaTuning tuning;
+    tuning.sample_candidates = mode;
+    auto b = Cuda(model, true, NumericsProfile::kExact, tuning);
     ASSERT_TRUE(b && b->AllocateKvCache(kSequences).ok());
     std::vector<int32_t> got;
     Status s = b->ForwardSampled(plan, rules, &got);
-    SetCudaSampleCandidatesForTesting(1);
     ASSERT_TRUE(s.ok()) << s.ToString();
     EXPECT_EQ(got, want);
   }
@@ -1393,7 +1433,7 @@ TEST(CudaBackend, ArgmaxTakesTheLowestIndexOfTheLargest) {
         for (const auto& row : rows) flat.insert(flat.end(), row.begin(), row.end());
         want_all.insert(want_all.end(), want.begin(), want.end());
       }
-      auto got = CudaArgmaxForTesting(flat, static_cast<int32_t>(want_all.size()), cols);
+      auto got = CudaArgmax(flat, static_cast<int32_t>(want_all.size()), cols);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
       ASSERT_EQ(got->size(), want_all.size());
       for (size_t i = 0; i < want_all.size(); ++i) EXPECT_EQ((*got)[i], want_all[i]) << "row " << i;
@@ -1430,8 +1470,8 @@ TEST(CudaBackend, RejectsBadPlans) {
 // architecture. Held to itself by equality (alone vs in batches, prefill vs decode, chunking,
 // warp tiles, graphs) and to the exact profile by a tolerance.
 
-std::unique_ptr<CudaBackend> Fast(std::shared_ptr<const Model> m, bool graphs = true) {
-  return Cuda(std::move(m), graphs, NumericsProfile::kFast);
+std::unique_ptr<CudaBackend> Fast(std::shared_ptr<const Model> m, bool graphs = true, const CudaTuning& tuning = {}) {
+  return Cuda(std::move(m), graphs, NumericsProfile::kFast, tuning);
 }
 
 // Largest |a - b| over the largest |a|: the fast profile's sums differ from the canonical ones
@@ -1465,7 +1505,6 @@ TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
   ASSERT_TRUE(cpu && fast);
   EXPECT_EQ(cpu->numerics_profile(), "exact");
   EXPECT_EQ(fast->numerics_profile().rfind("fast5-sm", 0), 0u) << fast->numerics_profile();
-  const int64_t launches = CudaFastLinearLaunchesForTesting();
   const int32_t vocab = model->config().vocab_size;
   Driver dc(cpu.get(), 64), dg(fast.get(), 64);
   Seq sc, sg;
@@ -1482,7 +1521,7 @@ TEST(CudaFastProfile, CloseToExactAndNamedForItsArchitecture) {
     lg = dg.Step({{&sg, 1, 1}});
     EXPECT_LT(RelativeMaxDiff(lc, lg), 2e-5) << "decode step " << step;
   }
-  EXPECT_GT(CudaFastLinearLaunchesForTesting(), launches);
+  EXPECT_GT(fast->launch_stats().fast_linear_launches, 0);
 }
 
 // The fast profile on `model`: within 2e-5 of the CPU's exact logits over a 40-token prefill,
@@ -1615,13 +1654,12 @@ TEST(CudaFastProfile, MergedSlicesKeepBits) {
     const int32_t vocab = model->config().vocab_size;
     SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
     auto run = [&](int merge, int64_t* merged_launches) {
-      SetCudaFastMergedSlicesForTesting(merge);
-      const int64_t before = CudaFastMergedLaunchesForTesting();
-      auto fast = Fast(model);
+      CudaTuning tuning;
+      tuning.fast_merge_max_slices = merge;
+      auto fast = Fast(model, true, tuning);
       std::vector<std::vector<float>> all;
       if (fast) all = PrefillThreeThenDecode(fast.get(), vocab);
-      *merged_launches = CudaFastMergedLaunchesForTesting() - before;
-      SetCudaFastMergedSlicesForTesting(-1);
+      *merged_launches = fast ? fast->launch_stats().fast_merged_launches : 0;
       return all;
     };
     int64_t merged_in_merged = 0, merged_in_clusters = 0;
@@ -1662,13 +1700,12 @@ TEST(CudaFastProfile, StagedNormWeightsKeepBits) {
     const int32_t vocab = model->config().vocab_size;
     SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
     auto run = [&](bool staged, int64_t* staged_launches) {
-      SetCudaFastNormStagedForTesting(staged);
-      const int64_t before = CudaFastNormStagedLaunchesForTesting();
-      auto fast = Fast(model);
+      CudaTuning tuning;
+      tuning.fast_norm_staged = staged;
+      auto fast = Fast(model, true, tuning);
       std::vector<std::vector<float>> all;
       if (fast) all = PrefillThreeThenDecode(fast.get(), vocab);
-      *staged_launches = CudaFastNormStagedLaunchesForTesting() - before;
-      SetCudaFastNormStagedForTesting(true);
+      *staged_launches = fast ? fast->launch_stats().fast_norm_staged_launches : 0;
       return all;
     };
     int64_t in_staged = 0, in_global = 0;
@@ -1723,10 +1760,12 @@ TEST(CudaFastProfile, StreamedWeightsKeepBits) {
     const int32_t vocab = model->config().vocab_size;
     SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
     auto run = [&](int mode, int row_tiles, int64_t* stream_launches) {
-      SetCudaFastStreamForTesting(mode, row_tiles);
-      const int64_t before = CudaFastStreamLaunchesForTesting();
+      CudaTuning tuning;
+      tuning.fast_stream_mode = mode;
+      tuning.fast_stream_row_tiles = row_tiles;
       std::vector<std::vector<float>> all;
-      if (auto fast = Fast(model)) {
+      *stream_launches = 0;
+      if (auto fast = Fast(model, true, tuning)) {
         Driver d(fast.get(), 256);
         std::vector<Seq> seqs(40);
         std::vector<Driver::Part> prefill;
@@ -1746,9 +1785,8 @@ TEST(CudaFastProfile, StreamedWeightsKeepBits) {
         }
         for (int k = 0; k < 16; ++k) seqs[39].tokens.push_back((k * 31 + 7) % vocab);
         all.push_back(d.Step({{&seqs[39], 16, 16}}));
+        *stream_launches = fast->launch_stats().fast_stream_launches;
       }
-      *stream_launches = CudaFastStreamLaunchesForTesting() - before;
-      SetCudaFastStreamForTesting(-1);
       return all;
     };
     int64_t never = 0;
@@ -1793,10 +1831,11 @@ TEST(CudaFastProfile, LatePrefetchKeepsBits) {
     for (const NumericsProfile profile : {NumericsProfile::kFast, NumericsProfile::kExact}) {
       SCOPED_TRACE(profile == NumericsProfile::kFast ? "fast" : "exact");
       auto run = [&](int early, int64_t* launches) {
-        SetCudaLatePrefetchForTesting(early);
-        const int64_t before = CudaLatePrefetchLaunchesForTesting();
+        CudaTuning tuning;
+        tuning.late_prefetch_blocks = early;
         std::vector<std::vector<float>> all;
-        if (auto backend = Cuda(model, true, profile)) {
+        *launches = 0;
+        if (auto backend = Cuda(model, true, profile, tuning)) {
           Driver d(backend.get(), 256);
           std::vector<Seq> seqs(40);
           std::vector<Driver::Part> prefill;
@@ -1814,9 +1853,8 @@ TEST(CudaFastProfile, LatePrefetchKeepsBits) {
             }
             all.push_back(d.Step(parts));
           }
+          *launches = backend->launch_stats().late_prefetch_launches;
         }
-        *launches = CudaLatePrefetchLaunchesForTesting() - before;
-        SetCudaLatePrefetchForTesting(-1);
         return all;
       };
       int64_t none = 0;
@@ -1869,9 +1907,9 @@ TEST(CudaFastProfile, RopeInTheProductKeepsBits) {
   ASSERT_TRUE(model);
   const int32_t vocab = model->config().vocab_size;
   auto run = [&](bool fused) {
-    SetCudaFastRopeFusedForTesting(fused);
-    auto fast = Fast(model);
-    SetCudaFastRopeFusedForTesting(true);
+    CudaTuning tuning;
+    tuning.fast_rope_fused = fused;
+    auto fast = Fast(model, true, tuning);
     return fast ? PrefillThreeThenDecode(fast.get(), vocab) : std::vector<std::vector<float>>{};
   };
   const std::vector<std::vector<float>> fused = run(true), separate = run(false);
@@ -1899,12 +1937,14 @@ TEST(CudaFastProfile, ChunkingGraphsAndTilesKeepBits) {
   }
   for (int token_tile : {0, 8, 16})
   for (int tile : {0, 1, 2, 3, 4, 5, 6}) {
-    SetCudaFastLinearTileForTesting(tile, token_tile);
+    CudaTuning tuning;
+    tuning.fast_row_tiles = tile;
+    tuning.fast_token_tile = token_tile;
     for (bool graphs : {true, false}) {
       for (int32_t chunk : {1, 5, 16, 77}) {
         SCOPED_TRACE("tile=" + std::to_string(tile) + " token_tile=" + std::to_string(token_tile) +
                      " chunk=" + std::to_string(chunk) + " graphs=" + std::to_string(graphs));
-        auto fast = Fast(model, graphs);
+        auto fast = Fast(model, graphs, tuning);
         Driver d(fast.get(), 64);
         Seq s;
         s.tokens = prompt;
@@ -1918,7 +1958,6 @@ TEST(CudaFastProfile, ChunkingGraphsAndTilesKeepBits) {
       }
     }
   }
-  SetCudaFastLinearTileForTesting(0, 0);
 }
 
 // The tensor cores' products are exact only for bf16 weights: other dtypes are refused, clearly.
