@@ -5,7 +5,7 @@ Make the input on the GPU machine, one instance of each kernel of interest, e.g.
 
   ncu --kernel-name-base demangled --launch-skip 700 --launch-count 6 \
       --section SourceCounters --page source --print-source sass --csv \
-      .devcarry/cuda_bench --shape 0.5b --steps 8 --prefill 0 --batches 32 --numerics fast > src.csv
+      build-cuda/bench/inference/cuda_bench --shape 0.5b --steps 8 --prefill 0 --batches 32 --numerics fast > src.csv
 
 then, here or there:
 

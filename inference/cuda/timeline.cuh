@@ -16,7 +16,9 @@ namespace {
 // after WaitForPrevious), and thread 0 appends the block's record to its multiprocessor's log
 // when the scope closes, on whichever path it returns by. Elsewhere an empty struct.
 #ifdef ROTE_CUDA_TIMELINE
-__device__ KernelTimeline* g_timeline = nullptr;
+// The log the instrumented kernels of this step append to; set before each step's launches
+// (cudaMemcpyToSymbolAsync), read-only while a kernel runs.
+__constant__ KernelTimeline* g_timeline = nullptr;
 
 __device__ __forceinline__ unsigned long long TimelineClock() {
   unsigned long long t;

@@ -284,7 +284,7 @@ TEST_F(GenerationApiTest, GenerateChecksItsRequest) {
 }
 
 std::string FixtureDir() {
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures" / "qwen2").string();
+  return (std::filesystem::path(ROTE_SOURCE_DIR) / "tests" / "fixtures" / "qwen2").string();
 }
 
 ServerOptions LocalServer(const std::string& name) {

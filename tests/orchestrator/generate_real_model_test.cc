@@ -22,7 +22,7 @@ using ::testing::HasSubstr;
 
 std::string FixtureDir() {
   // tests/orchestrator/<this file> -> tests/fixtures/qwen2
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "fixtures" / "qwen2").string();
+  return (std::filesystem::path(ROTE_SOURCE_DIR) / "tests" / "fixtures" / "qwen2").string();
 }
 
 store::GenerationSpecRecord Spec(const std::string& name) {

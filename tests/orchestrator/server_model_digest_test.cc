@@ -38,7 +38,7 @@ TEST(ModelDigestCacheTest, ReusedWhileFilesAreUnchangedAndRecomputedAfterARewrit
   fs::remove_all(root);
   const fs::path model_dir = root / "model";
   fs::create_directories(root);
-  fs::copy(fs::path(__FILE__).parent_path().parent_path() / "fixtures" / "qwen2", model_dir, fs::copy_options::recursive);
+  fs::copy(fs::path(ROTE_SOURCE_DIR) / "tests" / "fixtures" / "qwen2", model_dir, fs::copy_options::recursive);
 
   ServerOptions o;
   o.listen = "127.0.0.1:0";
@@ -86,7 +86,7 @@ TEST(ServerModelOptionsTest, NumericsAndKvCacheAreCheckedAndReported) {
   o.metrics_listen = "off";
   o.data_dir = (root / "data").string();
   o.run_workers = 1;
-  o.model_dir = (fs::path(__FILE__).parent_path().parent_path() / "fixtures" / "qwen2").string();
+  o.model_dir = (fs::path(ROTE_SOURCE_DIR) / "tests" / "fixtures" / "qwen2").string();
   {
     ServerOptions fast_on_cpu = o;
     fast_on_cpu.numerics = "fast";

@@ -46,6 +46,8 @@ long_fn="int Long() {"$'\n'"$(for i in $(seq 1 200); do echo "  x += $i;"; done)
 expect_violation bench/long.cc "$long_fn" "function Long is 202 lines"
 member_fn="class A {"$'\n'"  void Member() {"$'\n'"$(for i in $(seq 1 200); do echo "    x += $i;"; done)"$'\n  }\n};\n'
 expect_violation orchestrator/a.cc "$member_fn" "function Member is 202 lines"
+expect_violation store/y.cc $'#include "sandbox/value.h"\n' "includes a module above"
+expect_violation cli/z.cc $'#include "inference/engine.h"\n' "includes a module above"
 # Allowed: constants and device tables in inference/cuda/, short functions.
 printf 'constexpr int kTile = 8;\n__constant__ float kTable[4];\nstatic const int kRows = 2;\n' > inference/cuda/k.cu
 expect_clean
