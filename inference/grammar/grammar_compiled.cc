@@ -21,9 +21,10 @@ TokenTable BuildTokenTable(const CompiledGrammarImpl& g, int lex_state) {
   TokenTable table;
   table.children.emplace_back();
   table.groups_at.emplace_back();
-  std::map<std::tuple<int, int, int>, int> group_of;  // (node, final state, kind) -> group
+  std::map<std::tuple<int, int, int, bool>, int> group_of;  // (node, final state, kind, leading ignore)
   std::vector<std::vector<std::pair<int32_t, NamePiece>>> members;
   const int vocab = static_cast<int>(g.token_bytes.size());
+  const int num_terms = static_cast<int>(g.spec.terminals.size());
   for (int32_t id = 0; id < vocab; ++id) {
     const std::string& bytes = g.token_bytes[id];
     if (bytes.empty() || g.is_eos[id]) continue;
@@ -31,6 +32,7 @@ TokenTable BuildTokenTable(const CompiledGrammarImpl& g, int lex_state) {
     int start = lex_state == LexerDfa::kStart ? 0 : -1;  // -1: the lexeme began before the token
     int node = 0;
     int names = 0;
+    bool leading_ignore = false;
     NamePiece piece;
     bool dead = false;
     for (size_t i = 0; i < bytes.size() && !dead; ++i) {
@@ -39,16 +41,29 @@ TokenTable BuildTokenTable(const CompiledGrammarImpl& g, int lex_state) {
       if (next != LexerDfa::kDead) { state = next; continue; }
       const int term = state == LexerDfa::kStart ? -1 : L.Accept(state);
       if (term < 0) { dead = true; break; }
-      if (sensitive(term)) {
+      if ((g.ignore_bits[term / 64] >> (term % 64)) & 1) {
+        // Ignored lexemes leave the parser as it is: the trie skips them. One before the first
+        // parsed lexeme needs the matcher's own state to allow it (see Group).
+        if (node == 0) leading_ignore = true;
+        state = L.Next(LexerDfa::kStart, b);
+        start = static_cast<int>(i);
+        if (state == LexerDfa::kDead) dead = true;
+        continue;
+      }
+      // A name lexeme that ends where the token begins is the matcher's unfinished lexeme alone:
+      // its text does not depend on the token, so it is keyed apart and checked once per mask.
+      const bool partial_only = sensitive(term) && start < 0 && i == 0;
+      const int key = partial_only ? term + num_terms : term;
+      if (sensitive(term) && !partial_only) {
         ++names;
         piece = {static_cast<uint16_t>(start < 0 ? 0 : start), static_cast<uint16_t>(i - (start < 0 ? 0 : start)), start < 0};
       }
       auto& kids = table.children[node];
       int child = -1;
-      for (const auto& [t, c] : kids) if (t == term) child = c;
+      for (const auto& [t, c] : kids) if (t == key) child = c;
       if (child < 0) {
         child = static_cast<int>(table.children.size());
-        table.children[node].push_back({term, child});
+        table.children[node].push_back({key, child});
         table.children.emplace_back();
         table.groups_at.emplace_back();
       }
@@ -67,9 +82,10 @@ TokenTable BuildTokenTable(const CompiledGrammarImpl& g, int lex_state) {
     }
     if (names >= 2) { table.several_names.push_back(id); continue; }
     const int kind = names == 0 ? TokenTable::kPlain : final_name ? TokenTable::kPartialName : TokenTable::kCompleteName;
-    auto [it, fresh] = group_of.emplace(std::make_tuple(node, state, kind), static_cast<int>(table.groups.size()));
+    auto [it, fresh] = group_of.emplace(std::make_tuple(node, state, kind, leading_ignore), static_cast<int>(table.groups.size()));
     if (fresh) {
       TokenTable::Group grp;
+      grp.leading_ignore = leading_ignore;
       grp.node = node;
       grp.final_state = state;
       grp.kind = static_cast<TokenTable::Kind>(kind);

@@ -39,8 +39,14 @@ struct TokenTable {
     Kind kind = kPlain;
     uint32_t begin = 0, end = 0;  // range of `tokens` (and `pieces`)
     int dense = -1;               // a large group's tokens as a mask in `dense_bits`, or -1
+    // An ignored lexeme comes before the first lexeme the parser takes: the matcher must allow
+    // one where it stands. Later ignored lexemes need nothing: the parser takes a terminal (or
+    // the final lexeme) after them, so it expects something there, which is all they need.
+    bool leading_ignore = false;
   };
-  std::vector<std::vector<std::pair<int, int>>> children;  // trie: node -> (terminal, child)
+  // Trie of completed lexemes: node -> (key, child). The key is the terminal, or terminal +
+  // number of terminals for a name lexeme that is the matcher's unfinished lexeme alone.
+  std::vector<std::vector<std::pair<int, int>>> children;
   std::vector<std::vector<int>> groups_at;                  // node -> groups
   std::vector<Group> groups;
   std::vector<int32_t> tokens;

@@ -27,6 +27,7 @@ struct MatcherState {
   std::vector<std::string> declared;
   std::vector<Step> history;
   bool finished = false;
+  bool root_ignore_ok = false;  // FillMask: an ignored lexeme may end the unfinished one
 
   MatcherState(std::shared_ptr<const CompiledGrammar> cg)
       : grammar(std::move(cg)), g(&grammar->impl()), parser(g->tables.get()) {}
@@ -148,6 +149,7 @@ void MatcherState::AddGroup(const TokenTable& t, const TokenTable::Group& grp, i
     buf.append(tok.substr(p.offset, p.length));
     return buf;
   };
+  if (grp.leading_ignore && !root_ignore_ok) return;
   std::string buf;
   auto add_all = [&] {
     if (grp.dense >= 0) {
@@ -186,11 +188,21 @@ void MatcherState::AddGroup(const TokenTable& t, const TokenTable::Group& grp, i
 // "the name passes @ref" and "it does not" when the parser's answer depends on it.
 void MatcherState::Walk(const TokenTable& t, int node, int label, uint64_t* bits) {
   for (int gi : t.groups_at[node]) AddGroup(t, t.groups[gi], label, bits);
-  for (const auto& [term, child] : t.children[node]) {
-    if (Bit(g->ignore_bits, term)) {
-      if (IgnoreAllowed()) Walk(t, child, label, bits);
+  const int num_terms = static_cast<int>(g->spec.terminals.size());
+  for (const auto& [key, child] : t.children[node]) {
+    if (key >= num_terms) {
+      // The unfinished lexeme alone, a name: its text is known now.
+      const int term = key - num_terms;
+      const bool ok = NameOk(partial);
+      const bool takes = ((parser.ExpectFree()[term / 64] >> (term % 64)) & 1) ||
+                         (ok && ((parser.ExpectRef()[term / 64] >> (term % 64)) & 1));
+      if (takes && parser.Scan(term, ok, nullptr)) {
+        Walk(t, child, label, bits);
+        parser.Pop();
+      }
       continue;
     }
+    const int term = key;
     const bool sensitive = g->tables->lex_has_role[term];
     const bool free = (parser.ExpectFree()[term / 64] >> (term % 64)) & 1;
     const bool ref = (parser.ExpectRef()[term / 64] >> (term % 64)) & 1;
@@ -226,6 +238,7 @@ void MatcherState::FillMask(uint64_t* bits) {
   std::memset(bits, 0, words * sizeof(uint64_t));
   if (finished) return;
   const TokenTable& t = g->Table(lex_state);
+  root_ignore_ok = IgnoreAllowed();
   Walk(t, 0, kFree, bits);
   for (int32_t id : t.several_names) {
     Step before = Save();
