@@ -1,6 +1,8 @@
 #include "inference/grammar/earley.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 
 namespace rote::inference::grammar {
 namespace {
@@ -84,11 +86,12 @@ void EarleyParser::Close(size_t k) {
     if (d == rhs.size()) {
       if (o == k) continue;  // nullable completion: handled at prediction
       const int lhs = T.prod_lhs[p];
-      for (size_t j = set_start_[o]; j < set_start_[o + 1]; ++j) {
-        const uint64_t w = items_[j];
-        const auto& wr = T.prod_rhs[ItemProd(w)];
-        const uint32_t wd = ItemDot(w);
-        if (wd < wr.size() && wr[wd] == lhs) Insert(MakeItem(ItemProd(w), wd + 1, ItemOrigin(w)));
+      if (!indexed_[o]) IndexSet(o);
+      const auto first = by_next_symbol_.begin() + set_start_[o];
+      const auto last = by_next_symbol_.begin() + set_start_[o + 1];
+      for (auto at = std::lower_bound(first, last, lhs); at != last && *at == lhs; ++at) {
+        const uint64_t w = by_next_item_[at - by_next_symbol_.begin()];
+        Insert(MakeItem(ItemProd(w), ItemDot(w) + 1, ItemOrigin(w)));
       }
       continue;
     }
@@ -98,6 +101,8 @@ void EarleyParser::Close(size_t k) {
     if (T.nullable[x]) Insert(MakeItem(p, d + 1, o));
   }
   set_start_.back() = static_cast<uint32_t>(items_.size());
+  indexed_.resize(k + 1);
+  indexed_[k] = 0;
   const size_t w = T.lex_words;
   exp_free_.resize((k + 1) * w);
   exp_ref_.resize((k + 1) * w);
@@ -142,6 +147,30 @@ bool EarleyParser::Scan(int lex, bool ref_ok, bool* declared) {
   return true;
 }
 
+void EarleyParser::IndexSet(size_t o) {
+  constexpr int32_t kNoSymbol = INT32_MAX;
+  const auto& T = *tables_;
+  const size_t a = set_start_[o], b = set_start_[o + 1];
+  if (by_next_symbol_.size() < b) {
+    by_next_symbol_.resize(b);
+    by_next_item_.resize(b);
+  }
+  std::vector<std::pair<int32_t, uint64_t>> entries;
+  entries.reserve(b - a);
+  for (size_t j = a; j < b; ++j) {
+    const uint64_t it = items_[j];
+    const auto& rhs = T.prod_rhs[ItemProd(it)];
+    const uint32_t d = ItemDot(it);
+    entries.push_back({d < rhs.size() && rhs[d] >= 0 ? rhs[d] : kNoSymbol, it});
+  }
+  std::sort(entries.begin(), entries.end());
+  for (size_t j = a; j < b; ++j) {
+    by_next_symbol_[j] = entries[j - a].first;
+    by_next_item_[j] = entries[j - a].second;
+  }
+  indexed_[o] = 1;
+}
+
 void EarleyParser::Pop() {
   if (num_sets() > 1) Truncate(num_sets() - 1);
 }
@@ -150,6 +179,11 @@ void EarleyParser::Truncate(size_t n) {
   if (n < 1 || n >= num_sets()) return;
   set_start_.resize(n + 1);
   items_.resize(set_start_[n]);
+  indexed_.resize(n);
+  if (by_next_symbol_.size() > items_.size()) {
+    by_next_symbol_.resize(items_.size());
+    by_next_item_.resize(items_.size());
+  }
   exp_free_.resize(n * tables_->lex_words);
   exp_ref_.resize(n * tables_->lex_words);
 }

@@ -49,11 +49,18 @@ class EarleyParser {
  private:
   void Close(size_t set_index);
   bool Insert(uint64_t item);
+  void IndexSet(size_t set_index);
 
   const EarleyTables* tables_;
   std::vector<uint64_t> items_;
   std::vector<uint32_t> set_start_;  // num_sets + 1 offsets into items_
   std::vector<uint64_t> exp_free_, exp_ref_;
+  // Completion looks up the items of an origin set waiting for a nonterminal: each set's items
+  // sorted by the symbol after the dot (kNoSymbol when none), built the first time a completion
+  // needs that set, so a committed set is indexed once and serves every later mask.
+  std::vector<int32_t> by_next_symbol_;
+  std::vector<uint64_t> by_next_item_;
+  std::vector<char> indexed_;  // per set
   // Dedup table of the set being built: open addressing, entries valid when stamp matches.
   std::vector<uint64_t> seen_key_;
   std::vector<uint32_t> seen_stamp_;
