@@ -97,6 +97,14 @@ TokenTable BuildTokenTable(const CompiledGrammarImpl& g, int lex_state) {
   }
   for (size_t k = 0; k < table.groups.size(); ++k) {
     table.groups[k].begin = static_cast<uint32_t>(table.tokens.size());
+    if (table.groups[k].kind != TokenTable::kPlain) {
+      // Sorted by name piece, so the matcher finds the tokens of an allowed name by search.
+      auto text = [&](const std::pair<int32_t, NamePiece>& m) {
+        return std::string_view(g.token_bytes[m.first]).substr(m.second.offset, m.second.length);
+      };
+      std::stable_sort(members[k].begin(), members[k].end(),
+                       [&](const auto& x, const auto& y) { return text(x) < text(y); });
+    }
     for (const auto& [id, piece] : members[k]) {
       table.tokens.push_back(id);
       table.pieces.push_back(piece);

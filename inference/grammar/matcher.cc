@@ -159,11 +159,41 @@ void MatcherState::AddGroup(const TokenTable& t, const TokenTable::Group& grp, i
     }
     for (uint32_t i = grp.begin; i < grp.end; ++i) SetBit(bits, t.tokens[i]);
   };
+  // Large groups are sorted by name piece: the tokens whose name is allowed (or, for an
+  // unfinished name, is a prefix of an allowed one) are found by searching each allowed name.
+  const bool search = grp.end - grp.begin > 8;
+  auto for_allowed = [&](bool prefixes, auto&& fn) {
+    const bool rel = t.pieces[grp.begin].after_partial;
+    for (const auto& entry : names.names()) {
+      const std::string& name = entry.first;
+      if (rel && !std::string_view(name).starts_with(partial)) continue;
+      const std::string_view rest = std::string_view(name).substr(rel ? partial.size() : 0);
+      for (size_t len = prefixes ? 1 : rest.size(); len <= rest.size(); ++len) {
+        const std::string_view key = rest.substr(0, len);
+        uint32_t lo = grp.begin, hi = grp.end;
+        while (lo < hi) {  // first piece >= key
+          const uint32_t mid = (lo + hi) / 2;
+          const NamePiece& p = t.pieces[mid];
+          if (std::string_view(g->token_bytes[t.tokens[mid]]).substr(p.offset, p.length) < key) lo = mid + 1;
+          else hi = mid;
+        }
+        for (; lo < grp.end; ++lo) {
+          const NamePiece& p = t.pieces[lo];
+          if (std::string_view(g->token_bytes[t.tokens[lo]]).substr(p.offset, p.length) != key) break;
+          fn(t.tokens[lo]);
+        }
+      }
+    }
+  };
   if (grp.kind == TokenTable::kPlain || grp.kind == TokenTable::kCompleteName) {
     if (grp.kind == TokenTable::kPlain && label != kFree) return;
     if (FinalViability(grp.final_state) != 1) return;
     if (label == kFree) {
       add_all();
+      return;
+    }
+    if (search && label == kNameOk) {
+      for_allowed(false, [&](int32_t id) { SetBit(bits, id); });
       return;
     }
     for (uint32_t i = grp.begin; i < grp.end; ++i) {
@@ -176,6 +206,8 @@ void MatcherState::AddGroup(const TokenTable& t, const TokenTable::Group& grp, i
   const int v = FinalViability(grp.final_state);
   if (v == 1) {
     add_all();
+  } else if (v == 2 && search) {
+    for_allowed(true, [&](int32_t id) { SetBit(bits, id); });
   } else if (v == 2) {
     for (uint32_t i = grp.begin; i < grp.end; ++i) {
       if (PrefixOk(piece_text(i, buf))) SetBit(bits, t.tokens[i]);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -12,8 +14,17 @@ class NameTrie {
  public:
   NameTrie() : nodes_(1) {}
 
-  void Add(std::string_view name) { Walk(name, +1); }
-  void Remove(std::string_view name) { Walk(name, -1); }
+  void Add(std::string_view name) {
+    Walk(name, +1);
+    ++count_[std::string(name)];
+  }
+  void Remove(std::string_view name) {
+    Walk(name, -1);
+    auto it = count_.find(std::string(name));
+    if (it != count_.end() && --it->second == 0) count_.erase(it);
+  }
+  // Every name, sorted.
+  const std::map<std::string, int>& names() const { return count_; }
 
   // Node reached by `text` from `from` (0 = root), or -1 when no name continues that way.
   int Find(int from, std::string_view text) const {
@@ -55,6 +66,7 @@ class NameTrie {
     nodes_[n].ends += delta;
   }
   std::vector<Node> nodes_;
+  std::map<std::string, int> count_;
 };
 
 }  // namespace rote::inference::grammar
