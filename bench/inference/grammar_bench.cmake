@@ -1,0 +1,4 @@
+# Grammar-constrained decoding: compile time, memory and mask time per token (JSON lines).
+add_executable(bench_grammar ${CMAKE_CURRENT_SOURCE_DIR}/grammar_bench.cc)
+target_link_libraries(bench_grammar PRIVATE rote_inference rote_warnings)
+target_compile_definitions(bench_grammar PRIVATE ROTE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
