@@ -2,6 +2,7 @@
 #include <iostream>
 #include <string>
 
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 
@@ -40,6 +41,12 @@ int main(int argc, char** argv) {
   if (name == "--version" || name == "version") {
     std::cout << "rote " << ROTE_VERSION << "\n";
     return rote::cli::kExitOk;
+  }
+  rote::cli::FlagSpec client_flags;
+  rote::cli::AddClientFlags(&client_flags);
+  if (name.rfind("--", 0) == 0 && client_flags.with_value.count(name.substr(2))) {
+    std::cerr << "rote: " << name << " needs a value\n";
+    return rote::cli::kExitUsage;
   }
   const rote::cli::CommandInfo* cmd = rote::cli::FindCommand(name);
   if (cmd == nullptr) {

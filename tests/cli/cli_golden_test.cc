@@ -253,6 +253,9 @@ TEST_F(CliTest, ClientFlagsAreAcceptedBeforeTheCommand) {
   Result unknown = RunRote({"--frobnicate", "runs", "list"});
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_THAT(unknown.err, HasSubstr("unknown command `--frobnicate`"));
+  Result missing = RunRote({"--server"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("--server needs a value"));
   Result help = RunRote({"--server", address_, "runs", "--help"});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, HasSubstr("Usage: rote runs"));
