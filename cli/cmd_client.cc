@@ -77,6 +77,44 @@ std::optional<ParsedFlags> Parse(const Args& args, FlagSpec spec, const std::str
   return std::move(*flags);
 }
 
+// --- lists ----------------------------------------------------------------------------------
+
+const char kListFlagsHelp[] =
+    "List flags (every list; rows come oldest first):\n"
+    "  --page-size N       rows per page (default 50, at most 1000)\n"
+    "  --page-token T      the page after the one that printed `next page: --page-token T`\n"
+    "  --all               follow the page tokens to the end\n";
+
+void AddListFlags(FlagSpec* spec) {
+  spec->with_value.insert({"page-size", "page-token"});
+  spec->boolean.insert("all");
+}
+
+// Lists one page (the one --page-token names, or the first) or, with --all, every page from
+// there to the end into `out`; its next_page_token is the one of the last page fetched.
+template <typename Req, typename Resp, typename Call>
+grpc::Status ListPages(const Client& client, const ParsedFlags& flags, Req req, Resp* out, Call call) {
+  req.set_page_size(std::atoi(flags.GetOr("page-size", "0").c_str()));
+  req.set_page_token(flags.GetOr("page-token", ""));
+  for (;;) {
+    auto ctx = client.Context();
+    Resp page;
+    grpc::Status st = call(ctx.get(), req, &page);
+    if (!st.ok()) return st;
+    out->MergeFrom(page);
+    out->set_next_page_token(page.next_page_token());
+    if (!flags.Has("all") || page.next_page_token().empty()) return grpc::Status::OK;
+    req.set_page_token(page.next_page_token());
+  }
+}
+
+// A list's table, then the flag that reads the next page when there is one (--json has it as
+// next_page_token).
+void PrintListPage(const Table& table, const std::string& next_page_token) {
+  table.Print(std::cout);
+  if (!next_page_token.empty()) std::cout << "next page: --page-token " << next_page_token << "\n";
+}
+
 std::string Time(const google::protobuf::Timestamp& t) {
   if (t.seconds() == 0 && t.nanos() == 0) return "-";
   return TimeUtil::ToString(t);
@@ -223,11 +261,14 @@ int CmdBlueprints(const Args& args) {
       "  register FILE.lua [--lockfile FILE]  register a blueprint (and its lockfile; default:\n"
       "                                       FILE.lock beside it when present)\n"
       "  get NAME                             show a blueprint: blueprints/<digest> or its name\n"
-      "  list [--name NAME]                   list blueprints, newest first\n"
-      "  lock NAME [--write FILE]             print (or write) the lockfile of current bindings\n\n";
+      "  list [--name NAME] [list flags]      list blueprints, oldest first\n"
+      "  lock NAME [--write FILE]             print (or write) the lockfile of current bindings\n\n" +
+      std::string(kListFlagsHelp) + "\n";
   int code = 0;
   ClientOptions client_options;
-  auto flags = Parse(args, {{"lockfile", "name", "write", "page-size"}, {}}, usage, &code, &client_options);
+  FlagSpec spec{{"lockfile", "name", "write"}, {}};
+  AddListFlags(&spec);
+  auto flags = Parse(args, spec, usage, &code, &client_options);
   if (!flags) return code;
   if (flags->positionals.empty()) return Usage(usage, "missing command");
   const std::string cmd = flags->positionals[0];
@@ -275,9 +316,10 @@ int CmdBlueprints(const Args& args) {
   if (cmd == "list") {
     rote::v1::ListBlueprintsRequest req;
     req.set_display_name(flags->GetOr("name", ""));
-    req.set_page_size(std::atoi(flags->GetOr("page-size", "0").c_str()));
     rote::v1::ListBlueprintsResponse resp;
-    grpc::Status st = stub.ListBlueprints(ctx.get(), req, &resp);
+    grpc::Status st = ListPages(client, *flags, req, &resp, [&](auto* c, const auto& r, auto* p) {
+      return stub.ListBlueprints(c, r, p);
+    });
     if (!st.ok()) return client.Fail(st, "listing blueprints");
     if (client.options().json) { Client::PrintJson(resp, std::cout); return kExitOk; }
     // List items carry no sources (rote blueprints get prints one); the size says how large.
@@ -285,7 +327,7 @@ int CmdBlueprints(const Args& args) {
     for (const auto& b : resp.blueprints())
       t.Add({Short(b.digest()), b.display_name(), b.version(), absl::StrCat(b.generation_points_size()),
              absl::StrCat(b.source_size_bytes()), Time(b.create_time())});
-    t.Print(std::cout);
+    PrintListPage(t, resp.next_page_token());
     return kExitOk;
   }
   if (cmd == "lock") {
@@ -380,6 +422,8 @@ int WatchRun(Client& client, const std::string& name) {
         break;
       default: break;
     }
+    // Each event as it arrives, also when stdout is a pipe (where it is block-buffered).
+    std::cout.flush();
   }
   grpc::Status st = reader->Finish();
   if (!st.ok()) return client.Fail(st, "watching " + name);
@@ -401,15 +445,17 @@ int CmdRuns(const Args& args) {
       "         [--allow-generation] [--allow-pending] [--watch]\n"
       "                       submit a run; BLUEPRINT is blueprints/<digest> or a name\n"
       "  get RUN              show a run and its output\n"
-      "  list [--blueprint B] [--state pending|running|succeeded|failed|cancelled]\n"
+      "  list [--blueprint B] [--state pending|running|succeeded|failed|cancelled] [list flags]\n"
       "  watch RUN            stream a run's events until it ends (exit 0 if it succeeded)\n"
       "  replay RUN           re-execute with the recorded bindings and compare every step\n"
-      "  cancel RUN           cancel a pending or running run\n\n";
+      "  cancel RUN           cancel a pending or running run\n\n" +
+      std::string(kListFlagsHelp) + "\n";
   int code = 0;
   ClientOptions client_options;
-  auto flags = Parse(args, {{"input", "input-file", "request-id", "blueprint", "state", "page-size"},
-                            {"allow-generation", "allow-pending", "watch"}},
-                     usage, &code, &client_options);
+  FlagSpec spec{{"input", "input-file", "request-id", "blueprint", "state"},
+                {"allow-generation", "allow-pending", "watch"}};
+  AddListFlags(&spec);
+  auto flags = Parse(args, spec, usage, &code, &client_options);
   if (!flags) return code;
   if (flags->positionals.empty()) return Usage(usage, "missing command");
   const std::string cmd = flags->positionals[0];
@@ -443,7 +489,7 @@ int CmdRuns(const Args& args) {
     grpc::Status st = stub.SubmitRun(ctx.get(), req, &resp);
     if (!st.ok()) return client.Fail(st, "submitting a run of " + req.blueprint());
     if (flags->Has("watch")) {
-      if (!client.options().json) std::cout << "run: " << resp.name() << "\n";
+      if (!client.options().json) std::cout << "run: " << resp.name() << "\n" << std::flush;
       return WatchRun(client, resp.name());
     }
     st = CompleteOutput(client, stub, &resp);
@@ -480,9 +526,10 @@ int CmdRuns(const Args& args) {
         return Usage(usage, "unknown state `" + *s + "`");
       req.set_state(state);
     }
-    req.set_page_size(std::atoi(flags->GetOr("page-size", "0").c_str()));
     rote::v1::ListRunsResponse resp;
-    grpc::Status st = stub.ListRuns(ctx.get(), req, &resp);
+    grpc::Status st = ListPages(client, *flags, req, &resp, [&](auto* c, const auto& r, auto* p) {
+      return stub.ListRuns(c, r, p);
+    });
     if (!st.ok()) return client.Fail(st, "listing runs");
     if (client.options().json) { Client::PrintJson(resp, std::cout); return kExitOk; }
     Table t({"RUN", "STATE", "BLUEPRINT", "STEPS", "OUTPUT", "BYTES", "CREATED"});
@@ -490,7 +537,7 @@ int CmdRuns(const Args& args) {
       t.Add({r.name(), StateName(r.state()), r.blueprint(), absl::StrCat(r.step_count()),
              r.output_digest().empty() ? "-" : Short(r.output_digest()),
              r.output_digest().empty() ? "-" : absl::StrCat(r.output_size_bytes()), Time(r.create_time())});
-    t.Print(std::cout);
+    PrintListPage(t, resp.next_page_token());
     return kExitOk;
   }
   if (cmd == "watch") {
@@ -529,29 +576,32 @@ int CmdRuns(const Args& args) {
 int CmdArtifacts(const Args& args) {
   static const std::string usage =
       "Usage: rote artifacts <command>\n"
-      "  list [--point NAME] [--state pending|approved|rejected]\n"
+      "  list [--point NAME] [--state pending|approved|rejected] [list flags]\n"
       "  get NAME                        source, provenance, validation report, reviews;\n"
       "                                  NAME is artifacts/<digest> or artifacts/<point>/revisions/<n>\n"
-      "  revisions POINT                 the revision history of a generation point\n"
+      "  revisions POINT [list flags]    the revision history of a generation point\n"
       "  approve NAME --etag ETAG [--comment TEXT]\n"
       "  reject NAME --etag ETAG --comment TEXT\n"
       "  diff POINT --to N [--from M]    unified diff between two revisions (default: N-1)\n"
-      "  regenerate NAME                 re-derive from the recorded request; report if bytes match\n\n";
+      "  regenerate NAME                 re-derive from the recorded request; report if bytes match\n\n" +
+      std::string(kListFlagsHelp) + "\n";
   int code = 0;
   ClientOptions client_options;
-  auto flags = Parse(args, {{"point", "state", "etag", "comment", "to", "from", "page-size"}, {}}, usage, &code, &client_options);
+  FlagSpec spec{{"point", "state", "etag", "comment", "to", "from"}, {}};
+  AddListFlags(&spec);
+  auto flags = Parse(args, spec, usage, &code, &client_options);
   if (!flags) return code;
   if (flags->positionals.empty()) return Usage(usage, "missing command");
   const std::string cmd = flags->positionals[0];
   Client client(client_options);
   rote::v1::ArtifactService::Stub stub(client.channel());
   auto ctx = client.Context();
-  auto print_list = [&](const auto& artifacts) {
+  auto print_list = [&](const auto& artifacts, const std::string& next_page_token) {
     Table t({"ARTIFACT", "POINT", "REV", "KIND", "STATE", "AUTHOR", "SOURCE BYTES", "CREATED"});
     for (const auto& a : artifacts)
       t.Add({Short(a.digest()), a.generation_point(), absl::StrCat(a.revision()), KindName(a.kind()),
              ReviewName(a.state()), a.provenance().author(), absl::StrCat(a.source_size_bytes()), Time(a.create_time())});
-    t.Print(std::cout);
+    PrintListPage(t, next_page_token);
   };
 
   if (cmd == "list") {
@@ -563,11 +613,12 @@ int CmdArtifacts(const Args& args) {
         return Usage(usage, "unknown state `" + *s + "`");
       req.set_state(state);
     }
-    req.set_page_size(std::atoi(flags->GetOr("page-size", "0").c_str()));
     rote::v1::ListArtifactsResponse resp;
-    grpc::Status st = stub.ListArtifacts(ctx.get(), req, &resp);
+    grpc::Status st = ListPages(client, *flags, req, &resp, [&](auto* c, const auto& r, auto* p) {
+      return stub.ListArtifacts(c, r, p);
+    });
     if (!st.ok()) return client.Fail(st, "listing artifacts");
-    if (client.options().json) Client::PrintJson(resp, std::cout); else print_list(resp.artifacts());
+    if (client.options().json) Client::PrintJson(resp, std::cout); else print_list(resp.artifacts(), resp.next_page_token());
     return kExitOk;
   }
   if (cmd == "revisions") {
@@ -575,9 +626,11 @@ int CmdArtifacts(const Args& args) {
     rote::v1::ListRevisionsRequest req;
     req.set_generation_point(flags->positionals[1]);
     rote::v1::ListRevisionsResponse resp;
-    grpc::Status st = stub.ListRevisions(ctx.get(), req, &resp);
+    grpc::Status st = ListPages(client, *flags, req, &resp, [&](auto* c, const auto& r, auto* p) {
+      return stub.ListRevisions(c, r, p);
+    });
     if (!st.ok()) return client.Fail(st, "listing revisions of " + req.generation_point());
-    if (client.options().json) Client::PrintJson(resp, std::cout); else print_list(resp.revisions());
+    if (client.options().json) Client::PrintJson(resp, std::cout); else print_list(resp.revisions(), resp.next_page_token());
     return kExitOk;
   }
   if (cmd == "get" || cmd == "approve" || cmd == "reject" || cmd == "regenerate") {

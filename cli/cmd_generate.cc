@@ -14,7 +14,11 @@
 
 namespace rote::cli {
 
-int InferenceToolExitCode(const orchestrator::offline::ToolStatus& s, const char* command);  // cmd_model.cc
+// cmd_model.cc
+int InferenceToolExitCode(const orchestrator::offline::ToolStatus& s, const char* command);
+std::string InferenceToolUsage(
+    orchestrator::offline::ToolStatus (*tool)(const std::vector<std::string>&, std::ostream&, std::ostream&),
+    const std::vector<std::string>& args);
 
 namespace {
 
@@ -118,6 +122,7 @@ int GenerateOnServer(const Args& args) {
       default:
         break;
     }
+    std::cout.flush();  // each event as it arrives, also into a pipe
   }
   end_text();
   grpc::Status st = reader->Finish();
@@ -131,6 +136,12 @@ int CmdGenerate(const Args& args) {
   // With --spec the pipeline on a server does the work; otherwise the local model tool.
   if (std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "--spec" || a.rfind("--spec=", 0) == 0; })) {
     return GenerateOnServer(args);
+  }
+  if (IsHelpRequest(args)) {
+    std::cout << "Usage: rote generate --model DIR ...   (a local model, in this process)\n"
+              << InferenceToolUsage(orchestrator::offline::GenerateTool, {}) << "\n"
+              << kServerUsage << ClientFlagsHelp();
+    return kExitOk;
   }
   return InferenceToolExitCode(orchestrator::offline::GenerateTool(args, std::cout, std::cerr), "generate");
 }

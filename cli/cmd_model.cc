@@ -2,6 +2,7 @@
 // module (inference/commands.h) so the standalone rote-infer shares it; the CLI reaches it
 // through orchestrator/offline.h.
 #include <iostream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
@@ -25,7 +26,24 @@ int InferenceToolExitCode(const orchestrator::offline::ToolStatus& s, const char
   }
 }
 
+// The inference tool's own usage line: the first line of the usage error it gives for `args`.
+std::string InferenceToolUsage(
+    orchestrator::offline::ToolStatus (*tool)(const std::vector<std::string>&, std::ostream&, std::ostream&),
+    const std::vector<std::string>& args) {
+  std::ostringstream out;
+  std::ostringstream err;
+  const orchestrator::offline::ToolStatus s = tool(args, out, err);
+  const std::string message(s.status.message());
+  return message.substr(0, message.find('\n')) + "\n";
+}
+
 int CmdModel(const Args& args) {
+  if (IsHelpRequest(args)) {
+    std::cout << "Usage: rote model info DIR | rote model synth ...\n"
+                 "Inspects a model directory (config, tokenizer, tensors) or writes a synthetic one.\n"
+              << InferenceToolUsage(orchestrator::offline::ModelTool, {});
+    return kExitOk;
+  }
   return InferenceToolExitCode(orchestrator::offline::ModelTool(args, std::cout, std::cerr), "model");
 }
 

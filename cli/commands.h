@@ -23,4 +23,23 @@ int CmdScript(const Args& args);      // cmd_script.cc: script run (sandbox)
 int CmdRegex(const Args& args);       // cmd_regex.cc: regex find (sandbox)
 int CmdBackup(const Args& args);      // cmd_backup.cc: online backup of the store
 
+// The command table (commands.cc): each command, its one-line summary and the subcommands it
+// takes (empty for commands without any). `rote --help` prints it; tests walk it.
+struct CommandInfo {
+  const char* name;
+  int (*run)(const Args&);
+  const char* summary;
+  std::vector<std::string> subcommands;
+};
+const std::vector<CommandInfo>& CommandTable();
+const CommandInfo* FindCommand(const std::string& name);  // nullptr when unknown
+
+// Whether `args` ask for help (--help or -h before any `--`).
+bool IsHelpRequest(const Args& args);
+
+// Client flags given before the command (`rote --server H:P runs list`): copies the leading
+// ones in `args` to `globals` and returns how many words they took. They mean what they mean
+// after the command, where each command parses them.
+size_t TakeGlobalFlags(const Args& args, Args* globals);
+
 }  // namespace rote::cli

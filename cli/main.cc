@@ -1,46 +1,24 @@
 // The `rote` command: the server (`rote serve`), a client for every API method, and local tools.
 #include <iostream>
-#include <map>
 #include <string>
 
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 
 namespace {
 
-struct Command {
-  int (*run)(const rote::cli::Args&);
-  const char* summary;
-};
-
-const std::map<std::string, Command>& Commands() {
-  using namespace rote::cli;
-  static const std::map<std::string, Command> commands = {
-      {"serve", {CmdServe, "run the gRPC server"}},
-      {"demo", {CmdDemo, "the main job on the embedded defaults (README quick start)"}},
-      {"health", {CmdHealth, "ask a server's health service"}},
-      {"api", {CmdApi, "list a server's services and methods over reflection"}},
-      {"blueprints", {CmdBlueprints, "register, show, list and lock blueprints"}},
-      {"runs", {CmdRuns, "submit, watch, show, list, replay and cancel runs"}},
-      {"artifacts", {CmdArtifacts, "list, show, review, diff and regenerate generated code"}},
-      {"generate", {CmdGenerate, "generate text with a local model directory"}},
-      {"model", {CmdModel, "inspect or synthesize model directories"}},
-      {"script", {CmdScript, "run a Lua function artifact in the sandbox"}},
-      {"regex", {CmdRegex, "find RE2 matches in a file or stdin"}},
-      {"backup", {CmdBackup, "online backup of a server's store"}},
-  };
-  return commands;
-}
-
 void PrintHelp(std::ostream& out) {
   out << "rote: code, not answers. A model writes code once; rote runs it deterministically.\n\n"
-         "Usage: rote <command> [args]   (rote <command> --help for each command's flags)\n\n"
+         "Usage: rote [client flags] <command> [args]   (rote <command> --help for each command's flags)\n\n"
          "Commands:\n";
-  for (const auto& [name, cmd] : Commands()) {
+  for (const rote::cli::CommandInfo& cmd : rote::cli::CommandTable()) {
+    const std::string name = cmd.name;
     out << "  " << name << std::string(12 - name.size(), ' ') << cmd.summary << "\n";
   }
   out << "\nClient commands talk to --server HOST:PORT (default 127.0.0.1:7878, or $ROTE_SERVER)\n"
-         "with --token (or $ROTE_TOKEN); --json prints JSON for scripts.\n"
+         "with --token (or $ROTE_TOKEN); --json prints JSON for scripts. Client flags go before\n"
+         "or after the command.\n"
          "Exit codes: 0 ok, 1 failed, 2 usage, 3 server unreachable, 4 auth, 5 not found,\n"
          "6 invalid or precondition, 7 data loss, 8 internal, 9 resource exhausted.\n";
 }
@@ -48,11 +26,14 @@ void PrintHelp(std::ostream& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
+  const rote::cli::Args all(argv + 1, argv + argc);
+  rote::cli::Args globals;
+  const size_t at = rote::cli::TakeGlobalFlags(all, &globals);
+  if (at >= all.size()) {
     PrintHelp(std::cerr);
     return rote::cli::kExitUsage;
   }
-  const std::string name = argv[1];
+  const std::string name = all[at];
   if (name == "--help" || name == "-h" || name == "help") {
     PrintHelp(std::cout);
     return rote::cli::kExitOk;
@@ -61,12 +42,21 @@ int main(int argc, char** argv) {
     std::cout << "rote " << ROTE_VERSION << "\n";
     return rote::cli::kExitOk;
   }
-  auto it = Commands().find(name);
-  if (it == Commands().end()) {
+  rote::cli::FlagSpec client_flags;
+  rote::cli::AddClientFlags(&client_flags);
+  if (name.rfind("--", 0) == 0 && client_flags.with_value.count(name.substr(2))) {
+    std::cerr << "rote: " << name << " needs a value\n";
+    return rote::cli::kExitUsage;
+  }
+  const rote::cli::CommandInfo* cmd = rote::cli::FindCommand(name);
+  if (cmd == nullptr) {
     std::cerr << "rote: unknown command `" << name << "`\n\n";
     PrintHelp(std::cerr);
     return rote::cli::kExitUsage;
   }
-  rote::cli::Args args(argv + 2, argv + argc);
-  return it->second.run(args);
+  // Flags given before the command go first, so a `--` among the command's words still ends
+  // flags only for what follows it.
+  rote::cli::Args args = globals;
+  args.insert(args.end(), all.begin() + static_cast<long>(at) + 1, all.end());
+  return cmd->run(args);
 }

@@ -11,10 +11,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "cli/client.h"
+#include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -130,6 +133,36 @@ TEST(CliHelpTest, SubcommandHelpIsGolden) {
   }
 }
 
+// Every command and subcommand in the CLI's own table answers --help with its usage on stdout
+// and exit 0 (`rote generate --help` and `rote model --help` were usage errors).
+TEST(CliHelpTest, EveryCommandAndSubcommandAnswersHelp) {
+  ASSERT_FALSE(rote::cli::CommandTable().empty());
+  for (const rote::cli::CommandInfo& cmd : rote::cli::CommandTable()) {
+    const std::string usage = std::string("usage: rote ") + cmd.name;
+    for (const char* flag : {"--help", "-h"}) {
+      Result r = RunRote({cmd.name, flag});
+      EXPECT_EQ(r.exit_code, 0) << cmd.name << " " << flag << ": " << r.err;
+      EXPECT_THAT(absl::AsciiStrToLower(r.out), HasSubstr(usage)) << cmd.name << " " << flag;
+    }
+    for (const std::string& sub : cmd.subcommands) {
+      Result r = RunRote({cmd.name, sub, "--help"});
+      EXPECT_EQ(r.exit_code, 0) << cmd.name << " " << sub << ": " << r.err;
+      EXPECT_THAT(absl::AsciiStrToLower(r.out), HasSubstr(usage)) << cmd.name << " " << sub;
+      EXPECT_THAT(r.out, HasSubstr(sub)) << cmd.name << " " << sub;
+    }
+  }
+}
+
+// Every list documents the page flags in its --help.
+TEST(CliHelpTest, ListsDocumentTheirPageFlags) {
+  for (const char* cmd : {"blueprints", "runs", "artifacts"}) {
+    Result r = RunRote({cmd, "list", "--help"});
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    for (const char* flag : {"--page-size N", "--page-token T", "--all", "oldest first"})
+      EXPECT_THAT(r.out, HasSubstr(flag)) << cmd;
+  }
+}
+
 TEST(CliHelpTest, UnknownCommandIsAUsageError) {
   Result r = RunRote({"frobnicate"});
   EXPECT_EQ(r.exit_code, 2);
@@ -196,6 +229,36 @@ TEST_F(CliTest, MissingTokenExitsWithAuthCode) {
   EXPECT_EQ(r.exit_code, 4);
   EXPECT_THAT(r.err, HasSubstr("missing bearer token"));
   EXPECT_THAT(r.err, HasSubstr("--token"));
+}
+
+// Client flags mean the same before the command as after it.
+TEST_F(CliTest, ClientFlagsAreAcceptedBeforeTheCommand) {
+  const std::string token = "cli-test-token-0123456789";
+  Result before = RunRote({"--server", address_, "--token", token, "--json", "runs", "list"});
+  Result after = RunRote({"runs", "list", "--server", address_, "--token", token, "--json"});
+  EXPECT_EQ(before.exit_code, 0) << before.err;
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_EQ(before.out, after.out);
+  EXPECT_TRUE(nlohmann::json::accept(before.out)) << before.out;
+
+  Result mixed = RunRote({"--server=" + address_, "health", "--json"});
+  EXPECT_EQ(mixed.exit_code, 0) << mixed.err;
+  EXPECT_THAT(mixed.out, HasSubstr("SERVING"));
+  Result no_token = RunRote({"--server", address_, "runs", "list"});
+  EXPECT_EQ(no_token.exit_code, 4) << no_token.err;
+  // Before the command they are still checked, and a word that is no client flag is no command.
+  Result bad = RunRote({"--max-message-bytes", "1", "runs", "list"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--max-message-bytes must be"));
+  Result unknown = RunRote({"--frobnicate", "runs", "list"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown command `--frobnicate`"));
+  Result missing = RunRote({"--server"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("--server needs a value"));
+  Result help = RunRote({"--server", address_, "runs", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.out, HasSubstr("Usage: rote runs"));
 }
 
 TEST_F(CliTest, TokenFromFlagIsAccepted) {
@@ -328,6 +391,136 @@ TEST_F(CliTest, DigestAsPrintedNamesTheResource) {
   Result bare = RunRote({"artifacts", "get", "artifacts/" + hex, "--server", address_, "--token", token});
   EXPECT_EQ(bare.exit_code, 5) << bare.err;
   EXPECT_EQ(prefixed.exit_code, bare.exit_code) << prefixed.err;
+}
+
+// Registers a blueprint from `source` through the CLI; false (with a test failure) when refused.
+bool RegisterBlueprint(const std::string& address, const std::string& token, const std::string& stem,
+                       const std::string& source) {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            (stem + "_" + std::to_string(::getpid()) + ".lua")).string();
+  std::ofstream(file) << source;
+  Result reg = RunRote({"blueprints", "register", file, "--server", address, "--token", token});
+  std::filesystem::remove(file);
+  EXPECT_EQ(reg.exit_code, 0) << reg.err;
+  return reg.exit_code == 0;
+}
+
+// Every list pages: --page-size, --page-token (the table's last line names the next one, --json
+// has next_page_token) and --all; rows come oldest first.
+TEST_F(CliTest, ListsPageOldestFirst) {
+  const std::string token = "cli-test-token-0123456789";
+  const std::string name = "cli_pages_" + std::to_string(::getpid());
+  for (const char* version : {"1.0.0", "1.0.1", "1.0.2"}) {
+    ASSERT_TRUE(RegisterBlueprint(address_, token, name + "_" + version,
+                                  "local bp = rote.blueprint { name = \"" + name + "\", version = \"" + version +
+                                      "\" }\nfunction bp.run(input) return input end\nreturn bp\n"));
+  }
+  auto rote = [&](std::vector<std::string> args) {
+    for (const std::string& a : {std::string("--server"), address_, std::string("--token"), token}) args.push_back(a);
+    return RunRote(args);
+  };
+  auto versions = [](const std::string& json) {
+    std::vector<std::string> out;
+    for (const auto& b : nlohmann::json::parse(json).value("blueprints", nlohmann::json::array()))
+      out.push_back(b.at("version").get<std::string>());
+    return out;
+  };
+  using V = std::vector<std::string>;
+
+  Result first = rote({"blueprints", "list", "--name", name, "--page-size", "2", "--json"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_EQ(versions(first.out), (V{"1.0.0", "1.0.1"}));
+  const std::string next = nlohmann::json::parse(first.out).value("next_page_token", "");
+  ASSERT_FALSE(next.empty()) << first.out;
+
+  Result table = rote({"blueprints", "list", "--name", name, "--page-size", "2"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, ::testing::EndsWith("\nnext page: --page-token " + next + "\n"));
+
+  Result second = rote({"blueprints", "list", "--name", name, "--page-size", "2", "--page-token", next, "--json"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_EQ(versions(second.out), (V{"1.0.2"}));
+  EXPECT_FALSE(nlohmann::json::parse(second.out).contains("next_page_token")) << second.out;
+  Result last_table = rote({"blueprints", "list", "--name", name, "--page-size", "2", "--page-token", next});
+  ASSERT_EQ(last_table.exit_code, 0) << last_table.err;
+  EXPECT_THAT(last_table.out, ::testing::Not(HasSubstr("next page")));
+  EXPECT_THAT(last_table.out, HasSubstr("1.0.2"));
+
+  Result all = rote({"blueprints", "list", "--name", name, "--page-size", "1", "--all", "--json"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(versions(all.out), (V{"1.0.0", "1.0.1", "1.0.2"}));
+  EXPECT_FALSE(nlohmann::json::parse(all.out).contains("next_page_token")) << all.out;
+
+  // Runs page the same way.
+  for (const char* input : {"1", "2", "3"}) {
+    Result run = rote({"runs", "submit", name, "--input", input});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+  }
+  Result runs = rote({"runs", "list", "--page-size", "2", "--all", "--json"});
+  ASSERT_EQ(runs.exit_code, 0) << runs.err;
+  EXPECT_GE(nlohmann::json::parse(runs.out).at("runs").size(), 3u);
+  Result runs_page = rote({"runs", "list", "--page-size", "1"});
+  ASSERT_EQ(runs_page.exit_code, 0) << runs_page.err;
+  EXPECT_THAT(runs_page.out, HasSubstr("next page: --page-token "));
+  // An altered token is the server's INVALID_ARGUMENT.
+  Result bad = rote({"runs", "list", "--page-token", "not-a-token"});
+  EXPECT_EQ(bad.exit_code, 6) << bad.err;
+  for (const std::vector<std::string>& list :
+       {std::vector<std::string>{"artifacts", "list", "--all"}, {"artifacts", "revisions", name + "/p", "--all", "--page-size", "5"}}) {
+    Result r = rote(list);
+    EXPECT_EQ(r.exit_code, 0) << list[1] << ": " << r.err;
+  }
+}
+
+// `--watch` prints each event as it arrives when stdout is a pipe: the first line comes while
+// the run is still running, not with the rest when the command exits.
+TEST_F(CliTest, WatchPrintsEachEventAsItArrivesIntoAPipe) {
+  const std::string token = "cli-test-token-0123456789";
+  const std::string name = "cli_slow_" + std::to_string(::getpid());
+  ASSERT_TRUE(RegisterBlueprint(address_, token, name,
+                                "local bp = rote.blueprint { name = \"" + name + "\", version = \"1.0.0\" }\n"
+                                "function bp.run(input)\n"
+                                "  local x = 0\n"
+                                "  for i = 1, input.n do x = (x + i) % 7 end\n"
+                                "  return x\n"
+                                "end\nreturn bp\n"));
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawn_file_actions_addclose(&actions, fds[1]);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  std::vector<std::string> argv_s = {ROTE_BINARY, "runs", "submit", name, "--input", R"({"n":100000000})",
+                                     "--watch", "--server", address_, "--token", token};
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, ROTE_BINARY, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  std::optional<std::chrono::steady_clock::time_point> first_line;
+  for (;;) {
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (!first_line && out.find('\n') != std::string::npos) first_line = std::chrono::steady_clock::now();
+  }
+  const auto eof = std::chrono::steady_clock::now();
+  ::close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_THAT(out, HasSubstr("state: succeeded"));
+  ASSERT_TRUE(first_line.has_value()) << out;
+  // The loop takes about a second on a 2-core machine; printed at exit, the lines would come
+  // within a few milliseconds of each other.
+  EXPECT_GT(eof - *first_line, std::chrono::milliseconds(100)) << out;
 }
 
 // A bad TLS file (`--tls-ca /nonexistent`) is a usage error, not a warning followed by an
