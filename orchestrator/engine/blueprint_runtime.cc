@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "orchestrator/engine/names.h"
 #include "orchestrator/engine/regex_artifact.h"
 
 namespace rote::orchestrator::engine {
@@ -197,6 +198,38 @@ bool AsList(const Value& v, Array* out) {
   return false;
 }
 
+constexpr const char* kNamedExampleForm = "{ text = \"...\", matches = { \"match\", ... }, held_out = true }";
+constexpr const char* kNamedTestForm = "{ input = ..., output = ..., held_out = true }";
+
+// An example written with keys, the form that can carry `held_out`:
+//   bp:lua    { input = ..., output = ..., held_out = true }
+//   bp:regex  { text = "...", matches = { ... }, held_out = true }
+absl::StatusOr<Example> NamedExample(const Map& m, bool pattern) {
+  const char* in_key = pattern ? "text" : "input";
+  const char* out_key = pattern ? "matches" : "output";
+  const char* form = pattern ? kNamedExampleForm : kNamedTestForm;
+  for (const auto& [key, value] : m) {
+    if (key != in_key && key != out_key && key != "held_out") {
+      return absl::InvalidArgumentError(absl::StrCat("has an unknown key ", QuoteInput(key), ": write ", form));
+    }
+  }
+  auto in = m.find(in_key);
+  auto out = m.find(out_key);
+  if (in == m.end() || out == m.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("needs both `", in_key, "` and `", out_key, "` (", form,
+                                                   "; nil cannot be written as a table field)"));
+  }
+  Example e{in->second, out->second};
+  if (auto held = m.find("held_out"); held != m.end()) {
+    if (!held->second.is_bool()) {
+      return absl::InvalidArgumentError(absl::StrCat("has a held_out of type ", sandbox::KindName(held->second.kind()),
+                                                     ": write held_out = true"));
+    }
+    e.held_out = held->second.as_bool();
+  }
+  return e;
+}
+
 int DeclareImpl(lua_State* L, Runtime* rt, ArtifactKind kind) {
   const bool pattern = kind == ArtifactKind::kRe2Pattern;
   const char* what = pattern ? "bp:regex" : "bp:lua";
@@ -253,15 +286,24 @@ int DeclareImpl(lua_State* L, Runtime* rt, ArtifactKind kind) {
     return kRaiseError;
   }
   for (size_t i = 0; i < items.size(); ++i) {
-    Array pair;
-    if (!AsList(items[i], &pair) || pair.size() != 2) {
+    Example e;
+    if (items[i].is_map() && !items[i].as_map().empty()) {
+      absl::StatusOr<Example> named = NamedExample(items[i].as_map(), pattern);
+      if (!named.ok()) {
+        rt->error = absl::StrCat(pattern ? "example " : "test ", i + 1, " of '", p.name, "' ", named.status().message());
+        return kRaiseError;
+      }
+      e = *std::move(named);
+    } else if (Array pair; AsList(items[i], &pair) && pair.size() == 2) {
+      e = Example{pair[0], pair[1]};
+    } else {
       rt->error = absl::StrCat(
           pattern ? "example " : "test ", i + 1, " of '", p.name, "' must be ",
           pattern ? "{ \"text\", { \"match\", ... } }" : "{ input, expected_output }",
-          " (two elements; an expected output of nil cannot be written in a Lua list)");
+          " (two elements; an expected output of nil cannot be written in a Lua list), or ",
+          pattern ? kNamedExampleForm : kNamedTestForm);
       return kRaiseError;
     }
-    Example e{pair[0], pair[1]};
     Array matches;
     if (pattern && AsList(e.expected, &matches)) e.expected = Value::FromArray(std::move(matches));
     p.examples.push_back(std::move(e));

@@ -1,5 +1,8 @@
 #include "orchestrator/engine/spec.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "orchestrator/engine/canonical.h"
 #include "orchestrator/engine/names.h"
@@ -39,6 +42,7 @@ Value ExampleValue(ArtifactKind kind, const Example& e) {
   Map m;
   m["input"] = e.input;
   m[kind == ArtifactKind::kRe2Pattern ? "matches" : "output"] = e.expected;
+  if (e.held_out) m["held_out"] = Value::Bool(true);
   return Value::FromMap(std::move(m));
 }
 
@@ -76,6 +80,12 @@ absl::Status CheckExamples(const GenerationPoint& p) {
                                                      "' has no JSON form: ", c.status().message()));
     }
   }
+  bool any_shown = false;
+  for (const Example& e : p.examples) any_shown = any_shown || !e.held_out;
+  if (!any_shown) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "every ", what, " of '", p.name, "' is held out: the model must be shown at least one"));
+  }
   return absl::OkStatus();
 }
 
@@ -89,6 +99,23 @@ std::vector<std::string> GenerationPoint::ExamplesJson() const {
     out.push_back(c.ok() ? c->json : std::string("null"));
   }
   return out;
+}
+
+std::vector<bool> HeldOutExamples(const GenerationPoint& p) {
+  std::vector<bool> held(p.examples.size(), false);
+  bool marked = false;
+  for (size_t i = 0; i < p.examples.size(); ++i) {
+    held[i] = p.examples[i].held_out;
+    marked = marked || held[i];
+  }
+  if (marked || p.examples.size() < kHeldOutMinExamples) return held;
+  const std::vector<std::string> json = p.ExamplesJson();
+  std::vector<std::pair<std::string, size_t>> order;
+  order.reserve(json.size());
+  for (size_t i = 0; i < json.size(); ++i) order.emplace_back(store::Sha256Digest(json[i]), i);
+  std::sort(order.begin(), order.end());
+  for (size_t k = 0; k < p.examples.size() / 4; ++k) held[order[k].second] = true;
+  return held;
 }
 
 store::GenerationSpecRecord GenerationPoint::ToRecord() const {
@@ -167,7 +194,9 @@ absl::StatusOr<GenerationPoint> PointFromRecord(const store::GenerationSpecRecor
     auto in = e.as_map().find("input");
     auto out = e.as_map().find(expected_key);
     if (in == e.as_map().end() || out == e.as_map().end()) return bad("an example lacks fields");
-    p.examples.push_back(Example{in->second, out->second});
+    auto held = e.as_map().find("held_out");
+    if (held != e.as_map().end() && !held->second.is_bool()) return bad("an example's held_out is not a boolean");
+    p.examples.push_back(Example{in->second, out->second, held != e.as_map().end() && held->second.as_bool()});
   }
   p.canonical = record.canonical;
   p.digest = record.digest;

@@ -25,6 +25,9 @@ std::optional<ArtifactKind> ParseKind(std::string_view name);
 struct Example {
   sandbox::Value input;
   sandbox::Value expected;
+  // Marked held out in the blueprint: never shown to the model, still validated
+  // (docs/generation.md, "Held-out examples").
+  bool held_out = false;
 };
 
 struct GenerationPoint {
@@ -40,10 +43,19 @@ struct GenerationPoint {
   std::string digest;
 
   // The canonical JSON of each example, as GenerationSpec.examples_json carries them:
-  // {"input":..,"matches":[..]} or {"input":..,"output":..}.
+  // {"input":..,"matches":[..]} or {"input":..,"output":..}, with "held_out":true added only
+  // to a marked example (so specs without marks keep the encoding and digest they always had).
   std::vector<std::string> ExamplesJson() const;
   store::GenerationSpecRecord ToRecord() const;
 };
+
+// Which examples are held out, in spec order. Marks in the spec win: when any example is
+// marked, exactly the marked ones. Otherwise, with n >= kHeldOutMinExamples examples, the
+// floor(n / 4) whose canonical JSON (as ExamplesJson() gives it) has the lowest sha256, ties
+// broken by position; with fewer, none. A function of the spec alone, so every prompt and
+// every validation of one spec agrees.
+inline constexpr size_t kHeldOutMinExamples = 4;
+std::vector<bool> HeldOutExamples(const GenerationPoint& point);
 
 // Checks the spec (name syntax, non-empty task, examples that fit the kind) and computes its
 // canonical encoding and digest. INVALID_ARGUMENT says what is wrong, without a location.

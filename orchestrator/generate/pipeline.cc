@@ -1,5 +1,6 @@
 #include "orchestrator/generate/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -101,11 +102,15 @@ absl::StatusOr<engine::GenerationPoint> PointFromParts(std::string_view name, en
     if (!v.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("example ", i + 1, " is not JSON: ", v.status().message()));
     }
-    if (!v->is_map() || v->as_map().size() != 2 || !v->as_map().count("input") || !v->as_map().count(expected_key)) {
+    const Map* m = v->is_map() ? &v->as_map() : nullptr;
+    const auto held = m != nullptr ? m->find("held_out") : Map::const_iterator();
+    const bool has_held = m != nullptr && held != m->end();
+    if (m == nullptr || m->size() != (has_held ? 3u : 2u) || !m->count("input") || !m->count(expected_key) ||
+        (has_held && !held->second.is_bool())) {
       return absl::InvalidArgumentError(absl::StrCat("example ", i + 1, " must be an object with exactly \"input\" and \"",
-                                                     expected_key, "\""));
+                                                     expected_key, "\", and optionally \"held_out\": true"));
     }
-    p.examples.push_back(engine::Example{v->as_map().at("input"), v->as_map().at(expected_key)});
+    p.examples.push_back(engine::Example{m->at("input"), m->at(expected_key), has_held && held->second.as_bool()});
   }
   if (absl::Status s = engine::Seal(&p); !s.ok()) return s;
   return p;
@@ -121,6 +126,8 @@ struct GenerationPipeline::Verdict {
   engine::ArtifactCode code;
   std::string report_json;
   std::string failure;
+  // Passed, but the auto review policy must leave it to a person (engine::Validation).
+  std::string review_reason;
 };
 
 struct GenerationPipeline::Chain {
@@ -220,10 +227,11 @@ absl::StatusOr<GenerationPipeline::Verdict> GenerationPipeline::Evaluate(const e
   if (!validation.ok()) return validation.status();
   v.report_json = validation->report_json;
   if (!validation->passed) {
-    v.failure = absl::StrCat("it failed ", validation->first_failure);
+    v.failure = absl::StrCat(validation->refused ? "it was " : "it failed ", validation->first_failure);
     return v;
   }
   v.passed = true;
+  v.review_reason = validation->review_reason;
   return v;
 }
 
@@ -398,14 +406,18 @@ absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::StoreOutcome(const
     absl::StatusOr<store::ArtifactRecord> put = store_->PutArtifact(a);
     if (!put.ok()) return put.status();
     const ReviewMode mode = review_policy_.ModeForKey(a.generation_point);
-    if (mode == ReviewMode::kAuto && put->state == store::ReviewState::kPending) {
+    if (mode == ReviewMode::kAuto && !v.review_reason.empty()) {
+      c.Progress(absl::StrCat("artifact ", put->digest, " waits for a reviewer: ", v.review_reason));
+    } else if (mode == ReviewMode::kAuto && put->state == store::ReviewState::kPending) {
+      const std::vector<bool> held_out = engine::HeldOutExamples(c.point);
+      const auto held = std::count(held_out.begin(), held_out.end(), true);
       store::ReviewRequest review;
       review.artifact_digest = put->digest;
       review.principal = std::string(kPolicyReviewer);
       review.decision = store::ReviewState::kApproved;
       review.comment = absl::StrCat("review policy 'auto': all ", c.point.examples.size(),
                                     c.point.kind == engine::ArtifactKind::kLuaFunction ? " tests" : " examples",
-                                    " passed");
+                                    " passed", held > 0 ? absl::StrCat(" (", held, " of them held out)") : "");
       review.expected_etag = put->etag;
       absl::StatusOr<store::ArtifactRecord> reviewed = store_->ReviewArtifact(review);
       // ABORTED: someone reviewed it in between; their decision stands.

@@ -51,19 +51,20 @@ std::string Re2System() {
 
 std::string UserTask(const engine::GenerationPoint& spec) {
   std::string out = absl::StrCat("Name: ", spec.name, "\nTask: ", spec.task, "\n");
-  if (spec.kind == engine::ArtifactKind::kLuaFunction) {
+  const bool lua = spec.kind == engine::ArtifactKind::kLuaFunction;
+  if (lua) {
     if (!spec.signature.empty()) absl::StrAppend(&out, "Signature: ", spec.signature, "\n");
     absl::StrAppend(&out, "Tests (the function is called with the input and must return exactly the expected value):\n");
-    for (size_t i = 0; i < spec.examples.size(); ++i) {
-      absl::StrAppend(&out, i + 1, ". input: ", Json(spec.examples[i].input), "\n   expected: ",
-                      Json(spec.examples[i].expected), "\n");
-    }
   } else {
     absl::StrAppend(&out, "Examples (text, then the matches find_all must return):\n");
-    for (size_t i = 0; i < spec.examples.size(); ++i) {
-      absl::StrAppend(&out, i + 1, ". text: ", Json(spec.examples[i].input), "\n   matches: ",
-                      Json(spec.examples[i].expected), "\n");
-    }
+  }
+  // Held-out examples are never shown; the others keep their numbers in the spec, which are
+  // the numbers a failure on a retry names.
+  const std::vector<bool> held_out = engine::HeldOutExamples(spec);
+  for (size_t i = 0; i < spec.examples.size(); ++i) {
+    if (held_out[i]) continue;
+    absl::StrAppend(&out, i + 1, lua ? ". input: " : ". text: ", Json(spec.examples[i].input),
+                    lua ? "\n   expected: " : "\n   matches: ", Json(spec.examples[i].expected), "\n");
   }
   return out;
 }

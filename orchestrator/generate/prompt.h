@@ -16,8 +16,8 @@
 
 namespace rote::orchestrator::generate {
 
-inline constexpr std::string_view kLuaTemplateVersion = "rote-prompt/lua_function/1";
-inline constexpr std::string_view kRe2TemplateVersion = "rote-prompt/re2_pattern/1";
+inline constexpr std::string_view kLuaTemplateVersion = "rote-prompt/lua_function/2";
+inline constexpr std::string_view kRe2TemplateVersion = "rote-prompt/re2_pattern/2";
 std::string_view TemplateVersion(engine::ArtifactKind kind);
 
 // What a retry tells the model about the attempt before it.
@@ -30,10 +30,11 @@ struct PreviousAttempt {
 // Longest candidate quoted back to the model on a retry (bytes, cut at a character boundary).
 inline constexpr size_t kMaxQuotedCandidateBytes = 4000;
 
-// System message (rules), user message (task, signature, examples); on a retry also the
-// previous candidate as the assistant's turn and a user turn saying why it failed
-// ("Your attempt 2 was refused: ..."). Only the latest attempt is quoted, so prompts do not grow
-// with the number of attempts.
+// System message (rules), user message (task, signature, the examples that are not held out:
+// engine::HeldOutExamples); on a retry also the previous candidate as the assistant's turn and
+// a user turn saying why it failed ("Your attempt 2 was refused: ..."). Only the latest attempt
+// is quoted, so prompts do not grow with the number of attempts. A failure that names a
+// held-out example quotes none of it (engine::Validation::first_failure).
 std::vector<ChatTurn> BuildPrompt(const engine::GenerationPoint& spec, const SandboxNames& sandbox_names,
                                   const std::optional<PreviousAttempt>& previous);
 

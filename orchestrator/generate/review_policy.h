@@ -1,7 +1,9 @@
 // Review policy: whether a freshly generated artifact may run at once or waits for a person.
 //
-//   auto      an artifact whose tests all pass is approved on the spot (the review log records
-//             the policy as the reviewer), so runs use it immediately.
+//   auto      an artifact whose tests all pass, held-out ones included, is approved on the spot
+//             (the review log records the policy as the reviewer), so runs use it immediately;
+//             one that passed but whose examples cannot tell it from a trivially wrong one
+//             (engine::Validation::auto_approvable) stays pending for a person.
 //   approval  it stays pending until a reviewer approves it, and the four-eyes rule applies:
 //             a principal who asked for the generation (submitted the run that generated it, or
 //             called Generate) may not approve it.

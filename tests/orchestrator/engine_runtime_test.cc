@@ -174,7 +174,7 @@ TEST(EngineValidate, ReportsEachExample) {
   ASSERT_TRUE(good.ok());
   EXPECT_TRUE(good->passed);
   EXPECT_EQ(good->report_json,
-            R"({"passed":true,"tests":[{"expected":4,"got":4,"input":2,"passed":true},{"expected":6,"got":6,"input":3,"passed":true}]})");
+            R"({"passed":true,"tests":[{"expected":4,"got":4,"held_out":false,"input":2,"passed":true},{"expected":6,"got":6,"held_out":false,"input":3,"passed":true}]})");
   auto bad = ValidateArtifact(p, {ArtifactKind::kLuaFunction, "return function(x) return x + 2 end", "{}"}, runner.get(), {});
   ASSERT_TRUE(bad.ok());
   EXPECT_FALSE(bad->passed);

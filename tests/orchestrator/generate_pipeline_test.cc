@@ -132,7 +132,7 @@ TEST_F(PipelineTest, RetriesCarryThePreviousCandidateAndWhyItFailed) {
     prompts.push_back(messages);
     switch (testing::PointAndAttempt(messages).second) {
       case 1: return "```lua\nreturn function(text) return os.time() end\n```";           // a name the sandbox lacks
-      case 2: return "```lua\nreturn function(text) return 1.5 end\n```";                 // fails test 2
+      case 2: return "```lua\nreturn function(text) return #text * 0.5 end\n```";         // fails test 2
       case 3: return "```lua\nreturn function(text\n```";                                  // does not compile
       default: return kGoodParse;
     }
@@ -143,7 +143,7 @@ TEST_F(PipelineTest, RetriesCarryThePreviousCandidateAndWhyItFailed) {
   const store::ArtifactRecord a = Artifact(g->artifact_digest);
   ASSERT_EQ(a.provenance.attempts.size(), 4u);
   EXPECT_EQ(a.provenance.attempts[0].failure, "it uses names the sandbox does not provide: os (line 1)");
-  EXPECT_THAT(a.provenance.attempts[1].failure, HasSubstr("it failed test 2 (input \"10,25\"): expected 10.25, got 1.5"));
+  EXPECT_THAT(a.provenance.attempts[1].failure, HasSubstr("it failed test 2 (input \"10,25\"): expected 10.25, got 2.5"));
   EXPECT_THAT(a.provenance.attempts[2].failure, HasSubstr("it does not compile: "));
   EXPECT_EQ(a.provenance.attempts[3].failure, "");
   for (int i = 0; i < 4; ++i) EXPECT_EQ(a.provenance.attempts[i].index, i + 1);
@@ -152,7 +152,7 @@ TEST_F(PipelineTest, RetriesCarryThePreviousCandidateAndWhyItFailed) {
   ASSERT_EQ(prompts[1].size(), 4u);
   EXPECT_THAT(prompts[1][2].content, HasSubstr("os.time()"));
   EXPECT_THAT(prompts[1][3].content, HasSubstr("does not provide: os (line 1)"));
-  EXPECT_THAT(prompts[2][3].content, HasSubstr("expected 10.25, got 1.5"));
+  EXPECT_THAT(prompts[2][3].content, HasSubstr("expected 10.25, got 2.5"));
 }
 
 TEST_F(PipelineTest, AllAttemptsFailingIsACleanFailureWithEveryAttemptRecorded) {
@@ -353,6 +353,79 @@ TEST_F(PipelineTest, AutoPolicyApprovesArtifactsWhoseTestsPass) {
   ASSERT_EQ(log->size(), 1u);
   EXPECT_EQ((*log)[0].principal, kPolicyReviewer);
   EXPECT_EQ((*log)[0].comment, "review policy 'auto': all 2 tests passed");
+}
+
+TEST_F(PipelineTest, AutoPolicyApprovesOnlyWhenHeldOutTestsPassToo) {
+  auto spec = PointFromParts("parse_amount", ArtifactKind::kLuaFunction, "Parse a decimal number written with a comma.",
+                             "", {R"({"input":"1,5","output":1.5})", R"({"input":"10,25","output":10.25})",
+                                  R"({"input":"731,125","output":731.125,"held_out":true})"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::vector<std::string> prompts;
+  ScriptedCodeModel model([&](const std::vector<ChatTurn>& messages) -> std::string {
+    std::string prompt;
+    for (const ChatTurn& t : messages) prompt += t.content;
+    prompts.push_back(prompt);
+    if (testing::PointAndAttempt(messages).second == 1) {
+      // Passes the two tests it was shown and nothing else.
+      return "```lua\nreturn function(t) if t == '1,5' then return 1.5 end return 10.25 end\n```";
+    }
+    return kGoodParse;
+  });
+  auto pipeline = Pipeline(&model, ReviewMode::kAuto);
+  auto g = pipeline->Generate(spec->ToRecord(), Context("parse_amount"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  const store::ArtifactRecord a = Artifact(g->artifact_digest);
+  ASSERT_EQ(a.provenance.attempts.size(), 2u);
+  EXPECT_THAT(a.provenance.attempts[0].failure, HasSubstr("it failed held-out test 3"));
+  EXPECT_THAT(a.provenance.attempts[0].failure, ::testing::Not(HasSubstr("731")));
+  ASSERT_EQ(prompts.size(), 2u);
+  for (const std::string& prompt : prompts) EXPECT_THAT(prompt, ::testing::Not(HasSubstr("731")));
+  EXPECT_THAT(prompts[1], HasSubstr("held-out test 3"));
+  EXPECT_EQ(a.state, store::ReviewState::kApproved);
+  EXPECT_THAT(a.validation_report_json, HasSubstr(R"("held_out":true,"input":"731,125","passed":true)"));
+  auto log = store_->ListReviews(g->artifact_digest);
+  ASSERT_TRUE(log.ok());
+  ASSERT_EQ(log->size(), 1u);
+  EXPECT_EQ((*log)[0].comment, "review policy 'auto': all 3 tests passed (1 of them held out)");
+}
+
+TEST_F(PipelineTest, AutoPolicyNeverApprovesTheSingleNulPattern) {
+  auto spec = PointFromParts("invoice_number", ArtifactKind::kRe2Pattern, "Invoice numbers like INV-2024-0001.", "",
+                             {R"({"input":"no invoice here","matches":[]})"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  for (const std::string& pattern : {std::string("\\x00"), std::string(1, '\0')}) {
+    SetUp();
+    ScriptedCodeModel model([&](const std::vector<ChatTurn>&) { return "```re2\n" + pattern + "\n```"; });
+    auto pipeline = Pipeline(&model, ReviewMode::kAuto);
+    std::vector<std::string> progress;
+    engine::GenerateContext ctx = Context("invoice_number");
+    ctx.progress = [&](const std::string& line) { progress.push_back(line); };
+    auto g = pipeline->Generate(spec->ToRecord(), ctx);
+    ASSERT_TRUE(g.ok()) << g.status();
+    // Stored for a person, with the reason in the report and the progress lines.
+    const store::ArtifactRecord a = Artifact(g->artifact_digest);
+    EXPECT_EQ(a.source, pattern);
+    EXPECT_EQ(a.state, store::ReviewState::kPending);
+    EXPECT_THAT(a.validation_report_json, HasSubstr("no example expects a match"));
+    auto log = store_->ListReviews(g->artifact_digest);
+    ASSERT_TRUE(log.ok());
+    EXPECT_TRUE(log->empty());
+    EXPECT_THAT(progress, ::testing::Contains(HasSubstr("waits for a reviewer: no example expects a match")));
+  }
+}
+
+TEST_F(PipelineTest, AutoPolicyRefusesAPatternThatMatchesTheEmptyString) {
+  ScriptedCodeModel model(ScriptedCodeModel::Table({{{"invoice_number", 1}, "```re2\n(INV-\\d{4}-\\d{4})?\n```"},
+                                                    {{"invoice_number", 2}, "```re2\nINV-\\d{4}-\\d{4}\n```"}}));
+  auto pipeline = Pipeline(&model, ReviewMode::kAuto);
+  auto g = pipeline->Generate(InvoicePattern(), Context("invoice_number"));
+  ASSERT_TRUE(g.ok()) << g.status();
+  const store::ArtifactRecord a = Artifact(g->artifact_digest);
+  ASSERT_EQ(a.provenance.attempts.size(), 2u);
+  EXPECT_THAT(a.provenance.attempts[0].failure,
+              HasSubstr("it was refused as trivially wrong: the pattern matches the empty string"));
+  EXPECT_EQ(a.source, "INV-\\d{4}-\\d{4}");
+  EXPECT_EQ(a.state, store::ReviewState::kApproved);
 }
 
 TEST_F(PipelineTest, PerBlueprintPolicyOverridesTheServer) {
