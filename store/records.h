@@ -79,6 +79,7 @@ struct ArtifactRecord {
   ReviewState state = ReviewState::kPending;
   std::string etag;  // changes with every review; pass it back to ReviewArtifact
   int64_t create_ms = 0;
+  bool live = false;  // the live revision of its (generation_point, spec digest)
 };
 
 struct ReviewRequest {
@@ -88,6 +89,49 @@ struct ReviewRequest {
   std::string comment;
   // The etag the reviewer saw. Empty means unconditional; a different one is ABORTED.
   std::string expected_etag;
+  // kApproved: also make the artifact the live revision of its point (promotion on approval).
+  // kRejected always takes a live artifact out: the newest other approved revision of the same
+  // (generation_point, spec digest) becomes live, or the point is left without one.
+  bool promote = false;
+};
+
+// ---- live revisions and the audit log -------------------------------------------------------
+
+// The revision runs use for one generation point (key and spec digest): at most one.
+struct LiveRevision {
+  std::string generation_point;
+  std::string spec_digest;
+  std::string artifact_digest;
+  int64_t revision = 0;
+  int64_t update_ms = 0;
+};
+
+// One recorded decision. Actions: "approve", "reject", "promote", "fallback", "unbind",
+// "propose", "lockfile", "run_unreviewed".
+struct AuditEntry {
+  int64_t sequence = 0;  // assigned by the store, dense from 1
+  int64_t time_ms = 0;   // assigned by the store
+  std::string principal;
+  std::string action;
+  std::string generation_point;
+  std::string artifact_digest;
+  int64_t revision = 0;
+  std::string detail;
+  int64_t run_id = 0;  // run_unreviewed only
+};
+
+struct AuditFilter {
+  std::string generation_point;  // empty: any
+  std::string artifact_digest;   // empty: any
+};
+
+struct PromoteRequest {
+  std::string artifact_digest;  // must be approved
+  std::string principal;
+  std::string action = "promote";  // or "lockfile"
+  std::string comment{};
+  // Only when the point has no live revision yet (a lockfile fills gaps, never replaces).
+  bool only_if_unset = false;
 };
 
 struct ReviewEntry {
@@ -102,7 +146,7 @@ struct ReviewEntry {
 struct Binding {
   std::string generation_point;
   std::string artifact_digest;
-  std::string source;  // where it came from: "lockfile", "approved", "generated", ...
+  std::string source;  // where it came from: "live", "pending", "generated", "lockfile"
 };
 
 // ---- runs -----------------------------------------------------------------------------------
@@ -121,6 +165,9 @@ struct NewRun {
   std::string engine_profile_json;
   std::string submitter;   // principal
   std::string request_id;  // optional; (submitter, request_id) creates at most one run
+  // Who allowed bindings with source "pending" (unreviewed code); each is audited
+  // ("run_unreviewed") in the run's creating transaction. Empty when none.
+  std::string unreviewed_allowed_by{};
 };
 
 struct RunRecord {
@@ -139,6 +186,7 @@ struct RunRecord {
   int64_t start_ms = 0;  // 0 until running
   int64_t end_ms = 0;    // 0 until terminal
   bool interrupted = false;  // see RunOutcome
+  std::string unreviewed_allowed_by;  // see NewRun
 };
 
 struct CreateRunResult {

@@ -197,6 +197,38 @@ UPDATE runs SET interrupted = 1
       R"sql(
 CREATE INDEX runs_by_submitter ON runs (submitter, id);
 )sql",
+      // 6: live revisions (one per generation point and spec: what runs use) and the audit log
+      // of review decisions. The newest approved revision of each point and spec starts live.
+      R"sql(
+CREATE TABLE live_revisions (
+  generation_point TEXT NOT NULL,
+  spec_digest      TEXT NOT NULL,
+  artifact_digest  TEXT NOT NULL UNIQUE REFERENCES artifacts (digest),
+  update_ms        INTEGER NOT NULL,
+  PRIMARY KEY (generation_point, spec_digest)
+) STRICT, WITHOUT ROWID;
+INSERT INTO live_revisions (generation_point, spec_digest, artifact_digest, update_ms)
+  SELECT a.generation_point, a.spec_digest, a.digest, a.create_ms FROM artifacts a
+  WHERE a.state = 'approved' AND a.revision = (
+    SELECT MAX(b.revision) FROM artifacts b WHERE b.generation_point = a.generation_point
+      AND b.spec_digest = a.spec_digest AND b.state = 'approved');
+CREATE TABLE audit_log (
+  id               INTEGER PRIMARY KEY,
+  time_ms          INTEGER NOT NULL,
+  principal        TEXT NOT NULL,
+  action           TEXT NOT NULL CHECK (action IN ('approve', 'reject', 'promote', 'fallback',
+                                                   'unbind', 'propose', 'lockfile',
+                                                   'run_unreviewed')),
+  generation_point TEXT NOT NULL,
+  artifact_digest  TEXT NOT NULL,
+  revision         INTEGER NOT NULL,
+  detail           TEXT NOT NULL,
+  run_id           INTEGER
+) STRICT;
+CREATE INDEX audit_by_point ON audit_log (generation_point, id);
+CREATE INDEX audit_by_artifact ON audit_log (artifact_digest, id);
+ALTER TABLE runs ADD COLUMN unreviewed_allowed_by TEXT NOT NULL DEFAULT '';
+)sql",
   };
   return kMigrations;
 }

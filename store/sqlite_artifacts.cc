@@ -8,6 +8,7 @@
 #include "store/checks.h"
 #include "store/digest.h"
 #include "store/page_token.h"
+#include "store/sqlite_review.h"
 #include "store/status_macros.h"
 #include "store/str_util.h"
 
@@ -20,7 +21,8 @@ constexpr std::string_view kArtifactColumns =
     "id, digest, kind, generation_point, revision, source, options_json, "
     "validation_report_json, spec_digest, model_digest, numerics_profile, "
     "prompt_template_version, decoding_json, request_digest, device, author, state, "
-    "state_version, create_ms";
+    "state_version, create_ms, EXISTS (SELECT 1 FROM live_revisions l WHERE "
+    "l.artifact_digest = artifacts.digest)";
 
 std::string MakeEtag(std::string_view digest, int64_t state_version) {
   return Sha256Digest(Cat(digest, "#", state_version)).substr(kDigestPrefix.size(), 20);
@@ -47,6 +49,7 @@ std::pair<int64_t, ArtifactRecord> ReadArtifactRow(const Statement& stmt) {
   a.state = ParseReviewState(stmt.ColumnText(16)).value_or(ReviewState::kPending);
   a.etag = MakeEtag(a.digest, stmt.ColumnInt(17));
   a.create_ms = stmt.ColumnInt(18);
+  a.live = stmt.ColumnInt(19) != 0;
   return {stmt.ColumnInt(0), std::move(a)};
 }
 
@@ -85,7 +88,8 @@ absl::StatusOr<ArtifactRecord> LoadArtifact(Connection& conn, std::string_view d
 
 }  // namespace
 
-absl::StatusOr<ArtifactRecord> SqliteArtifacts::PutArtifact(const ArtifactRecord& artifact) {
+absl::StatusOr<ArtifactRecord> SqliteArtifacts::PutArtifact(const ArtifactRecord& artifact,
+                                                            const AuditEntry* audit) {
   RETURN_IF_ERROR(CheckDigest(artifact.digest, "artifact digest"));
   RETURN_IF_ERROR(CheckNonEmpty(artifact.kind, "artifact kind"));
   RETURN_IF_ERROR(CheckNonEmpty(artifact.generation_point, "artifact generation_point"));
@@ -171,6 +175,13 @@ absl::StatusOr<ArtifactRecord> SqliteArtifacts::PutArtifact(const ArtifactRecord
       RETURN_IF_ERROR(stmt.Run());
     }
     ASSIGN_OR_RETURN(stored, LoadArtifact(conn, artifact.digest));
+    if (audit != nullptr) {
+      AuditEntry entry = *audit;
+      entry.artifact_digest = stored.digest;
+      entry.revision = stored.revision;
+      entry.generation_point = stored.generation_point;
+      RETURN_IF_ERROR(AppendAuditTx(conn, entry, now));
+    }
     return absl::OkStatus();
   }));
   return stored;
@@ -288,6 +299,7 @@ absl::StatusOr<ArtifactRecord> SqliteArtifacts::ReviewArtifact(const ReviewReque
           .BindInt(5, now);
       RETURN_IF_ERROR(stmt.Run());
     }
+    RETURN_IF_ERROR(ApplyReviewTx(conn, review, now));
     ASSIGN_OR_RETURN(stored, LoadArtifact(conn, review.artifact_digest));
     return absl::OkStatus();
   }));

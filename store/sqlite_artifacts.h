@@ -15,8 +15,10 @@ class SqliteArtifacts {
  public:
   explicit SqliteArtifacts(SqliteDb& db) : db_(db) {}
 
-  // The next revision of its generation point, state pending; idempotent by digest.
-  absl::StatusOr<ArtifactRecord> PutArtifact(const ArtifactRecord& artifact);
+  // The next revision of its generation point, state pending; idempotent by digest. A new
+  // artifact's `audit` entry (if any) is appended in the same transaction.
+  absl::StatusOr<ArtifactRecord> PutArtifact(const ArtifactRecord& artifact,
+                                             const AuditEntry* audit = nullptr);
   absl::StatusOr<ArtifactRecord> GetArtifact(std::string_view digest);
   absl::StatusOr<ArtifactRecord> GetRevision(std::string_view generation_point, int64_t revision);
   absl::StatusOr<Page<ArtifactRecord>> ListArtifacts(const ArtifactFilter& filter,

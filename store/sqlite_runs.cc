@@ -7,6 +7,7 @@
 
 #include "store/checks.h"
 #include "store/page_token.h"
+#include "store/sqlite_review.h"
 #include "store/status_macros.h"
 #include "store/str_util.h"
 
@@ -17,7 +18,8 @@ namespace {
 
 constexpr std::string_view kRunColumns =
     "id, blueprint_digest, input_digest, state, engine_profile_json, output_digest, error, "
-    "submitter, request_id, step_count, create_ms, start_ms, end_ms, interrupted";
+    "submitter, request_id, step_count, create_ms, start_ms, end_ms, interrupted, "
+    "unreviewed_allowed_by";
 
 RunRecord ReadRunRow(const Statement& stmt) {
   RunRecord r;
@@ -35,6 +37,7 @@ RunRecord ReadRunRow(const Statement& stmt) {
   r.start_ms = stmt.ColumnInt(11);  // NULL reads as 0
   r.end_ms = stmt.ColumnInt(12);
   r.interrupted = stmt.ColumnInt(13) != 0;
+  r.unreviewed_allowed_by = stmt.ColumnText(14);
   return r;
 }
 
@@ -100,6 +103,33 @@ absl::StatusOr<RunState> CurrentRunState(Connection& conn, int64_t run_id) {
   return ParseRunState(stmt.ColumnText(0)).value_or(RunState::kPending);
 }
 
+// Audits each binding of unreviewed code ("pending") a run got, naming who allowed it.
+absl::Status AuditUnreviewed(Connection& conn, int64_t run_id, std::string_view allowed_by,
+                             const std::vector<Binding>& bindings, int64_t now_ms) {
+  for (const Binding& b : bindings) {
+    if (b.source != "pending") continue;
+    if (allowed_by.empty()) {
+      return absl::InvalidArgumentError(Cat("run ", run_id, " binds unreviewed artifact ",
+                                            b.artifact_digest, " but names nobody who allowed it"));
+    }
+    ASSIGN_OR_RETURN(Statement stmt, conn.Prepare("SELECT generation_point, revision FROM "
+                                                  "artifacts WHERE digest = ?"));
+    stmt.BindText(1, b.artifact_digest);
+    ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) return absl::FailedPreconditionError(Cat("artifact ", b.artifact_digest, " is not stored"));
+    AuditEntry e;
+    e.principal = std::string(allowed_by);
+    e.action = "run_unreviewed";
+    e.generation_point = stmt.ColumnText(0);
+    e.artifact_digest = b.artifact_digest;
+    e.revision = stmt.ColumnInt(1);
+    e.detail = Cat("run ", run_id, " runs pending code for '", b.generation_point, "'");
+    e.run_id = run_id;
+    RETURN_IF_ERROR(AppendAuditTx(conn, e, now_ms));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // ---- runs -------------------------------------------------------------------------------------
@@ -136,18 +166,20 @@ absl::StatusOr<CreateRunResult> SqliteRuns::CreateRun(const NewRun& run) {
       ASSIGN_OR_RETURN(
           Statement stmt,
           conn.Prepare("INSERT INTO runs (blueprint_digest, input_digest, state, "
-                       "engine_profile_json, error, submitter, request_id, create_ms) "
-                       "VALUES (?, ?, 'pending', ?, '', ?, ?, ?)"));
+                       "engine_profile_json, error, submitter, request_id, create_ms, "
+                       "unreviewed_allowed_by) VALUES (?, ?, 'pending', ?, '', ?, ?, ?, ?)"));
       stmt.BindText(1, run.blueprint_digest)
           .BindText(2, run.input_digest)
           .BindText(3, run.engine_profile_json)
           .BindText(4, run.submitter)
           .BindText(5, run.request_id)
-          .BindInt(6, now);
+          .BindInt(6, now)
+          .BindText(7, run.unreviewed_allowed_by);
       RETURN_IF_ERROR(stmt.Run());
     }
     const int64_t id = sqlite3_last_insert_rowid(conn.raw());
     RETURN_IF_ERROR(InsertRunBindings(conn, id, run.bindings));
+    RETURN_IF_ERROR(AuditUnreviewed(conn, id, run.unreviewed_allowed_by, run.bindings, now));
     ASSIGN_OR_RETURN(result.run, LoadRun(conn, id));
     result.created = true;
     return absl::OkStatus();
@@ -220,13 +252,16 @@ absl::StatusOr<RunRecord> SqliteRuns::FinishRun(int64_t run_id, const RunOutcome
 
 absl::Status SqliteRuns::AddRunBindings(int64_t run_id, const std::vector<Binding>& bindings) {
   for (const Binding& b : bindings) RETURN_IF_ERROR(ValidateBinding(b));
+  const int64_t now = db_.clock_ms();
   return db_.Write([&](Connection& conn) -> absl::Status {
     ASSIGN_OR_RETURN(RunState state, CurrentRunState(conn, run_id));
     if (IsTerminal(state)) {
       return absl::FailedPreconditionError(Cat(
           "run ", run_id, " is ", RunStateName(state), "; its bindings can no longer change"));
     }
-    return InsertRunBindings(conn, run_id, bindings);
+    RETURN_IF_ERROR(InsertRunBindings(conn, run_id, bindings));
+    ASSIGN_OR_RETURN(RunRecord run, LoadRun(conn, run_id));
+    return AuditUnreviewed(conn, run_id, run.unreviewed_allowed_by, bindings, now);
   });
 }
 

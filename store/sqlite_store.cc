@@ -17,6 +17,7 @@
 #include "store/schema.h"
 #include "store/sqlite.h"
 #include "store/sqlite_artifacts.h"
+#include "store/sqlite_review.h"
 #include "store/sqlite_blobs.h"
 #include "store/sqlite_blueprints.h"
 #include "store/sqlite_caches.h"
@@ -53,6 +54,7 @@ class SqliteStore final : public Store {
         blobs_(db_, std::move(blob_root), options_.inline_blob_max_bytes),
         blueprints_(db_),
         artifacts_(db_),
+        review_(db_),
         runs_(db_),
         caches_(db_) {
     if (!options_.clock_ms) options_.clock_ms = SystemClockMs;
@@ -115,6 +117,23 @@ class SqliteStore final : public Store {
   }
   absl::StatusOr<std::vector<ReviewEntry>> ListReviews(std::string_view digest) override {
     return artifacts_.ListReviews(digest);
+  }
+
+  absl::StatusOr<LiveRevision> GetLiveRevision(std::string_view generation_point,
+                                               std::string_view spec_digest) override {
+    return review_.GetLiveRevision(generation_point, spec_digest);
+  }
+  absl::StatusOr<ArtifactRecord> PromoteRevision(const PromoteRequest& request) override {
+    RETURN_IF_ERROR(review_.PromoteRevision(request));
+    return artifacts_.GetArtifact(request.artifact_digest);
+  }
+  absl::StatusOr<ArtifactRecord> ProposeArtifact(const ArtifactRecord& artifact,
+                                                 const AuditEntry& audit) override {
+    return artifacts_.PutArtifact(artifact, &audit);
+  }
+  absl::StatusOr<Page<AuditEntry>> ListAuditEntries(const AuditFilter& filter,
+                                                    const PageRequest& page) override {
+    return review_.ListAuditEntries(filter, page);
   }
 
   absl::Status SetBinding(std::string_view blueprint_digest, const Binding& binding) override {
@@ -200,6 +219,7 @@ class SqliteStore final : public Store {
   internal::SqliteBlobs blobs_;
   internal::SqliteBlueprints blueprints_;
   internal::SqliteArtifacts artifacts_;
+  internal::SqliteReview review_;
   internal::SqliteRuns runs_;
   internal::SqliteCaches caches_;
   int schema_version_ = 0;

@@ -109,6 +109,22 @@ class Store {
   // The review log of one artifact, oldest first.
   virtual absl::StatusOr<std::vector<ReviewEntry>> ListReviews(std::string_view digest) = 0;
 
+  // ---- live revisions and the audit log
+  // Every review (ReviewArtifact), promotion and proposal is audited in its own transaction.
+  // The live revision of a (generation point, spec digest); NOT_FOUND when it has none.
+  virtual absl::StatusOr<LiveRevision> GetLiveRevision(std::string_view generation_point,
+                                                       std::string_view spec_digest) = 0;
+  // Makes an approved artifact live (FAILED_PRECONDITION otherwise) and audits it. Returns the
+  // artifact; with only_if_unset and a live revision already there, changes nothing.
+  virtual absl::StatusOr<ArtifactRecord> PromoteRevision(const PromoteRequest& request) = 0;
+  // PutArtifact, and the "propose" audit entry `audit` in the same transaction (its
+  // artifact_digest and revision are filled in).
+  virtual absl::StatusOr<ArtifactRecord> ProposeArtifact(const ArtifactRecord& artifact,
+                                                         const AuditEntry& audit) = 0;
+  // Oldest first.
+  virtual absl::StatusOr<Page<AuditEntry>> ListAuditEntries(const AuditFilter& filter,
+                                                            const PageRequest& page) = 0;
+
   // ---- bindings: blueprint generation point -> artifact (one per point; set replaces)
   virtual absl::Status SetBinding(std::string_view blueprint_digest, const Binding& binding) = 0;
   virtual absl::StatusOr<Binding> GetBinding(std::string_view blueprint_digest,
