@@ -157,11 +157,12 @@ void PrintBlueprint(const rote::v1::Blueprint& b) {
                           {"created", Time(b.create_time())}});
   if (b.generation_points_size() > 0) {
     std::cout << "\n";
-    Table t({"GENERATION POINT", "KIND", "SPEC", "BOUND TO"});
+    Table t({"GENERATION POINT", "KIND", "SPEC", "LIVE REVISION"});
     for (const auto& g : b.generation_points()) {
-      std::string bound = "-";
+      std::string bound = "none";
       for (const auto& bd : b.bindings())
-        if (bd.generation_point() == g.name()) bound = absl::StrCat(Short(bd.artifact_digest()), " (", bd.source(), ")");
+        if (bd.generation_point() == g.name())
+          bound = absl::StrCat(bd.revision(), " (", Short(bd.artifact_digest()), ")");
       t.Add({g.name(), KindName(g.kind()), Short(g.spec_digest()), bound});
     }
     t.Print(std::cout);
@@ -179,6 +180,12 @@ void PrintRun(const rote::v1::Run& r) {
       {"submitter", r.submitter()},
       {"created", Time(r.create_time())},
       {"ended", Time(r.end_time())}};
+  if (!r.unreviewed_allowed_by().empty()) {
+    std::string pending;
+    for (const auto& b : r.bindings())
+      if (b.source() == "pending") absl::StrAppend(&pending, pending.empty() ? "" : ", ", b.generation_point(), " ", Short(b.artifact_digest()));
+    f.push_back({"unreviewed code", absl::StrCat(pending, " (allowed by ", r.unreviewed_allowed_by(), ")")});
+  }
   if (!r.error().empty()) f.push_back({"error", r.error()});
   PrintFields(std::cout, f);
   if (!r.output_json().empty()) std::cout << "\n" << r.output_json() << "\n";
@@ -189,8 +196,9 @@ void PrintArtifact(const rote::v1::Artifact& a) {
                           {"generation point", absl::StrCat(a.generation_point(), " revision ", a.revision())},
                           {"kind", KindName(a.kind())},
                           {"state", ReviewName(a.state())},
+                          {"live", a.live() ? "yes: runs use this revision" : "no"},
                           {"etag", a.etag()},
-                          {"author", a.provenance().author()},
+                          {"author", a.author()},
                           {"model", a.provenance().model_digest().empty() ? "-" : a.provenance().model_digest()},
                           {"created", Time(a.create_time())}});
   std::cout << "\n" << a.source() << (a.source().empty() || a.source().back() == '\n' ? "" : "\n");
@@ -262,11 +270,13 @@ int CmdBlueprints(const Args& args) {
       "                                       FILE.lock beside it when present)\n"
       "  get NAME                             show a blueprint: blueprints/<digest> or its name\n"
       "  list [--name NAME] [list flags]      list blueprints, oldest first\n"
-      "  lock NAME [--write FILE]             print (or write) the lockfile of current bindings\n\n" +
+      "  lock NAME [--write FILE] [--skeleton]\n"
+      "                                       print (or write) the lockfile of the live revisions;\n"
+      "                                       --skeleton: entries to fill in for points without one\n\n" +
       std::string(kListFlagsHelp) + "\n";
   int code = 0;
   ClientOptions client_options;
-  FlagSpec spec{{"lockfile", "name", "write"}, {}};
+  FlagSpec spec{{"lockfile", "name", "write"}, {"skeleton"}};
   AddListFlags(&spec);
   auto flags = Parse(args, spec, usage, &code, &client_options);
   if (!flags) return code;
@@ -334,9 +344,15 @@ int CmdBlueprints(const Args& args) {
     if (flags->positionals.size() != 2) return Usage(usage, "lock needs NAME");
     rote::v1::LockBlueprintRequest req;
     req.set_name(Qualify("blueprints", flags->positionals[1]));
+    req.set_skeleton(flags->Has("skeleton"));
     rote::v1::LockBlueprintResponse resp;
     grpc::Status st = stub.LockBlueprint(ctx.get(), req, &resp);
     if (!st.ok()) return client.Fail(st, "locking " + req.name());
+    if (!resp.missing().empty() && !client.options().json) {
+      std::cerr << "rote: no live approved revision for: " << absl::StrJoin(resp.missing(), ", ")
+                << (req.skeleton() ? " (entries to fill in are written)" : " (not locked; --skeleton writes entries to fill in)")
+                << "\n";
+    }
     if (auto out = flags->Get("write")) {
       std::ofstream f(*out, std::ios::binary);
       f << resp.lockfile();
@@ -581,13 +597,24 @@ int CmdArtifacts(const Args& args) {
       "                                  NAME is artifacts/<digest> or artifacts/<point>/revisions/<n>\n"
       "  revisions POINT [list flags]    the revision history of a generation point\n"
       "  approve NAME --etag ETAG [--comment TEXT]\n"
+      "                                  approve (and, unless the server promotes manually, make live)\n"
       "  reject NAME --etag ETAG --comment TEXT\n"
-      "  diff POINT --to N [--from M]    unified diff between two revisions (default: N-1)\n"
+      "                                  reject; a rejected live revision gives way to the previous\n"
+      "                                  approved one, or leaves the point without one\n"
+      "  promote NAME [--comment TEXT]   make an approved revision the live one\n"
+      "  propose POINT --source-file F [--options JSON] [--blueprint B] [--comment TEXT]\n"
+      "                                  offer your own code for a point; it is validated against\n"
+      "                                  the point's examples and waits for another reviewer\n"
+      "  audit [--point POINT] [--artifact DIGEST] [list flags]\n"
+      "                                  approvals, rejections, promotions, proposals, unreviewed runs\n"
+      "  diff POINT --to N [--from M|live]\n"
+      "                                  unified diff between two revisions (default: N-1; live: the\n"
+      "                                  point's live revision)\n"
       "  regenerate NAME                 re-derive from the recorded request; report if bytes match\n\n" +
       std::string(kListFlagsHelp) + "\n";
   int code = 0;
   ClientOptions client_options;
-  FlagSpec spec{{"point", "state", "etag", "comment", "to", "from"}, {}};
+  FlagSpec spec{{"point", "state", "etag", "comment", "to", "from", "source-file", "options", "blueprint", "artifact"}, {}};
   AddListFlags(&spec);
   auto flags = Parse(args, spec, usage, &code, &client_options);
   if (!flags) return code;
@@ -597,10 +624,11 @@ int CmdArtifacts(const Args& args) {
   rote::v1::ArtifactService::Stub stub(client.channel());
   auto ctx = client.Context();
   auto print_list = [&](const auto& artifacts, const std::string& next_page_token) {
-    Table t({"ARTIFACT", "POINT", "REV", "KIND", "STATE", "AUTHOR", "SOURCE BYTES", "CREATED"});
+    Table t({"ARTIFACT", "POINT", "REV", "KIND", "STATE", "LIVE", "AUTHOR", "SOURCE BYTES", "CREATED"});
     for (const auto& a : artifacts)
       t.Add({Short(a.digest()), a.generation_point(), absl::StrCat(a.revision()), KindName(a.kind()),
-             ReviewName(a.state()), a.provenance().author(), absl::StrCat(a.source_size_bytes()), Time(a.create_time())});
+             ReviewName(a.state()), a.live() ? "live" : "-", a.author(), absl::StrCat(a.source_size_bytes()),
+             Time(a.create_time())});
     PrintListPage(t, next_page_token);
   };
 
@@ -672,12 +700,66 @@ int CmdArtifacts(const Args& args) {
     else std::cout << name << ": " << ReviewName(resp.state()) << " (etag " << resp.etag() << ")\n";
     return kExitOk;
   }
+  if (cmd == "promote") {
+    if (flags->positionals.size() != 2) return Usage(usage, "promote needs NAME");
+    rote::v1::PromoteRevisionRequest req;
+    req.set_name(Qualify("artifacts", flags->positionals[1]));
+    req.set_comment(flags->GetOr("comment", ""));
+    if (auto exit_code = RejectNonUtf8(req.comment(), "--comment")) return *exit_code;
+    rote::v1::Artifact resp;
+    grpc::Status st = stub.PromoteRevision(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "promoting " + req.name());
+    if (client.options().json) Client::PrintJson(resp, std::cout);
+    else std::cout << resp.generation_point() << ": revision " << resp.revision() << " (" << resp.name() << ") is live\n";
+    return kExitOk;
+  }
+  if (cmd == "propose") {
+    if (flags->positionals.size() != 2 || !flags->Get("source-file")) {
+      return Usage(usage, "propose needs POINT and --source-file FILE");
+    }
+    rote::v1::ProposeRevisionRequest req;
+    req.set_generation_point(flags->positionals[1]);
+    req.set_blueprint(flags->Has("blueprint") ? Qualify("blueprints", *flags->Get("blueprint")) : "");
+    std::string error;
+    const std::string path = *flags->Get("source-file");
+    if (!ReadWholeFile(path, client.options().max_message_bytes, req.mutable_source(), &error)) return Usage(usage, error);
+    if (auto exit_code = RejectNonUtf8(req.source(), path)) return *exit_code;
+    req.set_options_json(flags->GetOr("options", ""));
+    req.set_comment(flags->GetOr("comment", ""));
+    if (auto exit_code = RejectNonUtf8(req.comment(), "--comment")) return *exit_code;
+    rote::v1::Artifact resp;
+    grpc::Status st = stub.ProposeRevision(ctx.get(), req, &resp);
+    if (!st.ok()) return client.Fail(st, "proposing a revision of " + req.generation_point());
+    if (client.options().json) Client::PrintJson(resp, std::cout);
+    else std::cout << resp.generation_point() << ": proposed revision " << resp.revision() << " (" << resp.name()
+                   << "), pending review\n";
+    return kExitOk;
+  }
+  if (cmd == "audit") {
+    rote::v1::ListAuditEntriesRequest req;
+    req.set_generation_point(flags->GetOr("point", ""));
+    req.set_artifact_digest(flags->GetOr("artifact", ""));
+    rote::v1::ListAuditEntriesResponse resp;
+    grpc::Status st = ListPages(client, *flags, req, &resp, [&](auto* c, const auto& r, auto* p) {
+      return stub.ListAuditEntries(c, r, p);
+    });
+    if (!st.ok()) return client.Fail(st, "listing the audit log");
+    if (client.options().json) { Client::PrintJson(resp, std::cout); return kExitOk; }
+    Table t({"SEQ", "TIME", "PRINCIPAL", "ACTION", "POINT", "REV", "ARTIFACT", "DETAIL"});
+    for (const auto& e : resp.entries())
+      t.Add({absl::StrCat(e.sequence()), Time(e.time()), e.principal(), e.action(), e.generation_point(),
+             absl::StrCat(e.revision()), Short(e.artifact_digest()),
+             e.run().empty() ? e.detail() : absl::StrCat(e.run(), ": ", e.detail())});
+    PrintListPage(t, resp.next_page_token());
+    return kExitOk;
+  }
   if (cmd == "diff") {
     if (flags->positionals.size() != 2 || !flags->Get("to")) return Usage(usage, "diff needs POINT and --to N");
     rote::v1::DiffRevisionsRequest req;
     req.set_generation_point(flags->positionals[1]);
     req.set_to_revision(std::atoll(flags->Get("to")->c_str()));
-    req.set_from_revision(std::atoll(flags->GetOr("from", "0").c_str()));
+    const std::string from = flags->GetOr("from", "0");
+    req.set_from_revision(from == "live" ? -1 : std::atoll(from.c_str()));
     rote::v1::DiffRevisionsResponse resp;
     grpc::Status st = stub.DiffRevisions(ctx.get(), req, &resp);
     if (!st.ok()) return client.Fail(st, "diffing " + req.generation_point());

@@ -56,7 +56,12 @@ const char kUsage[] =
     "  --review-policy MODE        auto: generated code whose tests pass runs at once;\n"
     "                              approval (default): a reviewer other than the principal who\n"
     "                              asked for it must approve it first\n"
-    "  --review-policy-for LIST    per blueprint: NAME=MODE[,NAME=MODE...]\n";
+    "  --review-policy-for LIST    per blueprint: NAME=MODE[,NAME=MODE...]\n"
+    "  --allow-unreviewed WHO      never (default): no run uses code that is not approved;\n"
+    "                              reviewers: principals with the review role may submit with\n"
+    "                              --allow-pending (each such run is audited)\n"
+    "  --promotion MODE            on-approval (default): approving a revision makes it the\n"
+    "                              live one; manual: `rote artifacts promote` does\n";
 // A flag's integer value in [lo, hi], or nullopt after printing what is wrong (a usage error,
 // where std::stoi would have thrown out of main).
 std::optional<int64_t> IntFlag(const ParsedFlags& flags, const std::string& name, int64_t fallback, int64_t lo,
@@ -134,7 +139,7 @@ class SignalWatcher {
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "max-message-bytes", "tls-cert",
                  "tls-key", "drain-ms", "grace-ms", "log-level", "model", "device", "numerics", "kv-cache-mb",
-                 "attempts", "max-tokens", "review-policy", "review-policy-for"},
+                 "attempts", "max-tokens", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
                 {"help"}};
   auto flags = ParseFlags(args, spec);
   if (!flags.ok()) {
@@ -191,6 +196,8 @@ int CmdServe(const Args& args) {
     return kExitUsage;
   }
   opt.review_policy = flags->GetOr("review-policy", opt.review_policy);
+  opt.allow_unreviewed = flags->GetOr("allow-unreviewed", opt.allow_unreviewed);
+  opt.promotion = flags->GetOr("promotion", opt.promotion);
   if (auto per_blueprint = flags->Get("review-policy-for")) {
     opt.review_policy_per_blueprint = absl::StrSplit(*per_blueprint, ',', absl::SkipEmpty());
   }

@@ -500,8 +500,16 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
                opt.review_policy_per_blueprint.empty()
                    ? std::string()
                    : absl::StrCat(" (per blueprint: ", absl::StrJoin(opt.review_policy_per_blueprint, ", "), ")"));
+  if (opt.allow_unreviewed != "never" && opt.allow_unreviewed != "reviewers") {
+    return absl::InvalidArgumentError(absl::StrCat("--allow-unreviewed must be never or reviewers, not '",
+                                                   opt.allow_unreviewed, "'"));
+  }
+  if (opt.promotion != "on-approval" && opt.promotion != "manual") {
+    return absl::InvalidArgumentError(absl::StrCat("--promotion must be on-approval or manual, not '", opt.promotion, "'"));
+  }
   engine::EngineOptions engine_options;
   engine_options.run_workers = opt.run_workers;
+  engine_options.promote_on_approval = opt.promotion == "on-approval";
   engine_options.rote_version = ROTE_VERSION;
   engine_options.max_blueprint_bytes = opt.max_message_bytes / 2;
   auto eng = engine::Engine::Create(state->store.get(), state->lua_runner.get(), state->pipeline.get(),
@@ -515,6 +523,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   deps.generation = state->pipeline.get();
   if (state->model) deps.model = state->model->Describe();
   deps.review_policy = &state->review_policy;
+  deps.allow_unreviewed_for_reviewers = opt.allow_unreviewed == "reviewers";
   deps.max_inline_payload_bytes = std::min<int64_t>(1 << 20, opt.max_message_bytes / 4);
   state->services = MakeServices(deps);
 

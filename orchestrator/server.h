@@ -53,6 +53,11 @@ struct ServerOptions {
   // (a second person approves); per blueprint "NAME=MODE" entries override it.
   std::string review_policy = "approval";
   std::vector<std::string> review_policy_per_blueprint;
+  // Who may run unreviewed code (RunPolicy.allow_pending): "never" or "reviewers" (principals
+  // with the review role, audited per run).
+  std::string allow_unreviewed = "never";
+  // "on-approval": approving a revision makes it live; "manual": PromoteRevision does.
+  std::string promotion = "on-approval";
   // Extra services registered alongside rote's (tests use this for a slow method).
   std::vector<grpc::Service*> extra_services;
 };

@@ -190,7 +190,11 @@ void ToProto(const engine::BlueprintView& v, Detail detail, rote::v1::Blueprint*
     }
     g->set_spec_digest(p.digest);
   }
-  for (const store::Binding& b : v.bindings) ToProto(b, out->add_bindings());
+  for (size_t i = 0; i < v.bindings.size(); ++i) {
+    rote::v1::Binding* b = out->add_bindings();
+    ToProto(v.bindings[i], b);
+    if (i < v.binding_revisions.size()) b->set_revision(v.binding_revisions[i]);
+  }
   SetTime(v.record.create_ms, out->mutable_create_time());
 }
 
@@ -225,6 +229,7 @@ absl::Status ToProto(engine::Engine& engine, const store::RunRecord& r, int64_t 
   out->set_step_count(r.step_count);
   out->set_submitter(r.submitter);
   out->set_request_id(r.request_id);
+  out->set_unreviewed_allowed_by(r.unreviewed_allowed_by);
   SetTime(r.create_ms, out->mutable_create_time());
   SetTime(r.start_ms, out->mutable_start_time());
   SetTime(r.end_ms, out->mutable_end_time());
@@ -244,6 +249,8 @@ void ToProto(const engine::ArtifactView& v, Detail detail, rote::v1::Artifact* o
   out->set_revision(a.revision);
   out->set_state(ProtoReviewState(a.state));
   out->set_etag(a.etag);
+  out->set_live(a.live);
+  out->set_author(a.provenance.author.empty() ? "model" : a.provenance.author);
   rote::v1::Provenance* p = out->mutable_provenance();
   p->set_spec_digest(a.provenance.spec_digest);
   p->set_model_digest(a.provenance.model_digest);
@@ -310,9 +317,10 @@ class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
                              rote::v1::LockBlueprintResponse* resp) override {
     auto principal = Admit(deps_, ctx, "/rote.v1.BlueprintService/LockBlueprint");
     if (!principal.ok()) return ToGrpc(principal.status());
-    auto text = deps_.engine->LockBlueprint(req->name());
-    if (!text.ok()) return ToGrpc(text.status());
-    resp->set_lockfile(*std::move(text));
+    auto lock = deps_.engine->LockBlueprint(req->name(), req->skeleton());
+    if (!lock.ok()) return ToGrpc(lock.status());
+    resp->set_lockfile(std::move(lock->text));
+    for (std::string& m : lock->missing) resp->add_missing(std::move(m));
     return grpc::Status::OK;
   }
 
@@ -337,6 +345,7 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     sr.policy.max_output_bytes = req->policy().max_output_bytes();
     sr.request_id = req->request_id();
     sr.principal = principal->name;
+    sr.may_run_unreviewed = deps_.allow_unreviewed_for_reviewers && principal->Has(Role::kReview);
     auto run = deps_.engine->SubmitRun(sr);
     if (!run.ok()) return ToGrpc(run.status());
     return ToGrpc(ToProto(*deps_.engine, *run, deps_.max_inline_payload_bytes, resp));
@@ -498,6 +507,54 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     auto view = deps_.engine->ReviewArtifact(req->name(), **decision, req->comment(), req->etag(), principal->name);
     if (!view.ok()) return ToGrpc(view.status());
     ToProto(*view, Detail::kWhole, resp);
+    return grpc::Status::OK;
+  }
+  grpc::Status PromoteRevision(grpc::ServerContext* ctx, const rote::v1::PromoteRevisionRequest* req,
+                               rote::v1::Artifact* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/PromoteRevision");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto view = deps_.engine->PromoteRevision(req->name(), req->comment(), principal->name);
+    if (!view.ok()) return ToGrpc(view.status());
+    ToProto(*view, Detail::kWhole, resp);
+    return grpc::Status::OK;
+  }
+  grpc::Status ProposeRevision(grpc::ServerContext* ctx, const rote::v1::ProposeRevisionRequest* req,
+                               rote::v1::Artifact* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/ProposeRevision");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    engine::Proposal p;
+    p.generation_point = req->generation_point();
+    p.blueprint = req->blueprint();
+    p.source = req->source();
+    p.options_json = req->options_json();
+    p.comment = req->comment();
+    p.principal = principal->name;
+    auto view = deps_.engine->ProposeRevision(p);
+    if (!view.ok()) return ToGrpc(view.status());
+    ToProto(*view, Detail::kWhole, resp);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListAuditEntries(grpc::ServerContext* ctx, const rote::v1::ListAuditEntriesRequest* req,
+                                rote::v1::ListAuditEntriesResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/ListAuditEntries");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto page = Page(req->page_size(), req->page_token());
+    if (!page.ok()) return ToGrpc(page.status());
+    auto list = deps_.engine->ListAuditEntries(req->generation_point(), req->artifact_digest(), *page);
+    if (!list.ok()) return ToGrpc(list.status());
+    for (const store::AuditEntry& e : list->items) {
+      rote::v1::AuditEntry* x = resp->add_entries();
+      x->set_sequence(e.sequence);
+      SetTime(e.time_ms, x->mutable_time());
+      x->set_principal(e.principal);
+      x->set_action(e.action);
+      x->set_generation_point(e.generation_point);
+      x->set_artifact_digest(e.artifact_digest);
+      x->set_revision(e.revision);
+      x->set_detail(e.detail);
+      if (e.run_id > 0) x->set_run(absl::StrCat("runs/", e.run_id));
+    }
+    resp->set_next_page_token(list->next_page_token);
     return grpc::Status::OK;
   }
   grpc::Status DiffRevisions(grpc::ServerContext* ctx, const rote::v1::DiffRevisionsRequest* req,

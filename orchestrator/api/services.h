@@ -32,6 +32,9 @@ struct ServiceDeps {
   // NOT_FOUND).
   generate::GenerationPipeline* generation = nullptr;
   std::optional<generate::ModelDescription> model;
+  // Whether a principal with the review role may run unreviewed code (RunPolicy.allow_pending);
+  // rote serve --allow-unreviewed=reviewers. Off: nobody may.
+  bool allow_unreviewed_for_reviewers = false;
   // The four-eyes rule in ReviewArtifact; null: no rule.
   const generate::ReviewPolicy* review_policy = nullptr;
   // The largest run value a response carries inline (Run.output_json, replay values), and the

@@ -80,6 +80,7 @@ absl::StatusOr<ArtifactView> Engine::ReviewArtifact(std::string_view name, store
   req.decision = decision;
   req.comment = std::string(comment);
   req.expected_etag = std::string(etag);
+  req.promote = options_.promote_on_approval;
   absl::StatusOr<store::ArtifactRecord> reviewed = store_->ReviewArtifact(req);
   if (!reviewed.ok()) return reviewed.status();
   return GetArtifact(absl::StrCat("artifacts/", reviewed->digest.substr(7)));
@@ -90,10 +91,21 @@ absl::StatusOr<std::string> Engine::DiffRevisions(std::string_view generation_po
   if (generation_point.empty()) return absl::InvalidArgumentError("generation_point is required");
   if (absl::Status s = CheckGenerationPointKey(generation_point, "generation_point"); !s.ok()) return s;
   if (to_revision < 1) return absl::InvalidArgumentError("to_revision must be a revision number (from 1)");
-  if (from_revision < 0) return absl::InvalidArgumentError("from_revision must not be negative");
+  if (from_revision < -1) return absl::InvalidArgumentError("from_revision must be -1 (the live revision), 0 or a revision");
   if (from_revision == 0) from_revision = to_revision - 1;
   absl::StatusOr<store::ArtifactRecord> to = store_->GetRevision(generation_point, to_revision);
   if (!to.ok()) return to.status();
+  if (from_revision == -1) {
+    // The live revision of the point the `to` revision was written for (its spec).
+    absl::StatusOr<store::LiveRevision> live = store_->GetLiveRevision(generation_point, to->provenance.spec_digest);
+    if (absl::IsNotFound(live.status())) {
+      from_revision = 0;
+    } else if (!live.ok()) {
+      return live.status();
+    } else {
+      from_revision = live->revision;
+    }
+  }
   std::string from_source;
   std::string from_label = "/dev/null";
   if (from_revision >= 1) {

@@ -131,9 +131,13 @@ absl::StatusOr<BlueprintView> Engine::ViewOf(store::BlueprintRecord record) {
     if (!p.ok()) return p.status();
     view.points.push_back(*std::move(p));
   }
-  absl::StatusOr<std::vector<store::Binding>> bindings = store_->ListBindings(record.digest);
-  if (!bindings.ok()) return bindings.status();
-  view.bindings = *std::move(bindings);
+  for (const GenerationPoint& p : view.points) {
+    absl::StatusOr<std::optional<store::ArtifactRecord>> live = LiveArtifactFor(ArtifactKey(record.name, p.name), p);
+    if (!live.ok()) return live.status();
+    if (!*live) continue;
+    view.bindings.push_back(store::Binding{p.name, (*live)->digest, "live"});
+    view.binding_revisions.push_back((*live)->revision);
+  }
   view.record = std::move(record);
   return view;
 }
@@ -202,16 +206,21 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
     if (!artifact.ok()) return artifact.status();
     if (artifact->state == store::ReviewState::kRejected) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "the artifact locked for '", l.entry.point, "' (", l.digest,
-          ") was rejected in review; replace it in the lockfile or approve it again with `rote artifacts review`"));
+          "the artifact locked for '", l.entry.point, "' (", l.digest, ") is revision ", artifact->revision, " of ",
+          artifact->generation_point, ", which was rejected in review; replace it in the lockfile (`rote blueprints "
+          "lock ", decl->name, "` writes the live revisions), or have a reviewer approve it again with `rote "
+          "artifacts approve artifacts/", l.digest.substr(7), "`"));
     }
     // Registering needs only the submit role. Approving goes through the same check as
     // ReviewArtifact: an artifact's digest does not depend on its generation point, so a lockfile
     // holding the source a principal asked the model for would otherwise let that principal
     // approve it, for every point that uses it.
+    // A registrant who may review decides what is live; anyone else's lockfile only fills a
+    // point that has no live revision yet.
+    absl::Status allowed = may_approve ? may_approve(*artifact)
+                                       : absl::PermissionDeniedError("registration without an approval check");
+    if (!allowed.ok() && !absl::IsPermissionDenied(allowed)) return allowed;
     if (artifact->state == store::ReviewState::kPending) {
-      absl::Status allowed = may_approve ? may_approve(*artifact)
-                                         : absl::PermissionDeniedError("registration without an approval check");
       if (allowed.ok()) {
         store::ReviewRequest review;
         review.artifact_digest = l.digest;
@@ -221,12 +230,21 @@ absl::StatusOr<BlueprintView> Engine::RegisterBlueprint(std::string_view source,
         review.expected_etag = artifact->etag;  // the state the check saw
         absl::StatusOr<store::ArtifactRecord> approved = store_->ReviewArtifact(review);
         if (!approved.ok()) return approved.status();
-      } else if (absl::IsPermissionDenied(allowed)) {
+        artifact = *std::move(approved);
+      } else {
         spdlog::info("registering {}: the artifact locked for '{}' ({}) stays pending: {}", decl->name,
                      l.entry.point, l.digest, std::string(allowed.message()));
-      } else {
-        return allowed;
       }
+    }
+    if (artifact->state == store::ReviewState::kApproved) {
+      store::PromoteRequest promote;
+      promote.artifact_digest = l.digest;
+      promote.principal = principal;
+      promote.action = "lockfile";
+      promote.comment = absl::StrCat("the lockfile of ", decl->name, " ", decl->version);
+      promote.only_if_unset = !allowed.ok();
+      absl::StatusOr<store::ArtifactRecord> promoted = store_->PromoteRevision(promote);
+      if (!promoted.ok()) return promoted.status();
     }
     absl::Status bound = store_->SetBinding(record.digest, store::Binding{l.entry.point, l.digest, "lockfile"});
     if (!bound.ok()) return bound;
@@ -255,6 +273,17 @@ absl::StatusOr<store::Page<BlueprintView>> Engine::ListBlueprints(std::string_vi
   return out;
 }
 
+absl::StatusOr<std::optional<store::ArtifactRecord>> Engine::LiveArtifactFor(const std::string& key,
+                                                                             const GenerationPoint& point) {
+  absl::StatusOr<store::LiveRevision> live = store_->GetLiveRevision(key, point.digest);
+  if (absl::IsNotFound(live.status())) return std::nullopt;
+  if (!live.ok()) return live.status();
+  absl::StatusOr<store::ArtifactRecord> a = store_->GetArtifact(live->artifact_digest);
+  if (!a.ok()) return a.status();
+  if (a->kind != KindName(point.kind) || a->state != store::ReviewState::kApproved) return std::nullopt;
+  return *std::move(a);
+}
+
 absl::StatusOr<std::optional<store::ArtifactRecord>> Engine::NewestArtifactFor(const std::string& key,
                                                                                const GenerationPoint& point,
                                                                                store::ReviewState state) {
@@ -271,43 +300,6 @@ absl::StatusOr<std::optional<store::ArtifactRecord>> Engine::NewestArtifactFor(c
     page.page_token = p->next_page_token;
   } while (!page.page_token.empty());
   return newest;
-}
-
-absl::StatusOr<std::string> Engine::LockBlueprint(std::string_view name) {
-  absl::StatusOr<BlueprintView> bp = GetBlueprint(name);
-  if (!bp.ok()) return bp.status();
-  Lockfile lock;
-  lock.blueprint = bp->record.name;
-  lock.version = bp->record.version;
-  std::vector<std::string> unbound;
-  for (const GenerationPoint& p : bp->points) {
-    std::string digest;
-    for (const store::Binding& b : bp->bindings) {
-      if (b.generation_point == p.name) digest = b.artifact_digest;
-    }
-    if (digest.empty()) {
-      absl::StatusOr<std::optional<store::ArtifactRecord>> approved =
-          NewestArtifactFor(ArtifactKey(bp->record.name, p.name), p, store::ReviewState::kApproved);
-      if (!approved.ok()) return approved.status();
-      if (*approved) digest = (*approved)->digest;
-    }
-    if (digest.empty()) {
-      unbound.push_back(p.name);
-      continue;
-    }
-    absl::StatusOr<store::ArtifactRecord> a = store_->GetArtifact(digest);
-    if (!a.ok()) return a.status();
-    absl::StatusOr<ArtifactCode> code = VerifiedCode(*a);
-    if (!code.ok()) return code.status();
-    lock.entries.push_back(LockEntry{p.name, p.kind, p.digest, digest,
-                                     p.kind == ArtifactKind::kRe2Pattern ? code->options_json : "", code->source, 0});
-  }
-  std::string text = FormatLockfile(lock);
-  if (!unbound.empty()) {
-    absl::StrAppend(&text, "\n# Not locked (no binding and no approved artifact yet): ", absl::StrJoin(unbound, ", "),
-                    "\n");
-  }
-  return text;
 }
 
 }  // namespace rote::orchestrator::engine

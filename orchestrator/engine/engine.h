@@ -46,6 +46,9 @@ struct EngineOptions {
   // limit, reserved), which must fit the workers' address-space limit.
   sandbox::Limits default_limits{1'000'000'000, 256ull << 20, 1ull << 20};
   sandbox::Limits max_limits{50'000'000'000, 512ull << 20, 64ull << 20};
+  // Approving a revision also makes it the live revision of its point (rote serve
+  // --promotion=on-approval, the default); false: only PromoteRevision does (--promotion=manual).
+  bool promote_on_approval = true;
   // Limits for loading a blueprint at registration.
   sandbox::Limits load_limits{100'000'000, 64ull << 20, 1ull << 20};
   // Wall-clock safety net of one run (deterministic limits decide; this only stops runaways
@@ -79,12 +82,34 @@ struct SubmitRequest {
   RunPolicy policy;
   std::string request_id;
   std::string principal;
+  // Whether `principal` may run unreviewed code (policy.allow_pending): the API decides (a
+  // reviewer, on a server started with --allow-unreviewed=reviewers). Without it, asking is
+  // PERMISSION_DENIED.
+  bool may_run_unreviewed = false;
+};
+
+// A person's revision of a generation point (ProposeRevision).
+struct Proposal {
+  std::string generation_point;  // "{blueprint}/{point}"
+  std::string blueprint;         // resource name; empty: the newest blueprint declaring it
+  std::string source;
+  std::string options_json;  // RE2 only
+  std::string comment;
+  std::string principal;
+};
+
+// What LockBlueprint writes.
+struct LockResult {
+  std::string text;
+  std::vector<std::string> missing;  // points without a live approved revision
 };
 
 struct BlueprintView {
   store::BlueprintRecord record;
   std::vector<GenerationPoint> points;  // parsed from the stored specs
+  // The live revision of each point that has one (source "live"), in declaration order.
   std::vector<store::Binding> bindings;
+  std::vector<int64_t> binding_revisions;  // the revision of each of `bindings`
 };
 
 struct ReplayResult {
@@ -134,7 +159,9 @@ class Engine {
   absl::StatusOr<BlueprintView> GetBlueprint(std::string_view name);
   absl::StatusOr<store::Page<BlueprintView>> ListBlueprints(std::string_view display_name,
                                                             const store::PageRequest& page);
-  absl::StatusOr<std::string> LockBlueprint(std::string_view name);
+  // The live approved revision of each point as a lockfile; with `skeleton`, entries to fill in
+  // for the points without one instead.
+  absl::StatusOr<LockResult> LockBlueprint(std::string_view name, bool skeleton = false);
 
   // ---- runs
   absl::StatusOr<store::RunRecord> SubmitRun(const SubmitRequest& request);
@@ -156,6 +183,18 @@ class Engine {
   // `digest` is empty), or the input or output of one of its steps. NOT_FOUND for any other
   // digest, FAILED_PRECONDITION for the output of a run that did not succeed.
   absl::StatusOr<std::string> RunValue(const store::RunRecord& run, std::string_view digest);
+
+  // ---- live revisions, proposals and the audit log (live_revisions.cc)
+  // Makes an approved revision live. Audited with `comment`.
+  absl::StatusOr<ArtifactView> PromoteRevision(std::string_view name, std::string_view comment,
+                                               const std::string& principal);
+  // Validates the source against the point's examples exactly as generated code is
+  // (ValidateArtifact); one that fails is FAILED_PRECONDITION naming the failing example.
+  // Stored pending with the proposer as author, audited "propose".
+  absl::StatusOr<ArtifactView> ProposeRevision(const Proposal& proposal);
+  absl::StatusOr<store::Page<store::AuditEntry>> ListAuditEntries(std::string_view generation_point,
+                                                                  std::string_view artifact_digest,
+                                                                  const store::PageRequest& page);
 
   // ---- artifacts
   absl::StatusOr<ArtifactView> GetArtifact(std::string_view name);
@@ -192,11 +231,13 @@ class Engine {
   absl::StatusOr<sandbox::Limits> EffectiveLimits(const RunPolicy& policy) const;
   // Bindings for every point that needs no generation; the rest in `deferred`.
   absl::StatusOr<std::vector<store::Binding>> ResolveBindings(const BlueprintView& bp, const RunPolicy& policy,
-                                                              const std::string& principal,
                                                               std::vector<GenerationPoint>* deferred);
   absl::StatusOr<std::optional<store::ArtifactRecord>> NewestArtifactFor(const std::string& key,
                                                                          const GenerationPoint& point,
                                                                          store::ReviewState state);
+  // The live revision of the point (key and spec), if it has one.
+  absl::StatusOr<std::optional<store::ArtifactRecord>> LiveArtifactFor(const std::string& key,
+                                                                       const GenerationPoint& point);
 
   store::Store* const store_;
   LuaArtifactRunner* const lua_runner_;

@@ -93,13 +93,17 @@ void Engine::ExecuteRun(const Job& job) {
     if (!g.ok()) return fail(store::RunState::kFailed, absl::StrCat("generating '", p.name, "': ", g.status().message()));
     absl::StatusOr<store::ArtifactRecord> a = store_->GetArtifact(g->artifact_digest);
     if (!a.ok()) return fail(store::RunState::kFailed, std::string(a.status().message()));
-    if (a->state != store::ReviewState::kApproved && !control.policy.allow_pending) {
+    const bool approved = a->state == store::ReviewState::kApproved;
+    if (a->state == store::ReviewState::kRejected || (!approved && !control.policy.allow_pending)) {
       return fail(store::RunState::kFailed,
-                  absl::StrCat("generated artifact ", a->digest, " for '", p.name,
-                               "' is pending review: approve it (rote artifacts review) and submit again, or submit "
-                               "with --allow-pending"));
+                  absl::StrCat("generated artifact ", a->digest, " (revision ", a->revision, " of ", a->generation_point,
+                               ") is ", std::string(store::ReviewStateName(a->state)),
+                               a->state == store::ReviewState::kRejected
+                                   ? "; change the task, the examples or the decoding"
+                                   : absl::StrCat(": a reviewer approves it with `rote artifacts approve artifacts/",
+                                                  a->digest.substr(7), "`, then submit again")));
     }
-    store::Binding b{p.name, g->artifact_digest, g->from_cache ? "cache" : "generated"};
+    store::Binding b{p.name, g->artifact_digest, approved ? "generated" : "pending"};
     if (absl::Status s = store_->AddRunBindings(id, {b}); !s.ok()) return fail(store::RunState::kFailed, std::string(s.message()));
     bindings.push_back(b);
   }

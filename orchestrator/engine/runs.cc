@@ -37,76 +37,53 @@ absl::StatusOr<sandbox::Limits> Engine::EffectiveLimits(const RunPolicy& policy)
 }
 
 absl::StatusOr<std::vector<store::Binding>> Engine::ResolveBindings(const BlueprintView& bp, const RunPolicy& policy,
-                                                                    const std::string& principal,
                                                                     std::vector<GenerationPoint>* deferred) {
   std::vector<store::Binding> out;
   std::vector<std::string> problems;
   std::vector<std::string> unbound;
   for (const GenerationPoint& p : bp.points) {
     const std::string key = ArtifactKey(bp.record.name, p.name);
-    const store::Binding* bound = nullptr;
-    for (const store::Binding& b : bp.bindings) {
-      if (b.generation_point == p.name) bound = &b;
+    // The live revision is what runs use; nothing else runs without a person's say.
+    absl::StatusOr<std::optional<store::ArtifactRecord>> live = LiveArtifactFor(key, p);
+    if (!live.ok()) return live.status();
+    if (*live) {
+      out.push_back(store::Binding{p.name, (*live)->digest, "live"});
+      continue;
     }
-    if (bound != nullptr) {
-      absl::StatusOr<store::ArtifactRecord> a = store_->GetArtifact(bound->artifact_digest);
-      if (!a.ok()) return a.status();
-      if (a->state == store::ReviewState::kApproved ||
-          (a->state == store::ReviewState::kPending && policy.allow_pending)) {
-        out.push_back(*bound);
-        continue;
-      }
-      if (a->state == store::ReviewState::kPending) {
-        problems.push_back(absl::StrCat("'", p.name, "' is bound to artifact ", a->digest,
-                                        ", which is pending review (approve it, or submit with allow_pending)"));
-        continue;
-      }
-      // A rejected binding does not count; look for something better below.
+    absl::StatusOr<std::optional<store::ArtifactRecord>> pending =
+        NewestArtifactFor(key, p, store::ReviewState::kPending);
+    if (!pending.ok()) return pending.status();
+    if (*pending && policy.allow_pending) {
+      out.push_back(store::Binding{p.name, (*pending)->digest, "pending"});
+      continue;
+    }
+    if (*pending) {
+      problems.push_back(absl::StrCat("'", p.name, "' has no live revision; revision ", (*pending)->revision, " (",
+                                      (*pending)->digest, ") waits for review: a reviewer approves it with `rote "
+                                      "artifacts approve artifacts/", (*pending)->digest.substr(7), "`"));
+      continue;
     }
     absl::StatusOr<std::optional<store::ArtifactRecord>> approved =
         NewestArtifactFor(key, p, store::ReviewState::kApproved);
     if (!approved.ok()) return approved.status();
     if (*approved) {
-      out.push_back(store::Binding{p.name, (*approved)->digest, "approved"});
+      problems.push_back(absl::StrCat("'", p.name, "' has no live revision; revision ", (*approved)->revision, " (",
+                                      (*approved)->digest, ") is approved: a reviewer makes it live with `rote "
+                                      "artifacts promote artifacts/", (*approved)->digest.substr(7), "`"));
       continue;
     }
-    if (policy.allow_pending) {
-      absl::StatusOr<std::optional<store::ArtifactRecord>> pending =
-          NewestArtifactFor(key, p, store::ReviewState::kPending);
-      if (!pending.ok()) return pending.status();
-      if (*pending) {
-        out.push_back(store::Binding{p.name, (*pending)->digest, "pending"});
-        continue;
-      }
-    }
-    if (generator_ != nullptr) {
-      GenerateContext ctx;
-      ctx.generation_point_key = key;
-      ctx.blueprint_digest = bp.record.digest;
-      ctx.principal = principal;
-      absl::StatusOr<std::optional<GeneratedArtifact>> cached = generator_->Lookup(p.ToRecord(), ctx);
-      if (!cached.ok()) return cached.status();
-      if (*cached) {
-        absl::StatusOr<store::ArtifactRecord> a = store_->GetArtifact((*cached)->artifact_digest);
-        if (!a.ok()) return a.status();
-        if (a->state == store::ReviewState::kApproved ||
-            (a->state == store::ReviewState::kPending && policy.allow_pending)) {
-          out.push_back(store::Binding{p.name, a->digest, "cache"});
-          continue;
-        }
-      }
-      if (policy.allow_generation) {
-        deferred->push_back(p);
-        continue;
-      }
+    if (generator_ != nullptr && policy.allow_generation) {
+      deferred->push_back(p);
+      continue;
     }
     unbound.push_back(absl::StrCat(p.name, " (", KindName(p.kind), ")"));
   }
   if (!unbound.empty()) {
     problems.push_back(absl::StrCat(
         "unbound generation points: ", absl::StrJoin(unbound, ", "),
-        ". Bind them with a lockfile (register the blueprint with ", bp.record.name, ".lock beside it, see "
-        "docs/blueprints.md) or approve an artifact for them",
+        ". Bind them with a lockfile (register the blueprint with ", bp.record.name, ".lock beside it; `rote "
+        "blueprints lock ", bp.record.name, " --skeleton` writes one to fill in, see docs/blueprints.md), propose "
+        "code for them (`rote artifacts propose`)",
         generator_ == nullptr ? ", or start the server with --model and submit with --allow-generation"
                               : ", or submit with --allow-generation"));
   }
@@ -121,6 +98,12 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
   if (req.request_id.size() > 128 ||
       std::any_of(req.request_id.begin(), req.request_id.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
     return absl::InvalidArgumentError("request_id must be at most 128 printable ASCII characters without spaces");
+  }
+  if (req.policy.allow_pending && !req.may_run_unreviewed) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "'", req.principal, "' may not run unreviewed code (allow_pending): only a principal with the review role "
+        "may, and only on a server started with --allow-unreviewed=reviewers; approve the pending revisions "
+        "instead (`rote artifacts list --state pending`)"));
   }
   absl::StatusOr<store::BlueprintRecord> record = ResolveBlueprint(req.blueprint);
   if (!record.ok()) return record.status();
@@ -150,7 +133,7 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
   absl::StatusOr<BlueprintView> bp = ViewOf(*std::move(record));
   if (!bp.ok()) return bp.status();
   std::vector<GenerationPoint> deferred;
-  absl::StatusOr<std::vector<store::Binding>> bindings = ResolveBindings(*bp, req.policy, req.principal, &deferred);
+  absl::StatusOr<std::vector<store::Binding>> bindings = ResolveBindings(*bp, req.policy, &deferred);
   if (!bindings.ok()) return bindings.status();
 
   if (absl::StatusOr<store::BlobRef> blob = store_->PutBlob(input->json); !blob.ok()) return blob.status();
@@ -161,6 +144,7 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
   run.engine_profile_json = profile;
   run.submitter = req.principal;
   run.request_id = req.request_id;
+  if (req.policy.allow_pending) run.unreviewed_allowed_by = req.principal;
   absl::StatusOr<store::CreateRunResult> created = store_->CreateRun(run);
   if (!created.ok()) return created.status();
   if (!created->created) return created->run;  // a concurrent retry made it first

@@ -419,6 +419,8 @@ absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::StoreOutcome(const
                                     c.point.kind == engine::ArtifactKind::kLuaFunction ? " tests" : " examples",
                                     " passed", held > 0 ? absl::StrCat(" (", held, " of them held out)") : "");
       review.expected_etag = put->etag;
+      // The auto policy means runs use it at once: it becomes the point's live revision.
+      review.promote = true;
       absl::StatusOr<store::ArtifactRecord> reviewed = store_->ReviewArtifact(review);
       // ABORTED: someone reviewed it in between; their decision stands.
       if (!reviewed.ok() && !absl::IsAborted(reviewed.status())) return reviewed.status();

@@ -66,6 +66,15 @@ absl::Status CheckMayReview(store::Store* store, const ReviewPolicy& policy, con
                             store::ReviewState decision, std::string_view principal, bool local_mode) {
   if (decision != store::ReviewState::kApproved) return absl::OkStatus();
   if (policy.ModeForKey(artifact.generation_point) != ReviewMode::kApproval) return absl::OkStatus();
+  if (artifact.provenance.author == principal) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "'", std::string(principal), "' proposed artifact ", artifact.digest, " (", artifact.generation_point,
+        ") and the review policy for it is 'approval', which needs a second person: another principal with the "
+        "review role must approve it",
+        local_mode ? " (this server runs without a key file, so everyone is 'local': give reviewers their own "
+                     "tokens with --keys, or start it with --review-policy auto)"
+                   : ""));
+  }
   absl::StatusOr<bool> requester = IsRequester(store, artifact.digest, principal);
   if (!requester.ok()) return requester.status();
   if (!*requester) return absl::OkStatus();
