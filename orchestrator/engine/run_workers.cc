@@ -97,7 +97,7 @@ void Engine::ExecuteRun(const Job& job) {
     if (a->state == store::ReviewState::kRejected || (!approved && !control.policy.allow_pending)) {
       return fail(store::RunState::kFailed,
                   absl::StrCat("generated artifact ", a->digest, " (revision ", a->revision, " of ", a->generation_point,
-                               ") is ", std::string(store::ReviewStateName(a->state)),
+                               ") is ", a->state == store::ReviewState::kRejected ? "rejected" : "pending review",
                                a->state == store::ReviewState::kRejected
                                    ? "; change the task, the examples or the decoding"
                                    : absl::StrCat(": a reviewer approves it with `rote artifacts approve artifacts/",

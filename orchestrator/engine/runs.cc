@@ -59,7 +59,7 @@ absl::StatusOr<std::vector<store::Binding>> Engine::ResolveBindings(const Bluepr
     }
     if (*pending) {
       problems.push_back(absl::StrCat("'", p.name, "' has no live revision; revision ", (*pending)->revision, " (",
-                                      (*pending)->digest, ") waits for review: a reviewer approves it with `rote "
+                                      (*pending)->digest, ") is pending review: a reviewer approves it with `rote "
                                       "artifacts approve artifacts/", (*pending)->digest.substr(7), "`"));
       continue;
     }

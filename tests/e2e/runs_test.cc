@@ -19,7 +19,8 @@ TEST(RunsE2e, SubmitWatchSucceedAndReplay) {
   EXPECT_EQ(bp.generation_points(0).kind(), rote::v1::ARTIFACT_KIND_RE2_PATTERN);
   EXPECT_EQ(bp.generation_points(0).examples_json(0), R"({"input":"hi there","matches":["hi","there"]})");
   ASSERT_EQ(bp.bindings_size(), 2);
-  EXPECT_EQ(bp.bindings(0).source(), "lockfile");
+  EXPECT_EQ(bp.bindings(0).source(), "live");
+  EXPECT_EQ(bp.bindings(0).revision(), 1);
 
   rote::v1::Run run = server.Submit("blueprints/word_stats", R"({"text": "hi there"})");
   ASSERT_FALSE(run.name().empty());
