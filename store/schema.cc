@@ -197,6 +197,11 @@ UPDATE runs SET interrupted = 1
       R"sql(
 CREATE INDEX runs_by_submitter ON runs (submitter, id);
 )sql",
+      // 6: bare generation point names: which blueprints declare a point of a given name.
+      R"sql(
+CREATE INDEX generation_specs_by_name ON generation_specs (name);
+CREATE INDEX blueprint_points_by_spec ON blueprint_points (spec_digest);
+)sql",
   };
   return kMigrations;
 }

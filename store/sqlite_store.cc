@@ -21,6 +21,7 @@
 #include "store/sqlite_blueprints.h"
 #include "store/sqlite_caches.h"
 #include "store/sqlite_db.h"
+#include "store/sqlite_lookup.h"
 #include "store/sqlite_runs.h"
 #include "store/status_macros.h"
 #include "store/store.h"
@@ -54,7 +55,8 @@ class SqliteStore final : public Store {
         blueprints_(db_),
         artifacts_(db_),
         runs_(db_),
-        caches_(db_) {
+        caches_(db_),
+        lookup_(db_) {
     if (!options_.clock_ms) options_.clock_ms = SystemClockMs;
     db_.clock_ms = options_.clock_ms;
   }
@@ -193,6 +195,16 @@ class SqliteStore final : public Store {
     return StoreStats{s.commits, s.writes};
   }
 
+  absl::StatusOr<Matches> FindArtifactsByDigestPrefix(std::string_view digest_prefix, int limit) override {
+    return lookup_.FindArtifactsByDigestPrefix(digest_prefix, limit);
+  }
+  absl::StatusOr<Matches> FindBlueprintsByDigestPrefix(std::string_view digest_prefix, int limit) override {
+    return lookup_.FindBlueprintsByDigestPrefix(digest_prefix, limit);
+  }
+  absl::StatusOr<Matches> FindBlueprintNamesDeclaringPoint(std::string_view point, int limit) override {
+    return lookup_.FindBlueprintNamesDeclaringPoint(point, limit);
+  }
+
  private:
   StoreOptions options_;
   std::string db_path_;
@@ -202,6 +214,7 @@ class SqliteStore final : public Store {
   internal::SqliteArtifacts artifacts_;
   internal::SqliteRuns runs_;
   internal::SqliteCaches caches_;
+  internal::SqliteLookup lookup_;
   int schema_version_ = 0;
 };
 
