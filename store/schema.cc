@@ -229,6 +229,11 @@ CREATE INDEX audit_by_point ON audit_log (generation_point, id);
 CREATE INDEX audit_by_artifact ON audit_log (artifact_digest, id);
 ALTER TABLE runs ADD COLUMN unreviewed_allowed_by TEXT NOT NULL DEFAULT '';
 )sql",
+      // 7: bare generation point names: which blueprints declare a point of a given name.
+      R"sql(
+CREATE INDEX generation_specs_by_name ON generation_specs (name);
+CREATE INDEX blueprint_points_by_spec ON blueprint_points (spec_digest);
+)sql",
   };
   return kMigrations;
 }

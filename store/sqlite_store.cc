@@ -22,6 +22,7 @@
 #include "store/sqlite_blueprints.h"
 #include "store/sqlite_caches.h"
 #include "store/sqlite_db.h"
+#include "store/sqlite_lookup.h"
 #include "store/sqlite_runs.h"
 #include "store/status_macros.h"
 #include "store/store.h"
@@ -56,7 +57,8 @@ class SqliteStore final : public Store {
         artifacts_(db_),
         review_(db_),
         runs_(db_),
-        caches_(db_) {
+        caches_(db_),
+        lookup_(db_) {
     if (!options_.clock_ms) options_.clock_ms = SystemClockMs;
     db_.clock_ms = options_.clock_ms;
   }
@@ -212,6 +214,16 @@ class SqliteStore final : public Store {
     return StoreStats{s.commits, s.writes};
   }
 
+  absl::StatusOr<Matches> FindArtifactsByDigestPrefix(std::string_view digest_prefix, int limit) override {
+    return lookup_.FindArtifactsByDigestPrefix(digest_prefix, limit);
+  }
+  absl::StatusOr<Matches> FindBlueprintsByDigestPrefix(std::string_view digest_prefix, int limit) override {
+    return lookup_.FindBlueprintsByDigestPrefix(digest_prefix, limit);
+  }
+  absl::StatusOr<Matches> FindBlueprintNamesDeclaringPoint(std::string_view point, int limit) override {
+    return lookup_.FindBlueprintNamesDeclaringPoint(point, limit);
+  }
+
  private:
   StoreOptions options_;
   std::string db_path_;
@@ -222,6 +234,7 @@ class SqliteStore final : public Store {
   internal::SqliteReview review_;
   internal::SqliteRuns runs_;
   internal::SqliteCaches caches_;
+  internal::SqliteLookup lookup_;
   int schema_version_ = 0;
 };
 

@@ -187,6 +187,24 @@ class Store {
   virtual absl::Status CheckIntegrity(bool full) = 0;
   virtual int SchemaVersion() const = 0;
   virtual StoreStats Stats() const = 0;
+
+  // ---- lookup by prefix (the short names people type; docs/architecture.md, "Names")
+  // At most `limit` matches in ascending order, and how many there are in all.
+  struct Matches {
+    std::vector<std::string> items;
+    int64_t total = 0;
+  };
+  // Digests of stored artifacts / blueprints that start with `digest_prefix` ("sha256:" and 1 to
+  // 64 lowercase hex digits, else INVALID_ARGUMENT). An indexed range scan: cost follows the
+  // number of matches, not the number of rows.
+  virtual absl::StatusOr<Matches> FindArtifactsByDigestPrefix(std::string_view digest_prefix,
+                                                              int limit) = 0;
+  virtual absl::StatusOr<Matches> FindBlueprintsByDigestPrefix(std::string_view digest_prefix,
+                                                               int limit) = 0;
+  // Declared names of the blueprints (each name once, any stored version) that declare a
+  // generation point named `point`.
+  virtual absl::StatusOr<Matches> FindBlueprintNamesDeclaringPoint(std::string_view point,
+                                                                   int limit) = 0;
 };
 
 }  // namespace rote::store

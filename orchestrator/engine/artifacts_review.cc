@@ -3,6 +3,7 @@
 #include "orchestrator/engine/artifact.h"
 #include "orchestrator/engine/engine.h"
 #include "orchestrator/engine/names.h"
+#include "orchestrator/engine/resolve.h"
 #include "orchestrator/engine/unified_diff.h"
 
 namespace rote::orchestrator::engine {
@@ -23,7 +24,7 @@ absl::StatusOr<store::Page<ArtifactView>> WithReviews(store::Store* store, store
 }  // namespace
 
 absl::StatusOr<ArtifactView> Engine::GetArtifact(std::string_view name) {
-  absl::StatusOr<ArtifactName> n = ParseArtifactName(name);
+  absl::StatusOr<ArtifactName> n = ResolveArtifactName(store_, name);
   if (!n.ok()) return n.status();
   absl::StatusOr<store::ArtifactRecord> a =
       n->digest.empty() ? store_->GetRevision(n->key, n->revision) : store_->GetArtifact(n->digest);
@@ -37,9 +38,10 @@ absl::StatusOr<ArtifactView> Engine::GetArtifact(std::string_view name) {
 absl::StatusOr<store::Page<ArtifactView>> Engine::ListArtifacts(std::string_view generation_point,
                                                                 std::optional<store::ReviewState> state,
                                                                 const store::PageRequest& page) {
-  if (!generation_point.empty()) {
-    if (absl::Status s = CheckGenerationPointKey(generation_point, "generation_point"); !s.ok()) return s;
-  }
+  absl::StatusOr<std::string> key = std::string();
+  if (!generation_point.empty()) key = ResolveGenerationPointKey(store_, generation_point, "generation_point");
+  if (!key.ok()) return key.status();
+  generation_point = *key;
   absl::StatusOr<store::Page<store::ArtifactRecord>> p =
       store_->ListArtifacts(store::ArtifactFilter{std::string(generation_point), state}, page);
   if (!p.ok()) return p.status();
@@ -51,7 +53,9 @@ absl::StatusOr<store::Page<ArtifactView>> Engine::ListRevisions(std::string_view
   if (generation_point.empty()) {
     return absl::InvalidArgumentError("generation_point is required, e.g. invoice_totals/parse_amount");
   }
-  if (absl::Status s = CheckGenerationPointKey(generation_point, "generation_point"); !s.ok()) return s;
+  absl::StatusOr<std::string> key = ResolveGenerationPointKey(store_, generation_point, "generation_point");
+  if (!key.ok()) return key.status();
+  generation_point = *key;
   absl::StatusOr<store::Page<store::ArtifactRecord>> p = store_->ListRevisions(generation_point, page);
   if (!p.ok()) return p.status();
   return WithReviews(store_, *std::move(p));
@@ -89,7 +93,9 @@ absl::StatusOr<ArtifactView> Engine::ReviewArtifact(std::string_view name, store
 absl::StatusOr<std::string> Engine::DiffRevisions(std::string_view generation_point, int64_t from_revision,
                                                   int64_t to_revision) {
   if (generation_point.empty()) return absl::InvalidArgumentError("generation_point is required");
-  if (absl::Status s = CheckGenerationPointKey(generation_point, "generation_point"); !s.ok()) return s;
+  absl::StatusOr<std::string> key = ResolveGenerationPointKey(store_, generation_point, "generation_point");
+  if (!key.ok()) return key.status();
+  generation_point = *key;
   if (to_revision < 1) return absl::InvalidArgumentError("to_revision must be a revision number (from 1)");
   if (from_revision < -1) return absl::InvalidArgumentError("from_revision must be -1 (the live revision), 0 or a revision");
   if (from_revision == 0) from_revision = to_revision - 1;

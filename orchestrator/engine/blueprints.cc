@@ -10,6 +10,7 @@
 #include "orchestrator/engine/engine_internal.h"
 #include "orchestrator/engine/lockfile.h"
 #include "orchestrator/engine/names.h"
+#include "orchestrator/engine/resolve.h"
 #include "orchestrator/engine/validate.h"
 #include "spdlog/spdlog.h"
 #include "store/digest.h"
@@ -106,7 +107,7 @@ absl::StatusOr<std::vector<LockedArtifact>> CheckLockfile(std::string_view lockf
 }  // namespace
 
 absl::StatusOr<store::BlueprintRecord> Engine::ResolveBlueprint(std::string_view name) {
-  absl::StatusOr<BlueprintName> parsed = ParseBlueprintName(name);
+  absl::StatusOr<BlueprintName> parsed = ResolveBlueprintName(store_, name);
   if (!parsed.ok()) return parsed.status();
   if (!parsed->digest.empty()) {
     absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(parsed->digest);

@@ -60,6 +60,18 @@ bool IsPointKey(std::string_view key) {
   return (blueprint == kAdhocBlueprint || IsValidPointName(blueprint)) && IsValidPointName(key.substr(slash + 1));
 }
 
+// "sha256:<id>" when `id` is a digest prefix (kMinDigestPrefixHex to 63 hex digits); empty
+// when it is not hex at all or too long; INVALID_ARGUMENT when it is hex but too short to be one.
+absl::StatusOr<std::string> DigestPrefixFromId(std::string_view id, std::string_view name) {
+  if (id.empty() || id.size() >= 64 || !IsLowerHex(id)) return std::string();
+  if (id.size() < kMinDigestPrefixHex) {
+    return absl::InvalidArgumentError(absl::StrCat(QuoteInput(name), ": a digest prefix needs at least ",
+                                                   kMinDigestPrefixHex, " hex digits, '", std::string(id), "' has ",
+                                                   id.size()));
+  }
+  return absl::StrCat("sha256:", std::string(id));
+}
+
 }  // namespace
 
 std::string QuoteInput(std::string_view text) {
@@ -119,14 +131,17 @@ absl::StatusOr<BlueprintName> ParseBlueprintName(std::string_view name) {
       out.digest = *std::move(digest);
       return out;
     }
-    if (IsValidPointName(id)) {
-      out.display_name = std::string(id);
-      return out;
-    }
+    if (IsValidPointName(id)) out.display_name = std::string(id);
+    // A short hex id that is a valid display name stays a name: it is not refused as a prefix.
+    absl::StatusOr<std::string> prefix = DigestPrefixFromId(id, name);
+    if (!prefix.ok() && out.display_name.empty()) return prefix.status();
+    if (prefix.ok()) out.digest_prefix = *std::move(prefix);
+    if (!out.display_name.empty() || !out.digest_prefix.empty()) return out;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      QuoteInput(name), " is not a blueprint name; expected blueprints/{digest hex} (64 lowercase hex digits) "
-      "or blueprints/{name} ([a-z][a-z0-9_]*), e.g. blueprints/invoice_totals"));
+      QuoteInput(name), " is not a blueprint name; expected blueprints/{digest hex} (64 lowercase hex digits, "
+      "or a unique prefix of at least ", kMinDigestPrefixHex,
+      ") or blueprints/{name} ([a-z][a-z0-9_]*), e.g. blueprints/invoice_totals"));
 }
 
 absl::StatusOr<ArtifactName> ParseArtifactName(std::string_view name) {
@@ -137,15 +152,22 @@ absl::StatusOr<ArtifactName> ParseArtifactName(std::string_view name) {
       out.digest = *std::move(digest);
       return out;
     }
+    absl::StatusOr<std::string> prefix = DigestPrefixFromId(id, name);
+    if (!prefix.ok()) return prefix.status();
+    if (!prefix->empty()) {
+      out.digest_prefix = *std::move(prefix);
+      return out;
+    }
     const size_t r = id.rfind("/revisions/");
-    if (r != std::string_view::npos && IsPointKey(id.substr(0, r)) && ParsePositive(id.substr(r + 11), &out.revision)) {
+    if (r != std::string_view::npos && (IsPointKey(id.substr(0, r)) || IsValidPointName(id.substr(0, r))) &&
+        ParsePositive(id.substr(r + 11), &out.revision)) {
       out.key = std::string(id.substr(0, r));
       return out;
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      QuoteInput(name), " is not an artifact name; expected artifacts/{digest hex} (64 lowercase hex digits) or "
-      "artifacts/{blueprint}/{point}/revisions/{n}"));
+      QuoteInput(name), " is not an artifact name; expected artifacts/{digest hex} (64 lowercase hex digits, or a "
+      "unique prefix of at least ", kMinDigestPrefixHex, ") or artifacts/{blueprint}/{point}/revisions/{n}"));
 }
 
 absl::Status CheckGenerationPointKey(std::string_view key, std::string_view field) {

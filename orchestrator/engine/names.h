@@ -1,9 +1,8 @@
 // Resource names of the API (AIP-122) and how user input appears in error messages.
 //
-// Every resource has exactly one name, and the parsers here accept only that spelling: no
-// surrounding or inner spaces, no signs, no leading zeros, no alternative digest forms, no
-// missing collection prefix. Anything else is INVALID_ARGUMENT, so two different strings never
-// name the same run, blueprint or artifact.
+// Every resource has one canonical name, and the parsers here accept only that spelling and
+// the short forms below: no surrounding or inner spaces, no signs, no leading zeros, no
+// alternative digest forms, no missing collection prefix. Anything else is INVALID_ARGUMENT.
 //
 //   runs/{id}                                    id: 1, 2, ... in decimal, no leading zeros
 //   blueprints/{digest hex}                      64 lowercase hex digits
@@ -11,6 +10,10 @@
 //   artifacts/{digest hex}                       64 lowercase hex digits
 //   artifacts/{point key}/revisions/{n}          n: 1, 2, ... in decimal, no leading zeros
 //   {point key} = {blueprint}/{point}            both [a-z][a-z0-9_]*, or _adhoc/{point}
+//
+// Short forms, which resolve.h turns into the canonical name against the store (or refuses as
+// ambiguous): a digest prefix of kMinDigestPrefixHex to 63 lowercase hex digits in place of the
+// digest hex, and a bare point name in place of a point key.
 //
 // Error messages quote what the caller sent through QuoteInput only, so a message stays
 // bounded (gRPC carries it in metadata, which has a size limit) whatever the input's size.
@@ -25,6 +28,9 @@
 
 namespace rote::orchestrator::engine {
 
+// The fewest hex digits a digest prefix has.
+inline constexpr size_t kMinDigestPrefixHex = 8;
+
 // The most bytes of one piece of user input an error message quotes.
 inline constexpr size_t kQuotedInputBytes = 80;
 
@@ -38,17 +44,21 @@ std::optional<std::string> DigestFromId(std::string_view id);
 // runs/{id} -> id.
 absl::StatusOr<int64_t> ParseRunName(std::string_view name);
 
-// blueprints/{digest hex} or blueprints/{display name}.
+// blueprints/{digest hex}, blueprints/{display name} or blueprints/{digest prefix}. An id that
+// is both a display name and a digest prefix (e.g. "deadbeef") sets both.
 struct BlueprintName {
-  std::string digest;        // "sha256:<hex>" when named by digest
-  std::string display_name;  // otherwise
+  std::string digest;         // "sha256:<hex>" when named by digest
+  std::string display_name;   // otherwise
+  std::string digest_prefix;  // "sha256:<8 to 63 hex digits>"
 };
 absl::StatusOr<BlueprintName> ParseBlueprintName(std::string_view name);
 
-// artifacts/{digest hex} or artifacts/{point key}/revisions/{n}.
+// artifacts/{digest hex}, artifacts/{digest prefix}, artifacts/{point key}/revisions/{n} or
+// artifacts/{point name}/revisions/{n}.
 struct ArtifactName {
-  std::string digest;  // "sha256:<hex>" when named by digest
-  std::string key;     // otherwise the generation point key, and
+  std::string digest;         // "sha256:<hex>" when named by digest
+  std::string digest_prefix;  // "sha256:<8 to 63 hex digits>" when named by a prefix
+  std::string key;            // otherwise the generation point key (or a bare point name), and
   int64_t revision = 0;
 };
 absl::StatusOr<ArtifactName> ParseArtifactName(std::string_view name);
