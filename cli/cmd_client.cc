@@ -141,8 +141,9 @@ std::string KindName(rote::v1::ArtifactKind k) {
   }
 }
 
-// Accepts "runs/abc" or "abc"; a digest as the CLI prints it ("sha256:<hex>") names the
-// resource "<collection>/<hex>", the one spelling the server accepts.
+// Accepts "runs/abc" or "abc"; a digest as the CLI prints it ("sha256:<hex>", whole or the 12
+// hex digits of a listing) names the resource "<collection>/<hex>"; the server resolves a
+// prefix of 8 or more hex digits.
 std::string Qualify(const std::string& collection, const std::string& id) {
   if (id.rfind(collection + "/", 0) == 0) return id;
   constexpr std::string_view kDigestPrefix = "sha256:";
@@ -594,7 +595,10 @@ int CmdArtifacts(const Args& args) {
       "Usage: rote artifacts <command>\n"
       "  list [--point NAME] [--state pending|approved|rejected] [list flags]\n"
       "  get NAME                        source, provenance, validation report, reviews;\n"
-      "                                  NAME is artifacts/<digest> or artifacts/<point>/revisions/<n>\n"
+      "                                  NAME is artifacts/<digest> (or 8+ of its hex digits, e.g.\n"
+      "                                  the sha256:<12 hex> a list prints) or\n"
+      "                                  artifacts/<point>/revisions/<n>; POINT is <blueprint>/<point>\n"
+      "                                  or a point name only one blueprint declares\n"
       "  revisions POINT [list flags]    the revision history of a generation point\n"
       "  approve NAME --etag ETAG [--comment TEXT]\n"
       "                                  approve (and, unless the server promotes manually, make live)\n"

@@ -9,6 +9,7 @@
 #include "orchestrator/engine/engine_internal.h"
 #include "orchestrator/engine/lockfile.h"
 #include "orchestrator/engine/names.h"
+#include "orchestrator/engine/resolve.h"
 #include "orchestrator/engine/validate.h"
 #include "store/digest.h"
 
@@ -99,12 +100,13 @@ absl::StatusOr<ArtifactView> Engine::PromoteRevision(std::string_view name, std:
 }
 
 absl::StatusOr<ArtifactView> Engine::ProposeRevision(const Proposal& proposal) {
-  if (absl::Status s = CheckGenerationPointKey(proposal.generation_point, "generation_point"); !s.ok()) return s;
+  absl::StatusOr<std::string> resolved_key = ResolveGenerationPointKey(store_, proposal.generation_point, "generation_point");
+  if (!resolved_key.ok()) return resolved_key.status();
   if (proposal.comment.size() > kMaxReviewCommentBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("the comment is ", proposal.comment.size(), " bytes, more than ", kMaxReviewCommentBytes));
   }
-  const std::string& key = proposal.generation_point;
+  const std::string& key = *resolved_key;
   const size_t slash = key.find('/');
   const std::string bp_name = key.substr(0, slash);
   const std::string point_name = key.substr(slash + 1);
@@ -183,13 +185,18 @@ absl::StatusOr<ArtifactView> Engine::ProposeRevision(const Proposal& proposal) {
 absl::StatusOr<store::Page<store::AuditEntry>> Engine::ListAuditEntries(std::string_view generation_point,
                                                                         std::string_view artifact_digest,
                                                                         const store::PageRequest& page) {
+  store::AuditFilter filter;
   if (!generation_point.empty()) {
-    if (absl::Status s = CheckGenerationPointKey(generation_point, "generation_point"); !s.ok()) return s;
+    absl::StatusOr<std::string> key = ResolveGenerationPointKey(store_, generation_point, "generation_point");
+    if (!key.ok()) return key.status();
+    filter.generation_point = *std::move(key);
   }
-  if (!artifact_digest.empty() && !store::IsValidDigest(artifact_digest)) {
-    return absl::InvalidArgumentError("artifact_digest must be 'sha256:' followed by 64 lowercase hex digits");
+  if (!artifact_digest.empty()) {
+    absl::StatusOr<std::string> digest = ResolveArtifactDigest(store_, artifact_digest, "artifact_digest");
+    if (!digest.ok()) return digest.status();
+    filter.artifact_digest = *std::move(digest);
   }
-  return store_->ListAuditEntries(store::AuditFilter{std::string(generation_point), std::string(artifact_digest)}, page);
+  return store_->ListAuditEntries(filter, page);
 }
 
 }  // namespace rote::orchestrator::engine
