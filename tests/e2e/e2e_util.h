@@ -1,6 +1,7 @@
 // A real rote server in a temporary directory plus stubs, for end-to-end tests.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,8 @@ class TestServer {
   // the token set with set_token.
   void Start(int run_workers = 4, const std::string& keys_file = "");
   void set_token(const std::string& token) { token_ = token; }
+  // Applied to the server's options before each Start (e.g. review settings).
+  void set_configure(std::function<void(orchestrator::ServerOptions*)> f) { configure_ = std::move(f); }
   // A context with a deadline and the bearer token.
   std::unique_ptr<grpc::ClientContext> Context(int seconds = 60) const;
   void Stop();
@@ -51,6 +54,7 @@ class TestServer {
  private:
   std::string dir_;
   std::string token_;
+  std::function<void(orchestrator::ServerOptions*)> configure_;
   std::unique_ptr<orchestrator::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<rote::v1::BlueprintService::Stub> blueprints_;
