@@ -17,6 +17,7 @@
 #include "store/schema.h"
 #include "store/sqlite.h"
 #include "store/sqlite_artifacts.h"
+#include "store/sqlite_backtests.h"
 #include "store/sqlite_blobs.h"
 #include "store/sqlite_blueprints.h"
 #include "store/sqlite_caches.h"
@@ -54,7 +55,8 @@ class SqliteStore final : public Store {
         blueprints_(db_),
         artifacts_(db_),
         runs_(db_),
-        caches_(db_) {
+        caches_(db_),
+        backtests_(db_) {
     if (!options_.clock_ms) options_.clock_ms = SystemClockMs;
     db_.clock_ms = options_.clock_ms;
   }
@@ -159,6 +161,16 @@ class SqliteStore final : public Store {
     return runs_.ListRunEvents(run_id, after_sequence, limit);
   }
 
+  absl::StatusOr<std::vector<PointStep>> ListPointSteps(const PointStepQuery& query) override {
+    return backtests_.ListPointSteps(query);
+  }
+  absl::StatusOr<BacktestRecord> PutBacktest(const BacktestRecord& backtest) override {
+    return backtests_.PutBacktest(backtest);
+  }
+  absl::StatusOr<BacktestRecord> GetBacktest(std::string_view artifact_digest, bool with_differences) override {
+    return backtests_.GetBacktest(artifact_digest, with_differences);
+  }
+
   absl::StatusOr<std::string> GetCachedGeneration(std::string_view request_digest) override {
     return caches_.GetCachedGeneration(request_digest);
   }
@@ -202,6 +214,7 @@ class SqliteStore final : public Store {
   internal::SqliteArtifacts artifacts_;
   internal::SqliteRuns runs_;
   internal::SqliteCaches caches_;
+  internal::SqliteBacktests backtests_;
   int schema_version_ = 0;
 };
 
