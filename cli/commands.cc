@@ -7,8 +7,8 @@ namespace rote::cli {
 const std::vector<CommandInfo>& CommandTable() {
   static const std::vector<CommandInfo> commands = {
       {"api", CmdApi, "list a server's services and methods over reflection", {}},
-      {"artifacts", CmdArtifacts, "list, show, review, diff and regenerate generated code",
-       {"list", "get", "revisions", "approve", "reject", "diff", "regenerate"}},
+      {"artifacts", CmdArtifacts, "list, show, review, diff, regenerate, try and backtest generated code",
+       {"list", "get", "revisions", "approve", "reject", "diff", "regenerate", "try", "backtest", "backtest-result"}},
       {"backup", CmdBackup, "online backup of a server's store", {}},
       {"blueprints", CmdBlueprints, "register, show, list and lock blueprints", {"register", "get", "list", "lock"}},
       {"demo", CmdDemo, "the main job on the embedded defaults (README quick start)", {}},
