@@ -68,7 +68,6 @@ void PrintBacktest(const rote::v1::Backtest& b) {
                             {"runs equal", absl::StrCat(s.runs_equal())},
                             {"runs different", absl::StrCat(s.runs_different())}});
   }
-  PrintFields(std::cout, {{"took", absl::StrCat(b.duration_ms(), " ms")}});
   for (const rote::v1::BacktestDifference& d : b.differences()) {
     std::cout << "\n" << d.run() << (d.step() < 0 ? " (whole run)" : absl::StrCat(" step ", d.step()))
               << (d.error().empty() ? ": different" : ": error") << (d.truncated() ? " (values cut)" : "") << "\n";
