@@ -112,29 +112,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::set_level(spdlog::level::warn);
-  const bool temp = data.empty();
-  if (temp) {
-    std::string base = std::filesystem::temp_directory_path() / "rote-backtest-bench-XXXXXX";
-    std::vector<char> buf(base.begin(), base.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr) return 1;
-    data = buf.data();
-  }
-  rote::orchestrator::ServerOptions opt;
-  opt.listen = "127.0.0.1:0";
-  opt.metrics_listen = "off";
-  opt.data_dir = data;
-  opt.run_workers = concurrency;  // also the number of sandbox workers
-  auto server = rote::orchestrator::Server::Start(opt);
-  if (!server.ok()) {
-    std::cerr << "backtest_bench: " << server.status().message() << "\n";
-    return 1;
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string((*server)->port()),
-                                           grpc::InsecureChannelCredentials(), args);
+  auto server = rote::bench::BenchServer::Start("backtest_bench", data, concurrency);
+  if (server == nullptr) return 1;
+  const std::shared_ptr<grpc::Channel>& channel = server->channel();
   Stubs s{rote::v1::BlueprintService::NewStub(channel), rote::v1::RunService::NewStub(channel),
           rote::v1::ArtifactService::NewStub(channel)};
   if (!Register(s, "return function(word) return string.upper(word) end\n")) return 1;
@@ -189,8 +169,5 @@ int main(int argc, char** argv) {
       static_cast<long long>(b.summary().errors()), std::thread::hardware_concurrency(), CpuModel().c_str(),
       rote::bench::LoadAverage());
   std::fflush(stdout);
-  (*server)->Shutdown();
-  server->reset();
-  if (temp) std::filesystem::remove_all(data);
   return b.summary().calls() == steps && b.summary().equal() == steps ? 0 : 1;
 }

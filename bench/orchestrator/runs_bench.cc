@@ -117,29 +117,9 @@ int main(int argc, char** argv) {
     else if (flag == "--data") data = argv[i + 1];
   }
   spdlog::set_level(spdlog::level::warn);
-  bool temp = data.empty();
-  if (temp) {
-    std::string base = std::filesystem::temp_directory_path() / "rote-runs-bench-XXXXXX";
-    std::vector<char> buf(base.begin(), base.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr) return 1;
-    data = buf.data();
-  }
-  rote::orchestrator::ServerOptions opt;
-  opt.listen = "127.0.0.1:0";
-  opt.metrics_listen = "off";
-  opt.data_dir = data;
-  opt.run_workers = concurrency;
-  auto server = rote::orchestrator::Server::Start(opt);
-  if (!server.ok()) {
-    std::cerr << "runs_bench: " << server.status().message() << "\n";
-    return 1;
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string((*server)->port()),
-                                           grpc::InsecureChannelCredentials(), args);
+  auto server = rote::bench::BenchServer::Start("runs_bench", data, concurrency);
+  if (server == nullptr) return 1;
+  const std::shared_ptr<grpc::Channel>& channel = server->channel();
   Client c{rote::v1::BlueprintService::NewStub(channel), rote::v1::RunService::NewStub(channel)};
 
   rote::v1::RegisterBlueprintRequest reg;
@@ -212,8 +192,5 @@ int main(int argc, char** argv) {
         std::all_of(ok.begin(), ok.end(), [](int v) { return v != 0; }) ? "true" : "false",
         std::thread::hardware_concurrency(), rote::bench::LoadAverage());
   }
-  (*server)->Shutdown();
-  server->reset();
-  if (temp) std::filesystem::remove_all(data);
   return 0;
 }
