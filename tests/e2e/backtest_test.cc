@@ -227,6 +227,14 @@ TEST_F(BacktestE2e, BacktestShowsEachDifferenceWithBothValuesAndCountsErrors) {
     ASSERT_TRUE(server_.artifacts().GetBacktest(ctx.get(), get, &stored).ok());
   }
   EXPECT_EQ(stored.SerializeAsString(), b.SerializeAsString());
+  // Its own name, `artifacts/{hex}/backtest`, reads it too.
+  get.set_name(b.name());
+  rote::v1::Backtest by_name;
+  {
+    auto ctx = server_.Context();
+    ASSERT_TRUE(server_.artifacts().GetBacktest(ctx.get(), get, &by_name).ok());
+  }
+  EXPECT_EQ(by_name.SerializeAsString(), b.SerializeAsString());
   rote::v1::GetArtifactRequest ga;
   ga.set_name(name);
   rote::v1::Artifact artifact;
