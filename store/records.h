@@ -207,6 +207,8 @@ struct PointStepQuery {
   int64_t after_run_id = 0;
   int64_t after_index = -1;
   int32_t limit = 1000;  // at most this many steps (clamped to 1..10000)
+  // The page ends after the step whose values bring the bytes read past this (at least one step).
+  int64_t max_value_bytes = 64 << 20;
 };
 
 struct BacktestDifferenceRecord {

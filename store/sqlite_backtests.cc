@@ -46,6 +46,7 @@ absl::StatusOr<std::vector<PointStep>> SqliteBacktests::ListPointSteps(const Poi
       "ORDER BY s.run_id DESC, s.idx ASC LIMIT ?5";
   return db_.ReadTx([&](Connection& conn) -> absl::StatusOr<std::vector<PointStep>> {
     std::vector<PointStep> steps;
+    int64_t bytes = 0;
     ASSIGN_OR_RETURN(Statement stmt, conn.Prepare(kSql));
     stmt.BindText(1, query.point)
         .BindText(2, query.blueprint_name)
@@ -69,8 +70,10 @@ absl::StatusOr<std::vector<PointStep>> SqliteBacktests::ListPointSteps(const Poi
         RETURN_IF_ERROR(VerifiedValue(s.input_digest, stmt.ColumnInt(5), s.input));
         RETURN_IF_ERROR(VerifiedValue(s.output_digest, stmt.ColumnInt(8), s.output));
         s.values_read = true;
+        bytes += static_cast<int64_t>(s.input.size() + s.output.size());
       }
       steps.push_back(std::move(s));
+      if (bytes >= query.max_value_bytes) break;
     }
     return steps;
   });

@@ -369,7 +369,7 @@ absl::StatusOr<store::BacktestRecord> Backtester::Run(const store::ArtifactRecor
     return *l;
   };
 
-  store::PointStepQuery query{blueprint_name, point, 0, -1, options_.page_size};
+  store::PointStepQuery query{blueprint_name, point, 0, -1, options_.page_size, options_.page_bytes};
   int64_t left = request.max_calls > 0 ? request.max_calls : -1;
   while (left != 0) {
     if (Cancelled()) return absl::CancelledError("the backtest was cancelled");
@@ -377,12 +377,9 @@ absl::StatusOr<store::BacktestRecord> Backtester::Run(const store::ArtifactRecor
     absl::StatusOr<std::vector<store::PointStep>> page = store_->ListPointSteps(query);
     if (!page.ok()) return page.status();
     if (page->empty()) break;
-    query.after_run_id = page->back().run_id;
-    query.after_index = page->back().index;
-    if (left > 0) left -= static_cast<int64_t>(page->size());
-
-    Calls calls(lua_runner_, *code, regex.get(), compile_error, point);
-    calls.jobs.resize(page->size());
+    // Values kept as files are read here; past the byte budget the page ends early, so a page of
+    // large values never holds more than about one budget in memory.
+    int64_t held = 0;
     for (size_t i = 0; i < page->size(); ++i) {
       store::PointStep& s = (*page)[i];
       if (!s.values_read) {
@@ -393,6 +390,20 @@ absl::StatusOr<store::BacktestRecord> Backtester::Run(const store::ArtifactRecor
         s.input = *std::move(in);
         s.output = *std::move(o);
       }
+      held += static_cast<int64_t>(s.input.size() + s.output.size());
+      if (held >= options_.page_bytes && i + 1 < page->size()) {
+        page->resize(i + 1);
+        break;
+      }
+    }
+    query.after_run_id = page->back().run_id;
+    query.after_index = page->back().index;
+    if (left > 0) left -= static_cast<int64_t>(page->size());
+
+    Calls calls(lua_runner_, *code, regex.get(), compile_error, point);
+    calls.jobs.resize(page->size());
+    for (size_t i = 0; i < page->size(); ++i) {
+      store::PointStep& s = (*page)[i];
       absl::StatusOr<Value> input = sandbox::ParseJson(s.input);
       if (!input.ok()) {
         return absl::DataLossError(absl::StrCat("runs/", s.run_id, " step ", s.index, ": the recorded input does not parse: ",

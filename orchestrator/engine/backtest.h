@@ -58,8 +58,10 @@ struct BacktesterOptions {
   int parallelism = 4;
   // Calls per batch (one worker round trip).
   int batch_size = 256;
-  // Recorded calls read per store query.
+  // Recorded calls read per store query, and the most bytes of recorded values a page holds
+  // (a page ends early at the call that passes it).
   int page_size = 4096;
+  int64_t page_bytes = 64 << 20;
   // The live revision of the candidate's point, or "" when it has none; unset: always "".
   LiveRevisionLookup live_revision;
   // Polled between batches: true stops the backtest (CANCELLED).

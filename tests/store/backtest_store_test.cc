@@ -93,6 +93,11 @@ TEST_F(BacktestStoreTest, PointStepsPageAfterTheLastOne) {
   }
   auto whole = store_->ListPointSteps({"mail", "parse", 0, -1, 100});
   ASSERT_EQ(all.size(), 9u);
+  // A page ends at the step whose values pass the byte budget (each step here holds 15 bytes).
+  auto budget = store_->ListPointSteps({"mail", "parse", 0, -1, 100, 20});
+  ASSERT_TRUE(budget.ok()) << budget.status();
+  EXPECT_EQ(budget->size(), 2u);
+  EXPECT_EQ(store_->ListPointSteps({"mail", "parse", 0, -1, 100, 1})->size(), 1u);
   for (size_t i = 0; i < all.size(); ++i) {
     EXPECT_EQ(all[i].first, (*whole)[i].run_id);
     EXPECT_EQ(all[i].second, (*whole)[i].index);
