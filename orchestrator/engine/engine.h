@@ -6,8 +6,8 @@
 // Its members are defined by concern: engine.cc (construction, recovery, the engine profile),
 // blueprints.cc, runs.cc (submission, lookup, cancellation), run_workers.cc (the queue, the
 // worker pool and executing a run), artifacts_review.cc; engine_internal.h holds what they
-// share. The event bus (event_bus.h), the journal (journal.h) and replay (replay.h) are
-// components of their own.
+// share. The event bus (event_bus.h), the journal (journal.h), replay (replay.h) and try and
+// backtest (backtest.h) are components of their own.
 //
 // Names are the API's resource names: "blueprints/{hex}" or "blueprints/{display name}",
 // "runs/{id}", "artifacts/{hex}" or "artifacts/{blueprint}/{point}/revisions/{n}". Artifacts of a
