@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -518,8 +520,34 @@ absl::Status Backtester::WholeRuns(const store::ArtifactRecord& candidate, const
     opts.limits = *limits;
     opts.deadline = Clock::now() + engine_options_.run_deadline;
     opts.lua_runner = lua_runner_;
+    // A whole run can take long: a watcher stops it as soon as the backtest is cancelled.
+    RunInterrupt interrupt;
+    opts.interrupt = &interrupt;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool finished = false;
+    std::thread watcher;
+    if (options_.cancelled) {
+      watcher = std::thread([&] {
+        std::unique_lock<std::mutex> lock(mu);
+        while (!cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return finished; })) {
+          if (Cancelled()) {
+            interrupt.Interrupt(absl::CancelledError("the backtest was cancelled"));
+            return;
+          }
+        }
+      });
+    }
     absl::StatusOr<Canonical> output =
         ExecuteBlueprint(bp.source, absl::StrCat(bp.name, ".lua"), *artifacts, *input, opts);
+    if (watcher.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        finished = true;
+      }
+      cv.notify_one();
+      watcher.join();
+    }
     if (!output.ok() && !absl::IsFailedPrecondition(output.status()) && !absl::IsResourceExhausted(output.status())) {
       return output.status();  // infrastructure: no verdict
     }

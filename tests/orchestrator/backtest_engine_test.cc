@@ -195,6 +195,17 @@ TEST_F(BacktestEngineTest, CancelledStopsWithoutStoring) {
   EXPECT_TRUE(absl::IsNotFound(store_->GetBacktest(Revision("up", 1).digest, false).status()));
 }
 
+TEST_F(BacktestEngineTest, CancelledDuringWholeRunsStopsToo) {
+  int polls = 0;
+  BacktesterOptions o;
+  o.cancelled = [&polls] { return ++polls > 2; };  // the calls pass, the whole runs do not
+  BacktestRequest req;
+  req.whole_runs = true;
+  auto r = Backtest(Revision("up", 1), o, req);
+  EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
+  EXPECT_TRUE(absl::IsNotFound(store_->GetBacktest(Revision("up", 1).digest, false).status()));
+}
+
 TEST_F(BacktestEngineTest, TryReportsResultErrorAndLimits) {
   auto t = engine_->TryArtifact("artifacts/bt/up/revisions/1", "\"abc\"", RunPolicy{});
   ASSERT_TRUE(t.ok()) << t.status();
