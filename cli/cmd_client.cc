@@ -614,8 +614,16 @@ int CmdArtifacts(const Args& args) {
       "  diff POINT --to N [--from M|live]\n"
       "                                  unified diff between two revisions (default: N-1; live: the\n"
       "                                  point's live revision)\n"
-      "  regenerate NAME                 re-derive from the recorded request; report if bytes match\n\n" +
+      "  regenerate NAME                 re-derive from the recorded request; report if bytes match\n"
+      "  try NAME --input JSON           run a revision on one input (rote artifacts try --help)\n"
+      "  backtest NAME                   re-run the point's recorded calls through a revision\n"
+      "  backtest-result NAME            a revision's stored backtest\n\n" +
       std::string(kListFlagsHelp) + "\n";
+  Args globals;
+  if (size_t first = TakeGlobalFlags(args, &globals); first < args.size() &&
+      (args[first] == "try" || args[first] == "backtest" || args[first] == "backtest-result")) {
+    return CmdArtifactsTry(args);  // cmd_try.cc
+  }
   int code = 0;
   ClientOptions client_options;
   FlagSpec spec{{"point", "state", "etag", "comment", "to", "from", "source-file", "options", "blueprint", "artifact"}, {}};

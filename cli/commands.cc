@@ -7,8 +7,9 @@ namespace rote::cli {
 const std::vector<CommandInfo>& CommandTable() {
   static const std::vector<CommandInfo> commands = {
       {"api", CmdApi, "list a server's services and methods over reflection", {}},
-      {"artifacts", CmdArtifacts, "list, show, review, promote, propose, diff and regenerate code",
-       {"list", "get", "revisions", "approve", "reject", "promote", "propose", "audit", "diff", "regenerate"}},
+      {"artifacts", CmdArtifacts, "list, show, review, promote, propose, diff, try and backtest code",
+       {"list", "get", "revisions", "approve", "reject", "promote", "propose", "audit", "diff", "regenerate", "try",
+        "backtest", "backtest-result"}},
       {"backup", CmdBackup, "online backup of a server's store", {}},
       {"blueprints", CmdBlueprints, "register, show, list and lock blueprints", {"register", "get", "list", "lock"}},
       {"demo", CmdDemo, "the main job on the embedded defaults (README quick start)", {}},

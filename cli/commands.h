@@ -17,6 +17,7 @@ int CmdApi(const Args& args);         // cmd_client.cc: the API over reflection
 int CmdBlueprints(const Args& args);  // cmd_client.cc
 int CmdRuns(const Args& args);        // cmd_client.cc
 int CmdArtifacts(const Args& args);   // cmd_client.cc
+int CmdArtifactsTry(const Args& args);  // cmd_try.cc: artifacts try, backtest, backtest-result
 int CmdGenerate(const Args& args);    // cmd_generate.cc: local model (--model) or server
 int CmdModel(const Args& args);       // cmd_model.cc: model info / synth
 int CmdScript(const Args& args);      // cmd_script.cc: script run (sandbox)

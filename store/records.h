@@ -230,6 +230,65 @@ struct IdempotencyRecord {
   int64_t create_ms = 0;
 };
 
+// ---- backtests ------------------------------------------------------------------------------
+
+// One recorded call of a generation point, with its values: what a backtest re-runs.
+struct PointStep {
+  int64_t run_id = 0;
+  int64_t index = 0;  // the step's index in its run
+  std::string artifact_digest;
+  std::string input_digest;
+  std::string output_digest;
+  // The values, read and verified together with the step (empty for blobs kept as files:
+  // read those with GetBlob).
+  std::string input;
+  std::string output;
+  bool values_read = false;
+};
+
+// Which recorded calls: steps whose generation_point is `point` in runs of blueprints named
+// `blueprint_name`, newest run first and in step order within a run. A page continues after
+// (after_run_id, after_index); after_run_id = 0 starts from the newest run.
+struct PointStepQuery {
+  std::string blueprint_name;
+  std::string point;
+  int64_t after_run_id = 0;
+  int64_t after_index = -1;
+  int32_t limit = 1000;  // at most this many steps (clamped to 1..10000)
+  // The page ends after the step whose values bring the bytes read past this (at least one step).
+  int64_t max_value_bytes = 64 << 20;
+};
+
+struct BacktestDifferenceRecord {
+  int64_t run_id = 0;
+  int64_t step = 0;  // -1: a whole run's final output
+  std::string input_json;
+  std::string recorded_json;
+  std::string candidate_json;
+  std::string error;
+  std::string recorded_artifact_digest;
+  bool truncated = false;
+};
+
+struct BacktestRecord {
+  int64_t id = 0;  // set by the store
+  std::string artifact_digest;
+  std::string live_artifact_digest;  // empty: the point had none
+  std::string principal;
+  int64_t calls = 0;
+  int64_t equal = 0;
+  int64_t different = 0;
+  int64_t errors = 0;
+  int64_t runs = 0;
+  int64_t runs_equal = 0;
+  int64_t runs_different = 0;
+  int64_t duration_ms = 0;
+  std::vector<BacktestDifferenceRecord> differences;  // at most kMaxBacktestDifferences
+  int64_t create_ms = 0;  // set by the store
+};
+
+inline constexpr size_t kMaxBacktestDifferences = 100;
+
 // ---- pages ----------------------------------------------------------------------------------
 
 struct PageRequest {

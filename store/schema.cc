@@ -234,6 +234,42 @@ ALTER TABLE runs ADD COLUMN unreviewed_allowed_by TEXT NOT NULL DEFAULT '';
 CREATE INDEX generation_specs_by_name ON generation_specs (name);
 CREATE INDEX blueprint_points_by_spec ON blueprint_points (spec_digest);
 )sql",
+      // 8: backtests: the recorded calls of a generation point, found by point name, and
+      // the stored results (the newest per artifact is its backtest).
+      R"sql(
+CREATE INDEX run_steps_by_point ON run_steps (generation_point, run_id DESC, idx);
+
+CREATE TABLE backtests (
+  id                   INTEGER PRIMARY KEY,
+  artifact_digest      TEXT NOT NULL REFERENCES artifacts (digest),
+  live_artifact_digest TEXT NOT NULL,
+  principal            TEXT NOT NULL,
+  calls                INTEGER NOT NULL,
+  equal                INTEGER NOT NULL,
+  different            INTEGER NOT NULL,
+  errors               INTEGER NOT NULL,
+  runs                 INTEGER NOT NULL,
+  runs_equal           INTEGER NOT NULL,
+  runs_different       INTEGER NOT NULL,
+  duration_ms          INTEGER NOT NULL,
+  create_ms            INTEGER NOT NULL
+) STRICT;
+CREATE INDEX backtests_by_artifact ON backtests (artifact_digest, id);
+
+CREATE TABLE backtest_differences (
+  backtest_id              INTEGER NOT NULL REFERENCES backtests (id),
+  ordinal                  INTEGER NOT NULL,
+  run_id                   INTEGER NOT NULL,
+  step                     INTEGER NOT NULL,
+  input_json               TEXT NOT NULL,
+  recorded_json            TEXT NOT NULL,
+  candidate_json           TEXT NOT NULL,
+  error                    TEXT NOT NULL,
+  recorded_artifact_digest TEXT NOT NULL,
+  truncated                INTEGER NOT NULL CHECK (truncated IN (0, 1)),
+  PRIMARY KEY (backtest_id, ordinal)
+) STRICT, WITHOUT ROWID;
+)sql",
   };
   return kMigrations;
 }

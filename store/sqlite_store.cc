@@ -18,6 +18,7 @@
 #include "store/sqlite.h"
 #include "store/sqlite_artifacts.h"
 #include "store/sqlite_review.h"
+#include "store/sqlite_backtests.h"
 #include "store/sqlite_blobs.h"
 #include "store/sqlite_blueprints.h"
 #include "store/sqlite_caches.h"
@@ -58,7 +59,9 @@ class SqliteStore final : public Store {
         review_(db_),
         runs_(db_),
         caches_(db_),
-        lookup_(db_) {
+        lookup_(db_),
+
+        backtests_(db_) {
     if (!options_.clock_ms) options_.clock_ms = SystemClockMs;
     db_.clock_ms = options_.clock_ms;
   }
@@ -180,6 +183,16 @@ class SqliteStore final : public Store {
     return runs_.ListRunEvents(run_id, after_sequence, limit);
   }
 
+  absl::StatusOr<std::vector<PointStep>> ListPointSteps(const PointStepQuery& query) override {
+    return backtests_.ListPointSteps(query);
+  }
+  absl::StatusOr<BacktestRecord> PutBacktest(const BacktestRecord& backtest) override {
+    return backtests_.PutBacktest(backtest);
+  }
+  absl::StatusOr<BacktestRecord> GetBacktest(std::string_view artifact_digest, bool with_differences) override {
+    return backtests_.GetBacktest(artifact_digest, with_differences);
+  }
+
   absl::StatusOr<std::string> GetCachedGeneration(std::string_view request_digest) override {
     return caches_.GetCachedGeneration(request_digest);
   }
@@ -235,6 +248,7 @@ class SqliteStore final : public Store {
   internal::SqliteRuns runs_;
   internal::SqliteCaches caches_;
   internal::SqliteLookup lookup_;
+  internal::SqliteBacktests backtests_;
   int schema_version_ = 0;
 };
 

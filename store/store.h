@@ -160,6 +160,18 @@ class Store {
                                                               int64_t after_sequence,
                                                               int32_t limit) = 0;
 
+  // ---- backtests
+  // One page of the recorded calls of a generation point (PointStepQuery says which and in
+  // what order), with their values where they are stored inline, verified like GetBlob.
+  virtual absl::StatusOr<std::vector<PointStep>> ListPointSteps(const PointStepQuery& query) = 0;
+  // Stores a backtest of an artifact (which must be stored); the newest one is the artifact's.
+  // Differences past kMaxBacktestDifferences are INVALID_ARGUMENT.
+  virtual absl::StatusOr<BacktestRecord> PutBacktest(const BacktestRecord& backtest) = 0;
+  // The newest backtest of the artifact; NOT_FOUND when it has none. `with_differences`
+  // false leaves the list out (summaries).
+  virtual absl::StatusOr<BacktestRecord> GetBacktest(std::string_view artifact_digest,
+                                                     bool with_differences) = 0;
+
   // ---- generation cache: request digest -> artifact digest (first put wins)
   virtual absl::StatusOr<std::string> GetCachedGeneration(std::string_view request_digest) = 0;
   // Returns the artifact digest now cached (the earlier one if there was one).

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/orchestrator/run_client.h"
 #include "grpcpp/grpcpp.h"
 #include "orchestrator/server.h"
 #include "rote/v1/blueprints.grpc.pb.h"
@@ -92,51 +93,15 @@ double Median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-double LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  double l = 0;
-  in >> l;
-  return l;
-}
-
 struct Client {
   std::unique_ptr<rote::v1::BlueprintService::Stub> blueprints;
   std::unique_ptr<rote::v1::RunService::Stub> runs;
 };
 
-bool Fail(const grpc::Status& st, const char* what) {
-  std::cerr << "runs_bench: " << what << ": " << st.error_message() << "\n";
-  return false;
-}
+bool Fail(const grpc::Status& st, const char* what) { return rote::bench::Fail("runs_bench", st, what); }
 
-// Submits and watches to the end; returns the finished run.
 bool RunOnce(Client& c, const std::string& input, rote::v1::Run* run) {
-  rote::v1::SubmitRunRequest req;
-  req.set_blueprint("blueprints/access_log");
-  req.set_input_json(input);
-  {
-    grpc::ClientContext ctx;
-    if (auto st = c.runs->SubmitRun(&ctx, req, run); !st.ok()) return Fail(st, "SubmitRun");
-  }
-  {
-    grpc::ClientContext ctx;
-    rote::v1::WatchRunRequest w;
-    w.set_name(run->name());
-    auto reader = c.runs->WatchRun(&ctx, w);
-    rote::v1::RunEvent e;
-    while (reader->Read(&e)) {
-    }
-    if (auto st = reader->Finish(); !st.ok()) return Fail(st, "WatchRun");
-  }
-  grpc::ClientContext ctx;
-  rote::v1::GetRunRequest g;
-  g.set_name(run->name());
-  if (auto st = c.runs->GetRun(&ctx, g, run); !st.ok()) return Fail(st, "GetRun");
-  if (run->state() != rote::v1::RUN_STATE_SUCCEEDED) {
-    std::cerr << "runs_bench: " << run->name() << " failed: " << run->error() << "\n";
-    return false;
-  }
-  return true;
+  return rote::bench::RunToEnd("runs_bench", *c.runs, "blueprints/access_log", input, run);
 }
 
 }  // namespace
@@ -152,29 +117,9 @@ int main(int argc, char** argv) {
     else if (flag == "--data") data = argv[i + 1];
   }
   spdlog::set_level(spdlog::level::warn);
-  bool temp = data.empty();
-  if (temp) {
-    std::string base = std::filesystem::temp_directory_path() / "rote-runs-bench-XXXXXX";
-    std::vector<char> buf(base.begin(), base.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr) return 1;
-    data = buf.data();
-  }
-  rote::orchestrator::ServerOptions opt;
-  opt.listen = "127.0.0.1:0";
-  opt.metrics_listen = "off";
-  opt.data_dir = data;
-  opt.run_workers = concurrency;
-  auto server = rote::orchestrator::Server::Start(opt);
-  if (!server.ok()) {
-    std::cerr << "runs_bench: " << server.status().message() << "\n";
-    return 1;
-  }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string((*server)->port()),
-                                           grpc::InsecureChannelCredentials(), args);
+  auto server = rote::bench::BenchServer::Start("runs_bench", data, concurrency);
+  if (server == nullptr) return 1;
+  const std::shared_ptr<grpc::Channel>& channel = server->channel();
   Client c{rote::v1::BlueprintService::NewStub(channel), rote::v1::RunService::NewStub(channel)};
 
   rote::v1::RegisterBlueprintRequest reg;
@@ -219,12 +164,12 @@ int main(int argc, char** argv) {
       "\"identical_outputs\":%s,\"cores\":%u,\"loadavg\":%.2f}\n",
       lines, input.size(), runs, static_cast<long long>(run.step_count()), median_run,
       *std::min_element(run_s.begin(), run_s.end()), 1.0 / median_run, lines / median_run, same ? "true" : "false",
-      std::thread::hardware_concurrency(), LoadAverage());
+      std::thread::hardware_concurrency(), rote::bench::LoadAverage());
   std::printf(
       "{\"bench\":\"access_log_replay\",\"lines\":%d,\"replays\":%zu,\"median_replay_s\":%.4f,"
       "\"median_run_s\":%.4f,\"replay_over_run\":%.3f,\"all_matched\":%s,\"loadavg\":%.2f}\n",
       lines, replay_s.size(), median_replay, median_run, median_replay / median_run, same ? "true" : "false",
-      LoadAverage());
+      rote::bench::LoadAverage());
   std::fflush(stdout);
 
   // Throughput with `concurrency` runs in flight (the pool's size).
@@ -245,10 +190,7 @@ int main(int argc, char** argv) {
         "\"runs_per_s\":%.3f,\"all_identical\":%s,\"cores\":%u,\"loadavg\":%.2f}\n",
         lines, concurrency, wall, concurrency / wall,
         std::all_of(ok.begin(), ok.end(), [](int v) { return v != 0; }) ? "true" : "false",
-        std::thread::hardware_concurrency(), LoadAverage());
+        std::thread::hardware_concurrency(), rote::bench::LoadAverage());
   }
-  (*server)->Shutdown();
-  server->reset();
-  if (temp) std::filesystem::remove_all(data);
   return 0;
 }

@@ -4,7 +4,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "orchestrator/engine/backtest.h"
 #include "orchestrator/generate/prompt.h"
 #include "spdlog/spdlog.h"
 #include "store/digest.h"
@@ -236,6 +238,37 @@ absl::Status ToProto(engine::Engine& engine, const store::RunRecord& r, int64_t 
   return absl::OkStatus();
 }
 
+void ToProto(const store::BacktestRecord& b, rote::v1::BacktestSummary* out) {
+  out->set_calls(b.calls);
+  out->set_equal(b.equal);
+  out->set_different(b.different);
+  out->set_errors(b.errors);
+  out->set_runs(b.runs);
+  out->set_runs_equal(b.runs_equal);
+  out->set_runs_different(b.runs_different);
+  SetTime(b.create_ms, out->mutable_create_time());
+}
+
+void ToProto(const store::BacktestRecord& b, rote::v1::Backtest* out) {
+  out->set_name(absl::StrCat("artifacts/", Hex(b.artifact_digest), "/backtest"));
+  out->set_artifact_digest(b.artifact_digest);
+  out->set_live_artifact_digest(b.live_artifact_digest);
+  ToProto(b, out->mutable_summary());
+  for (const store::BacktestDifferenceRecord& d : b.differences) {
+    rote::v1::BacktestDifference* x = out->add_differences();
+    x->set_run(absl::StrCat("runs/", d.run_id));
+    x->set_step(d.step);
+    x->set_input_json(d.input_json);
+    x->set_recorded_json(d.recorded_json);
+    x->set_candidate_json(d.candidate_json);
+    x->set_error(d.error);
+    x->set_recorded_artifact_digest(d.recorded_artifact_digest);
+    x->set_truncated(d.truncated);
+  }
+  out->set_principal(b.principal);
+  out->set_duration_ms(b.duration_ms);
+}
+
 void ToProto(const engine::ArtifactView& v, Detail detail, rote::v1::Artifact* out) {
   const bool whole = detail == Detail::kWhole;
   const store::ArtifactRecord& a = v.record;
@@ -276,6 +309,7 @@ void ToProto(const engine::ArtifactView& v, Detail detail, rote::v1::Artifact* o
     SetTime(r.time_ms, e->mutable_time());
   }
   SetTime(a.create_ms, out->mutable_create_time());
+  if (v.backtest) ToProto(*v.backtest, out->mutable_backtest());
 }
 
 class BlueprintServiceImpl final : public rote::v1::BlueprintService::Service {
@@ -579,6 +613,55 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     resp->set_matched(r->matched);
     resp->set_original_digest(r->original_digest);
     resp->set_regenerated_digest(r->regenerated_digest);
+    return grpc::Status::OK;
+  }
+  // Try and backtest (orchestrator/engine/backtest.h).
+  grpc::Status TryArtifact(grpc::ServerContext* ctx, const rote::v1::TryArtifactRequest* req,
+                           rote::v1::TryArtifactResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/TryArtifact");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    engine::RunPolicy limits;
+    limits.max_instructions = req->max_instructions();
+    limits.max_memory_bytes = req->max_memory_bytes();
+    limits.max_output_bytes = req->max_output_bytes();
+    auto r = deps_.engine->TryArtifact(req->name(), req->input_json(), limits);
+    if (!r.ok()) return ToGrpc(r.status());
+    resp->set_artifact_digest(r->artifact_digest);
+    resp->set_output_json(r->output_json);
+    resp->set_error(r->error);
+    resp->set_instructions_used(static_cast<int64_t>(r->usage.instructions));
+    resp->set_memory_peak_bytes(static_cast<int64_t>(r->usage.peak_memory_bytes));
+    resp->set_output_bytes(static_cast<int64_t>(r->usage.output_bytes));
+    resp->set_max_instructions(static_cast<int64_t>(r->limits.max_instructions));
+    resp->set_max_memory_bytes(static_cast<int64_t>(r->limits.max_memory_bytes));
+    resp->set_max_output_bytes(static_cast<int64_t>(r->limits.max_output_bytes));
+    return grpc::Status::OK;
+  }
+  grpc::Status BacktestRevision(grpc::ServerContext* ctx, const rote::v1::BacktestRevisionRequest* req,
+                                rote::v1::Backtest* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/BacktestRevision");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    engine::BacktestRequest request;
+    request.max_calls = req->max_calls();
+    request.whole_runs = req->whole_runs();
+    request.max_runs = req->max_runs();
+    request.principal = principal->name;
+    auto b = deps_.engine->BacktestRevision(req->name(), request, [ctx] { return ctx->IsCancelled(); });
+    if (!b.ok()) return ToGrpc(b.status());
+    spdlog::info("backtest of {} by {}: {} calls, {} equal, {} different, {} errors", b->artifact_digest,
+                 principal->name, b->calls, b->equal, b->different, b->errors);
+    ToProto(*b, resp);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetBacktest(grpc::ServerContext* ctx, const rote::v1::GetBacktestRequest* req,
+                           rote::v1::Backtest* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/GetBacktest");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    std::string name = req->name();
+    if (absl::EndsWith(name, "/backtest")) name.resize(name.size() - 9);
+    auto b = deps_.engine->GetBacktest(name);
+    if (!b.ok()) return ToGrpc(b.status());
+    ToProto(*b, resp);
     return grpc::Status::OK;
   }
 

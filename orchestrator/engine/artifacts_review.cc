@@ -1,6 +1,7 @@
 // Engine: artifacts, their revisions, review and diffs.
 #include "absl/strings/str_cat.h"
 #include "orchestrator/engine/artifact.h"
+#include "orchestrator/engine/backtest.h"
 #include "orchestrator/engine/engine.h"
 #include "orchestrator/engine/names.h"
 #include "orchestrator/engine/resolve.h"
@@ -17,6 +18,7 @@ absl::StatusOr<store::Page<ArtifactView>> WithReviews(store::Store* store, store
     absl::StatusOr<std::vector<store::ReviewEntry>> reviews = store->ListReviews(a.digest);
     if (!reviews.ok()) return reviews.status();
     out.items.push_back(ArtifactView{std::move(a), *std::move(reviews)});
+    if (absl::Status s = AddBacktestSummary(store, &out.items.back()); !s.ok()) return s;
   }
   return out;
 }
@@ -32,7 +34,9 @@ absl::StatusOr<ArtifactView> Engine::GetArtifact(std::string_view name) {
   if (!a.ok()) return a.status();
   absl::StatusOr<std::vector<store::ReviewEntry>> reviews = store_->ListReviews(a->digest);
   if (!reviews.ok()) return reviews.status();
-  return ArtifactView{*std::move(a), *std::move(reviews)};
+  ArtifactView view{*std::move(a), *std::move(reviews)};
+  if (absl::Status s = AddBacktestSummary(store_, &view); !s.ok()) return s;
+  return view;
 }
 
 absl::StatusOr<store::Page<ArtifactView>> Engine::ListArtifacts(std::string_view generation_point,

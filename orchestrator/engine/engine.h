@@ -6,8 +6,8 @@
 // Its members are defined by concern: engine.cc (construction, recovery, the engine profile),
 // blueprints.cc, runs.cc (submission, lookup, cancellation), run_workers.cc (the queue, the
 // worker pool and executing a run), artifacts_review.cc; engine_internal.h holds what they
-// share. The event bus (event_bus.h), the journal (journal.h) and replay (replay.h) are
-// components of their own.
+// share. The event bus (event_bus.h), the journal (journal.h), replay (replay.h) and try and
+// backtest (backtest.h) are components of their own.
 //
 // Names are the API's resource names: "blueprints/{hex}" or "blueprints/{display name}",
 // "runs/{id}", "artifacts/{hex}" or "artifacts/{blueprint}/{point}/revisions/{n}". Artifacts of a
@@ -38,6 +38,10 @@
 
 namespace rote::orchestrator::engine {
 
+// The live revision of a candidate's generation point: its digest, or "" when the point has
+// none (docs/backtest.md). Unset: no point has one.
+using LiveRevisionLookup = std::function<absl::StatusOr<std::string>(const store::ArtifactRecord& candidate)>;
+
 struct EngineOptions {
   // Runs executing at once; more wait in a queue, in submission order.
   int run_workers = 4;
@@ -60,6 +64,10 @@ struct EngineOptions {
   // lockfile may hold (source, options and validation report, as GetArtifact returns it). The
   // server sets half its message limit, so a whole item always fits a response.
   int64_t max_blueprint_bytes = 32 << 20;
+  // Try and backtest: batches a backtest runs at once (one sandbox worker each; the server
+  // sets its worker count), and the live revision a backtest names.
+  int backtest_parallelism = 4;
+  LiveRevisionLookup live_revision;
 };
 
 // A review comment is at most this many bytes: every review travels with its artifact.
@@ -124,7 +132,13 @@ struct ReplayResult {
 struct ArtifactView {
   store::ArtifactRecord record;
   std::vector<store::ReviewEntry> reviews;
+  // The newest stored backtest, without its differences (none: never backtested).
+  std::optional<store::BacktestRecord> backtest;
 };
+
+// Defined in backtest.h.
+struct TryOutcome;
+struct BacktestRequest;
 
 class Engine {
  public:
@@ -208,6 +222,17 @@ class Engine {
                                               const std::string& principal);
   absl::StatusOr<std::string> DiffRevisions(std::string_view generation_point, int64_t from_revision,
                                             int64_t to_revision);
+
+  // ---- try and backtest (backtest.cc, backtest.h)
+  // Runs the artifact `name` (any review state) on one input under the run limits `limits`
+  // asks for (0: the defaults; above the maximum is INVALID_ARGUMENT).
+  absl::StatusOr<TryOutcome> TryArtifact(std::string_view name, std::string_view input_json,
+                                                const RunPolicy& limits);
+  // Backtests the artifact `name` and stores the result; `cancelled` is polled between batches.
+  absl::StatusOr<store::BacktestRecord> BacktestRevision(std::string_view name, const BacktestRequest& request,
+                                                         const std::function<bool()>& cancelled);
+  // The newest stored backtest of the artifact `name`.
+  absl::StatusOr<store::BacktestRecord> GetBacktest(std::string_view name);
 
   store::Store* store() const { return store_; }
 

@@ -73,7 +73,7 @@ TEST(DigestTest, Sha256OfKnownStrings) {
 }
 
 TEST_F(StoreTest, OpensAtLatestSchemaWithDataFileInDirectory) {
-  EXPECT_EQ(store_->SchemaVersion(), 7);
+  EXPECT_EQ(store_->SchemaVersion(), 8);
   EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/data/rote.db"));
   EXPECT_TRUE(store_->CheckIntegrity(true).ok());
 }
