@@ -509,6 +509,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   }
   engine::EngineOptions engine_options;
   engine_options.run_workers = opt.run_workers;
+  engine_options.backtest_parallelism = opt.run_workers;
   engine_options.promote_on_approval = opt.promotion == "on-approval";
   engine_options.rote_version = ROTE_VERSION;
   engine_options.max_blueprint_bytes = opt.max_message_bytes / 2;

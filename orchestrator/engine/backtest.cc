@@ -597,7 +597,13 @@ absl::StatusOr<store::BacktestRecord> Engine::BacktestRevision(std::string_view 
   if (!view.ok()) return view.status();
   BacktesterOptions o;
   o.parallelism = options_.backtest_parallelism;
-  o.live_revision = options_.live_revision;
+  // The revision runs use now, for the point and spec the candidate was written for.
+  o.live_revision = [this](const store::ArtifactRecord& c) -> absl::StatusOr<std::string> {
+    absl::StatusOr<store::LiveRevision> live = store_->GetLiveRevision(c.generation_point, c.provenance.spec_digest);
+    if (absl::IsNotFound(live.status())) return std::string();
+    if (!live.ok()) return live.status();
+    return live->artifact_digest;
+  };
   o.cancelled = cancelled;
   return Backtester(store_, lua_runner_, options_, std::move(o)).Run(view->record, request);
 }

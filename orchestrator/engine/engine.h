@@ -64,10 +64,8 @@ struct EngineOptions {
   // lockfile may hold (source, options and validation report, as GetArtifact returns it). The
   // server sets half its message limit, so a whole item always fits a response.
   int64_t max_blueprint_bytes = 32 << 20;
-  // Try and backtest: batches a backtest runs at once (one sandbox worker each; the server
-  // sets its worker count), and the live revision a backtest names.
+  // Batches a backtest runs at once (one sandbox worker each; the server sets its worker count).
   int backtest_parallelism = 4;
-  LiveRevisionLookup live_revision;
 };
 
 // A review comment is at most this many bytes: every review travels with its artifact.
