@@ -1,5 +1,6 @@
 #include "store/schema.h"
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -12,8 +13,8 @@ namespace {
 // Append-only: a released migration never changes, because databases in the field have
 // already run it. Every table is STRICT so a value of the wrong type is an error, not a
 // silent conversion. Optional references are NULL (not '') so foreign keys can check them.
-const std::vector<std::string>& Migrations() {
-  static const std::vector<std::string> kMigrations = {
+// The migrations, in order: entry i takes a database from user_version i to i + 1.
+constexpr const char* kMigrations[] = {
       // 1: blobs, specs, blueprints, artifacts, review log, bindings.
       R"sql(
 CREATE TABLE meta (
@@ -270,8 +271,11 @@ CREATE TABLE backtest_differences (
   PRIMARY KEY (backtest_id, ordinal)
 ) STRICT, WITHOUT ROWID;
 )sql",
-  };
-  return kMigrations;
+};
+
+const std::vector<std::string>& Migrations() {
+  static const std::vector<std::string> migrations(std::begin(kMigrations), std::end(kMigrations));
+  return migrations;
 }
 
 absl::StatusOr<int> UserVersion(Connection& conn) {
