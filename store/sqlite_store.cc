@@ -21,6 +21,7 @@
 #include "store/sqlite_blueprints.h"
 #include "store/sqlite_caches.h"
 #include "store/sqlite_db.h"
+#include "store/sqlite_generations.h"
 #include "store/sqlite_runs.h"
 #include "store/status_macros.h"
 #include "store/store.h"
@@ -54,7 +55,8 @@ class SqliteStore final : public Store {
         blueprints_(db_),
         artifacts_(db_),
         runs_(db_),
-        caches_(db_) {
+        caches_(db_),
+        generations_(db_) {
     if (!options_.clock_ms) options_.clock_ms = SystemClockMs;
     db_.clock_ms = options_.clock_ms;
   }
@@ -167,6 +169,20 @@ class SqliteStore final : public Store {
     return caches_.PutCachedGeneration(request_digest, artifact_digest);
   }
 
+  absl::StatusOr<GenerationRecord> PutGeneration(const GenerationRecord& generation) override {
+    return generations_.PutGeneration(generation);
+  }
+  absl::StatusOr<GenerationRecord> GetGeneration(std::string_view request_digest) override {
+    return generations_.GetGeneration(request_digest);
+  }
+  absl::StatusOr<Page<GenerationRecord>> ListGenerations(const GenerationFilter& filter,
+                                                         const PageRequest& page) override {
+    return generations_.ListGenerations(filter, page);
+  }
+  absl::StatusOr<Page<StepRecord>> ListStepsPage(int64_t run_id, const PageRequest& page) override {
+    return generations_.ListStepsPage(run_id, page);
+  }
+
   absl::StatusOr<IdempotencyRecord> GetIdempotency(std::string_view principal,
                                                    std::string_view request_id) override {
     return caches_.GetIdempotency(principal, request_id);
@@ -202,6 +218,7 @@ class SqliteStore final : public Store {
   internal::SqliteArtifacts artifacts_;
   internal::SqliteRuns runs_;
   internal::SqliteCaches caches_;
+  internal::SqliteGenerations generations_;
   int schema_version_ = 0;
 };
 
