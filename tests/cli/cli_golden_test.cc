@@ -155,7 +155,7 @@ TEST(CliHelpTest, EveryCommandAndSubcommandAnswersHelp) {
 
 // Every list documents the page flags in its --help.
 TEST(CliHelpTest, ListsDocumentTheirPageFlags) {
-  for (const char* cmd : {"blueprints", "runs", "artifacts"}) {
+  for (const char* cmd : {"blueprints", "runs", "artifacts", "generations"}) {
     Result r = RunRote({cmd, "list", "--help"});
     EXPECT_EQ(r.exit_code, 0) << cmd;
     for (const char* flag : {"--page-size N", "--page-token T", "--all", "oldest first"})
