@@ -50,6 +50,10 @@ const std::map<std::string, std::set<std::string>>& DocumentedRoles() {
       {"/rote.v1.ArtifactService/RegenerateArtifact", {}},
       {"/rote.v1.GenerationService/Generate", {"submit"}},
       {"/rote.v1.GenerationService/GetModel", {"submit", "review"}},
+      {"/rote.v1.RunService/ListRunSteps", {"submit"}},
+      {"/rote.v1.ArtifactService/GetAttempt", {"submit", "review"}},
+      {"/rote.v1.GenerationService/GetGeneration", {"submit", "review"}},
+      {"/rote.v1.GenerationService/ListGenerations", {"submit", "review"}},
   };
   return *m;
 }
