@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -174,6 +175,29 @@ absl::StatusOr<GenerationRecord> SqliteGenerations::PutGeneration(const Generati
 absl::StatusOr<GenerationRecord> SqliteGenerations::GetGeneration(std::string_view request_digest) {
   RETURN_IF_ERROR(CheckDigest(request_digest, "request digest"));
   return db_.ReadTx([&](Connection& conn) { return LoadGeneration(conn, request_digest); });
+}
+
+absl::StatusOr<std::vector<std::string>> SqliteGenerations::FindGenerationsByPrefix(
+    std::string_view prefix, int limit) {
+  if (!prefix.starts_with("sha256:") || prefix.size() > 71 ||
+      prefix.find_first_not_of("0123456789abcdef", 7) != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        Cat("'", prefix.substr(0, 80), "' is not a digest prefix; expected sha256: and lowercase hex digits"));
+  }
+  // A range on the unique index: every digest d with prefix <= d < prefix + '~' ('~' sorts after
+  // every hex digit).
+  return db_.ReadTx([&](Connection& conn) -> absl::StatusOr<std::vector<std::string>> {
+    ASSIGN_OR_RETURN(Statement stmt,
+                     conn.Prepare("SELECT request_digest FROM generations WHERE request_digest >= ? "
+                                  "AND request_digest < ? ORDER BY request_digest LIMIT ?"));
+    stmt.BindText(1, prefix).BindText(2, Cat(prefix, "~")).BindInt(3, std::max(limit, 0));
+    std::vector<std::string> out;
+    while (true) {
+      ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) return out;
+      out.push_back(stmt.ColumnText(0));
+    }
+  });
 }
 
 absl::StatusOr<Page<GenerationRecord>> SqliteGenerations::ListGenerations(

@@ -35,6 +35,7 @@ class SqliteGenerations {
 
   absl::StatusOr<GenerationRecord> PutGeneration(const GenerationRecord& generation);
   absl::StatusOr<GenerationRecord> GetGeneration(std::string_view request_digest);
+  absl::StatusOr<std::vector<std::string>> FindGenerationsByPrefix(std::string_view prefix, int limit);
   absl::StatusOr<Page<GenerationRecord>> ListGenerations(const GenerationFilter& filter,
                                                          const PageRequest& page);
   absl::StatusOr<Page<StepRecord>> ListStepsPage(int64_t run_id, const PageRequest& page);

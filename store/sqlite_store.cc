@@ -175,6 +175,10 @@ class SqliteStore final : public Store {
   absl::StatusOr<GenerationRecord> GetGeneration(std::string_view request_digest) override {
     return generations_.GetGeneration(request_digest);
   }
+  absl::StatusOr<std::vector<std::string>> FindGenerationsByPrefix(std::string_view prefix,
+                                                                   int limit) override {
+    return generations_.FindGenerationsByPrefix(prefix, limit);
+  }
   absl::StatusOr<Page<GenerationRecord>> ListGenerations(const GenerationFilter& filter,
                                                          const PageRequest& page) override {
     return generations_.ListGenerations(filter, page);

@@ -155,6 +155,10 @@ class Store {
   // Attempt blobs and a passed record's artifact must already be stored.
   virtual absl::StatusOr<GenerationRecord> PutGeneration(const GenerationRecord& generation) = 0;
   virtual absl::StatusOr<GenerationRecord> GetGeneration(std::string_view request_digest) = 0;
+  // Request digests that start with `prefix` ("sha256:" and some hex digits), at most `limit`,
+  // in digest order.
+  virtual absl::StatusOr<std::vector<std::string>> FindGenerationsByPrefix(std::string_view prefix,
+                                                                           int limit) = 0;
   // Oldest first.
   virtual absl::StatusOr<Page<GenerationRecord>> ListGenerations(const GenerationFilter& filter,
                                                                  const PageRequest& page) = 0;

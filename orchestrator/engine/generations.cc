@@ -50,8 +50,8 @@ absl::StatusOr<std::string> ParseGenerationName(std::string_view name) {
     if (std::optional<std::string> digest = DigestFromId(name.substr(kGenerations.size()))) return *digest;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      QuoteInput(name), " is not a generation name; expected generations/{request hex} (64 lowercase hex digits), "
-      "as a failed generation's error names it"));
+      QuoteInput(name), " is not a generation name; expected generations/{request hex} (64 lowercase hex digits, "
+      "as a failed generation's error names it, or 8 or more of its first ones)"));
 }
 
 std::string GenerationName(std::string_view request_digest) {
@@ -71,7 +71,30 @@ std::string CutUtf8(std::string text, int64_t max_bytes, bool* truncated) {
 
 absl::StatusOr<store::GenerationRecord> ProvenanceReader::GetGeneration(std::string_view name) {
   absl::StatusOr<std::string> digest = ParseGenerationName(name);
-  if (!digest.ok()) return digest.status();
+  if (!digest.ok()) {
+    // An unambiguous prefix of 8 or more hex digits names the one generation it starts.
+    const std::string_view id = name.starts_with(kGenerations) ? name.substr(kGenerations.size()) : "";
+    if (id.size() < 8 || id.size() >= 64 || id.find_first_not_of("0123456789abcdef") != std::string_view::npos) {
+      return digest.status();
+    }
+    absl::StatusOr<std::vector<std::string>> found =
+        store_->FindGenerationsByPrefix(absl::StrCat("sha256:", std::string(id)), 6);
+    if (!found.ok()) return found.status();
+    if (found->empty()) {
+      return absl::NotFoundError(absl::StrCat(std::string(name), " does not exist: no generation's request digest "
+                                              "starts with ", std::string(id)));
+    }
+    if (found->size() > 1) {
+      std::string candidates;
+      for (size_t i = 0; i < std::min<size_t>(found->size(), 5); ++i) {
+        absl::StrAppend(&candidates, i ? ", " : "", GenerationName((*found)[i]));
+      }
+      return absl::InvalidArgumentError(absl::StrCat(std::string(name), " is ambiguous: it starts ", candidates,
+                                                     found->size() > 5 ? ", ..." : "",
+                                                     "; give more hex digits"));
+    }
+    digest = (*found)[0];
+  }
   absl::StatusOr<store::GenerationRecord> g = store_->GetGeneration(*digest);
   if (absl::IsNotFound(g.status())) {
     return absl::NotFoundError(absl::StrCat(std::string(name), " does not exist: no generation was recorded for request ",

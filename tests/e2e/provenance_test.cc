@@ -258,13 +258,31 @@ TEST_F(ProvenanceTest, FailedGenerationIsAResourceWithEveryAttemptsPromptAndOutp
   // Each retry quotes the attempt before it.
   EXPECT_NE(prompts[0], prompts[1]);
 
+  // An unambiguous prefix of 8 or more hex digits names it too; an ambiguous one lists the
+  // candidates.
+  rote::v1::Generation by_prefix;
+  st = GetGeneration("generations/" + m[1].str().substr(0, 8), &by_prefix);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(by_prefix.name(), name);
+  for (const char* tail : {"1", "2"}) {
+    store::GenerationRecord twin;
+    twin.request_digest = "sha256:" + std::string(63, 'c') + tail;
+    twin.generation_point = "broken/never";
+    twin.failure = "seeded";
+    ASSERT_TRUE(store_->PutGeneration(twin).ok());
+  }
+  st = GetGeneration("generations/cccccccc", &by_prefix);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(st.error_message(), HasSubstr("is ambiguous: it starts generations/" + std::string(63, 'c') + "1, "
+                                            "generations/" + std::string(63, 'c') + "2"));
+
   // Listed among the failed generations.
   rote::v1::GenerationService::Stub stub(channel_);
   rote::v1::ListGenerationsRequest list;
   list.set_failed_only(true);
   rote::v1::ListGenerationsResponse resp;
   ASSERT_TRUE(stub.ListGenerations(As(kCarol).get(), list, &resp).ok());
-  ASSERT_EQ(resp.generations_size(), 1);
+  ASSERT_EQ(resp.generations_size(), 3);  // with the two seeded above, oldest first
   EXPECT_EQ(resp.generations(0).name(), name);
 
   // The same request again is answered from the record, without the model.
@@ -396,7 +414,7 @@ TEST_F(ProvenanceTest, ServerInlineLimitCutsTextsAndCapsStepValues) {
 
 TEST_F(ProvenanceTest, BadNamesAreInvalidArgumentAndMissingOnesNotFound) {
   rote::v1::Generation g;
-  for (const std::string& bad : {std::string("generations/xyz"), std::string("generations/") + std::string(63, 'a'),
+  for (const std::string& bad : {std::string("generations/xyz"), std::string("generations/") + std::string(7, 'a'),
                                  std::string("sha256:") + std::string(64, 'a'), std::string("generations/"),
                                  std::string("generations/") + std::string(64, 'A'),
                                  std::string("generations/") + std::string(1 << 20, 'a')}) {
@@ -405,6 +423,7 @@ TEST_F(ProvenanceTest, BadNamesAreInvalidArgumentAndMissingOnesNotFound) {
     EXPECT_LT(st.error_message().size(), 600u);
   }
   EXPECT_EQ(GetGeneration("generations/" + std::string(64, 'a'), &g).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetGeneration("generations/" + std::string(63, 'a'), &g).error_code(), grpc::StatusCode::NOT_FOUND);
   rote::v1::AttemptDetail d;
   const std::string hex(64, 'b');
   for (const std::string& bad :

@@ -161,6 +161,25 @@ TEST_F(GenerationsTest, ListPagesOldestFirstAndFilters) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(GenerationsTest, FindsRequestDigestsByPrefix) {
+  for (const char* tail : {"1", "2"}) {
+    GenerationRecord g = Failed("x", "bp/p");
+    g.request_digest = "sha256:" + std::string(63, 'a') + tail;
+    ASSERT_TRUE(store_->PutGeneration(g).ok());
+  }
+  ASSERT_TRUE(store_->PutGeneration(Failed("other", "bp/p")).ok());
+  auto both = store_->FindGenerationsByPrefix("sha256:aaaaaaaa", 6);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(*both, (std::vector<std::string>{"sha256:" + std::string(63, 'a') + "1",
+                                             "sha256:" + std::string(63, 'a') + "2"}));
+  EXPECT_EQ(store_->FindGenerationsByPrefix("sha256:" + std::string(63, 'a') + "2", 6)->size(), 1u);
+  EXPECT_EQ(store_->FindGenerationsByPrefix("sha256:aaaaaaaa", 1)->size(), 1u);
+  EXPECT_TRUE(store_->FindGenerationsByPrefix("sha256:ffffffff", 6)->empty());
+  EXPECT_EQ(store_->FindGenerationsByPrefix("sha256:AAAA", 6).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->FindGenerationsByPrefix("aaaa", 6).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->FindGenerationsByPrefix("sha256:aa%", 6).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(GenerationsTest, StepsPageInIndexOrder) {
   BlueprintRecord bp = *store_->PutBlueprint(MakeBlueprint("steps", "1.0.0"));
   ArtifactRecord a = *store_->PutArtifact(MakeArtifact("steps/p", "return 1"));
