@@ -465,11 +465,15 @@ int CmdRuns(const Args& args) {
       "  list [--blueprint B] [--state pending|running|succeeded|failed|cancelled] [list flags]\n"
       "  watch RUN            stream a run's events until it ends (exit 0 if it succeeded)\n"
       "  replay RUN           re-execute with the recorded bindings and compare every step\n"
-      "  cancel RUN           cancel a pending or running run\n\n" +
+      "  cancel RUN           cancel a pending or running run\n"
+      "  steps RUN [--max-value-bytes N] [list flags]\n"
+      "                       the run's journaled steps in order with the values that went in\n"
+      "                       and out (inline up to N bytes, default 4096; larger ones by digest,\n"
+      "                       read with --json's digests and ReadRunPayload)\n\n" +
       std::string(kListFlagsHelp) + "\n";
   int code = 0;
   ClientOptions client_options;
-  FlagSpec spec{{"input", "input-file", "request-id", "blueprint", "state"},
+  FlagSpec spec{{"input", "input-file", "request-id", "blueprint", "state", "max-value-bytes"},
                 {"allow-generation", "allow-pending", "watch"}};
   AddListFlags(&spec);
   auto flags = Parse(args, spec, usage, &code, &client_options);
@@ -555,6 +559,30 @@ int CmdRuns(const Args& args) {
              r.output_digest().empty() ? "-" : Short(r.output_digest()),
              r.output_digest().empty() ? "-" : absl::StrCat(r.output_size_bytes()), Time(r.create_time())});
     PrintListPage(t, resp.next_page_token());
+    return kExitOk;
+  }
+  if (cmd == "steps") {
+    auto name = need_name();
+    if (!name) return Usage(usage, "steps needs RUN");
+    rote::v1::ListRunStepsRequest req;
+    req.set_name(*name);
+    req.set_max_value_bytes(std::atoll(flags->GetOr("max-value-bytes", "0").c_str()));
+    rote::v1::ListRunStepsResponse resp;
+    grpc::Status st = ListPages(client, *flags, req, &resp, [&](auto* c, const auto& r, auto* p) {
+      return stub.ListRunSteps(c, r, p);
+    });
+    if (!st.ok()) return client.Fail(st, "listing the steps of " + *name);
+    if (client.options().json) { Client::PrintJson(resp, std::cout); return kExitOk; }
+    auto value = [](bool omitted, const std::string& json, int64_t size, const std::string& digest) {
+      return omitted ? absl::StrCat("(", size, " bytes, left out: ", digest, ")") : json;
+    };
+    for (const auto& s : resp.steps()) {
+      std::cout << "step " << s.index() << "  " << s.generation_point() << "  " << Short(s.artifact_digest()) << "\n"
+                << "  in:  " << value(s.input_omitted(), s.input_json(), s.input_size_bytes(), s.input_digest()) << "\n"
+                << "  out: " << value(s.output_omitted(), s.output_json(), s.output_size_bytes(), s.output_digest())
+                << "\n";
+    }
+    if (!resp.next_page_token().empty()) std::cout << "next page: --page-token " << resp.next_page_token() << "\n";
     return kExitOk;
   }
   if (cmd == "watch") {

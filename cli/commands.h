@@ -23,6 +23,8 @@ int CmdModel(const Args& args);       // cmd_model.cc: model info / synth
 int CmdScript(const Args& args);      // cmd_script.cc: script run (sandbox)
 int CmdRegex(const Args& args);       // cmd_regex.cc: regex find (sandbox)
 int CmdBackup(const Args& args);      // cmd_backup.cc: online backup of the store
+int CmdGenerations(const Args& args); // cmd_generations.cc: generation requests and their attempts
+int CmdAttempts(const Args& args);    // cmd_generations.cc: one attempt's prompt, output and code
 
 // The command table (commands.cc): each command, its one-line summary and the subcommands it
 // takes (empty for commands without any). `rote --help` prints it; tests walk it.

@@ -14,7 +14,7 @@ void PrintHelp(std::ostream& out) {
          "Commands:\n";
   for (const rote::cli::CommandInfo& cmd : rote::cli::CommandTable()) {
     const std::string name = cmd.name;
-    out << "  " << name << std::string(12 - name.size(), ' ') << cmd.summary << "\n";
+    out << "  " << name << std::string(name.size() < 12 ? 12 - name.size() : 1, ' ') << cmd.summary << "\n";
   }
   out << "\nClient commands talk to --server HOST:PORT (default 127.0.0.1:7878, or $ROTE_SERVER)\n"
          "with --token (or $ROTE_TOKEN); --json prints JSON for scripts. Client flags go before\n"

@@ -51,6 +51,14 @@ struct GenerationAttempt {
   std::string prompt_digest;  // blob digest, or empty; must already be stored as a blob
   std::string output_digest;  // blob digest of the raw model output, or empty; likewise
   std::string failure;        // why validation rejected it; empty for the accepted attempt
+  // Blob digest of the code extracted from the output, or empty when none could be extracted;
+  // like the others, it must already be stored as a blob.
+  std::string code_digest;
+  int32_t prompt_tokens = 0;
+  int32_t output_tokens = 0;
+  // When the attempt started (unix ms) and how long it took: metadata, never part of a digest.
+  int64_t start_ms = 0;
+  int64_t duration_ms = 0;
 };
 
 struct Provenance {
@@ -147,6 +155,31 @@ struct Binding {
   std::string generation_point;
   std::string artifact_digest;
   std::string source;  // where it came from: "live", "pending", "generated", "lockfile"
+};
+
+// ---- generations ----------------------------------------------------------------------------
+
+// One generation request and its attempts, passed or failed. Keyed by the request digest; the
+// first record of a request is kept (a request is deterministic, so a repeat says the same).
+struct GenerationRecord {
+  std::string request_digest;
+  std::string generation_point;  // the key the artifact would be stored under
+  std::string spec_digest;
+  std::string model_digest;
+  std::string numerics_profile;
+  std::string prompt_template_version;
+  std::string decoding_json;
+  std::string device;
+  bool passed = false;
+  std::string artifact_digest;  // the stored artifact when passed (must be stored); else empty
+  std::string failure;          // when failed: the last attempt's failure
+  std::vector<GenerationAttempt> attempts;
+  int64_t create_ms = 0;  // set by the store
+};
+
+struct GenerationFilter {
+  std::string generation_point;  // empty: any
+  bool failed_only = false;
 };
 
 // ---- runs -----------------------------------------------------------------------------------

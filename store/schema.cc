@@ -10,6 +10,90 @@
 namespace rote::store::internal {
 namespace {
 
+// 9: every generation request, passed or failed, with its attempts; attempts gain the
+// extracted code, token counts and times. Generations an earlier rote recorded are carried
+// over: passed ones from their artifacts' provenance, failed ones from the key-value
+// records it kept under 'generation/failed' (which this removes).
+constexpr char kMigration9Generations[] = R"sql(
+ALTER TABLE artifact_attempts ADD COLUMN code_digest TEXT REFERENCES blobs (digest);
+ALTER TABLE artifact_attempts ADD COLUMN prompt_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE artifact_attempts ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE artifact_attempts ADD COLUMN start_ms INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE artifact_attempts ADD COLUMN duration_ms INTEGER NOT NULL DEFAULT 0;
+
+CREATE TABLE generations (
+  id                      INTEGER PRIMARY KEY,
+  request_digest          TEXT NOT NULL UNIQUE,
+  generation_point        TEXT NOT NULL,
+  spec_digest             TEXT NOT NULL,
+  model_digest            TEXT NOT NULL,
+  numerics_profile        TEXT NOT NULL,
+  prompt_template_version TEXT NOT NULL,
+  decoding_json           TEXT NOT NULL,
+  device                  TEXT NOT NULL,
+  passed                  INTEGER NOT NULL CHECK (passed IN (0, 1)),
+  artifact_digest         TEXT REFERENCES artifacts (digest),
+  failure                 TEXT NOT NULL,
+  create_ms               INTEGER NOT NULL,
+  CHECK ((passed = 1) = (artifact_digest IS NOT NULL))
+) STRICT;
+CREATE INDEX generations_by_point ON generations (generation_point, id);
+CREATE INDEX generations_by_outcome ON generations (passed, id);
+
+CREATE TABLE generation_attempts (
+  generation_id INTEGER NOT NULL REFERENCES generations (id),
+  idx           INTEGER NOT NULL,
+  prompt_digest TEXT REFERENCES blobs (digest),
+  output_digest TEXT REFERENCES blobs (digest),
+  code_digest   TEXT REFERENCES blobs (digest),
+  failure       TEXT NOT NULL,
+  prompt_tokens INTEGER NOT NULL,
+  output_tokens INTEGER NOT NULL,
+  start_ms      INTEGER NOT NULL,
+  duration_ms   INTEGER NOT NULL,
+  PRIMARY KEY (generation_id, idx)
+) STRICT, WITHOUT ROWID;
+
+INSERT OR IGNORE INTO generations (request_digest, generation_point, spec_digest, model_digest,
+    numerics_profile, prompt_template_version, decoding_json, device, passed, artifact_digest,
+    failure, create_ms)
+  SELECT request_digest, generation_point, spec_digest, model_digest, numerics_profile,
+         prompt_template_version, decoding_json, device, 1, digest, '', create_ms
+  FROM artifacts WHERE author = 'model' AND request_digest <> '' ORDER BY id;
+INSERT INTO generation_attempts (generation_id, idx, prompt_digest, output_digest, code_digest,
+    failure, prompt_tokens, output_tokens, start_ms, duration_ms)
+  SELECT g.id, t.idx, t.prompt_digest, t.output_digest, NULL, t.failure, 0, 0, 0, 0
+  FROM generations g JOIN artifacts a ON a.digest = g.artifact_digest
+                     JOIN artifact_attempts t ON t.artifact_id = a.id;
+
+INSERT OR IGNORE INTO generations (request_digest, generation_point, spec_digest, model_digest,
+    numerics_profile, prompt_template_version, decoding_json, device, passed, artifact_digest,
+    failure, create_ms)
+  SELECT COALESCE(json_extract(v, '$.request_digest'), ''),
+         COALESCE(json_extract(v, '$.generation_point'), ''),
+         COALESCE(json_extract(v, '$.spec_digest'), ''),
+         COALESCE(json_extract(v, '$.model_digest'), ''), '',
+         COALESCE(json_extract(v, '$.prompt_template_version'), ''),
+         COALESCE(json_extract(v, '$.decoding'), ''), '', 0, NULL,
+         COALESCE((SELECT json_extract(e.value, '$.failure')
+                   FROM json_each(json_extract(v, '$.attempts')) e
+                   ORDER BY json_extract(e.value, '$.index') DESC LIMIT 1), ''),
+         update_ms
+  FROM (SELECT CAST(value AS TEXT) AS v, update_ms, key FROM kv
+        WHERE namespace = 'generation/failed' AND json_valid(CAST(value AS TEXT))
+        ORDER BY update_ms, key);
+INSERT OR IGNORE INTO generation_attempts (generation_id, idx, prompt_digest, output_digest,
+    code_digest, failure, prompt_tokens, output_tokens, start_ms, duration_ms)
+  SELECT g.id, json_extract(e.value, '$.index'),
+         NULLIF(json_extract(e.value, '$.prompt_digest'), ''),
+         NULLIF(json_extract(e.value, '$.output_digest'), ''), NULL,
+         COALESCE(json_extract(e.value, '$.failure'), ''), 0, 0, 0, 0
+  FROM kv JOIN generations g ON g.request_digest = json_extract(CAST(kv.value AS TEXT), '$.request_digest'),
+       json_each(json_extract(CAST(kv.value AS TEXT), '$.attempts')) e
+  WHERE kv.namespace = 'generation/failed' AND json_valid(CAST(kv.value AS TEXT));
+DELETE FROM kv WHERE namespace = 'generation/failed';
+)sql";
+
 // Append-only: a released migration never changes, because databases in the field have
 // already run it. Every table is STRICT so a value of the wrong type is an error, not a
 // silent conversion. Optional references are NULL (not '') so foreign keys can check them.
@@ -271,6 +355,8 @@ CREATE TABLE backtest_differences (
   PRIMARY KEY (backtest_id, ordinal)
 ) STRICT, WITHOUT ROWID;
 )sql",
+    // 9: generations (kMigration9Generations).
+    kMigration9Generations,
 };
 
 const std::vector<std::string>& Migrations() {

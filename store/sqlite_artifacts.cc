@@ -9,6 +9,7 @@
 #include "store/digest.h"
 #include "store/page_token.h"
 #include "store/sqlite_review.h"
+#include "store/sqlite_generations.h"
 #include "store/status_macros.h"
 #include "store/str_util.h"
 
@@ -55,15 +56,13 @@ std::pair<int64_t, ArtifactRecord> ReadArtifactRow(const Statement& stmt) {
 
 absl::Status LoadAttempts(Connection& conn, int64_t artifact_id, ArtifactRecord& a) {
   ASSIGN_OR_RETURN(Statement stmt,
-                   conn.Prepare("SELECT idx, prompt_digest, output_digest, failure "
-                                "FROM artifact_attempts WHERE artifact_id = ? ORDER BY idx"));
+                   conn.Prepare(Cat("SELECT ", kAttemptColumns,
+                                    " FROM artifact_attempts WHERE artifact_id = ? ORDER BY idx")));
   stmt.BindInt(1, artifact_id);
   while (true) {
     ASSIGN_OR_RETURN(bool row, stmt.Step());
     if (!row) return absl::OkStatus();
-    a.provenance.attempts.push_back(GenerationAttempt{static_cast<int32_t>(stmt.ColumnInt(0)),
-                                                      stmt.ColumnText(1), stmt.ColumnText(2),
-                                                      stmt.ColumnText(3)});
+    a.provenance.attempts.push_back(ReadAttemptRow(stmt));
   }
 }
 
@@ -93,14 +92,7 @@ absl::StatusOr<ArtifactRecord> SqliteArtifacts::PutArtifact(const ArtifactRecord
   RETURN_IF_ERROR(CheckDigest(artifact.digest, "artifact digest"));
   RETURN_IF_ERROR(CheckNonEmpty(artifact.kind, "artifact kind"));
   RETURN_IF_ERROR(CheckNonEmpty(artifact.generation_point, "artifact generation_point"));
-  for (const GenerationAttempt& attempt : artifact.provenance.attempts) {
-    if (!attempt.prompt_digest.empty()) {
-      RETURN_IF_ERROR(CheckDigest(attempt.prompt_digest, "attempt prompt_digest"));
-    }
-    if (!attempt.output_digest.empty()) {
-      RETURN_IF_ERROR(CheckDigest(attempt.output_digest, "attempt output_digest"));
-    }
-  }
+  RETURN_IF_ERROR(CheckAttempts(artifact.provenance.attempts));
   const int64_t now = db_.clock_ms();
   ArtifactRecord stored;
   RETURN_IF_ERROR(db_.Write([&](Connection& conn) -> absl::Status {
@@ -117,14 +109,7 @@ absl::StatusOr<ArtifactRecord> SqliteArtifacts::PutArtifact(const ArtifactRecord
       return absl::OkStatus();
     }
     if (!absl::IsNotFound(existing.status())) return existing.status();
-    for (const GenerationAttempt& attempt : artifact.provenance.attempts) {
-      if (!attempt.prompt_digest.empty()) {
-        RETURN_IF_ERROR(RequireBlob(conn, attempt.prompt_digest, "attempt prompt"));
-      }
-      if (!attempt.output_digest.empty()) {
-        RETURN_IF_ERROR(RequireBlob(conn, attempt.output_digest, "attempt output"));
-      }
-    }
+    RETURN_IF_ERROR(RequireAttemptBlobs(conn, artifact.provenance.attempts));
     int64_t revision = 0;
     {
       ASSIGN_OR_RETURN(Statement stmt,
@@ -162,18 +147,8 @@ absl::StatusOr<ArtifactRecord> SqliteArtifacts::PutArtifact(const ArtifactRecord
       RETURN_IF_ERROR(stmt.Run());
     }
     const int64_t id = sqlite3_last_insert_rowid(conn.raw());
-    for (const GenerationAttempt& attempt : artifact.provenance.attempts) {
-      ASSIGN_OR_RETURN(Statement stmt,
-                       conn.Prepare("INSERT INTO artifact_attempts (artifact_id, idx, "
-                                    "prompt_digest, output_digest, failure) "
-                                    "VALUES (?, ?, ?, ?, ?)"));
-      stmt.BindInt(1, id)
-          .BindInt(2, attempt.index)
-          .BindTextOrNull(3, attempt.prompt_digest)
-          .BindTextOrNull(4, attempt.output_digest)
-          .BindText(5, attempt.failure);
-      RETURN_IF_ERROR(stmt.Run());
-    }
+    RETURN_IF_ERROR(InsertAttempts(conn, "artifact_attempts", "artifact_id", id,
+                                   artifact.provenance.attempts));
     ASSIGN_OR_RETURN(stored, LoadArtifact(conn, artifact.digest));
     if (audit != nullptr) {
       AuditEntry entry = *audit;

@@ -24,6 +24,7 @@
 #include "store/sqlite_caches.h"
 #include "store/sqlite_db.h"
 #include "store/sqlite_lookup.h"
+#include "store/sqlite_generations.h"
 #include "store/sqlite_runs.h"
 #include "store/status_macros.h"
 #include "store/store.h"
@@ -60,8 +61,8 @@ class SqliteStore final : public Store {
         runs_(db_),
         caches_(db_),
         lookup_(db_),
-
-        backtests_(db_) {
+        backtests_(db_),
+        generations_(db_) {
     if (!options_.clock_ms) options_.clock_ms = SystemClockMs;
     db_.clock_ms = options_.clock_ms;
   }
@@ -201,6 +202,24 @@ class SqliteStore final : public Store {
     return caches_.PutCachedGeneration(request_digest, artifact_digest);
   }
 
+  absl::StatusOr<GenerationRecord> PutGeneration(const GenerationRecord& generation) override {
+    return generations_.PutGeneration(generation);
+  }
+  absl::StatusOr<GenerationRecord> GetGeneration(std::string_view request_digest) override {
+    return generations_.GetGeneration(request_digest);
+  }
+  absl::StatusOr<std::vector<std::string>> FindGenerationsByPrefix(std::string_view prefix,
+                                                                   int limit) override {
+    return generations_.FindGenerationsByPrefix(prefix, limit);
+  }
+  absl::StatusOr<Page<GenerationRecord>> ListGenerations(const GenerationFilter& filter,
+                                                         const PageRequest& page) override {
+    return generations_.ListGenerations(filter, page);
+  }
+  absl::StatusOr<Page<StepRecord>> ListStepsPage(int64_t run_id, const PageRequest& page) override {
+    return generations_.ListStepsPage(run_id, page);
+  }
+
   absl::StatusOr<IdempotencyRecord> GetIdempotency(std::string_view principal,
                                                    std::string_view request_id) override {
     return caches_.GetIdempotency(principal, request_id);
@@ -249,6 +268,7 @@ class SqliteStore final : public Store {
   internal::SqliteCaches caches_;
   internal::SqliteLookup lookup_;
   internal::SqliteBacktests backtests_;
+  internal::SqliteGenerations generations_;
   int schema_version_ = 0;
 };
 

@@ -178,6 +178,22 @@ class Store {
   virtual absl::StatusOr<std::string> PutCachedGeneration(std::string_view request_digest,
                                                           std::string_view artifact_digest) = 0;
 
+  // ---- generations: every generation request, passed or failed, with its attempts
+  // Stores the record unless its request digest is stored already; returns the stored one.
+  // Attempt blobs and a passed record's artifact must already be stored.
+  virtual absl::StatusOr<GenerationRecord> PutGeneration(const GenerationRecord& generation) = 0;
+  virtual absl::StatusOr<GenerationRecord> GetGeneration(std::string_view request_digest) = 0;
+  // Request digests that start with `prefix` ("sha256:" and some hex digits), at most `limit`,
+  // in digest order.
+  virtual absl::StatusOr<std::vector<std::string>> FindGenerationsByPrefix(std::string_view prefix,
+                                                                           int limit) = 0;
+  // Oldest first.
+  virtual absl::StatusOr<Page<GenerationRecord>> ListGenerations(const GenerationFilter& filter,
+                                                                 const PageRequest& page) = 0;
+  // The journaled steps of a run from `page`, index order (ListSteps, paged).
+  virtual absl::StatusOr<Page<StepRecord>> ListStepsPage(int64_t run_id,
+                                                         const PageRequest& page) = 0;
+
   // ---- idempotency: (principal, request_id) -> original response (first writer wins)
   virtual absl::StatusOr<IdempotencyRecord> GetIdempotency(std::string_view principal,
                                                            std::string_view request_id) = 0;

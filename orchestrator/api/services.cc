@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "orchestrator/engine/backtest.h"
+#include "orchestrator/engine/generations.h"
 #include "orchestrator/generate/prompt.h"
 #include "spdlog/spdlog.h"
 #include "store/digest.h"
@@ -269,6 +270,73 @@ void ToProto(const store::BacktestRecord& b, rote::v1::Backtest* out) {
   out->set_duration_ms(b.duration_ms);
 }
 
+void ToProto(const store::GenerationAttempt& at, rote::v1::Attempt* out) {
+  out->set_index(at.index);
+  out->set_prompt_digest(at.prompt_digest);
+  out->set_output_digest(at.output_digest);
+  out->set_failure(at.failure);
+  out->set_prompt_tokens(at.prompt_tokens);
+  out->set_output_tokens(at.output_tokens);
+  out->set_code_digest(at.code_digest);
+  SetTime(at.start_ms, out->mutable_start_time());
+  out->set_duration_ms(at.duration_ms);
+}
+
+void ToProto(const store::GenerationRecord& g, rote::v1::Generation* out) {
+  out->set_name(engine::GenerationName(g.request_digest));
+  out->set_request_digest(g.request_digest);
+  out->set_generation_point(g.generation_point);
+  out->set_spec_digest(g.spec_digest);
+  out->set_model_digest(g.model_digest);
+  out->set_numerics_profile(g.numerics_profile);
+  out->set_prompt_template_version(g.prompt_template_version);
+  out->set_decoding_json(g.decoding_json);
+  out->set_device(g.device);
+  out->set_passed(g.passed);
+  if (g.passed) out->set_artifact(absl::StrCat("artifacts/", Hex(g.artifact_digest)));
+  for (const store::GenerationAttempt& at : g.attempts) ToProto(at, out->add_attempts());
+  out->set_failure(g.failure);
+  SetTime(g.create_ms, out->mutable_create_time());
+}
+
+// A text of an attempt as a proto string: bytes that are not UTF-8 replaced, then cut at
+// `max_bytes` (at a character boundary) with its flag set.
+void SetAttemptText(const std::string& bytes, int64_t max_bytes, std::string* text, bool* truncated) {
+  *text = engine::CutUtf8(generate::ValidUtf8(bytes), max_bytes, truncated);
+}
+
+void ToProto(const engine::AttemptView& v, int64_t max_text_bytes, rote::v1::AttemptDetail* out) {
+  out->set_name(v.name);
+  ToProto(v.attempt, out->mutable_attempt());
+  bool cut = false;
+  SetAttemptText(v.prompt, max_text_bytes, out->mutable_prompt(), &cut);
+  out->set_prompt_truncated(cut);
+  SetAttemptText(v.output, max_text_bytes, out->mutable_output(), &cut);
+  out->set_output_truncated(cut);
+  SetAttemptText(v.code, max_text_bytes, out->mutable_code(), &cut);
+  out->set_code_truncated(cut);
+  out->set_model_digest(v.model_digest);
+  out->set_decoding_json(v.decoding_json);
+  out->set_device(v.device);
+  out->set_numerics_profile(v.numerics_profile);
+  out->set_prompt_template_version(v.prompt_template_version);
+  out->set_generation(v.generation);
+}
+
+void ToProto(const engine::StepView& v, rote::v1::Step* out) {
+  out->set_index(v.step.index);
+  out->set_generation_point(v.step.generation_point);
+  out->set_artifact_digest(v.step.artifact_digest);
+  out->set_input_digest(v.step.input_digest);
+  out->set_output_digest(v.step.output_digest);
+  out->set_input_json(v.input_json);
+  out->set_output_json(v.output_json);
+  out->set_input_omitted(v.input_omitted);
+  out->set_output_omitted(v.output_omitted);
+  out->set_input_size_bytes(v.input_size_bytes);
+  out->set_output_size_bytes(v.output_size_bytes);
+}
+
 void ToProto(const engine::ArtifactView& v, Detail detail, rote::v1::Artifact* out) {
   const bool whole = detail == Detail::kWhole;
   const store::ArtifactRecord& a = v.record;
@@ -291,15 +359,12 @@ void ToProto(const engine::ArtifactView& v, Detail detail, rote::v1::Artifact* o
   p->set_prompt_template_version(a.provenance.prompt_template_version);
   p->set_decoding_json(a.provenance.decoding_json);
   p->set_request_digest(a.provenance.request_digest);
-  for (const store::GenerationAttempt& at : a.provenance.attempts) {
-    rote::v1::Attempt* x = p->add_attempts();
-    x->set_index(at.index);
-    x->set_prompt_digest(at.prompt_digest);
-    x->set_output_digest(at.output_digest);
-    x->set_failure(at.failure);
-  }
+  for (const store::GenerationAttempt& at : a.provenance.attempts) ToProto(at, p->add_attempts());
   p->set_device(a.provenance.device);
   p->set_author(a.provenance.author);
+  if (a.provenance.author == "model" && !a.provenance.request_digest.empty()) {
+    p->set_generation(engine::GenerationName(a.provenance.request_digest));
+  }
   if (whole) out->set_validation_report_json(a.validation_report_json);
   for (const store::ReviewEntry& r : v.reviews) {
     rote::v1::ReviewEntry* e = out->add_reviews();
@@ -480,6 +545,26 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     auto run = deps_.engine->CancelRun(req->name(), principal->name);
     if (!run.ok()) return ToGrpc(run.status());
     return ToGrpc(ToProto(*deps_.engine, *run, deps_.max_inline_payload_bytes, resp));
+  }
+  grpc::Status ListRunSteps(grpc::ServerContext* ctx, const rote::v1::ListRunStepsRequest* req,
+                            rote::v1::ListRunStepsResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.RunService/ListRunSteps");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    if (req->max_value_bytes() < 0) return ToGrpc(absl::InvalidArgumentError("max_value_bytes must not be negative"));
+    auto page = Page(req->page_size(), req->page_token());
+    if (!page.ok()) return ToGrpc(page.status());
+    auto run = OwnedRun(deps_, *principal, req->name());
+    if (!run.ok()) return ToGrpc(run.status());
+    // A page of steps is at most 1000 items of two values each: the default keeps it small, and
+    // no value passes the inline limit whatever the caller asks.
+    constexpr int64_t kDefaultMaxValueBytes = 4096;
+    const int64_t max_value = std::min(req->max_value_bytes() == 0 ? kDefaultMaxValueBytes : req->max_value_bytes(),
+                                       deps_.max_inline_payload_bytes);
+    auto steps = engine::ProvenanceReader(deps_.engine->store()).ListRunSteps(*run, max_value, *page);
+    if (!steps.ok()) return ToGrpc(steps.status());
+    for (const engine::StepView& v : steps->items) ToProto(v, resp->add_steps());
+    resp->set_next_page_token(steps->next_page_token);
+    return grpc::Status::OK;
   }
 
  private:
@@ -664,6 +749,15 @@ class ArtifactServiceImpl final : public rote::v1::ArtifactService::Service {
     ToProto(*b, resp);
     return grpc::Status::OK;
   }
+  grpc::Status GetAttempt(grpc::ServerContext* ctx, const rote::v1::GetAttemptRequest* req,
+                          rote::v1::AttemptDetail* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.ArtifactService/GetAttempt");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto view = engine::ProvenanceReader(deps_.engine->store()).GetAttempt(req->name());
+    if (!view.ok()) return ToGrpc(view.status());
+    ToProto(*view, deps_.max_inline_payload_bytes, resp);
+    return grpc::Status::OK;
+  }
 
  private:
   ServiceDeps deps_;
@@ -749,6 +843,28 @@ class GenerationServiceImpl final : public rote::v1::GenerationService::Service 
     resp->set_vocab_size(m.vocab_size);
     resp->set_device(m.device);
     resp->set_numerics_profile(m.numerics_profile);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetGeneration(grpc::ServerContext* ctx, const rote::v1::GetGenerationRequest* req,
+                             rote::v1::Generation* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.GenerationService/GetGeneration");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto g = engine::ProvenanceReader(deps_.engine->store()).GetGeneration(req->name());
+    if (!g.ok()) return ToGrpc(g.status());
+    ToProto(*g, resp);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListGenerations(grpc::ServerContext* ctx, const rote::v1::ListGenerationsRequest* req,
+                               rote::v1::ListGenerationsResponse* resp) override {
+    auto principal = Admit(deps_, ctx, "/rote.v1.GenerationService/ListGenerations");
+    if (!principal.ok()) return ToGrpc(principal.status());
+    auto page = Page(req->page_size(), req->page_token());
+    if (!page.ok()) return ToGrpc(page.status());
+    auto list = engine::ProvenanceReader(deps_.engine->store())
+                    .ListGenerations(req->generation_point(), req->failed_only(), *page);
+    if (!list.ok()) return ToGrpc(list.status());
+    for (const store::GenerationRecord& g : list->items) ToProto(g, resp->add_generations());
+    resp->set_next_page_token(list->next_page_token);
     return grpc::Status::OK;
   }
 

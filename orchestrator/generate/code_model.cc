@@ -1,6 +1,7 @@
 #include "orchestrator/generate/code_model.h"
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,11 @@ namespace rote::orchestrator::generate {
 
 using sandbox::Map;
 using sandbox::Value;
+
+int64_t UnixNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string DecodingJson(const Decoding& d) {
   Map m;

@@ -44,6 +44,9 @@ absl::StatusOr<Decoding> ParseDecodingJson(std::string_view json);
 // 1 <= max_attempts <= 10); INVALID_ARGUMENT names the field.
 absl::Status CheckDecoding(const Decoding& decoding);
 
+// The wall clock in unix milliseconds, for the times attempts record.
+int64_t UnixNowMs();
+
 struct CompletionRequest {
   std::vector<ChatTurn> messages;
   Decoding decoding;
@@ -59,6 +62,12 @@ struct Completion {
   std::string text;  // the raw output (bytes as decoded; not necessarily valid UTF-8)
   int32_t tokens = 0;
   std::string finish_reason;  // "eos", "stop", "length", "cancelled"
+  // Tokens of the prompt as the model read it (0: not known).
+  int32_t prompt_tokens = 0;
+  // When the model started on the request (unix ms) and how long it took (0: not known; the
+  // pipeline then records the batch's wall time). Metadata only, never part of a digest.
+  int64_t start_ms = 0;
+  int64_t duration_ms = 0;
 };
 
 // What the provenance of a generated artifact says about the model.

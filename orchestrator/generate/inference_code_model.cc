@@ -1,5 +1,6 @@
 #include "orchestrator/generate/inference_code_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -118,6 +119,7 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
   }
   // Together, so that the engine's first step holds every candidate; if one is refused, each
   // alone, so that the others still run and the refused one gets its own error.
+  const int64_t submitted_ms = UnixNowMs();
   std::vector<inference::GenerationRequest> copies = built;
   inference::StatusOr<std::vector<inference::RequestId>> together = engine_->SubmitAll(std::move(copies));
   if (together.ok()) {
@@ -145,6 +147,9 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
       c.text = r->text;
       c.tokens = static_cast<int32_t>(r->tokens.size());
       c.finish_reason = inference::FinishReasonName(r->finish_reason);
+      c.prompt_tokens = static_cast<int32_t>(r->prompt_tokens.size());
+      c.start_ms = submitted_ms;
+      c.duration_ms = std::max<int64_t>(0, UnixNowMs() - submitted_ms);
       results[i] = std::move(c);
     }
     {

@@ -21,7 +21,6 @@ using sandbox::Value;
 
 namespace {
 
-constexpr std::string_view kFailedNamespace = "generation/failed";
 constexpr std::string_view kRequestFormat = "rote-generation-request/1";
 // Provenance author of generated artifacts (hand-written ones from lockfiles say "expert").
 constexpr std::string_view kAuthorModel = "model";
@@ -39,27 +38,14 @@ uint64_t SamplingKey(std::string_view request_digest, int32_t attempt) {
   return key;
 }
 
-std::string AttemptsJson(const std::vector<store::GenerationAttempt>& attempts) {
-  Array a;
-  for (const store::GenerationAttempt& at : attempts) {
-    Map m;
-    m["failure"] = Value::String(at.failure);
-    m["index"] = Value::Int(at.index);
-    m["output_digest"] = Value::String(at.output_digest);
-    m["prompt_digest"] = Value::String(at.prompt_digest);
-    a.push_back(Value::FromMap(std::move(m)));
-  }
-  absl::StatusOr<std::string> j = sandbox::CanonicalJson(Value::FromArray(std::move(a)));
-  return j.ok() ? *j : "[]";
-}
-
 std::string FailureMessage(std::string_view point_name, int32_t attempts, std::string_view last_failure,
                            std::string_view request_digest) {
+  const std::string hex(request_digest.substr(std::min(request_digest.size(), store::kDigestPrefix.size())));
   return absl::StrCat("no candidate for '", std::string(point_name), "' passed validation in ", attempts,
                       attempts == 1 ? " attempt" : " attempts", "; the last one failed: ", std::string(last_failure),
-                      ". Every attempt's prompt and output is recorded under generation request ",
-                      std::string(request_digest),
-                      ". Sharpen the task or the examples, or allow more attempts; repeating the same request "
+                      ". Every attempt's prompt and output is recorded in generations/", hex,
+                      " (read them with `rote generations get ", hex,
+                      "`). Sharpen the task or the examples, or allow more attempts; repeating the same request "
                       "gives the same result");
 }
 
@@ -123,6 +109,7 @@ std::string AdhocGenerationPointKey(std::string_view point_name) {
 struct GenerationPipeline::Verdict {
   bool passed = false;
   std::string candidate;  // the extracted code, or the raw output when nothing could be extracted
+  bool extracted = false;  // whether `candidate` is extracted code
   engine::ArtifactCode code;
   std::string report_json;
   std::string failure;
@@ -190,6 +177,7 @@ absl::StatusOr<GenerationPipeline::Verdict> GenerationPipeline::Evaluate(const e
     return v;
   }
   v.candidate = *code;
+  v.extracted = true;
   if (size_t bad = sandbox::FindInvalidUtf8(*code); bad != std::string::npos) {
     v.failure = absl::StrCat("the code is not valid UTF-8 (byte ", bad, ")");
     return v;
@@ -276,7 +264,9 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
       if (c->job != nullptr && c->job->events.attempt_started) c->job->events.attempt_started(attempt);
     }
 
+    const int64_t batch_start_ms = UnixNowMs();
     std::vector<absl::StatusOr<Completion>> results = model_->CompleteAll(std::move(requests), cancelled);
+    const int64_t batch_ms = std::max<int64_t>(0, UnixNowMs() - batch_start_ms);
 
     for (size_t i = 0; i < active.size(); ++i) {
       Chain* c = active[i];
@@ -306,6 +296,19 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
       at.index = attempt;
       at.prompt_digest = prompt_blob->digest;
       at.output_digest = output_blob->digest;
+      if (verdict->extracted) {
+        absl::StatusOr<store::BlobRef> code_blob = store_->PutBlob(verdict->candidate);
+        if (!code_blob.ok()) {
+          c->error = code_blob.status();
+          c->done = true;
+          continue;
+        }
+        at.code_digest = code_blob->digest;
+      }
+      at.prompt_tokens = r->prompt_tokens;
+      at.output_tokens = r->tokens;
+      at.start_ms = r->start_ms > 0 ? r->start_ms : batch_start_ms;
+      at.duration_ms = r->start_ms > 0 ? r->duration_ms : batch_ms;
       // Failures travel in API strings and prompts: always valid UTF-8.
       at.failure = verdict->passed ? "" : Truncated(verdict->failure, kMaxQuotedCandidateBytes);
       c->attempts.push_back(at);
@@ -345,7 +348,8 @@ absl::StatusOr<std::optional<absl::StatusOr<engine::GeneratedArtifact>>> Generat
   absl::StatusOr<FailedGeneration> failed = GetFailedGeneration(chain.request_digest);
   if (failed.ok()) {
     const std::string last = failed->attempts.empty() ? "" : failed->attempts.back().failure;
-    chain.Progress("answered from the failed-generation record of the same request");
+    chain.Progress(absl::StrCat("answered from the record of the same request: generations/",
+                                chain.request_digest.substr(store::kDigestPrefix.size())));
     return Answer(absl::FailedPreconditionError(FailureMessage(
         chain.point.name, static_cast<int32_t>(failed->attempts.size()), last, chain.request_digest)));
   }
@@ -356,19 +360,19 @@ absl::StatusOr<std::optional<absl::StatusOr<engine::GeneratedArtifact>>> Generat
 absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::StoreOutcome(const GenerationJob& job, const Chain& c) {
   if (!c.error.ok()) return c.error;
   const ModelIdentity model = model_->identity();
+  store::GenerationRecord g;
+  g.request_digest = c.request_digest;
+  g.generation_point = job.context.generation_point_key;
+  g.spec_digest = c.point.digest;
+  g.model_digest = model.digest;
+  g.numerics_profile = model.numerics_profile;
+  g.prompt_template_version = std::string(TemplateVersion(c.point.kind));
+  g.decoding_json = DecodingJson(c.decoding);
+  g.device = model.device;
+  g.attempts = c.attempts;
   if (!c.accepted.has_value()) {
-    FailedGeneration f;
-    Map m;
-    m["attempts"] = Value::String(AttemptsJson(c.attempts));
-    m["decoding"] = Value::String(DecodingJson(c.decoding));
-    m["generation_point"] = Value::String(job.context.generation_point_key);
-    m["model_digest"] = Value::String(model.digest);
-    m["prompt_template_version"] = Value::String(std::string(TemplateVersion(c.point.kind)));
-    m["request_digest"] = Value::String(c.request_digest);
-    m["spec_digest"] = Value::String(c.point.digest);
-    absl::StatusOr<std::string> json = sandbox::CanonicalJson(Value::FromMap(std::move(m)));
-    if (!json.ok()) return json.status();
-    if (absl::Status s = store_->KvPut(kFailedNamespace, c.request_digest, *json); !s.ok()) return s;
+    g.failure = c.last_failure;
+    if (absl::StatusOr<store::GenerationRecord> put = store_->PutGeneration(g); !put.ok()) return put.status();
     return absl::FailedPreconditionError(
         FailureMessage(c.point.name, static_cast<int32_t>(c.attempts.size()), c.last_failure, c.request_digest));
   }
@@ -382,6 +386,9 @@ absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::StoreOutcome(const
     // The same code was stored before (another request, or another point whose tests it also
     // passes): it keeps its provenance and review state.
     if (existing->state == store::ReviewState::kRejected) {
+      g.passed = true;
+      g.artifact_digest = *digest;
+      if (absl::StatusOr<store::GenerationRecord> put = store_->PutGeneration(g); !put.ok()) return put.status();
       return absl::FailedPreconditionError(absl::StrCat(
           "the model wrote artifact ", *digest, " for '", c.point.name,
           "' again, which a reviewer rejected; change the task, the examples or the decoding (e.g. the seed)"));
@@ -426,6 +433,9 @@ absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::StoreOutcome(const
       if (!reviewed.ok() && !absl::IsAborted(reviewed.status())) return reviewed.status();
     }
   }
+  g.passed = true;
+  g.artifact_digest = *digest;
+  if (absl::StatusOr<store::GenerationRecord> put = store_->PutGeneration(g); !put.ok()) return put.status();
   absl::StatusOr<std::string> cached = store_->PutCachedGeneration(c.request_digest, *digest);
   if (!cached.ok()) return cached.status();
   if (*cached != *digest) {
@@ -559,50 +569,13 @@ std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::Gener
 }
 
 absl::StatusOr<FailedGeneration> GenerationPipeline::GetFailedGeneration(std::string_view request_digest) {
-  absl::StatusOr<std::string> json = store_->KvGet(kFailedNamespace, request_digest);
-  if (!json.ok()) {
-    if (absl::IsNotFound(json.status())) {
-      return absl::NotFoundError(absl::StrCat("no failed generation is recorded for request ", std::string(request_digest)));
-    }
-    return json.status();
+  absl::StatusOr<store::GenerationRecord> g = store_->GetGeneration(request_digest);
+  if (!g.ok()) return g.status();
+  if (g->passed) {
+    return absl::NotFoundError(absl::StrCat("request ", std::string(request_digest), " passed: it made artifact ",
+                                            g->artifact_digest));
   }
-  auto bad = [&](std::string_view why) {
-    return absl::DataLossError(absl::StrCat("the failed-generation record of ", std::string(request_digest),
-                                            " is unreadable: ", std::string(why)));
-  };
-  absl::StatusOr<Value> v = sandbox::ParseJson(*json);
-  if (!v.ok() || !v->is_map()) return bad("not a JSON object");
-  const Map& m = v->as_map();
-  auto str = [&](const char* key) -> std::string {
-    auto it = m.find(key);
-    return it != m.end() && it->second.is_string() ? it->second.as_string() : std::string();
-  };
-  FailedGeneration f;
-  f.request_digest = str("request_digest");
-  f.generation_point = str("generation_point");
-  f.spec_digest = str("spec_digest");
-  f.model_digest = str("model_digest");
-  f.prompt_template_version = str("prompt_template_version");
-  f.decoding_json = str("decoding");
-  absl::StatusOr<Value> attempts = sandbox::ParseJson(str("attempts"));
-  if (!attempts.ok() || !attempts->is_array()) return bad("attempts are not a JSON array");
-  for (const Value& a : attempts->as_array()) {
-    if (!a.is_map()) return bad("an attempt is not an object");
-    const Map& am = a.as_map();
-    store::GenerationAttempt at;
-    auto it = am.find("index");
-    if (it == am.end() || !it->second.is_int()) return bad("an attempt has no index");
-    at.index = static_cast<int32_t>(it->second.as_int());
-    auto s = [&](const char* key) {
-      auto f2 = am.find(key);
-      return f2 != am.end() && f2->second.is_string() ? f2->second.as_string() : std::string();
-    };
-    at.prompt_digest = s("prompt_digest");
-    at.output_digest = s("output_digest");
-    at.failure = s("failure");
-    f.attempts.push_back(std::move(at));
-  }
-  return f;
+  return g;
 }
 
 absl::StatusOr<Regeneration> GenerationPipeline::Regenerate(const store::ArtifactRecord& artifact,

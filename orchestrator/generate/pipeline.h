@@ -9,10 +9,11 @@
 // else runs. So the digest keys a cache (a repeated request never calls the model) and a
 // regeneration check (re-derive, compare bytes).
 //
-// Every attempt stores its full prompt (as the model read it, chat template applied) and its
-// raw output as blobs; the artifact's provenance lists them with each attempt's failure. When
-// every attempt fails there is no artifact: the attempts go into a failed-generation record
-// keyed by the request digest (FailedGeneration), which also answers repeats of that request
+// Every attempt stores its full prompt (as the model read it, chat template applied), its raw
+// output and the code extracted from it as blobs; the artifact's provenance lists them with each
+// attempt's failure, tokens and times. Every request, passed or failed, is recorded as a
+// generation (store::GenerationRecord, the API's `generations/{request hex}`); a failed one has
+// no artifact, its error names the generation, and its record answers repeats of that request
 // without calling the model.
 #pragma once
 
@@ -62,17 +63,8 @@ struct GenerationJob {
   GenerationEvents events;
 };
 
-// What a request's failed attempts left behind (store key-value namespace
-// "generation/failed", key = request digest, value = canonical JSON of this).
-struct FailedGeneration {
-  std::string request_digest;
-  std::string generation_point;
-  std::string spec_digest;
-  std::string model_digest;
-  std::string prompt_template_version;
-  std::string decoding_json;
-  std::vector<store::GenerationAttempt> attempts;
-};
+// The generation record of a request whose every attempt failed.
+using FailedGeneration = store::GenerationRecord;
 
 struct Regeneration {
   bool matched = false;
@@ -119,7 +111,7 @@ class GenerationPipeline final : public engine::Generator {
   // template version or validation setup), naming what differs.
   absl::StatusOr<Regeneration> Regenerate(const store::ArtifactRecord& artifact, const std::function<bool()>& cancelled);
 
-  // NOT_FOUND when the request has no failed-generation record.
+  // NOT_FOUND when the request has no record of a failed generation.
   absl::StatusOr<FailedGeneration> GetFailedGeneration(std::string_view request_digest);
 
   const ReviewPolicy& review_policy() const { return review_policy_; }

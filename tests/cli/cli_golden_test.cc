@@ -23,6 +23,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "orchestrator/server.h"
+#include "store/digest.h"
+#include "store/store.h"
 #include "rote/v1/runs.pb.h"
 
 extern char** environ;
@@ -155,7 +157,7 @@ TEST(CliHelpTest, EveryCommandAndSubcommandAnswersHelp) {
 
 // Every list documents the page flags in its --help.
 TEST(CliHelpTest, ListsDocumentTheirPageFlags) {
-  for (const char* cmd : {"blueprints", "runs", "artifacts"}) {
+  for (const char* cmd : {"blueprints", "runs", "artifacts", "generations"}) {
     Result r = RunRote({cmd, "list", "--help"});
     EXPECT_EQ(r.exit_code, 0) << cmd;
     for (const char* flag : {"--page-size N", "--page-token T", "--all", "oldest first"})
@@ -762,6 +764,143 @@ TEST(CliModelTest, ServeExitsPromptlyOnSigtermWhileLoadingTheModel) {
   EXPECT_THAT(Slurp(out), ::testing::Not(HasSubstr("listening on port")));
   EXPECT_LT(took, std::chrono::seconds(2));
   for (const std::string& p : {dir, data, out, err}) std::filesystem::remove_all(p);
+}
+
+// `rote generations list|get`, `rote attempts get` and `rote runs steps` on a store that holds a
+// failed generation and a run with two steps (one value too large to show inline), written
+// before the server starts, as an earlier server would have left them.
+TEST(CliProvenanceTest, GenerationsAttemptsAndStepsAreReadable) {
+  namespace st = rote::store;
+  const std::string data =
+      (std::filesystem::temp_directory_path() / ("rote-cli-prov-" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(data);
+  const std::string prompt = "<|user|>\nName: parse_amount\nWrite the function.\n<|assistant|>\n";
+  const std::string big(5000, 'x');
+  std::string request, run_name;
+  {
+    st::StoreOptions o;
+    o.path = data;
+    auto store = st::Store::Open(o);
+    ASSERT_TRUE(store.ok()) << store.status();
+    st::GenerationRecord g;
+    g.request_digest = request = st::Sha256Digest("request");
+    g.generation_point = "seeded/parse_amount";
+    g.spec_digest = st::Sha256Digest("spec");
+    g.model_digest = st::Sha256Digest("model");
+    g.numerics_profile = "exact";
+    g.prompt_template_version = "lua-v1";
+    g.decoding_json = "{\"max_attempts\":1}";
+    g.device = "cpu";
+    st::GenerationAttempt a;
+    a.index = 1;
+    a.prompt_digest = (*store)->PutBlob(prompt)->digest;
+    a.output_digest = (*store)->PutBlob("I cannot help with that.")->digest;
+    a.failure = "no code block in the output";
+    a.prompt_tokens = 17;
+    a.output_tokens = 6;
+    a.start_ms = 1700000000000;
+    a.duration_ms = 42;
+    g.attempts = {a};
+    g.failure = a.failure;
+    ASSERT_TRUE((*store)->PutGeneration(g).ok());
+
+    st::BlueprintRecord bp;
+    bp.name = "seeded";
+    bp.version = "1.0.0";
+    bp.source = "local bp = rote.blueprint { name = 'seeded', version = '1.0.0' }\nreturn bp\n";
+    bp.digest = st::Sha256Digest(bp.source);
+    ASSERT_TRUE((*store)->PutBlueprint(bp).ok());
+    st::ArtifactRecord art;
+    art.kind = "lua_function";
+    art.generation_point = "seeded/p";
+    art.source = "return function(x) return x end";
+    art.options_json = "{}";
+    art.validation_report_json = "{}";
+    art.digest = st::Sha256Digest("seeded artifact");
+    ASSERT_TRUE((*store)->PutArtifact(art).ok());
+    st::NewRun run;
+    run.blueprint_digest = bp.digest;
+    run.input_digest = (*store)->PutBlob("\"in\"")->digest;
+    run.engine_profile_json = "{}";
+    run.submitter = "carol";
+    auto created = (*store)->CreateRun(run);
+    ASSERT_TRUE(created.ok()) << created.status();
+    const int64_t id = created->run.id;
+    run_name = "runs/" + std::to_string(id);
+    ASSERT_TRUE((*store)->StartRun(id).ok());
+    const std::string small_out = (*store)->PutBlob("\"small\"")->digest;
+    const std::string big_in = (*store)->PutBlob("\"" + big + "\"")->digest;
+    ASSERT_TRUE((*store)->AppendSteps(id, {{0, "p", art.digest, run.input_digest, small_out},
+                                           {1, "p", art.digest, big_in, small_out}}).ok());
+    st::RunOutcome done;
+    done.output_digest = small_out;
+    ASSERT_TRUE((*store)->FinishRun(id, done).ok());
+  }
+  rote::orchestrator::ServerOptions opt;
+  opt.listen = "127.0.0.1:0";
+  opt.metrics_listen = "off";
+  opt.data_dir = data;
+  opt.keys_file = data + ".keys";
+  std::ofstream(opt.keys_file) << "cli-test-token-0123456789 carol submit\n";
+  auto server = rote::orchestrator::Server::Start(opt);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = "127.0.0.1:" + std::to_string((*server)->port());
+  auto rote = [&](std::vector<std::string> args) {
+    for (const std::string& a : {std::string("--server"), address, std::string("--token"),
+                                 std::string("cli-test-token-0123456789")})
+      args.push_back(a);
+    return RunRote(args);
+  };
+  const std::string hex = request.substr(7);
+
+  Result list = rote({"generations", "list", "--failed"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("generations/" + hex));
+  EXPECT_THAT(list.out, HasSubstr("seeded/parse_amount"));
+  Result list_json = rote({"generations", "list", "--point", "seeded/parse_amount", "--json"});
+  ASSERT_EQ(list_json.exit_code, 0) << list_json.err;
+  EXPECT_EQ(nlohmann::json::parse(list_json.out).at("generations").size(), 1u);
+
+  // Named as the error names it, or by the bare digest: the prompt and output are printed.
+  for (const std::string& name : {"generations/" + hex, hex, request}) {
+    Result get = rote({"generations", "get", name});
+    ASSERT_EQ(get.exit_code, 0) << name << ": " << get.err;
+    EXPECT_THAT(get.out, HasSubstr("attempt 1: failed, 17 prompt tokens, 6 output tokens, 42 ms"));
+    EXPECT_THAT(get.out, HasSubstr("  | Name: parse_amount\n"));
+    EXPECT_THAT(get.out, HasSubstr("  | I cannot help with that.\n"));
+    EXPECT_THAT(get.out, HasSubstr("failure: no code block in the output"));
+  }
+  Result get_json = rote({"generations", "get", hex, "--json"});
+  ASSERT_EQ(get_json.exit_code, 0) << get_json.err;
+  EXPECT_EQ(nlohmann::json::parse(get_json.out).at("attempts").at(0).at("prompt_tokens"), 17);
+
+  Result attempt = rote({"attempts", "get", "generations/" + hex + "/attempts/1", "--json"});
+  ASSERT_EQ(attempt.exit_code, 0) << attempt.err;
+  EXPECT_EQ(nlohmann::json::parse(attempt.out).at("prompt"), prompt);
+  Result attempt_text = rote({"attempts", "get", "generations/" + hex + "/attempts/1"});
+  ASSERT_EQ(attempt_text.exit_code, 0) << attempt_text.err;
+  EXPECT_THAT(attempt_text.out, HasSubstr("  | Write the function.\n"));
+  EXPECT_EQ(rote({"attempts", "get", "generations/" + hex + "/attempts/2"}).exit_code, 5);
+  EXPECT_EQ(rote({"attempts", "get", "generations/" + hex + "/attempts/0"}).exit_code, 6);
+  EXPECT_EQ(rote({"generations", "get", "nothex"}).exit_code, 6);
+  EXPECT_EQ(rote({"generations", "get", std::string(64, 'a')}).exit_code, 5);
+
+  Result steps = rote({"runs", "steps", run_name});
+  ASSERT_EQ(steps.exit_code, 0) << steps.err;
+  EXPECT_THAT(steps.out, HasSubstr("step 0  p  "));
+  EXPECT_THAT(steps.out, HasSubstr("  in:  \"in\"\n  out: \"small\"\n"));
+  EXPECT_THAT(steps.out, HasSubstr("  in:  (5002 bytes, left out: sha256:"));
+  Result steps_json = rote({"runs", "steps", run_name, "--max-value-bytes", "8000", "--page-size", "1", "--all", "--json"});
+  ASSERT_EQ(steps_json.exit_code, 0) << steps_json.err;
+  auto parsed = nlohmann::json::parse(steps_json.out);
+  ASSERT_EQ(parsed.at("steps").size(), 2u);
+  EXPECT_EQ(parsed.at("steps").at(1).at("input_json"), "\"" + big + "\"");
+  EXPECT_EQ(rote({"runs", "steps", "runs/x"}).exit_code, 6);
+
+  (*server)->Shutdown();
+  server->reset();
+  std::filesystem::remove_all(data);
+  std::filesystem::remove(opt.keys_file);
 }
 
 }  // namespace

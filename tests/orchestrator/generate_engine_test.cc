@@ -149,7 +149,8 @@ TEST_F(EngineGenerationTest, FailedGenerationFailsTheRunNamingTheRequest) {
   auto [run, progress] = Run(false);
   ASSERT_EQ(run.state, store::RunState::kFailed);
   EXPECT_THAT(run.error, HasSubstr("passed validation in 3 attempts"));
-  EXPECT_THAT(run.error, HasSubstr("generation request sha256:"));
+  EXPECT_THAT(run.error, ::testing::ContainsRegex("recorded in generations/[0-9a-f]{64} \\(read them with "
+                                                  "`rote generations get [0-9a-f]{64}`\\)"));
   EXPECT_THAT(progress, ::testing::Contains(HasSubstr("attempt 3/3 failed")));
 }
 

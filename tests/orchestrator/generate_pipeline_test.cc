@@ -12,6 +12,7 @@
 #include "orchestrator/generate/pipeline.h"
 #include "orchestrator/generate/prompt.h"
 #include "orchestrator/generate/review_policy.h"
+#include "store/digest.h"
 #include "store/store.h"
 #include "tests/orchestrator/generate_scripted_model.h"
 
@@ -164,7 +165,9 @@ TEST_F(PipelineTest, AllAttemptsFailingIsACleanFailureWithEveryAttemptRecorded) 
   EXPECT_THAT(message, HasSubstr("no candidate for 'parse_amount' passed validation in 3 attempts"));
   auto digest = pipeline->RequestDigest(*engine::PointFromRecord(LuaSpec()), pipeline->options().decoding);
   ASSERT_TRUE(digest.ok());
-  EXPECT_THAT(message, HasSubstr(*digest));
+  const std::string hex = digest->substr(store::kDigestPrefix.size());
+  EXPECT_THAT(message, HasSubstr("recorded in generations/" + hex));
+  EXPECT_THAT(message, HasSubstr("`rote generations get " + hex + "`"));
   EXPECT_EQ(model.calls(), 3);
 
   auto failed = pipeline->GetFailedGeneration(*digest);
@@ -172,10 +175,19 @@ TEST_F(PipelineTest, AllAttemptsFailingIsACleanFailureWithEveryAttemptRecorded) 
   EXPECT_EQ(failed->generation_point, "invoices/parse_amount");
   EXPECT_EQ(failed->model_digest, model.identity().digest);
   ASSERT_EQ(failed->attempts.size(), 3u);
+  EXPECT_FALSE(failed->passed);
+  EXPECT_EQ(failed->failure, failed->attempts.back().failure);
+  EXPECT_EQ(failed->device, "scripted");
   for (const store::GenerationAttempt& at : failed->attempts) {
     EXPECT_FALSE(at.failure.empty());
     EXPECT_TRUE(store_->GetBlob(at.prompt_digest).ok());
     EXPECT_EQ(*store_->GetBlob(at.output_digest), "```lua\nreturn 42\n```");
+    // The code extracted from the output, the tokens and the times are recorded too.
+    EXPECT_EQ(*store_->GetBlob(at.code_digest), "return 42\n");
+    EXPECT_GT(at.prompt_tokens, 0);
+    EXPECT_GT(at.output_tokens, 0);
+    EXPECT_GT(at.start_ms, 0);
+    EXPECT_GE(at.duration_ms, 0);
   }
   // The prompts differ (each retry quotes the one before), the outputs are the same bytes.
   EXPECT_NE(failed->attempts[0].prompt_digest, failed->attempts[1].prompt_digest);

@@ -103,6 +103,11 @@ TEST_F(GenerateRealModelTest, CleanFailureAfterNAttemptsWithEveryAttemptStored) 
     EXPECT_THAT(*prompt, HasSubstr("<|im_start|>system"));  // the chat template the model read
     EXPECT_THAT(*prompt, HasSubstr("Task: Parse a decimal number written with a comma."));
     EXPECT_TRUE(store.GetBlob(at.output_digest).ok());
+    // The engine's token counts and times of the request.
+    EXPECT_GT(at.prompt_tokens, 100);
+    EXPECT_GT(at.output_tokens, 0);
+    EXPECT_LE(at.output_tokens, 12);  // max_tokens
+    EXPECT_GT(at.start_ms, 0);
   }
   // Attempt 2 quotes attempt 1 and its failure.
   EXPECT_THAT(*store.GetBlob(attempts[1].prompt_digest), HasSubstr("was refused: " + attempts[0].failure.substr(0, 20)));

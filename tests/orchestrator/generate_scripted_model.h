@@ -64,13 +64,15 @@ class ScriptedCodeModel final : public CodeModel {
     std::vector<absl::StatusOr<Completion>> out;
     for (CompletionRequest& r : requests) {
       if (cancelled && cancelled()) {
-        out.push_back(Completion{"", 0, "cancelled"});
+        out.push_back(Completion{"", 0, "cancelled", 0, 0, 0});
         continue;
       }
       std::string text = script_(r.messages);
       const int32_t tokens = static_cast<int32_t>(text.size() / 4 + 1);
       if (r.on_text) r.on_text(text, tokens);
-      out.push_back(Completion{std::move(text), tokens, "eos"});
+      // Prompt tokens as a real tokenizer might count them; times left to the pipeline.
+      const int32_t prompt_tokens = static_cast<int32_t>(RenderPrompt(r.messages).size() / 4 + 1);
+      out.push_back(Completion{std::move(text), tokens, "eos", prompt_tokens, 0, 0});
     }
     return out;
   }

@@ -73,7 +73,7 @@ TEST(DigestTest, Sha256OfKnownStrings) {
 }
 
 TEST_F(StoreTest, OpensAtLatestSchemaWithDataFileInDirectory) {
-  EXPECT_EQ(store_->SchemaVersion(), 8);
+  EXPECT_EQ(store_->SchemaVersion(), 9);
   EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/data/rote.db"));
   EXPECT_TRUE(store_->CheckIntegrity(true).ok());
 }
@@ -157,7 +157,7 @@ TEST_F(StoreTest, ArtifactsGetRevisionsPerGenerationPoint) {
 
 TEST_F(StoreTest, ArtifactProvenanceAttemptsNeedStoredBlobs) {
   ArtifactRecord a = MakeArtifact("bp/parse", "return 1");
-  a.provenance.attempts = {{0, Sha256Digest("prompt"), Sha256Digest("out"), "no match"}};
+  a.provenance.attempts = {{0, Sha256Digest("prompt"), Sha256Digest("out"), "no match", "", 0, 0, 0, 0}};
   EXPECT_EQ(store_->PutArtifact(a).status().code(), absl::StatusCode::kFailedPrecondition);
   store_->PutBlob("prompt").IgnoreError();
   store_->PutBlob("out").IgnoreError();
