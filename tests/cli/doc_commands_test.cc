@@ -8,8 +8,8 @@
 //
 // A command is `rote ...`, optionally after VAR=VALUE assignments (ROTE_TOKEN=$BOB), split like
 // a shell does with '...' and "..." quoting; $ALICE, $BOB and $CAROL stand for the tokens of the
-// document's principals. Times in the output are compared as <time>. ROTE_UPDATE_GOLDEN=1
-// rewrites the document's outputs with what the commands printed.
+// document's principals. Times in the output are compared as <time>, durations as "<n> ms".
+// ROTE_UPDATE_GOLDEN=1 rewrites the document's outputs with what the commands printed.
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -84,7 +84,8 @@ std::vector<std::string> Words(const std::string& line, const std::map<std::stri
 
 std::string Normalize(std::string text) {
   static const std::regex time(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z)");
-  return std::regex_replace(text, time, "<time>");
+  static const std::regex duration(R"(\b\d+ ms\b)");
+  return std::regex_replace(std::regex_replace(text, time, "<time>"), duration, "<n> ms");
 }
 
 // Runs rote with the document's environment; returns stdout then stderr.
@@ -146,6 +147,11 @@ class DocCommandsTest : public ::testing::Test {
     opt.data_dir = base + "/data";
     opt.keys_file = base + "/keys";
     opt.run_workers = 2;
+    // A tiny model with random weights (2 layers): its answers are noise, short and the same on
+    // every machine, which is what a document about reading them needs.
+    opt.model_dir = std::string(ROTE_FIXTURES_DIR) + "/qwen2";
+    opt.generation_attempts = 2;
+    opt.generation_max_tokens = 16;
     std::filesystem::create_directories(opt.data_dir);
     std::ofstream(opt.keys_file) << "doc-alice-token-0123456789 alice submit\n"
                                     "doc-bob-token-0123456789   bob   submit,review\n"
