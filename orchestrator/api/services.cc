@@ -226,7 +226,13 @@ absl::Status ToProto(engine::Engine& engine, const store::RunRecord& r, int64_t 
     }
   }
   out->set_output_digest(r.output_digest);
-  for (const store::Binding& b : r.bindings) ToProto(b, out->add_bindings());
+  for (const store::Binding& b : r.bindings) {
+    rote::v1::Binding* x = out->add_bindings();
+    ToProto(b, x);
+    absl::StatusOr<store::ArtifactRecord> a = engine.store()->GetArtifact(b.artifact_digest);
+    if (!a.ok()) return a.status();
+    x->set_revision(a->revision);
+  }
   out->set_engine_profile_json(r.engine_profile_json);
   out->set_error(r.error);
   out->set_step_count(r.step_count);

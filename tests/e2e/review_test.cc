@@ -179,6 +179,7 @@ TEST_F(ReviewE2e, ARejectedLiveRevisionIsNeverRunAgainAndNeverLocked) {
   for (const auto& b : run.bindings()) {
     if (b.generation_point() == "shout") {
       EXPECT_EQ(b.artifact_digest(), r2.digest());
+      EXPECT_EQ(b.revision(), 2);
     }
     EXPECT_EQ(b.source(), "live");
   }
