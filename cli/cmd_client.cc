@@ -459,8 +459,10 @@ int CmdRuns(const Args& args) {
   static const std::string usage =
       "Usage: rote runs <command>\n"
       "  submit BLUEPRINT (--input JSON | --input-file FILE) [--request-id ID]\n"
-      "         [--allow-generation] [--allow-pending] [--watch]\n"
-      "                       submit a run; BLUEPRINT is blueprints/<digest> or a name\n"
+      "         [--allow-generation [--generation-retry N]] [--allow-pending] [--watch]\n"
+      "                       submit a run; BLUEPRINT is blueprints/<digest> or a name;\n"
+      "                       --generation-retry N asks the model again for points whose\n"
+      "                       generation failed (N = 1 for the first retry, 2 for the next)\n"
       "  get RUN              show a run and its output\n"
       "  list [--blueprint B] [--state pending|running|succeeded|failed|cancelled] [list flags]\n"
       "  watch RUN            stream a run's events until it ends (exit 0 if it succeeded)\n"
@@ -473,7 +475,7 @@ int CmdRuns(const Args& args) {
       std::string(kListFlagsHelp) + "\n";
   int code = 0;
   ClientOptions client_options;
-  FlagSpec spec{{"input", "input-file", "request-id", "blueprint", "state", "max-value-bytes"},
+  FlagSpec spec{{"input", "input-file", "request-id", "blueprint", "state", "max-value-bytes", "generation-retry"},
                 {"allow-generation", "allow-pending", "watch"}};
   AddListFlags(&spec);
   auto flags = Parse(args, spec, usage, &code, &client_options);
@@ -506,6 +508,7 @@ int CmdRuns(const Args& args) {
     req.set_request_id(flags->GetOr("request-id", ""));
     req.mutable_policy()->set_allow_generation(flags->Has("allow-generation"));
     req.mutable_policy()->set_allow_pending(flags->Has("allow-pending"));
+    req.mutable_policy()->set_generation_retry(std::atoi(flags->GetOr("generation-retry", "0").c_str()));
     rote::v1::Run resp;
     grpc::Status st = stub.SubmitRun(ctx.get(), req, &resp);
     if (!st.ok()) return client.Fail(st, "submitting a run of " + req.blueprint());

@@ -2,6 +2,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <cstdint>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -53,6 +54,9 @@ const char kUsage[] =
     "                              (default 256)\n"
     "  --attempts N                attempts per generation point, 1..10 (default 3)\n"
     "  --max-tokens N              tokens per attempt (default 512)\n"
+    "  --retry-temperature T       temperature of attempts 2 and later (attempt 1 is greedy;\n"
+    "                              each is seeded from the request, so repeatable); 0: greedy\n"
+    "                              retries (default 0.75)\n"
     "  --review-policy MODE        auto: generated code whose tests pass runs at once;\n"
     "                              approval (default): a reviewer other than the principal who\n"
     "                              asked for it must approve it first\n"
@@ -139,7 +143,7 @@ class SignalWatcher {
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "max-message-bytes", "tls-cert",
                  "tls-key", "drain-ms", "grace-ms", "log-level", "model", "device", "numerics", "kv-cache-mb",
-                 "attempts", "max-tokens", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
+                 "attempts", "max-tokens", "retry-temperature", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
                 {"help"}};
   auto flags = ParseFlags(args, spec);
   if (!flags.ok()) {
@@ -180,6 +184,15 @@ int CmdServe(const Args& args) {
   opt.kv_cache_mb = *kv_cache_mb;
   opt.generation_attempts = static_cast<int>(*attempts);
   opt.generation_max_tokens = static_cast<int>(*max_tokens);
+  if (auto t = flags->Get("retry-temperature")) {
+    char* end = nullptr;
+    const float value = std::strtof(t->c_str(), &end);
+    if (t->empty() || *end != '\0' || !std::isfinite(value) || value < 0.0f || value > 10.0f) {
+      std::cerr << "rote serve: --retry-temperature must be a number from 0 to 10, got `" << *t << "`\n\n" << kUsage;
+      return kExitUsage;
+    }
+    opt.generation_retry_temperature = value;
+  }
   const absl::StatusOr<bool> cuda = orchestrator::offline::DeviceIsCuda(opt.device);
   if (!cuda.ok()) {
     std::cerr << "rote serve: --device must be cpu, cuda or cuda:N (N a device ordinal), got `" << opt.device
@@ -202,8 +215,10 @@ int CmdServe(const Args& args) {
     opt.review_policy_per_blueprint = absl::StrSplit(*per_blueprint, ',', absl::SkipEmpty());
   }
   if (opt.model_dir.empty() && (flags->Has("device") || flags->Has("numerics") || flags->Has("kv-cache-mb") ||
-                                 flags->Has("attempts") || flags->Has("max-tokens"))) {
-    std::cerr << "rote serve: --device, --numerics, --kv-cache-mb, --attempts and --max-tokens need --model DIR\n\n"
+                                 flags->Has("attempts") || flags->Has("max-tokens") ||
+                                 flags->Has("retry-temperature"))) {
+    std::cerr << "rote serve: --device, --numerics, --kv-cache-mb, --attempts, --max-tokens and --retry-temperature "
+                 "need --model DIR\n\n"
               << kUsage;
     return kExitUsage;
   }

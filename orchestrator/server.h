@@ -49,6 +49,8 @@ struct ServerOptions {
   // Attempts per generation point (1..10) and tokens per attempt.
   int generation_attempts = 3;
   int generation_max_tokens = 512;
+  // Temperature of generation attempts 2 and later (attempt 1 is greedy); 0: greedy retries.
+  float generation_retry_temperature = 0.75f;
   // Review policy of generated artifacts: "auto" (tests pass: approved at once) or "approval"
   // (a second person approves); per blueprint "NAME=MODE" entries override it.
   std::string review_policy = "approval";

@@ -445,6 +445,7 @@ class RunServiceImpl final : public rote::v1::RunService::Service {
     sr.input_json = req->input_json();
     sr.policy.allow_generation = req->policy().allow_generation();
     sr.policy.allow_pending = req->policy().allow_pending();
+    sr.policy.generation_retry = req->policy().generation_retry();
     sr.policy.max_instructions = req->policy().max_instructions();
     sr.policy.max_memory_bytes = req->policy().max_memory_bytes();
     sr.policy.max_output_bytes = req->policy().max_output_bytes();
@@ -797,6 +798,9 @@ class GenerationServiceImpl final : public rote::v1::GenerationService::Service 
       decoding.top_p = d.top_p() == 0.0f ? 1.0f : d.top_p();  // unset: keep every token
       decoding.seed = d.seed();
       if (d.max_tokens() != 0) decoding.max_tokens = d.max_tokens();
+      // Unset keeps the server's retry temperature.
+      if (d.has_retry_temperature()) decoding.retry_temperature = d.retry_temperature();
+      decoding.retry = d.retry();
     }
     if (req->max_attempts() != 0) decoding.max_attempts = req->max_attempts();
     if (absl::Status s = generate::CheckDecoding(decoding); !s.ok()) return ToGrpc(s);

@@ -77,6 +77,8 @@ inline constexpr size_t kMaxRunErrorBytes = 16 * 1024;
 struct RunPolicy {
   bool allow_generation = false;
   bool allow_pending = false;
+  // Generations this run asks for are retries number N (Decoding.retry): 0 is the first ask.
+  int32_t generation_retry = 0;
   int64_t max_instructions = 0;
   int64_t max_memory_bytes = 0;
   int64_t max_output_bytes = 0;

@@ -35,6 +35,9 @@ struct GenerateContext {
   std::function<void(const std::string&)> progress;
   // True once the run was cancelled or the server is stopping: give up early (CANCELLED).
   std::function<bool()> cancelled;
+  // Ask the model again on purpose (RunPolicy.generation_retry): part of the request, so a
+  // request that failed is generated anew instead of answered from its failure record.
+  int32_t retry = 0;
 };
 
 struct GeneratedArtifact {

@@ -79,6 +79,7 @@ void Engine::ExecuteRun(const Job& job) {
     ctx.blueprint_digest = bp->digest;
     ctx.run_id = id;
     ctx.principal = control.principal;
+    ctx.retry = control.policy.generation_retry;
     ctx.progress = [this, id](const std::string& line) {
       events_.Append(id, {RunEvent::GenerationProgress(line)}).IgnoreError();
     };

@@ -105,6 +105,9 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
         "may, and only on a server started with --allow-unreviewed=reviewers; approve the pending revisions "
         "instead (`rote artifacts list --state pending`)"));
   }
+  if (req.policy.generation_retry < 0 || req.policy.generation_retry > 1000) {
+    return absl::InvalidArgumentError("policy.generation_retry must be between 0 and 1000");
+  }
   absl::StatusOr<store::BlueprintRecord> record = ResolveBlueprint(req.blueprint);
   if (!record.ok()) return record.status();
   absl::StatusOr<Canonical> input = CanonicalizeJson(req.input_json);
@@ -116,7 +119,8 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
   const std::string profile = EngineProfileJson(*limits);
   const std::string request_digest = store::Sha256Digest(absl::StrCat(
       record->digest, "\n", input->digest, "\n", profile, "\n", req.policy.allow_generation ? "g" : "-",
-      req.policy.allow_pending ? "p" : "-"));
+      req.policy.allow_pending ? "p" : "-",
+      req.policy.generation_retry != 0 ? absl::StrCat("\nretry ", req.policy.generation_retry) : ""));
 
   if (!req.request_id.empty()) {
     absl::StatusOr<store::IdempotencyRecord> earlier = store_->GetIdempotency(req.principal, req.request_id);

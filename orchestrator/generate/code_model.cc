@@ -27,6 +27,8 @@ std::string DecodingJson(const Decoding& d) {
   m["temperature"] = Value::Float(static_cast<double>(d.temperature));
   m["top_k"] = Value::Int(d.top_k);
   m["top_p"] = Value::Float(static_cast<double>(d.top_p));
+  if (d.retry_temperature != 0.0f) m["retry_temperature"] = Value::Float(static_cast<double>(d.retry_temperature));
+  if (d.retry != 0) m["retry"] = Value::Int(d.retry);
   absl::StatusOr<std::string> json = sandbox::CanonicalJson(Value::FromMap(std::move(m)));
   // Only NaN or infinity could fail, and CheckDecoding refuses those before anything is encoded.
   return json.ok() ? *json : std::string("{\"error\":\"decoding has no canonical form\"}");
@@ -54,10 +56,19 @@ absl::StatusOr<Decoding> ParseDecodingJson(std::string_view json) {
   if (temperature == nullptr || !temperature->is_float()) return absl::InvalidArgumentError("decoding: temperature must be a float");
   if (top_k == nullptr || !top_k->is_int()) return absl::InvalidArgumentError("decoding: top_k must be an integer");
   if (top_p == nullptr || !top_p->is_float()) return absl::InvalidArgumentError("decoding: top_p must be a float");
-  if (m.size() != 6) {
-    return absl::InvalidArgumentError(
-        "decoding: unknown fields (expected max_attempts, max_tokens, seed, temperature, top_k, top_p)");
+  const Value* retry_temperature = field("retry_temperature");
+  const Value* retry = field("retry");
+  if (retry_temperature != nullptr && !retry_temperature->is_float()) {
+    return absl::InvalidArgumentError("decoding: retry_temperature must be a float");
   }
+  if (retry != nullptr && !retry->is_int()) return absl::InvalidArgumentError("decoding: retry must be an integer");
+  if (m.size() != 6u + (retry_temperature != nullptr) + (retry != nullptr)) {
+    return absl::InvalidArgumentError(
+        "decoding: unknown fields (expected max_attempts, max_tokens, seed, temperature, top_k, top_p and "
+        "optionally retry_temperature, retry)");
+  }
+  if (retry_temperature != nullptr) d.retry_temperature = static_cast<float>(retry_temperature->as_float());
+  if (retry != nullptr) d.retry = static_cast<int32_t>(retry->as_int());
   d.max_attempts = static_cast<int32_t>(max_attempts->as_int());
   d.max_tokens = static_cast<int32_t>(max_tokens->as_int());
   {
@@ -88,7 +99,17 @@ absl::Status CheckDecoding(const Decoding& d) {
   if (d.max_attempts < 1 || d.max_attempts > 10) {
     return absl::InvalidArgumentError("decoding: max_attempts must be between 1 and 10");
   }
+  if (!std::isfinite(d.retry_temperature) || d.retry_temperature < 0.0f) {
+    return absl::InvalidArgumentError("decoding: retry_temperature must be a finite number >= 0 (0: greedy retries)");
+  }
+  if (d.retry < 0 || d.retry > 1000) return absl::InvalidArgumentError("decoding: retry must be between 0 and 1000");
   return absl::OkStatus();
+}
+
+Decoding AttemptDecoding(const Decoding& d, int32_t attempt) {
+  Decoding out = d;
+  if (attempt > 1 && d.temperature == 0.0f && d.retry_temperature > 0.0f) out.temperature = d.retry_temperature;
+  return out;
 }
 
 }  // namespace rote::orchestrator::generate

@@ -33,15 +33,28 @@ struct Decoding {
   // request: the chain is deterministic, but a request allowing fewer attempts may fail where
   // one allowing more succeeds.
   int32_t max_attempts = 3;
+  // The temperature of attempts 2 and later when `temperature` is 0: the first attempt is
+  // greedy, later ones sample with a key derived from the request digest and the attempt number,
+  // so a retry explores instead of repeating what failed, and the same request still gives the
+  // same bytes. 0: every attempt greedy.
+  float retry_temperature = 0.0f;
+  // Asking again on purpose: a failed request is answered from its record without calling the
+  // model; the same request with retry N + 1 is another request (its digest differs).
+  int32_t retry = 0;
 };
 
+// The decoding of attempt `attempt` (from 1) of a request decoded with `d`.
+Decoding AttemptDecoding(const Decoding& d, int32_t attempt);
+
 // {"max_attempts":..,"max_tokens":..,"seed":"..","temperature":..,"top_k":..,"top_p":..} as
-// canonical JSON (the seed as a decimal string: it is a uint64).
+// canonical JSON (the seed as a decimal string: it is a uint64), plus "retry_temperature" and
+// "retry" only when they are not 0, so requests made without them keep their digests.
 std::string DecodingJson(const Decoding& decoding);
 // Reads DecodingJson's output back; INVALID_ARGUMENT names the bad field.
 absl::StatusOr<Decoding> ParseDecodingJson(std::string_view json);
-// Ranges the pipeline accepts (temperature >= 0, 0 < top_p <= 1, 1 <= max_tokens <= 8192,
-// 1 <= max_attempts <= 10); INVALID_ARGUMENT names the field.
+// Ranges the pipeline accepts (temperature and retry_temperature >= 0, 0 < top_p <= 1,
+// 1 <= max_tokens <= 8192, 1 <= max_attempts <= 10, 0 <= retry <= 1000); INVALID_ARGUMENT names
+// the field.
 absl::Status CheckDecoding(const Decoding& decoding);
 
 // The wall clock in unix milliseconds, for the times attempts record.

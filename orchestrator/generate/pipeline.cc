@@ -251,7 +251,7 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
       CompletionRequest& r = requests[i];
       r.messages = BuildPrompt(c->point, *names, c->previous);
       prompts[i] = model_->RenderPrompt(r.messages);
-      r.decoding = c->decoding;
+      r.decoding = AttemptDecoding(c->decoding, attempt);
       r.sampling_key = SamplingKey(c->request_digest, attempt);
       r.on_text = [this, c, of, i, &next_progress](std::string_view text, int32_t tokens) {
         if (c->job != nullptr && c->job->events.token_text) c->job->events.token_text(text);
@@ -465,6 +465,7 @@ std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::Gener
     }
     c.point = *std::move(point);
     c.decoding = job.decoding.value_or(options_.decoding);
+    if (job.context.retry > 0) c.decoding.retry = job.context.retry;
     absl::StatusOr<std::string> digest = RequestDigest(c.point, c.decoding);
     if (!digest.ok()) {
       results[i] = digest.status();
@@ -539,10 +540,12 @@ std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::Gener
 }
 
 absl::StatusOr<std::optional<engine::GeneratedArtifact>> GenerationPipeline::Lookup(
-    const store::GenerationSpecRecord& spec, const engine::GenerateContext&) {
+    const store::GenerationSpecRecord& spec, const engine::GenerateContext& context) {
   absl::StatusOr<engine::GenerationPoint> point = engine::PointFromRecord(spec);
   if (!point.ok()) return point.status();
-  absl::StatusOr<std::string> digest = RequestDigest(*point, options_.decoding);
+  Decoding decoding = options_.decoding;
+  if (context.retry > 0) decoding.retry = context.retry;
+  absl::StatusOr<std::string> digest = RequestDigest(*point, decoding);
   if (!digest.ok()) return digest.status();
   absl::StatusOr<std::string> cached = store_->GetCachedGeneration(*digest);
   if (absl::IsNotFound(cached.status())) return std::optional<engine::GeneratedArtifact>();

@@ -204,6 +204,68 @@ TEST_F(PipelineTest, AllAttemptsFailingIsACleanFailureWithEveryAttemptRecorded) 
   EXPECT_EQ(model.calls(), 3);
 }
 
+// Attempt 1 is greedy; later attempts sample at the retry temperature, each with its own key
+// from the request digest and the attempt number, so they explore and still repeat exactly.
+TEST_F(PipelineTest, RetriesSampleWithTheirOwnKeysAndARetryAsksAgain) {
+  ScriptedCodeModel model([](const std::vector<ChatTurn>&) { return std::string("```lua\nreturn 42\n```"); });
+  PipelineOptions o;
+  o.decoding.max_attempts = 3;
+  o.decoding.retry_temperature = 0.75f;
+  GenerationPipeline pipeline(store_.get(), &model, runner_.get(), ReviewPolicy(ReviewMode::kApproval), o);
+  auto g = pipeline.Generate(LuaSpec(), Context("parse_amount"));
+  ASSERT_TRUE(absl::IsFailedPrecondition(g.status())) << g.status();
+  std::vector<std::pair<float, uint64_t>> d = model.decodings();
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0].first, 0.0f);
+  EXPECT_EQ(d[1].first, 0.75f);
+  EXPECT_EQ(d[2].first, 0.75f);
+  EXPECT_NE(d[0].second, d[1].second);
+  EXPECT_NE(d[1].second, d[2].second);
+  // The retry temperature is part of the request: its decoding JSON names it.
+  auto digest = pipeline.RequestDigest(*engine::PointFromRecord(LuaSpec()), o.decoding);
+  ASSERT_TRUE(digest.ok());
+  auto failed = pipeline.GetFailedGeneration(*digest);
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_THAT(failed->decoding_json, HasSubstr("\"retry_temperature\":0.75"));
+
+  // Asked again, the failed request is answered from its record; a retry asks the model anew,
+  // with other sampling keys.
+  EXPECT_TRUE(absl::IsFailedPrecondition(pipeline.Generate(LuaSpec(), Context("parse_amount")).status()));
+  EXPECT_EQ(model.calls(), 3);
+  engine::GenerateContext retry = Context("parse_amount");
+  retry.retry = 1;
+  auto again = pipeline.Generate(LuaSpec(), retry);
+  EXPECT_TRUE(absl::IsFailedPrecondition(again.status()));
+  EXPECT_EQ(model.calls(), 6);
+  d = model.decodings();
+  EXPECT_NE(d[4].second, d[1].second);
+  Decoding with_retry = o.decoding;
+  with_retry.retry = 1;
+  auto retry_digest = pipeline.RequestDigest(*engine::PointFromRecord(LuaSpec()), with_retry);
+  ASSERT_TRUE(retry_digest.ok());
+  EXPECT_NE(*retry_digest, *digest);
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr(retry_digest->substr(store::kDigestPrefix.size())));
+}
+
+// Decodings without the retry fields keep the JSON, and so the request digests, they always had.
+TEST(DecodingJsonTest, RetryFieldsAppearOnlyWhenSet) {
+  Decoding d;
+  EXPECT_EQ(DecodingJson(d),
+            R"({"max_attempts":3,"max_tokens":512,"seed":"0","temperature":0.0,"top_k":0,"top_p":1.0})");
+  d.retry_temperature = 0.5f;
+  d.retry = 2;
+  const std::string json = DecodingJson(d);
+  EXPECT_THAT(json, HasSubstr("\"retry\":2"));
+  EXPECT_THAT(json, HasSubstr("\"retry_temperature\":0.5"));
+  absl::StatusOr<Decoding> back = ParseDecodingJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->retry, 2);
+  EXPECT_EQ(back->retry_temperature, 0.5f);
+  EXPECT_EQ(DecodingJson(*back), json);
+  EXPECT_FALSE(ParseDecodingJson(R"({"max_attempts":3,"max_tokens":512,"seed":"0","temperature":0.0,"top_k":0,"top_p":1.0,"retry":-1})").ok());
+  EXPECT_FALSE(ParseDecodingJson(R"({"max_attempts":3,"max_tokens":512,"seed":"0","temperature":0.0,"top_k":0,"top_p":1.0,"other":1})").ok());
+}
+
 TEST_F(PipelineTest, IdenticalRequestsGiveIdenticalAttemptDigests) {
   auto failing = [](const std::vector<ChatTurn>& m) {
     return "```lua\nreturn function(x) return '" + std::to_string(testing::PointAndAttempt(m).second) + "' end\n```";

@@ -57,6 +57,7 @@ class ScriptedCodeModel final : public CodeModel {
       std::unique_lock lock(mu_);
       batch_sizes_.push_back(requests.size());
       calls_ += static_cast<int>(requests.size());
+      for (const CompletionRequest& r : requests) decodings_.push_back({r.decoding.temperature, r.sampling_key});
       ++entered_;
       entered_cv_.notify_all();
       gate_cv_.wait(lock, [&] { return open_; });
@@ -81,6 +82,11 @@ class ScriptedCodeModel final : public CodeModel {
   int calls() const {
     std::lock_guard lock(mu_);
     return calls_;
+  }
+  // (temperature, sampling key) of every request, in the order they came.
+  std::vector<std::pair<float, uint64_t>> decodings() const {
+    std::lock_guard lock(mu_);
+    return decodings_;
   }
   std::vector<size_t> batch_sizes() const {
     std::lock_guard lock(mu_);
@@ -109,6 +115,7 @@ class ScriptedCodeModel final : public CodeModel {
   int entered_ = 0;
   int calls_ = 0;
   std::vector<size_t> batch_sizes_;
+  std::vector<std::pair<float, uint64_t>> decodings_;
 };
 
 }  // namespace rote::orchestrator::generate::testing
