@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <regex>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -69,12 +70,14 @@ class EngineGenerationTest : public ::testing::Test {
   }
 
   // Submits and waits for the end; returns the run and its generation progress lines.
-  std::pair<store::RunRecord, std::vector<std::string>> Run(bool allow_pending) {
+  std::pair<store::RunRecord, std::vector<std::string>> Run(bool allow_pending, int32_t generation_retry = 0) {
     engine::SubmitRequest req;
     req.blueprint = "blueprints/amounts";
     req.input_json = R"({"amounts":["1,5","2,25"],"text":"hello world"})";
     req.policy.allow_generation = true;
     req.policy.allow_pending = allow_pending;
+    req.policy.generation_retry = generation_retry;
+    req.may_run_unreviewed = allow_pending;
     req.principal = "alice";
     auto run = engine_->SubmitRun(req);
     EXPECT_TRUE(run.ok()) << run.status();
@@ -152,6 +155,27 @@ TEST_F(EngineGenerationTest, FailedGenerationFailsTheRunNamingTheRequest) {
   EXPECT_THAT(run.error, ::testing::ContainsRegex("recorded in generations/[0-9a-f]{64} \\(read them with "
                                                   "`rote generations get [0-9a-f]{64}`\\)"));
   EXPECT_THAT(progress, ::testing::Contains(HasSubstr("attempt 3/3 failed")));
+}
+
+// A failed generation is answered from its record; a run that asks for a retry reaches the model
+// again, under another request digest.
+TEST_F(EngineGenerationTest, GenerationRetryAsksTheModelAgain) {
+  Start(ReviewMode::kAuto, [](const std::vector<ChatTurn>&) { return std::string("no idea"); });
+  auto [first, p1] = Run(false);
+  ASSERT_EQ(first.state, store::RunState::kFailed);
+  const int calls = model_->calls();
+  EXPECT_GT(calls, 0);
+  auto [again, p2] = Run(false);
+  ASSERT_EQ(again.state, store::RunState::kFailed);
+  EXPECT_EQ(model_->calls(), calls) << "a repeated request is answered from its failure record";
+  auto [retried, p3] = Run(false, /*generation_retry=*/1);
+  ASSERT_EQ(retried.state, store::RunState::kFailed);
+  EXPECT_EQ(model_->calls(), 2 * calls);
+  const std::regex request("generations/([0-9a-f]{64})");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(first.error, a, request));
+  ASSERT_TRUE(std::regex_search(retried.error, b, request));
+  EXPECT_NE(a[1].str(), b[1].str());
 }
 
 }  // namespace
