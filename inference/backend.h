@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +43,14 @@ struct SequenceStep {
 
 struct BatchPlan {
   std::vector<SequenceStep> sequences;
+};
+
+// The token masks of a step (Backend::ForwardMasked): `words` 64-bit words per logits row, bit
+// t % 64 of word t / 64 set = token t allowed. `fill(out)` writes rows x words words, row after
+// row in Forward's row order; an unconstrained row is all ones.
+struct StepMasks {
+  size_t words = 0;
+  std::function<void(uint64_t* out)> fill;
 };
 
 class Backend {
@@ -132,6 +141,34 @@ class Backend {
     const size_t vocab = logits.size() / rows;
     for (size_t r = 0; r < rules.size(); ++r)
       tokens->push_back(SampleTokenWithUniform(std::span<const float>(logits.data() + r * vocab, vocab), rules[r]));
+    return OkStatus();
+  }
+  // ForwardSampled with token masks (grammar-constrained requests): before row r's rule chooses,
+  // every token the row's mask forbids gets the logit -inf (ApplyTokenMask), so the token is the
+  // one SampleTokenWithUniform picks from the masked row. `masks.fill` writes the masks; the
+  // backend calls it exactly once per step, as late as it can: a backend that computes on a
+  // device (CUDA) calls it after launching the forward pass, so the host builds the masks while
+  // the device computes the logits. This default runs Forward, then fill, then the rules on the
+  // host.
+  virtual Status ForwardMasked(const BatchPlan& plan, std::span<const RowSampling> rules, const StepMasks& masks,
+                               std::vector<int32_t>* tokens) {
+    size_t rows = 0;
+    for (const SequenceStep& st : plan.sequences) rows += static_cast<size_t>(st.num_logits);
+    if (rules.size() != rows)
+      return InvalidArgument("ForwardMasked: " + std::to_string(rules.size()) + " rules for " + std::to_string(rows) +
+                             " logits rows");
+    std::vector<float> logits;
+    if (Status s = Forward(plan, &logits); !s.ok()) return s;
+    tokens->clear();
+    if (rows == 0) return OkStatus();
+    const size_t vocab = logits.size() / rows;
+    std::vector<uint64_t> bits(rows * masks.words);
+    masks.fill(bits.data());
+    for (size_t r = 0; r < rows; ++r) {
+      const std::span<float> row(logits.data() + r * vocab, vocab);
+      ApplyTokenMask(row, std::span<const uint64_t>(bits.data() + r * masks.words, masks.words));
+      tokens->push_back(SampleTokenWithUniform(row, rules[r]));
+    }
     return OkStatus();
   }
 };

@@ -16,6 +16,7 @@
 #include "inference/kv_block_manager.h"
 #include "inference/scheduler.h"
 #include "inference/sequence.h"
+#include "inference/util/sha256.h"
 #include "inference/util/thread_pool.h"
 
 namespace rote::inference {
@@ -45,12 +46,27 @@ Status ParseDeviceName(std::string_view name, EngineOptions* options) {
   return OkStatus();
 }
 
+std::string GrammarDigest(const GrammarConstraint& constraint) {
+  if (constraint.grammar.empty()) return "";
+  const std::string_view builtin = grammar::BuiltinGrammar(constraint.grammar);
+  std::string text = builtin.empty() ? constraint.grammar : std::string(builtin);
+  if (constraint.allowed_globals.has_value()) {
+    std::vector<std::string> names = *constraint.allowed_globals;
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    text += std::string(1, '\0') + "allowed_globals";
+    for (const std::string& n : names) text += std::string(1, '\0') + n;
+  }
+  return Sha256Hex(text);
+}
+
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
     case FinishReason::kEndOfSequence: return "eos";
     case FinishReason::kStopSequence: return "stop";
     case FinishReason::kLength: return "length";
     case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kGrammarDeadEnd: return "grammar";
   }
   return "unknown";
 }
@@ -66,6 +82,12 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> scheduler;
   std::vector<float> step_logits;          // scheduler thread only: the last step's logits
   std::unique_ptr<ThreadPool> sample_pool;  // scheduler thread only: sampled rows in parallel
+  std::vector<uint64_t> step_masks;         // scheduler thread only: the last step's token masks
+  // Compiled grammars by text, shared by every request that names the same grammar, and the
+  // vocabulary as bytes they are compiled for (built on the first constrained request).
+  std::mutex grammar_mu;
+  std::map<std::string, std::shared_ptr<const grammar::CompiledGrammar>> grammars;  // guarded by grammar_mu
+  std::vector<std::string> token_bytes;                                             // guarded by grammar_mu
   // Threads that sample a step's rows: the machine's cores, at most 16 (a step has at most
   // max_batch rows).
   int SamplingThreads() const {
@@ -94,9 +116,10 @@ struct Engine::Impl {
   // Runs the step planned as `parts` (`chain` greedy steps of it) on the backend: the chosen
   // tokens in `backend_tokens` when the backend chooses them, else the logits in step_logits.
   Status Compute(const std::vector<StepPart>& parts, int32_t chain, bool greedy_step, bool device_sampled,
-                 std::vector<int32_t>* backend_tokens);
-  // Samples the rows whose logits the backend returned, rows in parallel.
-  std::vector<int32_t> SampleRows(const std::vector<StepPart>& parts);
+                 bool masked_step, std::vector<int32_t>* backend_tokens);
+  // Samples the rows whose logits the backend returned, rows in parallel; `masked`: a
+  // constrained row chooses from its logits under its mask in step_masks.
+  std::vector<int32_t> SampleRows(const std::vector<StepPart>& parts, bool masked);
   // Feeds each part its token (`tokens`, one per row that wants logits, row after row of each
   // step of the chain), streams it and finishes the sequences that end.
   void Deliver(const std::vector<StepPart>& parts, int32_t chain, bool host_sampled,
@@ -104,7 +127,60 @@ struct Engine::Impl {
   void Finish(const std::shared_ptr<Sequence>& s, FinishReason reason);
   void Fail(const std::shared_ptr<Sequence>& s, const Status& status);
   AcceptRules Rules() const { return {stop_tokens, max_context, options.capture_logits}; }
+  // The compiled grammar of a constraint's text (compiled on first use, then shared).
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompiledFor(const std::string& text);
+  // Writes every logits row's mask (all ones for an unconstrained row), rows in parallel.
+  void FillMasks(const std::vector<StepPart>& parts, uint64_t* out);
+  size_t MaskWords() const { return (static_cast<size_t>(model->config().vocab_size) + 63) / 64; }
 };
+
+StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> Engine::Impl::CompiledFor(const std::string& text) {
+  std::lock_guard<std::mutex> lock(grammar_mu);
+  if (auto it = grammars.find(text); it != grammars.end()) return it->second;
+  const int32_t vocab = model->config().vocab_size;
+  if (token_bytes.empty()) {
+    // What each id adds to the text: its bytes; nothing for special tokens and for ids the
+    // tokenizer does not know (a model's padded vocabulary), which a grammar then never allows
+    // except as an end-of-sequence token.
+    token_bytes.resize(static_cast<size_t>(vocab));
+    for (int32_t id = 0; id < vocab && id < tokenizer.vocab_size(); ++id)
+      if (!tokenizer.IsSpecial(id)) token_bytes[static_cast<size_t>(id)] = tokenizer.TokenBytes(id);
+  }
+  StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g =
+      grammar::CompiledGrammar::Compile(text, token_bytes, stop_tokens);
+  if (!g.ok()) return InvalidArgument("the request's grammar does not compile: " + g.status().message());
+  grammars.emplace(text, *g);
+  return *g;
+}
+
+void Engine::Impl::FillMasks(const std::vector<StepPart>& parts, uint64_t* out) {
+  const size_t words = MaskWords();
+  std::vector<Sequence*> rows;
+  size_t constrained = 0;
+  for (const StepPart& p : parts) {
+    if (!p.wants_logits) continue;
+    rows.push_back(p.seq.get());
+    constrained += p.seq->matcher.has_value() ? 1 : 0;
+  }
+  // Each row's mask is a function of its own matcher only, so threads do not change it.
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      uint64_t* row = out + static_cast<size_t>(r) * words;
+      Sequence* s = rows[static_cast<size_t>(r)];
+      if (s->matcher.has_value()) {
+        s->matcher->FillNextTokenMask(row);
+      } else {
+        std::fill(row, row + words, ~uint64_t{0});
+      }
+    }
+  };
+  if (constrained >= 2) {
+    if (!sample_pool) sample_pool = std::make_unique<ThreadPool>(SamplingThreads());
+    sample_pool->ParallelFor(static_cast<int64_t>(rows.size()), fill);
+  } else {
+    fill(0, static_cast<int64_t>(rows.size()));
+  }
+}
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -247,6 +323,15 @@ StatusOr<std::shared_ptr<Sequence>> Engine::Impl::Prepare(GenerationRequest requ
                              " KV blocks; the cache has " + std::to_string(blocks->num_blocks()) +
                              " (raise kv_cache_bytes or lower max_tokens)");
   }
+  if (!request.constraint.grammar.empty()) {
+    const std::string_view builtin = grammar::BuiltinGrammar(request.constraint.grammar);
+    ROTE_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::CompiledGrammar> g,
+                          CompiledFor(builtin.empty() ? request.constraint.grammar : std::string(builtin)));
+    StatusOr<grammar::Matcher> m = grammar::Matcher::Create(std::move(g), request.constraint.allowed_globals);
+    if (!m.ok()) return InvalidArgument("the request's grammar: " + m.status().message());
+    seq->matcher.emplace(std::move(m).value());
+    seq->result.provenance.grammar_digest = GrammarDigest(request.constraint);
+  }
   seq->prompt_len = seq->all.size();
   seq->sampling = sp;
   seq->sampling_key = request.sampling_key;
@@ -380,30 +465,42 @@ void Engine::Impl::Step() {
   AdmitAndCancel();
   const std::vector<StepPart> parts = scheduler->Schedule();
   if (parts.empty()) return;
-  const int32_t chain = scheduler->ChainLength(parts);
+  // A row of a constrained request chooses from its masked logits: the step takes one token per
+  // row (each mask needs the token before it) and goes through ForwardMasked or the host.
+  bool masked_step = false;
+  for (const StepPart& p : parts)
+    if (p.wants_logits && p.seq->matcher.has_value()) masked_step = true;
+  const int32_t chain = masked_step ? 1 : scheduler->ChainLength(parts);
   // A step whose every sampled row is greedy, with no logits captured, needs only each row's
   // argmax: the backend picks the tokens where the logits are (ForwardGreedy; on a GPU they then
   // never cross to the host). SampleToken at temperature 0 is the same argmax, so the tokens are
   // the same either way.
-  bool greedy_step = !options.capture_logits;
+  bool greedy_step = !options.capture_logits && !masked_step;
   for (const StepPart& p : parts)
     if (p.wants_logits && p.seq->sampling.temperature > 0.0f) greedy_step = false;
   // Sampled rows too are chosen where the logits are when the backend can (the CUDA backend's
   // device sampler: the same token as SampleToken, docs/numerics.md section 6).
   const bool device_sampled = !greedy_step && !options.capture_logits && backend->samples_on_device();
   std::vector<int32_t> backend_tokens;
-  const Status status = Compute(parts, chain, greedy_step, device_sampled, &backend_tokens);
+  const Status status = Compute(parts, chain, greedy_step, device_sampled, masked_step, &backend_tokens);
   if (!status.ok()) {
     for (const StepPart& p : parts) Fail(p.seq, status);
     return;
   }
   const bool host_sampled = !greedy_step && !device_sampled;
-  if (host_sampled) backend_tokens = SampleRows(parts);
+  if (host_sampled) {
+    if (masked_step) {
+      step_masks.resize(MaskWords() * static_cast<size_t>(std::count_if(
+                                          parts.begin(), parts.end(), [](const StepPart& p) { return p.wants_logits; })));
+      FillMasks(parts, step_masks.data());
+    }
+    backend_tokens = SampleRows(parts, masked_step);
+  }
   Deliver(parts, chain, host_sampled, backend_tokens);
 }
 
 Status Engine::Impl::Compute(const std::vector<StepPart>& parts, int32_t chain, bool greedy_step,
-                             bool device_sampled, std::vector<int32_t>* backend_tokens) {
+                             bool device_sampled, bool masked_step, std::vector<int32_t>* backend_tokens) {
   BatchPlan plan;
   for (const StepPart& p : parts) {
     SequenceStep st;
@@ -422,7 +519,14 @@ Status Engine::Impl::Compute(const std::vector<StepPart>& parts, int32_t chain, 
     std::vector<RowSampling> rules;
     for (const StepPart& p : parts)
       if (p.wants_logits) rules.push_back(RowSamplingFor(p.seq->sampling, p.seq->sampling_key, p.seq->all.size()));
-    status = backend->ForwardSampled(plan, rules, backend_tokens);
+    if (masked_step) {
+      StepMasks masks;
+      masks.words = MaskWords();
+      masks.fill = [&](uint64_t* out) { FillMasks(parts, out); };
+      status = backend->ForwardMasked(plan, rules, masks, backend_tokens);
+    } else {
+      status = backend->ForwardSampled(plan, rules, backend_tokens);
+    }
   } else {
     // The logits buffer is kept across steps: no fresh pages each step.
     status = backend->Forward(plan, &step_logits);
@@ -437,7 +541,7 @@ Status Engine::Impl::Compute(const std::vector<StepPart>& parts, int32_t chain, 
   return status;
 }
 
-std::vector<int32_t> Engine::Impl::SampleRows(const std::vector<StepPart>& parts) {
+std::vector<int32_t> Engine::Impl::SampleRows(const std::vector<StepPart>& parts, bool masked) {
   // Each row's rule reads only its own logits and keys, so the tokens do not depend on the
   // threads (a row of a 152k vocabulary takes a few ms).
   const int32_t vocab = model->config().vocab_size;
@@ -448,13 +552,21 @@ std::vector<int32_t> Engine::Impl::SampleRows(const std::vector<StepPart>& parts
   auto sample = [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const Sequence& s = *rows[static_cast<size_t>(r)]->seq;
-      const std::span<const float> l(step_logits.data() + r * vocab, vocab);
+      std::span<const float> l(step_logits.data() + r * vocab, vocab);
       const uint64_t position = s.all.size();  // where the chosen token will sit
+      std::vector<float> masked_row;  // the logits stay as the model gave them (capture_logits)
+      if (masked && s.matcher.has_value()) {
+        masked_row.assign(l.begin(), l.end());
+        const size_t words = MaskWords();
+        ApplyTokenMask(masked_row, std::span<const uint64_t>(step_masks.data() + static_cast<size_t>(r) * words, words));
+        l = masked_row;
+      }
       sampled_tokens[static_cast<size_t>(r)] = SampleToken(l, s.sampling, s.sampling_key, position);
     }
   };
   size_t sampling_rows = 0;
-  for (const StepPart* p : rows) sampling_rows += p->seq->sampling.temperature > 0.0f ? 1 : 0;
+  for (const StepPart* p : rows)
+    sampling_rows += p->seq->sampling.temperature > 0.0f || (masked && p->seq->matcher.has_value()) ? 1 : 0;
   if (sampling_rows >= 2) {
     if (!sample_pool) sample_pool = std::make_unique<ThreadPool>(SamplingThreads());
     sample_pool->ParallelFor(static_cast<int64_t>(rows.size()), sample);
@@ -483,6 +595,15 @@ void Engine::Impl::Deliver(const std::vector<StepPart>& parts, int32_t chain, bo
       std::vector<float> captured;
       if (host_sampled && options.capture_logits)
         captured.assign(step_logits.begin() + this_row * vocab, step_logits.begin() + (this_row + 1) * vocab);
+      // A constrained request's matcher takes the token the mask allowed; a token it refuses
+      // (the mask allowed none, or NaN logits left only forbidden ones) ends the request
+      // without it.
+      if (p.seq->matcher.has_value() && !p.seq->matcher->AcceptToken(tokens[this_row])) {
+        p.seq->text += p.seq->decoder->Finish();
+        Finish(p.seq, FinishReason::kGrammarDeadEnd);
+        finished[i] = true;
+        continue;
+      }
       TokenEvent event;
       const std::optional<FinishReason> finish = p.seq->Accept(tokens[this_row], &captured, rules, &event);
       // Stream before Finish marks the request done, so Wait never returns ahead of its tokens.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -68,6 +69,7 @@ enum class FinishReason {
   kStopSequence,   // the text reached one of SamplingParams::stop
   kLength,         // max_tokens, or the context is full
   kCancelled,
+  kGrammarDeadEnd,  // the grammar allowed no token (a grammar whose sentences cannot all end)
 };
 const char* FinishReasonName(FinishReason reason);  // "eos", "stop", "length", "cancelled"
 
@@ -81,6 +83,25 @@ struct TokenEvent {
 // Called on the scheduler thread; must not block for long or call back into the engine's Wait.
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
+// A grammar the output must follow (docs/grammar.md): at every step only the tokens whose bytes
+// extend the text so far to a prefix of a sentence of the grammar may be chosen, and the model's
+// end-of-sequence tokens only where the text is a whole sentence. The mask is a function of the
+// request's own tokens, so a constrained request gives the same tokens alone or in any batch and
+// on any backend. The engine compiles each grammar text once for its vocabulary and shares it.
+struct GrammarConstraint {
+  // A grammar's text, or the name of one rote ships ("lua_reply", "re2_reply", "json",
+  // "lua_chunk"; grammar::BuiltinGrammar). Empty: no constraint.
+  std::string grammar;
+  // The names NAME@ref terminals may use besides the text's own declarations (the Lua sandbox's
+  // globals); nullopt: no restriction.
+  std::optional<std::vector<std::string>> allowed_globals;
+};
+
+// sha256 (hex) of the constraint as it acts: the grammar's text (a builtin name resolved to its
+// text), then, when names are restricted, each allowed name after a NUL, in sorted order. Empty
+// for no constraint. Provenance and the generation pipeline record it.
+std::string GrammarDigest(const GrammarConstraint& constraint);
+
 struct GenerationRequest {
   // Exactly one prompt form: token ids, chat messages (the family's chat template with the
   // generation prompt), or raw text (special-token text is recognised).
@@ -91,6 +112,7 @@ struct GenerationRequest {
   // Keys the sampling random numbers together with sampling.seed and the position: the same
   // key, seed and prompt give the same tokens whatever else is running.
   uint64_t sampling_key = 0;
+  GrammarConstraint constraint;
   TokenCallback on_token;
 };
 
@@ -100,6 +122,7 @@ struct Provenance {
   std::string device;                     // Backend::device()
   SamplingParams decoding;                // as submitted
   uint64_t sampling_key = 0;
+  std::string grammar_digest;             // GrammarDigest of the request's constraint; empty: none
 };
 
 struct GenerationResult {

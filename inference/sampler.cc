@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -18,6 +19,27 @@ uint64_t SplitMix64(uint64_t x) {
 }
 
 }  // namespace
+
+void ApplyTokenMask(std::span<float> logits, std::span<const uint64_t> mask) {
+  if (!AnyTokenAllowed(mask, logits.size())) return;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (size_t w = 0; w < mask.size() && w * 64 < logits.size(); ++w) {
+    const uint64_t bits = mask[w];
+    if (bits == ~uint64_t{0}) continue;
+    const size_t end = std::min(logits.size(), w * 64 + 64);
+    for (size_t t = w * 64; t < end; ++t)
+      if (((bits >> (t % 64)) & 1) == 0) logits[t] = neg_inf;
+  }
+}
+
+bool AnyTokenAllowed(std::span<const uint64_t> mask, size_t vocab) {
+  for (size_t w = 0; w < mask.size() && w * 64 < vocab; ++w) {
+    uint64_t bits = mask[w];
+    if (vocab - w * 64 < 64) bits &= (uint64_t{1} << (vocab - w * 64)) - 1;
+    if (bits != 0) return true;
+  }
+  return false;
+}
 
 int32_t ArgmaxLowestIndex(std::span<const float> logits) {
   int32_t best = 0;

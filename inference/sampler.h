@@ -31,6 +31,13 @@ float SamplingUniform(uint64_t seed, uint64_t request_key, uint64_t position);
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params, uint64_t request_key,
                     uint64_t position);
 
+// Sets logits[t] to -inf for every token t whose bit (bit t % 64 of mask[t / 64]) is clear: the
+// grammar mask, applied before a rule chooses. A row with no bit set is left as it is (the
+// caller ends such a request rather than choose from nothing).
+void ApplyTokenMask(std::span<float> logits, std::span<const uint64_t> mask);
+// Whether any of the first `vocab` bits of the mask is set.
+bool AnyTokenAllowed(std::span<const uint64_t> mask, size_t vocab);
+
 // One logits row's rule with its uniform already drawn (SamplingUniform): what a backend that
 // samples where the logits are needs from the host.
 struct RowSampling {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "inference/engine.h"
+#include "inference/grammar/grammar.h"
 
 namespace rote::inference {
 
@@ -35,6 +36,9 @@ struct Sequence {
   int32_t computed = 0;      // positions whose K/V are in the cache
   std::vector<int32_t> blocks;
   std::unique_ptr<StreamDecoder> decoder;
+  // The request's grammar state (GrammarConstraint); null when unconstrained. Fed every chosen
+  // token; the mask of the next step is read from it.
+  std::optional<grammar::Matcher> matcher;
   std::string text;          // decoded output so far
   size_t emitted = 0;        // bytes of text already streamed
   GenerationResult result;

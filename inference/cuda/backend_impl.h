@@ -161,6 +161,7 @@ class CudaBackendImpl final : public CudaBackend {
       cudaStreamSynchronize(stream_);
     }
     if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
+    if (mask_host_ != nullptr) cudaFreeHost(mask_host_);
     if (host_out_ != nullptr) cudaFreeHost(host_out_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
@@ -222,6 +223,11 @@ class CudaBackendImpl final : public CudaBackend {
   bool samples_on_device() const override { return true; }
   Status ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
                         std::vector<int32_t>* tokens) override;
+  // ForwardSampled with masks: the host writes them (masks.fill) after the step's kernels are
+  // launched, while the device runs them; they are copied over and applied to the logits rows
+  // on the device (LaunchApplyTokenMask) before the sampler runs.
+  Status ForwardMasked(const BatchPlan& plan, std::span<const RowSampling> rules, const StepMasks& masks,
+                       std::vector<int32_t>* tokens) override;
 
  private:
   // Copies `parts` (same cols) into one device matrix, permuting each row into lane order and
@@ -280,6 +286,11 @@ class CudaBackendImpl final : public CudaBackend {
 
   // ForwardSampled's tail: each logits row's token by its rule, on the device, into host_out_.
   Status LaunchSampling(const StepLayout& lay);
+  // ForwardSampled and ForwardMasked (masks null for the former).
+  Status SampledStep(const BatchPlan& plan, std::span<const RowSampling> rules, const StepMasks* masks,
+                     std::vector<int32_t>* tokens);
+  // ForwardMasked's part of LaunchSampling: the masks written on the host, copied and applied.
+  Status LaunchMasks(int32_t rows);
 
   // The device sampler over the step's logits rows (rules already on the device), the tokens into
   // host_out_ and, on the candidate path, its overflow flag after them (host_out_ holds rows x
@@ -367,6 +378,11 @@ class CudaBackendImpl final : public CudaBackend {
   std::span<const RowSampling> sample_rules_;
   std::vector<cuda::RowRule> sample_rules_host_;
   DeviceBuffer sample_rules_dev_, sample_scratch_;
+  // ForwardMasked: the step's masks (null otherwise), their pinned host copy and device copy.
+  const StepMasks* step_masks_ = nullptr;
+  uint64_t* mask_host_ = nullptr;
+  size_t mask_host_words_ = 0;
+  DeviceBuffer mask_dev_;
   DeviceBuffer split_scratch_, split_tickets_;  // LinearArgs::split_*: see WithSplitScratch
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter

@@ -49,6 +49,16 @@ Status CudaBackendImpl::ForwardGreedy(const BatchPlan& plan, std::vector<int32_t
 
 Status CudaBackendImpl::ForwardSampled(const BatchPlan& plan, std::span<const RowSampling> rules,
                                        std::vector<int32_t>* tokens) {
+  return SampledStep(plan, rules, nullptr, tokens);
+}
+
+Status CudaBackendImpl::ForwardMasked(const BatchPlan& plan, std::span<const RowSampling> rules,
+                                      const StepMasks& masks, std::vector<int32_t>* tokens) {
+  return SampledStep(plan, rules, &masks, tokens);
+}
+
+Status CudaBackendImpl::SampledStep(const BatchPlan& plan, std::span<const RowSampling> rules, const StepMasks* masks,
+                                    std::vector<int32_t>* tokens) {
   DeviceScope scope(options_.device);
   // Where the device sampler cannot take the step (more rows than its keys hold, or no memory
   // left for its scratch once the KV cache took the rest), the host samples Forward's logits:
@@ -56,8 +66,10 @@ Status CudaBackendImpl::ForwardSampled(const BatchPlan& plan, std::span<const Ro
   int32_t rows = 0;
   for (const SequenceStep& st : plan.sequences) rows += st.num_logits;
   if (!cuda::CanSampleRows(rows, config_.vocab_size) || !EnsureSampleScratch(rows).ok())
-    return Backend::ForwardSampled(plan, rules, tokens);
+    return masks != nullptr ? Backend::ForwardMasked(plan, rules, *masks, tokens)
+                            : Backend::ForwardSampled(plan, rules, tokens);
   sample_rules_ = rules;
+  step_masks_ = masks;
   sampling_ = true;
   sampled_by_candidates_ = false;  // set by SampleAndCopy, which a step without rows never reaches
   Status s = Step(plan, /*greedy=*/false);
@@ -68,6 +80,7 @@ Status CudaBackendImpl::ForwardSampled(const BatchPlan& plan, std::span<const Ro
     s = SampleAndCopy(num_logit_rows_, /*by_candidates=*/false, /*synchronize=*/true);
   sampling_ = false;
   sample_rules_ = {};
+  step_masks_ = nullptr;
   if (!s.ok()) return s;
   tokens->assign(static_cast<const int32_t*>(host_out_), static_cast<const int32_t*>(host_out_) + num_logit_rows_);
   return OkStatus();
@@ -264,9 +277,40 @@ Status CudaBackendImpl::LaunchSampling(const StepLayout& lay) {
   ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rules_dev_.as<void>(), sample_rules_host_.data(),
                                             static_cast<size_t>(rows) * sizeof(cuda::RowRule), cudaMemcpyHostToDevice,
                                             stream_));
+  if (step_masks_ != nullptr) ROTE_RETURN_IF_ERROR(LaunchMasks(rows));
   return SampleAndCopy(rows,
                        tuning_.sample_candidates != 0 && cuda::SampleByCandidates(sample_rules_host_.data(), rows, cols),
                        /*synchronize=*/false);
+}
+
+Status CudaBackendImpl::LaunchMasks(int32_t rows) {
+  const size_t words = step_masks_->words;
+  if (words * 64 < static_cast<size_t>(config_.vocab_size))
+    return InvalidArgument("ForwardMasked: " + std::to_string(words) + " mask words for a vocabulary of " +
+                           std::to_string(config_.vocab_size));
+  const size_t need = static_cast<size_t>(rows) * words;
+  if (need > mask_host_words_) {
+    // The copy before still reads the old buffer until the stream passes it.
+    ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    if (mask_host_ != nullptr) cudaFreeHost(mask_host_);
+    mask_host_ = nullptr;
+    mask_host_words_ = 0;
+    const size_t cap = std::max<size_t>(need, 64 * words);
+    ROTE_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&mask_host_), cap * sizeof(uint64_t)));
+    mask_host_words_ = cap;
+    // The words, then one int a row for LaunchApplyTokenMask's flags (a row holds >= 1 word).
+    ROTE_RETURN_IF_ERROR(mask_dev_.Allocate(cap * sizeof(uint64_t) + cap * sizeof(int32_t)));
+  }
+  // The forward pass of this step is in flight on the stream; the host writes the masks now.
+  // The stream's previous step copied out of mask_host_ long before (every step synchronizes).
+  step_masks_->fill(mask_host_);
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mask_dev_.as<void>(), mask_host_, need * sizeof(uint64_t),
+                                            cudaMemcpyHostToDevice, stream_));
+  ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchApplyTokenMask(logits_.as<float>(), rows, config_.vocab_size,
+                                                       mask_dev_.as<uint64_t>(), static_cast<int64_t>(words),
+                                                       reinterpret_cast<int32_t*>(mask_dev_.as<uint64_t>() + mask_host_words_),
+                                                       stream_));
+  return OkStatus();
 }
 
 Status CudaBackendImpl::SampleAndCopy(int32_t rows, bool by_candidates, bool synchronize) {

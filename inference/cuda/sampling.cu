@@ -420,4 +420,44 @@ cudaError_t SampleRows(const float* logits, int32_t rows, int32_t cols, const Ro
   return cudaGetLastError();
 }
 
+namespace {
+
+// One block per (row, chunk of 256 columns); a row with no bit set keeps its logits, as the host
+// rule does (RowAnyBitKernel writes each row's flag first).
+__global__ void RowAnyBitKernel(const uint64_t* mask, int64_t words, int32_t cols, int32_t* any) {
+  const int32_t row = blockIdx.x;
+  const uint64_t* m = mask + static_cast<int64_t>(row) * words;
+  int found = 0;
+  for (int64_t w = threadIdx.x; w < words && w * 64 < cols; w += blockDim.x) {
+    uint64_t bits = m[w];
+    const int64_t left = cols - w * 64;
+    if (left < 64) bits &= (uint64_t{1} << left) - 1;
+    found |= bits != 0;
+  }
+  found = __syncthreads_or(found);
+  if (threadIdx.x == 0) any[row] = found;
+}
+
+__global__ void ApplyTokenMaskKernel(float* logits, int32_t cols, const uint64_t* mask, int64_t words,
+                                     const int32_t* any) {
+  const int32_t row = blockIdx.y;
+  if (!any[row]) return;
+  const int32_t c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  if (((mask[static_cast<int64_t>(row) * words + c / 64] >> (c % 64)) & 1) == 0)
+    logits[static_cast<int64_t>(row) * cols + c] = -__int_as_float(0x7f800000);
+}
+
+}  // namespace
+
+cudaError_t LaunchApplyTokenMask(float* logits, int32_t rows, int32_t cols, const uint64_t* mask, int64_t words,
+                                 int32_t* row_any, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  if (rows > 65535 || words * 64 < cols) return cudaErrorInvalidValue;
+  RowAnyBitKernel<<<rows, 256, 0, stream>>>(mask, words, cols, row_any);
+  const dim3 grid((cols + 255) / 256, rows);
+  ApplyTokenMaskKernel<<<grid, 256, 0, stream>>>(logits, cols, mask, words, row_any);
+  return cudaGetLastError();
+}
+
 }  // namespace rote::inference::cuda

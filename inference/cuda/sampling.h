@@ -43,6 +43,12 @@ int64_t SampleRowsScratchBytes(int32_t rows, int32_t cols);
 // is false or the scratch is too small).
 cudaError_t SampleRows(const float* logits, int32_t rows, int32_t cols, const RowRule* rules, int32_t* out,
                        void* scratch, int64_t scratch_bytes, cudaStream_t stream, bool by_candidates = false);
+// logits[r][c] = -inf wherever bit c % 64 of mask[r * words + c / 64] is clear, for rows r of
+// `cols` logits; a row with no bit set is left as it is (inference/sampler.h ApplyTokenMask:
+// the same rule, so the device sampler then picks the host's token). row_any: device scratch of
+// `rows` ints. rows at most 65,535.
+cudaError_t LaunchApplyTokenMask(float* logits, int32_t rows, int32_t cols, const uint64_t* mask, int64_t words,
+                                 int32_t* row_any, cudaStream_t stream);
 // The candidate path's overflow flag in `scratch` (device int32; 0 after a call without overflow).
 int32_t* SampleRowsOverflow(void* scratch);
 
