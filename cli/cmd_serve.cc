@@ -57,6 +57,9 @@ const char kUsage[] =
     "  --retry-temperature T       temperature of attempts 2 and later (attempt 1 is greedy;\n"
     "                              each is seeded from the request, so repeatable); 0: greedy\n"
     "                              retries (default 0.75)\n"
+    "  --grammar on|off            hold replies to the point kind's grammar: a ```lua block\n"
+    "                              that parses and reads only the sandbox's names, or a ```re2\n"
+    "                              block RE2 accepts (default on)\n"
     "  --review-policy MODE        auto: generated code whose tests pass runs at once;\n"
     "                              approval (default): a reviewer other than the principal who\n"
     "                              asked for it must approve it first\n"
@@ -143,7 +146,7 @@ class SignalWatcher {
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "max-message-bytes", "tls-cert",
                  "tls-key", "drain-ms", "grace-ms", "log-level", "model", "device", "numerics", "kv-cache-mb",
-                 "attempts", "max-tokens", "retry-temperature", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
+                 "attempts", "max-tokens", "retry-temperature", "grammar", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
                 {"help"}};
   auto flags = ParseFlags(args, spec);
   if (!flags.ok()) {
@@ -193,6 +196,13 @@ int CmdServe(const Args& args) {
     }
     opt.generation_retry_temperature = value;
   }
+  if (auto g = flags->Get("grammar")) {
+    if (*g != "on" && *g != "off") {
+      std::cerr << "rote serve: --grammar must be on or off, got `" << *g << "`\n\n" << kUsage;
+      return kExitUsage;
+    }
+    opt.constrain_replies = *g == "on";
+  }
   const absl::StatusOr<bool> cuda = orchestrator::offline::DeviceIsCuda(opt.device);
   if (!cuda.ok()) {
     std::cerr << "rote serve: --device must be cpu, cuda or cuda:N (N a device ordinal), got `" << opt.device
@@ -216,8 +226,9 @@ int CmdServe(const Args& args) {
   }
   if (opt.model_dir.empty() && (flags->Has("device") || flags->Has("numerics") || flags->Has("kv-cache-mb") ||
                                  flags->Has("attempts") || flags->Has("max-tokens") ||
-                                 flags->Has("retry-temperature"))) {
-    std::cerr << "rote serve: --device, --numerics, --kv-cache-mb, --attempts, --max-tokens and --retry-temperature "
+                                 flags->Has("retry-temperature") || flags->Has("grammar"))) {
+    std::cerr << "rote serve: --device, --numerics, --kv-cache-mb, --attempts, --max-tokens, --retry-temperature "
+                 "and --grammar "
                  "need --model DIR\n\n"
               << kUsage;
     return kExitUsage;

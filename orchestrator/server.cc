@@ -490,6 +490,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     pipeline_options.decoding.max_attempts = opt.generation_attempts;
     pipeline_options.decoding.max_tokens = opt.generation_max_tokens;
     pipeline_options.decoding.retry_temperature = opt.generation_retry_temperature;
+    pipeline_options.constrain_replies = opt.constrain_replies;
     if (absl::Status s = generate::CheckDecoding(pipeline_options.decoding); !s.ok()) return s;
     auto model = LoadModel(opt, state->store.get());
     if (!model.ok()) return model.status();

@@ -51,6 +51,10 @@ struct ServerOptions {
   int generation_max_tokens = 512;
   // Temperature of generation attempts 2 and later (attempt 1 is greedy); 0: greedy retries.
   float generation_retry_temperature = 0.75f;
+  // Hold the model's replies to the point kind's grammar (docs/generation.md, "Constrained
+  // replies"): a ```lua block that parses and reads only the sandbox's names, or a ```re2 block
+  // RE2 accepts.
+  bool constrain_replies = true;
   // Review policy of generated artifacts: "auto" (tests pass: approved at once) or "approval"
   // (a second person approves); per blueprint "NAME=MODE" entries override it.
   std::string review_policy = "approval";

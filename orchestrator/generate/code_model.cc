@@ -29,6 +29,7 @@ std::string DecodingJson(const Decoding& d) {
   m["top_p"] = Value::Float(static_cast<double>(d.top_p));
   if (d.retry_temperature != 0.0f) m["retry_temperature"] = Value::Float(static_cast<double>(d.retry_temperature));
   if (d.retry != 0) m["retry"] = Value::Int(d.retry);
+  if (!d.grammar.empty()) m["grammar"] = Value::String(d.grammar);
   absl::StatusOr<std::string> json = sandbox::CanonicalJson(Value::FromMap(std::move(m)));
   // Only NaN or infinity could fail, and CheckDecoding refuses those before anything is encoded.
   return json.ok() ? *json : std::string("{\"error\":\"decoding has no canonical form\"}");
@@ -62,11 +63,14 @@ absl::StatusOr<Decoding> ParseDecodingJson(std::string_view json) {
     return absl::InvalidArgumentError("decoding: retry_temperature must be a float");
   }
   if (retry != nullptr && !retry->is_int()) return absl::InvalidArgumentError("decoding: retry must be an integer");
-  if (m.size() != 6u + (retry_temperature != nullptr) + (retry != nullptr)) {
+  const Value* grammar = field("grammar");
+  if (grammar != nullptr && !grammar->is_string()) return absl::InvalidArgumentError("decoding: grammar must be a string");
+  if (m.size() != 6u + (retry_temperature != nullptr) + (retry != nullptr) + (grammar != nullptr)) {
     return absl::InvalidArgumentError(
         "decoding: unknown fields (expected max_attempts, max_tokens, seed, temperature, top_k, top_p and "
-        "optionally retry_temperature, retry)");
+        "optionally retry_temperature, retry, grammar)");
   }
+  if (grammar != nullptr) d.grammar = grammar->as_string();
   if (retry_temperature != nullptr) d.retry_temperature = static_cast<float>(retry_temperature->as_float());
   if (retry != nullptr) d.retry = static_cast<int32_t>(retry->as_int());
   d.max_attempts = static_cast<int32_t>(max_attempts->as_int());
@@ -103,6 +107,10 @@ absl::Status CheckDecoding(const Decoding& d) {
     return absl::InvalidArgumentError("decoding: retry_temperature must be a finite number >= 0 (0: greedy retries)");
   }
   if (d.retry < 0 || d.retry > 1000) return absl::InvalidArgumentError("decoding: retry must be between 0 and 1000");
+  if (!d.grammar.empty() &&
+      (d.grammar.size() != 64 || d.grammar.find_first_not_of("0123456789abcdef") != std::string::npos)) {
+    return absl::InvalidArgumentError("decoding: grammar must be a sha256 digest (64 lowercase hex digits)");
+  }
   return absl::OkStatus();
 }
 

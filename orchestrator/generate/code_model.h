@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,17 @@ struct Decoding {
   // Asking again on purpose: a failed request is answered from its record without calling the
   // model; the same request with retry N + 1 is another request (its digest differs).
   int32_t retry = 0;
+  // The digest (inference::GrammarDigest) of the grammar every attempt was held to: the point
+  // kind's reply grammar with the sandbox's names (ReplyConstraint); empty: unconstrained.
+  // The pipeline sets it, never a client: it follows from the server's --grammar setting.
+  std::string grammar;
+};
+
+// The grammar a completion must follow (inference::GrammarConstraint without its dependency):
+// a shipped grammar's name or a grammar's text, and the globals a Lua reply may read.
+struct CompletionConstraint {
+  std::string grammar;  // empty: unconstrained
+  std::optional<std::vector<std::string>> allowed_globals;
 };
 
 // The decoding of attempt `attempt` (from 1) of a request decoded with `d`.
@@ -48,7 +60,8 @@ Decoding AttemptDecoding(const Decoding& d, int32_t attempt);
 
 // {"max_attempts":..,"max_tokens":..,"seed":"..","temperature":..,"top_k":..,"top_p":..} as
 // canonical JSON (the seed as a decimal string: it is a uint64), plus "retry_temperature" and
-// "retry" only when they are not 0, so requests made without them keep their digests.
+// "retry" only when they are not 0 and "grammar" only when set, so requests made without them
+// keep their digests.
 std::string DecodingJson(const Decoding& decoding);
 // Reads DecodingJson's output back; INVALID_ARGUMENT names the bad field.
 absl::StatusOr<Decoding> ParseDecodingJson(std::string_view json);
@@ -66,6 +79,7 @@ struct CompletionRequest {
   // Keys the sampling random numbers (with decoding.seed and the position); the pipeline derives
   // it from the request digest and the attempt, so sampling never depends on submission order.
   uint64_t sampling_key = 0;
+  CompletionConstraint constraint;
   // Called on the thread that called CompleteAll with newly generated text and the number of
   // tokens generated so far. May be empty.
   std::function<void(std::string_view text, int32_t tokens)> on_text;
@@ -74,13 +88,15 @@ struct CompletionRequest {
 struct Completion {
   std::string text;  // the raw output (bytes as decoded; not necessarily valid UTF-8)
   int32_t tokens = 0;
-  std::string finish_reason;  // "eos", "stop", "length", "cancelled"
+  std::string finish_reason;  // "eos", "stop", "length", "cancelled", "grammar"
   // Tokens of the prompt as the model read it (0: not known).
   int32_t prompt_tokens = 0;
   // When the model started on the request (unix ms) and how long it took (0: not known; the
   // pipeline then records the batch's wall time). Metadata only, never part of a digest.
   int64_t start_ms = 0;
   int64_t duration_ms = 0;
+  // The digest of the grammar the model was held to, as the model reports it (empty: none).
+  std::string grammar_digest{};
 };
 
 // What the provenance of a generated artifact says about the model.

@@ -107,6 +107,8 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
     r.sampling.seed = requests[i].decoding.seed;
     r.sampling.max_tokens = requests[i].decoding.max_tokens;
     r.sampling_key = requests[i].sampling_key;
+    r.constraint.grammar = requests[i].constraint.grammar;
+    r.constraint.allowed_globals = requests[i].constraint.allowed_globals;
     r.on_token = [shared, i](const inference::TokenEvent& e) {
       {
         std::lock_guard lock(shared->mu);
@@ -147,6 +149,7 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
       c.text = r->text;
       c.tokens = static_cast<int32_t>(r->tokens.size());
       c.finish_reason = inference::FinishReasonName(r->finish_reason);
+      c.grammar_digest = r->provenance.grammar_digest;
       c.prompt_tokens = static_cast<int32_t>(r->prompt_tokens.size());
       c.start_ms = submitted_ms;
       c.duration_ms = std::max<int64_t>(0, UnixNowMs() - submitted_ms);

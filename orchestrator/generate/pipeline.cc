@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "orchestrator/engine/regex_artifact.h"
 #include "orchestrator/engine/validate.h"
+#include "orchestrator/generate/constraint.h"
 #include "orchestrator/generate/extract.h"
 #include "orchestrator/generate/lua_names.h"
 #include "orchestrator/generate/prompt.h"
@@ -142,6 +143,15 @@ GenerationPipeline::GenerationPipeline(store::Store* store, CodeModel* model, en
       review_policy_(std::move(review_policy)),
       options_(std::move(options)) {}
 
+absl::Status GenerationPipeline::SetGrammar(const engine::GenerationPoint& point, Decoding* decoding) const {
+  decoding->grammar.clear();
+  if (!options_.constrain_replies) return absl::OkStatus();
+  absl::StatusOr<SandboxNames> names = ProbeSandboxNames();
+  if (!names.ok()) return names.status();
+  decoding->grammar = ConstraintDigest(ReplyConstraint(point.kind, *names));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> GenerationPipeline::RequestDigest(const engine::GenerationPoint& point,
                                                               const Decoding& decoding) const {
   if (absl::Status s = CheckDecoding(decoding); !s.ok()) return s;
@@ -236,6 +246,17 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
     std::vector<Chain*> active;
     for (Chain* c : chains) {
       if (!c->done && attempt > c->decoding.max_attempts) c->done = true;
+      // A request names its grammar by digest: this server must hold it to the same one (the
+      // regeneration of an artifact made under another sandbox profile or grammar version).
+      if (!c->done && !c->decoding.grammar.empty()) {
+        const std::string have = ConstraintDigest(ReplyConstraint(c->point.kind, *names));
+        if (have != c->decoding.grammar) {
+          c->error = absl::FailedPreconditionError(absl::StrCat("the request for '", c->point.name,
+                                                                "' was held to grammar ", c->decoding.grammar,
+                                                                "; this server's reply grammar for it is ", have));
+          c->done = true;
+        }
+      }
       if (!c->done) active.push_back(c);
     }
     if (active.empty()) return;
@@ -253,6 +274,7 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
       prompts[i] = model_->RenderPrompt(r.messages);
       r.decoding = AttemptDecoding(c->decoding, attempt);
       r.sampling_key = SamplingKey(c->request_digest, attempt);
+      if (!c->decoding.grammar.empty()) r.constraint = ReplyConstraint(c->point.kind, *names);
       r.on_text = [this, c, of, i, &next_progress](std::string_view text, int32_t tokens) {
         if (c->job != nullptr && c->job->events.token_text) c->job->events.token_text(text);
         while (options_.progress_every_tokens > 0 && tokens >= next_progress[i]) {
@@ -272,6 +294,10 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
       Chain* c = active[i];
       const std::string of = absl::StrCat(attempt, "/", c->decoding.max_attempts);
       absl::StatusOr<Completion>& r = i < results.size() ? results[i] : results.emplace_back(absl::InternalError("missing"));
+      if (r.ok() && !r->grammar_digest.empty() && r->grammar_digest != c->decoding.grammar) {
+        r = absl::InternalError(absl::StrCat("the model held the reply to grammar ", r->grammar_digest,
+                                             ", not the request's ", c->decoding.grammar));
+      }
       if (!r.ok() || r->finish_reason == "cancelled") {
         c->error = !r.ok() ? r.status()
                            : absl::CancelledError(absl::StrCat("the generation of '", c->point.name, "' was cancelled"));
@@ -466,6 +492,10 @@ std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::Gener
     c.point = *std::move(point);
     c.decoding = job.decoding.value_or(options_.decoding);
     if (job.context.retry > 0) c.decoding.retry = job.context.retry;
+    if (absl::Status s = SetGrammar(c.point, &c.decoding); !s.ok()) {
+      results[i] = s;
+      continue;
+    }
     absl::StatusOr<std::string> digest = RequestDigest(c.point, c.decoding);
     if (!digest.ok()) {
       results[i] = digest.status();
@@ -545,6 +575,7 @@ absl::StatusOr<std::optional<engine::GeneratedArtifact>> GenerationPipeline::Loo
   if (!point.ok()) return point.status();
   Decoding decoding = options_.decoding;
   if (context.retry > 0) decoding.retry = context.retry;
+  if (absl::Status s = SetGrammar(*point, &decoding); !s.ok()) return s;
   absl::StatusOr<std::string> digest = RequestDigest(*point, decoding);
   if (!digest.ok()) return digest.status();
   absl::StatusOr<std::string> cached = store_->GetCachedGeneration(*digest);

@@ -46,6 +46,10 @@ struct PipelineOptions {
   sandbox::Limits validation_limits{100'000'000, 64ull << 20, 1ull << 20};
   // A progress line every this many generated tokens of an attempt.
   int32_t progress_every_tokens = 64;
+  // Hold every reply to its point kind's grammar (ReplyConstraint): the model can then write
+  // only a fenced block of Lua that parses and reads only the sandbox's names, or a pattern RE2
+  // accepts. Its digest is part of the decoding, and so of the request digest.
+  bool constrain_replies = false;
 };
 
 // Live events of one generation, for the Generate RPC. Any may be empty.
@@ -105,6 +109,9 @@ class GenerationPipeline final : public engine::Generator {
 
   // The request digest of a spec under this pipeline's model, options and templates.
   absl::StatusOr<std::string> RequestDigest(const engine::GenerationPoint& point, const Decoding& decoding) const;
+  // Sets decoding->grammar from PipelineOptions::constrain_replies: the digest of the point
+  // kind's reply grammar, or empty.
+  absl::Status SetGrammar(const engine::GenerationPoint& point, Decoding* decoding) const;
 
   // Re-derives a generated artifact from its recorded request (bypassing every cache) and
   // compares. FAILED_PRECONDITION when the request cannot be reproduced here (another model,

@@ -57,7 +57,10 @@ class ScriptedCodeModel final : public CodeModel {
       std::unique_lock lock(mu_);
       batch_sizes_.push_back(requests.size());
       calls_ += static_cast<int>(requests.size());
-      for (const CompletionRequest& r : requests) decodings_.push_back({r.decoding.temperature, r.sampling_key});
+      for (const CompletionRequest& r : requests) {
+        decodings_.push_back({r.decoding.temperature, r.sampling_key});
+        constraints_.push_back(r.constraint);
+      }
       ++entered_;
       entered_cv_.notify_all();
       gate_cv_.wait(lock, [&] { return open_; });
@@ -88,6 +91,11 @@ class ScriptedCodeModel final : public CodeModel {
     std::lock_guard lock(mu_);
     return decodings_;
   }
+  // The constraint of every request, in the order they came.
+  std::vector<CompletionConstraint> constraints() const {
+    std::lock_guard lock(mu_);
+    return constraints_;
+  }
   std::vector<size_t> batch_sizes() const {
     std::lock_guard lock(mu_);
     return batch_sizes_;
@@ -116,6 +124,7 @@ class ScriptedCodeModel final : public CodeModel {
   int calls_ = 0;
   std::vector<size_t> batch_sizes_;
   std::vector<std::pair<float, uint64_t>> decodings_;
+  std::vector<CompletionConstraint> constraints_;
 };
 
 }  // namespace rote::orchestrator::generate::testing
