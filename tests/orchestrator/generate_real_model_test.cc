@@ -48,7 +48,7 @@ class GenerateRealModelTest : public ::testing::Test {
   }
 
   // A fresh store and pipeline: `attempts` attempts of at most 12 tokens.
-  std::unique_ptr<GenerationPipeline> Fresh(int attempts = 2) {
+  std::unique_ptr<GenerationPipeline> Fresh(int attempts = 2, bool constrain = false, int max_tokens = 12) {
     auto dir = std::filesystem::temp_directory_path() /
                ("rote-generate-real-test-" + std::to_string(::getpid()) + "-" + std::to_string(++counter_));
     std::filesystem::remove_all(dir);
@@ -60,13 +60,17 @@ class GenerateRealModelTest : public ::testing::Test {
     stores_.push_back(*std::move(s));
     PipelineOptions po;
     po.decoding.max_attempts = attempts;
-    po.decoding.max_tokens = 12;
+    po.decoding.max_tokens = max_tokens;
+    po.constrain_replies = constrain;
     return std::make_unique<GenerationPipeline>(stores_.back().get(), model_, runner_.get(),
                                                 ReviewPolicy(ReviewMode::kAuto), po);
   }
 
   std::vector<store::GenerationAttempt> AttemptsOf(GenerationPipeline& p, const std::string& name) {
-    auto digest = p.RequestDigest(*engine::PointFromRecord(Spec(name)), p.options().decoding);
+    const engine::GenerationPoint point = *engine::PointFromRecord(Spec(name));
+    Decoding decoding = p.options().decoding;
+    EXPECT_TRUE(p.SetGrammar(point, &decoding).ok());
+    auto digest = p.RequestDigest(point, decoding);
     EXPECT_TRUE(digest.ok());
     auto failed = p.GetFailedGeneration(*digest);
     EXPECT_TRUE(failed.ok()) << failed.status();
@@ -206,6 +210,27 @@ TEST(InferenceCodeModelTest, IdentityNamesTheProfileTheEngineRuns) {
   EXPECT_EQ((*loaded)->identity().numerics_profile, "exact");
   const int64_t per_block = inference::KvBytesPerBlock((*model)->config());
   EXPECT_EQ((*loaded)->engine().kv_cache_bytes(), (int64_t{4} << 20) / per_block * per_block);  // the CPU: the size
+}
+
+// The fixture model with random weights writes no code of its own accord; held to the reply
+// grammars, every attempt is a prefix of a ```lua block of Lua that reads only sandbox names, or
+// of a ```re2 block (the real engine behind InferenceCodeModel, masks and all).
+TEST_F(GenerateRealModelTest, ConstrainedAttemptsAreFencedBlocksOfTheirKind) {
+  auto pipeline = Fresh(2, /*constrain=*/true, 40);
+  (void)pipeline->Generate(Spec("parse_amount"), Context("parse_amount"));
+  const std::vector<store::GenerationAttempt> attempts = AttemptsOf(*pipeline, "parse_amount");
+  ASSERT_EQ(attempts.size(), 2u);
+  for (const store::GenerationAttempt& at : attempts) {
+    auto output = stores_.back()->GetBlob(at.output_digest);
+    ASSERT_TRUE(output.ok());
+    EXPECT_EQ(output->rfind("```lua\n", 0), 0u) << *output;
+    EXPECT_EQ(output->find("os."), std::string::npos) << *output;
+  }
+  auto free = Fresh(1, /*constrain=*/false, 40);
+  (void)free->Generate(Spec("parse_amount"), Context("parse_amount"));
+  const std::vector<store::GenerationAttempt> unconstrained = AttemptsOf(*free, "parse_amount");
+  ASSERT_EQ(unconstrained.size(), 1u);
+  EXPECT_NE(stores_.back()->GetBlob(unconstrained[0].output_digest)->rfind("```lua\n", 0), 0u);
 }
 
 }  // namespace
