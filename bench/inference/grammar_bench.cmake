@@ -2,3 +2,7 @@
 add_executable(bench_grammar ${CMAKE_CURRENT_SOURCE_DIR}/grammar_bench.cc)
 target_link_libraries(bench_grammar PRIVATE rote_inference rote_warnings)
 target_compile_definitions(bench_grammar PRIVATE ROTE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+# Decode tokens/s with and without the Lua reply grammar, side by side (JSON lines).
+add_executable(bench_grammar_decode ${CMAKE_CURRENT_SOURCE_DIR}/grammar_decode_bench.cc)
+target_link_libraries(bench_grammar_decode PRIVATE rote_inference rote_warnings)
+target_compile_definitions(bench_grammar_decode PRIVATE ROTE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
