@@ -11,10 +11,12 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "inference/cuda/cuda_backend.h"
 #include "inference/kv_block_manager.h"
 #include "inference/scheduler.h"
+#include "inference/grammar/closing.h"
 #include "inference/sequence.h"
 #include "inference/util/sha256.h"
 #include "inference/util/thread_pool.h"
@@ -88,6 +90,8 @@ struct Engine::Impl {
   std::mutex grammar_mu;
   std::map<std::string, std::shared_ptr<const grammar::CompiledGrammar>> grammars;  // guarded by grammar_mu
   std::vector<std::string> token_bytes;                                             // guarded by grammar_mu
+  // Token ids by their bytes, for closings (built with token_bytes, read-only after).
+  std::unordered_map<std::string, std::vector<int32_t>> ids_by_bytes;               // guarded by grammar_mu
   // Threads that sample a step's rows: the machine's cores, at most 16 (a step has at most
   // max_batch rows).
   int SamplingThreads() const {
@@ -131,6 +135,9 @@ struct Engine::Impl {
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> CompiledFor(const std::string& text);
   // Writes every logits row's mask (all ones for an unconstrained row), rows in parallel.
   void FillMasks(const std::vector<StepPart>& parts, uint64_t* out);
+  // Narrows a constrained row's mask to its closing once its budget is nearly spent
+  // (EngineOptions::grammar_closing_tokens); plans the closing the first time.
+  void RestrictToClosing(Sequence& s, uint64_t* row, size_t words);
   size_t MaskWords() const { return (static_cast<size_t>(model->config().vocab_size) + 63) / 64; }
 };
 
@@ -145,12 +152,40 @@ StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> Engine::Impl::Compiled
     token_bytes.resize(static_cast<size_t>(vocab));
     for (int32_t id = 0; id < vocab && id < tokenizer.vocab_size(); ++id)
       if (!tokenizer.IsSpecial(id)) token_bytes[static_cast<size_t>(id)] = tokenizer.TokenBytes(id);
+    for (int32_t id = 0; id < vocab; ++id)
+      if (!token_bytes[static_cast<size_t>(id)].empty()) ids_by_bytes[token_bytes[static_cast<size_t>(id)]].push_back(id);
   }
   StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g =
       grammar::CompiledGrammar::Compile(text, token_bytes, stop_tokens);
   if (!g.ok()) return InvalidArgument("the request's grammar does not compile: " + g.status().message());
   grammars.emplace(text, *g);
   return *g;
+}
+
+void Engine::Impl::RestrictToClosing(Sequence& s, uint64_t* row, size_t words) {
+  if (s.closing_pieces == nullptr || s.closing_pieces->empty() || options.grammar_closing_tokens <= 0) return;
+  const int64_t generated = static_cast<int64_t>(s.all.size() - s.prompt_len);
+  const int64_t left = std::min<int64_t>(s.sampling.max_tokens - generated, max_context - static_cast<int64_t>(s.all.size()));
+  if (!s.closing.has_value() && left <= options.grammar_closing_tokens && left >= 2) {
+    // One token may be a single byte and the last one is the end of sequence: a plan of
+    // left - 1 bytes always fits. Where no plan is found the request goes on and the next
+    // step tries again from its new text.
+    s.closing = grammar::PlanClosing(*s.matcher, *s.closing_pieces, static_cast<size_t>(left - 1));
+  }
+  if (!s.closing.has_value()) return;
+  // Allowed: what the grammar allows and is a non-empty prefix of the rest of the plan; at its
+  // end only what the grammar allows of the end-of-sequence tokens.
+  std::vector<uint64_t> keep(words, 0);
+  const std::string& rest = *s.closing;
+  for (size_t n = 1; n <= rest.size(); ++n) {
+    auto it = ids_by_bytes.find(rest.substr(0, n));
+    if (it == ids_by_bytes.end()) continue;
+    for (int32_t id : it->second) keep[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  }
+  if (rest.empty())
+    for (int32_t id : stop_tokens)
+      if (id >= 0 && static_cast<size_t>(id) / 64 < words) keep[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  for (size_t w = 0; w < words; ++w) row[w] &= keep[w];
 }
 
 void Engine::Impl::FillMasks(const std::vector<StepPart>& parts, uint64_t* out) {
@@ -169,6 +204,7 @@ void Engine::Impl::FillMasks(const std::vector<StepPart>& parts, uint64_t* out) 
       Sequence* s = rows[static_cast<size_t>(r)];
       if (s->matcher.has_value()) {
         s->matcher->FillNextTokenMask(row);
+        RestrictToClosing(*s, row, words);
       } else {
         std::fill(row, row + words, ~uint64_t{0});
       }
@@ -330,6 +366,7 @@ StatusOr<std::shared_ptr<Sequence>> Engine::Impl::Prepare(GenerationRequest requ
     StatusOr<grammar::Matcher> m = grammar::Matcher::Create(std::move(g), request.constraint.allowed_globals);
     if (!m.ok()) return InvalidArgument("the request's grammar: " + m.status().message());
     seq->matcher.emplace(std::move(m).value());
+    seq->closing_pieces = &grammar::ClosingPieces(request.constraint.grammar);
     seq->result.provenance.grammar_digest = GrammarDigest(request.constraint);
   }
   seq->prompt_len = seq->all.size();
@@ -603,6 +640,11 @@ void Engine::Impl::Deliver(const std::vector<StepPart>& parts, int32_t chain, bo
         Finish(p.seq, FinishReason::kGrammarDeadEnd);
         finished[i] = true;
         continue;
+      }
+      if (p.seq->closing.has_value()) {
+        // The token was a prefix of the plan (the mask allowed nothing else).
+        const size_t n = std::min(p.seq->closing->size(), tokenizer.TokenBytes(tokens[this_row]).size());
+        p.seq->closing->erase(0, n);
       }
       TokenEvent event;
       const std::optional<FinishReason> finish = p.seq->Accept(tokens[this_row], &captured, rules, &event);

@@ -54,6 +54,11 @@ struct EngineOptions {
   // Debug/test hook: keep, for every generated token, the logits it was chosen from
   // (GenerationResult::step_logits). Costs vocab_size floats per token.
   bool capture_logits = false;
+  // A constrained request with a shipped grammar that has this many tokens of its budget left
+  // (max_tokens, or the context) and has not ended plans a closing of its reply and from then
+  // on may only write it (grammar/closing.h), so it ends on a whole sentence instead of being
+  // cut off. 0: never.
+  int32_t grammar_closing_tokens = 48;
   // Load(): a digest computed earlier for the same model files (see Model::FileIdentity);
   // skips re-hashing the weights.
   std::string known_model_digest;

@@ -39,6 +39,11 @@ struct Sequence {
   // The request's grammar state (GrammarConstraint); null when unconstrained. Fed every chosen
   // token; the mask of the next step is read from it.
   std::optional<grammar::Matcher> matcher;
+  // The pieces its closing is planned from (grammar::ClosingPieces; empty: never closed early)
+  // and, once planned, the bytes of the plan still to come (only tokens that are a prefix of
+  // them are allowed).
+  const std::vector<std::string>* closing_pieces = nullptr;
+  std::optional<std::string> closing;
   std::string text;          // decoded output so far
   size_t emitted = 0;        // bytes of text already streamed
   GenerationResult result;

@@ -277,7 +277,21 @@ Status CudaBackendImpl::LaunchSampling(const StepLayout& lay) {
   ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sample_rules_dev_.as<void>(), sample_rules_host_.data(),
                                             static_cast<size_t>(rows) * sizeof(cuda::RowRule), cudaMemcpyHostToDevice,
                                             stream_));
-  if (step_masks_ != nullptr) ROTE_RETURN_IF_ERROR(LaunchMasks(rows));
+  if (step_masks_ != nullptr) {
+    ROTE_RETURN_IF_ERROR(LaunchMasks(rows));
+    // Every row greedy (constrained requests decode greedily on a first attempt): the masked
+    // rows' argmax, the decode step's own kernel, is the sampler's greedy token and far cheaper.
+    bool all_greedy = true;
+    for (const cuda::RowRule& r : sample_rules_host_) all_greedy = all_greedy && !(r.temperature > 0.0f);
+    if (all_greedy) {
+      sampled_by_candidates_ = false;
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchArgmax(logits_.as<float>(), rows, cols, greedy_.as<int32_t>(),
+                                                   argmax_scratch_.as<void>(), logit_capacity_, stream_));
+      ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out_, greedy_.as<int32_t>(), rows * sizeof(int32_t),
+                                                cudaMemcpyDeviceToHost, stream_));
+      return OkStatus();
+    }
+  }
   return SampleAndCopy(rows,
                        tuning_.sample_candidates != 0 && cuda::SampleByCandidates(sample_rules_host_.data(), rows, cols),
                        /*synchronize=*/false);

@@ -233,6 +233,47 @@ TEST(EngineGrammar, ConstrainedTokensAreTheSameAloneBatchedChunkedAndOnTheDevice
   }
 }
 
+// Near the end of its budget a reply is closed: every constrained request with a shipped
+// grammar ends on a whole sentence (EOS), never cut off at max_tokens, greedy or sampled, and a
+// byte-level model with random weights left alone would not close one.
+TEST(EngineGrammar, RepliesCloseBeforeTheirBudgetEnds) {
+  Loaded l = LoadTiny();
+  const std::vector<std::string> globals = {"string", "table", "math", "tostring", "tonumber", "pairs", "ipairs"};
+  for (const int32_t window : {48, 0}) {
+    EngineOptions o;
+    o.grammar_closing_tokens = window;
+    o.max_batch = 32;
+    auto e = MakeEngine(l, o);
+    int closed = 0, total = 0;
+    std::vector<GenerationRequest> reqs;
+    std::vector<std::string> names;
+    for (const std::string name : {"lua_reply", "re2_reply", "json"}) {
+      for (int k = 0; k < 8; ++k) {
+        GenerationRequest req = Constrained("reply " + std::to_string(k) + ":", name, 60 + 7 * k, k % 2 ? 0.9f : 0.0f, k);
+        if (name == "lua_reply") req.constraint.allowed_globals = globals;
+        reqs.push_back(std::move(req));
+        names.push_back(name);
+      }
+    }
+    auto ids = e->SubmitAll(std::move(reqs));
+    ASSERT_TRUE(ids.ok());
+    for (size_t i = 0; i < ids->size(); ++i) {
+      auto r = e->Wait((*ids)[i]);
+      ASSERT_TRUE(r.ok());
+      const Replayed rp = Replay(l, std::string(grammar::BuiltinGrammar(names[i])), r->tokens,
+                                 names[i] == "lua_reply" ? std::optional(globals) : std::nullopt);
+      EXPECT_TRUE(rp.accepted) << r->text;
+      ++total;
+      if (r->finish_reason == FinishReason::kEndOfSequence && rp.complete) ++closed;
+      if (window > 0) {
+        EXPECT_EQ(r->finish_reason, FinishReason::kEndOfSequence) << names[i] << ": " << r->text;
+        EXPECT_TRUE(rp.complete) << r->text;
+      }
+    }
+    if (window == 0) { EXPECT_LT(closed, total) << "without closing, some replies run out of budget"; }
+  }
+}
+
 TEST(EngineGrammar, DigestNamesTheGrammarAndTheAllowedNames) {
   GrammarConstraint a{"lua_reply", std::nullopt};
   GrammarConstraint text{std::string(grammar::BuiltinGrammar("lua_reply")), std::nullopt};
