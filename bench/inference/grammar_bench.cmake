@@ -6,3 +6,7 @@ target_compile_definitions(bench_grammar PRIVATE ROTE_SOURCE_DIR="${PROJECT_SOUR
 add_executable(bench_grammar_decode ${CMAKE_CURRENT_SOURCE_DIR}/grammar_decode_bench.cc)
 target_link_libraries(bench_grammar_decode PRIVATE rote_inference rote_warnings)
 target_compile_definitions(bench_grammar_decode PRIVATE ROTE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+# The model half of the constrained-generation benchmark (prompts in, replies out).
+add_executable(bench_grammar_specs ${CMAKE_CURRENT_SOURCE_DIR}/grammar_specs_run.cc)
+target_link_libraries(bench_grammar_specs PRIVATE rote_inference rote_warnings)
+target_compile_definitions(bench_grammar_specs PRIVATE ROTE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

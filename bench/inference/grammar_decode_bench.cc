@@ -29,53 +29,6 @@ namespace {
 
 double NowS() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// GPT-2's byte-to-unicode map: how byte-level BPE vocabularies spell bytes in tokenizer.json.
-std::string ByteLevel(const std::string& bytes) {
-  static const std::vector<uint32_t> map = [] {
-    std::vector<uint32_t> m(256, 0);
-    int n = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      m[b] = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
-    }
-    return m;
-  }();
-  std::string out;
-  for (unsigned char c : bytes) {
-    const uint32_t cp = map[c];
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-  return out;
-}
-
-// Replaces the synthesized tokenizer's vocabulary (256 bytes, then the special tokens) by the
-// bytes, the special tokens at their ids, and synthetic pieces up to the model's vocabulary.
-bool WidenVocabulary(const std::string& dir, int32_t vocab_size) {
-  std::ifstream in(dir + "/tokenizer.json");
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded()) return false;
-  int32_t first_free = 256;
-  for (const auto& t : j["added_tokens"]) first_free = std::max(first_free, t["id"].get<int32_t>() + 1);
-  const std::vector<std::string> pieces = rote::bench::SyntheticVocab(vocab_size - (first_free - 256), ROTE_SOURCE_DIR);
-  nlohmann::json vocab = nlohmann::json::object();
-  int32_t id = 0;
-  for (size_t i = 0; i < pieces.size() && id < vocab_size; ++i) {
-    if (id == 256) id = first_free;  // the special tokens' ids
-    const std::string key = ByteLevel(pieces[i]);
-    if (vocab.contains(key)) continue;
-    vocab[key] = id++;
-  }
-  j["model"]["vocab"] = vocab;
-  std::ofstream out(dir + "/tokenizer.json", std::ios::trunc);
-  out << j.dump();
-  return static_cast<bool>(out);
-}
-
 std::vector<int> ParseList(const std::string& s) {
   std::vector<int> v;
   std::stringstream ss(s);
@@ -143,7 +96,7 @@ int main(int argc, char** argv) {
   SynthOptions so;
   so.shape = args["shape"];
   auto config = SynthConfig(so);
-  if (!config.ok() || !SynthesizeModel(so, dir).ok() || !WidenVocabulary(dir, config->vocab_size)) {
+  if (!config.ok() || !SynthesizeModel(so, dir).ok() || !rote::bench::WidenVocabulary(dir, config->vocab_size, ROTE_SOURCE_DIR)) {
     fprintf(stderr, "cannot synthesize the %s model\n", args["shape"].c_str());
     return 1;
   }

@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 namespace rote::bench {
 
 namespace fs = std::filesystem;
@@ -100,6 +102,53 @@ inline std::vector<std::string> SyntheticVocab(int size, const fs::path& root) {
     for (uint32_t b = 0x4E00; b < 0x4E00 + 40 && static_cast<int>(vocab.size()) < size; ++b) vocab.push_back(utf8(a) + utf8(b));
   }
   return vocab;
+}
+
+// GPT-2's byte-to-unicode map: how byte-level BPE vocabularies spell bytes in tokenizer.json.
+inline std::string ByteLevel(const std::string& bytes) {
+  static const std::vector<uint32_t> map = [] {
+    std::vector<uint32_t> m(256, 0);
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      m[b] = printable ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
+    }
+    return m;
+  }();
+  std::string out;
+  for (unsigned char c : bytes) {
+    const uint32_t cp = map[c];
+    if (cp < 0x80) {
+      out.push_back(static_cast<char>(cp));
+    } else {
+      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+  return out;
+}
+
+// Replaces the synthesized tokenizer's vocabulary (256 bytes, then the special tokens) by the
+// bytes, the special tokens at their ids, and synthetic pieces up to the model's vocabulary.
+inline bool WidenVocabulary(const std::string& dir, int32_t vocab_size, const fs::path& source_root) {
+  std::ifstream in(dir + "/tokenizer.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) return false;
+  int32_t first_free = 256;
+  for (const auto& t : j["added_tokens"]) first_free = std::max(first_free, t["id"].get<int32_t>() + 1);
+  const std::vector<std::string> pieces = SyntheticVocab(vocab_size - (first_free - 256), source_root);
+  nlohmann::json vocab = nlohmann::json::object();
+  int32_t id = 0;
+  for (size_t i = 0; i < pieces.size() && id < vocab_size; ++i) {
+    if (id == 256) id = first_free;  // the special tokens' ids
+    const std::string key = ByteLevel(pieces[i]);
+    if (vocab.contains(key)) continue;
+    vocab[key] = id++;
+  }
+  j["model"]["vocab"] = vocab;
+  std::ofstream out(dir + "/tokenizer.json", std::ios::trunc);
+  out << j.dump();
+  return static_cast<bool>(out);
 }
 
 }  // namespace rote::bench
