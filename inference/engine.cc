@@ -166,11 +166,13 @@ void Engine::Impl::RestrictToClosing(Sequence& s, uint64_t* row, size_t words) {
   if (s.closing_pieces == nullptr || s.closing_pieces->empty() || options.grammar_closing_tokens <= 0) return;
   const int64_t generated = static_cast<int64_t>(s.all.size() - s.prompt_len);
   const int64_t left = std::min<int64_t>(s.sampling.max_tokens - generated, max_context - static_cast<int64_t>(s.all.size()));
-  if (!s.closing.has_value() && left <= options.grammar_closing_tokens && left >= 2) {
+  if (!s.closing.has_value() && left <= options.grammar_closing_tokens && left >= 2 &&
+      left <= s.next_closing_try) {
     // One token may be a single byte and the last one is the end of sequence: a plan of
-    // left - 1 bytes always fits. Where no plan is found the request goes on and the next
-    // step tries again from its new text.
+    // left - 1 bytes always fits. Where no plan is found the request goes on and tries again
+    // from its new text a few tokens later (a search every step would cost more than the step).
     s.closing = grammar::PlanClosing(*s.matcher, *s.closing_pieces, static_cast<size_t>(left - 1));
+    if (!s.closing.has_value()) s.next_closing_try = left - std::max<int64_t>(1, std::min<int64_t>(8, left / 4));
   }
   if (!s.closing.has_value()) return;
   // Allowed: what the grammar allows and is a non-empty prefix of the rest of the plan; at its

@@ -3,6 +3,7 @@
 // so far. The scheduler moves sequences between its queues; the engine facade feeds them tokens.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -44,6 +45,7 @@ struct Sequence {
   // them are allowed).
   const std::vector<std::string>* closing_pieces = nullptr;
   std::optional<std::string> closing;
+  int64_t next_closing_try = INT64_MAX;  // the budget left at which to look for a plan again
   std::string text;          // decoded output so far
   size_t emitted = 0;        // bytes of text already streamed
   GenerationResult result;

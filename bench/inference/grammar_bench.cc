@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench/inference/synthetic_vocab.h"
+#include "inference/grammar/closing.h"
 #include "inference/grammar/grammar.h"
 
 namespace fs = std::filesystem;
@@ -142,6 +143,30 @@ void RunGrammar(const char* name, const std::vector<std::string>& vocab,
                 name, rep == 0 ? "cold" : "warm", vocab.size(), times.size(), rejected, median, p99, max, mean,
                 (*g)->MemoryBytes() / 1048576.0);
     (void)tokens;
+  }
+  // Planning a closing (grammar/closing.h) at every 4th token of each reply, with the engine's
+  // default budget of 47 bytes.
+  std::vector<double> plan_times;
+  int planned = 0;
+  for (const auto& reply : replies) {
+    auto m = Matcher::Create(*g, restrict_names ? std::optional(kGlobals) : std::nullopt);
+    int step = 0;
+    for (int32_t id : Tokenize(reply, ids)) {
+      if (!m->AcceptToken(id)) break;
+      if (++step % 4 != 0) continue;
+      const double a = NowUs();
+      const std::optional<std::string> plan = rote::inference::grammar::PlanClosing(
+          *m, rote::inference::grammar::ClosingPieces(name), 47);
+      plan_times.push_back(NowUs() - a);
+      planned += plan.has_value() ? 1 : 0;
+    }
+  }
+  if (!plan_times.empty()) {
+    double median, p99, max, mean;
+    Percentiles(plan_times, &median, &p99, &max, &mean);
+    std::printf("{\"bench\":\"grammar_closing\",\"grammar\":\"%s\",\"plans\":%zu,\"found\":%d,\"median_us\":%.1f,"
+                "\"p99_us\":%.1f,\"max_us\":%.1f}\n",
+                name, plan_times.size(), planned, median, p99, max);
   }
 }
 

@@ -6,7 +6,10 @@
 // >= 0.95 on the CPU) and the mask fill time per row.
 //
 //   bench_grammar_decode [--shape 0.5b] [--device cpu|cuda] [--numerics exact|fast]
-//                        [--batches 1,32] [--tokens 96] [--rounds 2] [--threads N]
+//                        [--batches 1,32] [--tokens 96] [--rounds 2] [--threads N] [--closing 48]
+//
+// --closing: EngineOptions::grammar_closing_tokens (0: constrained replies are never closed
+// early, so both sides decode the same number of tokens).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -82,12 +85,12 @@ Measured RunBatch(Engine& engine, int batch, int tokens, bool constrained, int r
 int main(int argc, char** argv) {
   std::map<std::string, std::string> args = {{"shape", "0.5b"}, {"device", "cpu"}, {"numerics", "exact"},
                                              {"batches", "1,32"}, {"tokens", "96"},  {"rounds", "2"},
-                                             {"threads", "0"}};
+                                             {"threads", "0"}, {"closing", "48"}};
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || !args.count(k.substr(2))) {
       fprintf(stderr, "usage: bench_grammar_decode [--shape S] [--device cpu|cuda] [--numerics exact|fast] "
-                      "[--batches 1,32] [--tokens N] [--rounds R] [--threads N]\n");
+                      "[--batches 1,32] [--tokens N] [--rounds R] [--threads N] [--closing N]\n");
       return 2;
     }
     args[k.substr(2)] = argv[i + 1];
@@ -104,6 +107,7 @@ int main(int argc, char** argv) {
   if (!ParseDeviceName(args["device"], &eo).ok()) return 2;
   eo.numerics_profile = args["numerics"] == "fast" ? NumericsProfile::kFast : NumericsProfile::kExact;
   eo.threads = std::stoi(args["threads"]);
+  eo.grammar_closing_tokens = std::stoi(args["closing"]);
   eo.max_batch = 64;
   eo.max_step_tokens = 4096;
   eo.max_context = 2048;
@@ -141,10 +145,11 @@ int main(int argc, char** argv) {
     }
     const double free_rate = free_total.tokens / free_total.seconds;
     const double lua_rate = lua_total.tokens / lua_total.seconds;
-    printf("{\"shape\":\"%s\",\"device\":\"%s\",\"numerics\":\"%s\",\"batch\":%d,\"max_tokens\":%d,"
+    printf("{\"shape\":\"%s\",\"device\":\"%s\",\"numerics\":\"%s\",\"closing\":%d,\"batch\":%d,\"max_tokens\":%d,"
            "\"free_tok_s\":%.1f,\"lua_tok_s\":%.1f,\"ratio\":%.3f,\"target\":%.2f,\"free_tokens\":%lld,"
            "\"lua_tokens\":%lld}\n",
-           args["shape"].c_str(), (*engine)->device().c_str(), (*engine)->numerics_profile().c_str(), batch, tokens,
+           args["shape"].c_str(), (*engine)->device().c_str(), (*engine)->numerics_profile().c_str(),
+           eo.grammar_closing_tokens, batch, tokens,
            free_rate, lua_rate, lua_rate / free_rate, eo.device == Device::kCpu ? 0.95 : 0.9,
            static_cast<long long>(free_total.tokens), static_cast<long long>(lua_total.tokens));
     fflush(stdout);

@@ -5,6 +5,7 @@ namespace {
 
 constexpr int kWalks = 12;
 constexpr int kMaxStepsPerWalk = 96;
+constexpr int kPieceUses = 4;
 
 uint64_t SplitMix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -21,9 +22,9 @@ const std::vector<std::string>& ClosingPieces(std::string_view builtin_name) {
   // completes a statement or an expression, then single characters, and blanks last: a blank
   // is taken almost anywhere and closes nothing.
   static const std::vector<std::string> kLua = {
-      "\x80", "\x90", "\xa0", "\n```", "\"", "'", "]]", "]=]", "]==]", "]===]", "]====]", " end", ")", "}", "]",
+      "\x80", "\x90", "\xa0", "\n```", "\"", "'", "\n", "]]", "]=]", "]==]", "]===]", "]====]", " end", ")", "}", "]",
       " return function() end", " 0", "0", " then", " do", " in", " =", "::", " until 0", " local x", " x",
-      "x", "(", ",", ".", ":", "\\", " return", " function", "e", "1", ";", "-", "+", "\n", " "};
+      "x", "(", ",", ".", ":", "\\", " return", " function", "e", "1", ";", "-", "+", " "};
   static const std::vector<std::string> kRe2 = {"\x80", "\x90", "\xa0", "\n```", ")", "]", "}", "a", "n>", "3}", ":", "d", "+",
                                                 "*", "?", "-", "z", "1", ",", "{", "L", "x", "\\", " "};
   static const std::vector<std::string> kJson = {"\x80", "\x90", "\xa0", "\"", "}", "]", "0", " 0", ":", ",", "\"a\"", "null", "e",
@@ -39,10 +40,13 @@ std::optional<std::string> PlanClosing(const Matcher& matcher, const std::vector
                                        size_t max_bytes) {
   if (matcher.IsComplete()) return std::string();
   if (pieces.empty() || max_bytes == 0) return std::nullopt;
-  std::optional<std::string> best;
   for (int walk = 0; walk < kWalks; ++walk) {
     Matcher m = matcher;
     std::string plan;
+    // Each piece at most kPieceUses times a walk: a piece that fits anywhere and closes nothing
+    // (a blank, a quote inside a comment) cannot hold a walk in a loop; the walk moves on down
+    // the list to the piece that does close.
+    std::vector<int> uses(pieces.size(), 0);
     for (int step = 0; step < kMaxStepsPerWalk && !m.IsComplete(); ++step) {
       // Walk 0 always takes the first piece the grammar accepts; the others take it half the
       // time and otherwise start the search at a pseudo-random piece, so a walk caught in a
@@ -51,19 +55,22 @@ std::optional<std::string> PlanClosing(const Matcher& matcher, const std::vector
       const size_t start = walk == 0 || (r & 1) != 0 ? 0 : static_cast<size_t>((r >> 1) % pieces.size());
       bool moved = false;
       for (size_t k = 0; k < pieces.size() && !moved; ++k) {
-        const std::string& piece = pieces[(start + k) % pieces.size()];
-        if (plan.size() + piece.size() > max_bytes) continue;
-        if (best.has_value() && plan.size() + piece.size() >= best->size()) continue;
+        const size_t at = (start + k) % pieces.size();
+        const std::string& piece = pieces[at];
+        if (uses[at] >= kPieceUses || plan.size() + piece.size() > max_bytes) continue;
         if (m.AcceptBytes(piece)) {
           plan += piece;
+          ++uses[at];
           moved = true;
         }
       }
       if (!moved) break;
     }
-    if (m.IsComplete() && (!best.has_value() || plan.size() < best->size())) best = plan;
+    // The first closing found is taken: a shorter one from more walks is not worth their cost
+    // on every step of every request that nears its budget.
+    if (m.IsComplete()) return plan;
   }
-  return best;
+  return std::nullopt;
 }
 
 }  // namespace rote::inference::grammar

@@ -23,7 +23,7 @@ const std::vector<std::string>& ClosingPieces(std::string_view builtin_name);
 // Bytes that, accepted after the matcher's text, make it a whole sentence, at most max_bytes of
 // them; nullopt when none was found. A deterministic search (a function of the matcher's text,
 // the pieces and max_bytes): walks that append, at each step, the first piece the grammar takes
-// or a piece chosen by a fixed pseudo-random sequence; the shortest closing of the walks wins.
+// or a piece chosen by a fixed pseudo-random sequence; the first walk that closes wins.
 std::optional<std::string> PlanClosing(const Matcher& matcher, const std::vector<std::string>& pieces,
                                        size_t max_bytes);
 
