@@ -582,15 +582,25 @@ void Server::Shutdown() {
     }
     state_->shutdown_started = true;
   }
-  spdlog::info("shutting down: health NOT_SERVING, draining for {}ms, then up to {}ms for calls in flight",
-               state_->options.drain.count(), state_->options.grace.count());
-  // NOT_SERVING first: load balancers and watchers stop sending work before we refuse it.
+  const ServerOptions& opt = state_->options;
+  spdlog::info("shutting down: health NOT_SERVING and no new runs; up to {}ms for runs executing, then up to {}ms "
+               "for calls in flight",
+               opt.drain.count() + opt.drain_grace.count(), opt.grace.count());
+  // Refusing runs, then NOT_SERVING: whoever sees NOT_SERVING finds runs refused.
+  if (state_->engine) state_->engine->BeginDrain();
   state_->server->GetHealthCheckService()->SetServingStatus(false);
-  if (state_->options.drain.count() > 0) std::this_thread::sleep_for(state_->options.drain);
-  state_->server->Shutdown(std::chrono::system_clock::now() + state_->options.grace);
+  if (opt.drain.count() > 0) std::this_thread::sleep_for(opt.drain);
+  // The API stays up while runs finish, so their watchers see them end.
+  if (state_->engine) {
+    const int requeued = state_->engine->Drain(opt.drain_grace);
+    if (requeued > 0) {
+      spdlog::warn("{} run(s) still executing after {}ms went back to the queue; the next server on {} runs them",
+                   requeued, opt.drain_grace.count(), opt.data_dir);
+    }
+  }
+  state_->server->Shutdown(std::chrono::system_clock::now() + opt.grace);
   state_->server->Wait();
-  // After the last call: runs still executing fail saying the server stopped; queued ones stay
-  // pending for the next start.
+  // Queued runs stay pending for the next start.
   if (state_->engine) state_->engine->Shutdown();
   spdlog::info("shutdown complete");
   {

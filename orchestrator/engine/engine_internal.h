@@ -18,6 +18,7 @@ struct Engine::RunControl {
   std::mutex mu;
   bool started = false;    // a worker took it
   bool cancelled = false;  // CancelRun finished it before a worker took it
+  bool requeue = false;    // Drain's grace ran out: stopped to be run again, not failed
   RunPolicy policy;
   std::string principal;
   std::vector<GenerationPoint> deferred;  // points to generate before executing
