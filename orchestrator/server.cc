@@ -26,6 +26,7 @@
 #include "grpcpp/health_check_service_interface.h"      // the standard health service
 #include "orchestrator/api/auth.h"
 #include "orchestrator/api/observability.h"
+#include "orchestrator/api/operator_metrics.h"
 #include "orchestrator/api/services.h"
 #include "orchestrator/engine/engine.h"
 #include "orchestrator/engine/lua_runner.h"
@@ -379,6 +380,8 @@ struct Server::State {
   ServerOptions options;
   Authenticator auth;
   RpcMetrics metrics;
+  // Declared after `metrics`, whose registry holds its families.
+  std::unique_ptr<OperatorMetrics> operator_metrics;
   // Destroyed after the gRPC server and the services (declared later), engine before store.
   std::unique_ptr<store::Store> store;
   std::unique_ptr<sandbox::WorkerPool> workers;
@@ -396,6 +399,11 @@ struct Server::State {
   std::condition_variable cv;
   bool shutdown_started = false;
   bool shutdown_done = false;
+
+  // Scrapes stop reading the engine, the model and the workers before they are destroyed.
+  ~State() {
+    if (operator_metrics) operator_metrics->SetSources({});
+  }
 };
 
 Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -463,6 +471,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   if (!opt.metrics_listen.empty() && opt.metrics_listen != "off") {
     if (auto st = state->metrics.Serve(opt.metrics_listen); !st.ok()) return st;
   }
+  state->operator_metrics = std::make_unique<OperatorMetrics>(state->metrics.registry());
+  state->metrics.AddCollectable(state->operator_metrics->Collectable());
+  OperatorMetrics* const operator_metrics = state->operator_metrics.get();
 
   store::StoreOptions store_options;
   store_options.path = opt.data_dir;
@@ -490,6 +501,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     pipeline_options.decoding.max_attempts = opt.generation_attempts;
     pipeline_options.decoding.max_tokens = opt.generation_max_tokens;
     pipeline_options.decoding.retry_temperature = opt.generation_retry_temperature;
+    pipeline_options.on_attempt = [operator_metrics](bool passed, const std::string& reason, int64_t prompt_tokens,
+                                                     int64_t output_tokens, double seconds) {
+      operator_metrics->GenerationAttempt(passed, reason, prompt_tokens, output_tokens, seconds);
+    };
+    pipeline_options.on_answered = [operator_metrics](const std::string& kind) {
+      operator_metrics->GenerationCacheHit(kind);
+    };
     if (absl::Status s = generate::CheckDecoding(pipeline_options.decoding); !s.ok()) return s;
     auto model = LoadModel(opt, state->store.get());
     if (!model.ok()) return model.status();
@@ -514,10 +532,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   engine_options.promote_on_approval = opt.promotion == "on-approval";
   engine_options.rote_version = ROTE_VERSION;
   engine_options.max_blueprint_bytes = opt.max_message_bytes / 2;
+  engine_options.on_run_end = [operator_metrics](const std::string& blueprint, store::RunState run_state,
+                                                  double seconds) {
+    operator_metrics->RunEnded(blueprint, run_state, seconds);
+  };
   auto eng = engine::Engine::Create(state->store.get(), state->lua_runner.get(), state->pipeline.get(),
                                     engine_options);
   if (!eng.ok()) return eng.status();
   state->engine = *std::move(eng);
+  MetricSources sources;
+  sources.runs = [e = state->engine.get()] { return e->queue_stats(); };
+  sources.workers = [w = state->workers.get()] { return w->stats(); };
+  if (state->model) {
+    sources.model = [m = state->model.get()] { return m->engine().stats(); };
+    sources.kv_blocks_total = state->model->engine().kv_blocks();
+  }
+  operator_metrics->SetSources(std::move(sources));
 
   ServiceDeps deps;
   deps.auth = &state->auth;

@@ -133,6 +133,11 @@ absl::Status RpcMetrics::Serve(const std::string& address) {
   return absl::OkStatus();
 }
 
+void RpcMetrics::AddCollectable(std::shared_ptr<prometheus::Collectable> collectable) {
+  if (exposer_) exposer_->RegisterCollectable(collectable);
+  collectables_.push_back(std::move(collectable));
+}
+
 int RpcMetrics::port() const {
   if (!exposer_) return 0;
   auto ports = exposer_->GetListeningPorts();

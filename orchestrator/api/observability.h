@@ -4,11 +4,13 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/support/server_interceptor.h"
 
 namespace prometheus {
+class Collectable;
 class Registry;
 class Exposer;
 }  // namespace prometheus
@@ -32,11 +34,14 @@ class RpcMetrics {
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeInterceptorFactory();
 
   prometheus::Registry& registry() { return *registry_; }
+  // Also served at /metrics (when serving), kept alive by this object.
+  void AddCollectable(std::shared_ptr<prometheus::Collectable> collectable);
 
  private:
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
 

@@ -141,7 +141,23 @@ Engine::QueueStats Engine::queue_stats() {
   stats.executing = static_cast<int64_t>(executing_.size());
   stats.queued = static_cast<int64_t>(queue_.size());
   stats.requeued_by_drain = requeued_by_drain_;
+  for (const auto& [id, control] : active_) {
+    std::pair<int64_t, int64_t>& counts = stats.by_blueprint[control->blueprint];
+    ++(executing_.count(id) != 0 ? counts.second : counts.first);
+  }
   return stats;
+}
+
+std::string Engine::BlueprintNameOf(const std::string& digest) {
+  {
+    std::lock_guard lock(names_mu_);
+    auto it = blueprint_names_.find(digest);
+    if (it != blueprint_names_.end()) return it->second;
+  }
+  absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(digest);
+  if (!bp.ok()) return "unknown";
+  std::lock_guard lock(names_mu_);
+  return blueprint_names_[digest] = bp->name;
 }
 
 // Run event kind of a recorded policy; watchers read only the "events" kind, so it is not shown.
@@ -202,6 +218,7 @@ absl::Status Engine::Recover() {
       if (!bp.ok()) return bp.status();
       auto control = std::make_shared<RunControl>();
       control->principal = run.submitter;
+      control->blueprint = bp->name;
       absl::StatusOr<std::optional<RunPolicy>> policy =
           run.bindings.size() < bp->generation_points.size() ? RecordedPolicy(run.id) : std::optional<RunPolicy>();
       if (!policy.ok()) return policy.status();
@@ -233,6 +250,10 @@ absl::Status Engine::Recover() {
 absl::Status Engine::FinishAndAnnounce(int64_t run_id, const store::RunOutcome& outcome) {
   absl::StatusOr<store::RunRecord> finished = store_->FinishRun(run_id, outcome);
   if (!finished.ok()) return finished.status();
+  if (options_.on_run_end) {
+    const double seconds = finished->start_ms > 0 ? (finished->end_ms - finished->start_ms) / 1000.0 : -1.0;
+    options_.on_run_end(BlueprintNameOf(finished->blueprint_digest), outcome.state, seconds);
+  }
   std::vector<RunEvent> events;
   if (!outcome.error.empty()) events.push_back(RunEvent::Log(absl::StrCat("error: ", outcome.error)));
   events.push_back(RunEvent::State(outcome.state));

@@ -66,6 +66,9 @@ struct EngineOptions {
   int64_t max_blueprint_bytes = 32 << 20;
   // Batches a backtest runs at once (one sandbox worker each; the server sets its worker count).
   int backtest_parallelism = 4;
+  // Metrics hook (may be empty): a run reached a terminal state (`seconds` from its start,
+  // negative when it never started).
+  std::function<void(const std::string& blueprint, store::RunState state, double seconds)> on_run_end;
 };
 
 // A review comment is at most this many bytes: every review travels with its artifact.
@@ -169,6 +172,8 @@ class Engine {
     int64_t queued = 0;     // submitted to this process, not yet taken by a worker
     int64_t executing = 0;  // taken by a worker
     int64_t requeued_by_drain = 0;  // since start
+    // The same per blueprint name: (queued, executing).
+    std::map<std::string, std::pair<int64_t, int64_t>> by_blueprint;
   };
   QueueStats queue_stats();
 
@@ -266,6 +271,8 @@ class Engine {
   absl::Status RecordPolicy(int64_t run_id, const RunPolicy& policy);
   // The recorded policy (RecordPolicy) of a run; nullopt when none was recorded.
   absl::StatusOr<std::optional<RunPolicy>> RecordedPolicy(int64_t run_id);
+  // The declared name of a stored blueprint (cached: blueprints never change).
+  std::string BlueprintNameOf(const std::string& digest);
   void WorkerLoop();
   void Enqueue(int64_t run_id, std::shared_ptr<RunControl> control);
   void ExecuteRun(const Job& job);
@@ -300,6 +307,8 @@ class Engine {
   // Runs a worker took (between popping them and finishing them), for Drain.
   std::map<int64_t, std::shared_ptr<RunControl>> executing_;
   int64_t requeued_by_drain_ = 0;
+  std::mutex names_mu_;
+  std::map<std::string, std::string> blueprint_names_;  // digest -> name, guarded by names_mu_
   std::vector<std::thread> workers_;
 
   EventBus events_;

@@ -21,6 +21,7 @@ struct Engine::RunControl {
   bool requeue = false;    // Drain's grace ran out: stopped to be run again, not failed
   RunPolicy policy;
   std::string principal;
+  std::string blueprint;  // its declared name, for metrics
   std::vector<GenerationPoint> deferred;  // points to generate before executing
 };
 

@@ -176,6 +176,7 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
   auto control = std::make_shared<RunControl>();
   control->policy = req.policy;
   control->principal = req.principal;
+  control->blueprint = bp->record.name;
   control->deferred = std::move(deferred);
   {
     std::lock_guard lock(mu_);

@@ -46,6 +46,14 @@ struct PipelineOptions {
   sandbox::Limits validation_limits{100'000'000, 64ull << 20, 1ull << 20};
   // A progress line every this many generated tokens of an attempt.
   int32_t progress_every_tokens = 64;
+  // Metrics hooks (may be empty): each attempt once judged (`reason`: why it failed, one of
+  // no_code, invalid_utf8, compile_error, unknown_names, tests_failed, refused; empty when it
+  // passed), and each request answered without the model ("artifact": from the generation
+  // cache; "failure": from the record of the same failed request).
+  std::function<void(bool passed, const std::string& reason, int64_t prompt_tokens, int64_t output_tokens,
+                     double seconds)>
+      on_attempt;
+  std::function<void(const std::string& kind)> on_answered;
 };
 
 // Live events of one generation, for the Generate RPC. Any may be empty.
