@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
+#include "orchestrator/api/json_log.h"
 #include "orchestrator/offline.h"
 #include "orchestrator/server.h"
 #include "spdlog/spdlog.h"
@@ -45,7 +46,9 @@ const char kUsage[] =
     "  --drain-grace-ms N          then give runs executing up to N ms to finish before they are\n"
     "                              re-queued (default 30000)\n"
     "  --grace-ms N                then give calls in flight up to N ms (default 10000)\n"
-    "  --log-level LEVEL           trace, debug, info, warn, error (default info)\n\n"
+    "  --log-level LEVEL           trace, debug, info, warn, error (default info)\n"
+    "  --log-format text|json      json: one JSON object per line with time, level, msg and,\n"
+    "                              where known, principal, run and request_id (default text)\n\n"
     "Generation (docs/generation.md):\n"
     "  --model DIR                 load this Hugging Face model directory and generate code for\n"
     "                              unbound generation points (runs with --allow-generation)\n"
@@ -146,7 +149,7 @@ class SignalWatcher {
 
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "max-message-bytes", "tls-cert",
-                 "tls-key", "drain-ms", "grace-ms", "drain-grace-ms", "log-level", "model", "device", "numerics", "kv-cache-mb",
+                 "tls-key", "drain-ms", "grace-ms", "drain-grace-ms", "log-level", "log-format", "model", "device", "numerics", "kv-cache-mb",
                  "attempts", "max-tokens", "retry-temperature", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
                 {"help"}};
   auto flags = ParseFlags(args, spec);
@@ -163,6 +166,12 @@ int CmdServe(const Args& args) {
     return kExitUsage;
   }
   spdlog::set_level(spdlog::level::from_str(flags->GetOr("log-level", "info")));
+  const std::string log_format = flags->GetOr("log-format", "text");
+  if (log_format != "text" && log_format != "json") {
+    std::cerr << "rote serve: --log-format must be text or json, got `" << log_format << "`\n\n" << kUsage;
+    return kExitUsage;
+  }
+  if (log_format == "json") orchestrator::UseJsonLogs();
 
   orchestrator::ServerOptions opt;
   opt.listen = flags->GetOr("listen", opt.listen);

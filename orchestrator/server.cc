@@ -468,6 +468,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     creds = grpc::InsecureServerCredentials();
   }
 
+  state->metrics.set_authenticator(&state->auth);
   if (!opt.metrics_listen.empty() && opt.metrics_listen != "off") {
     if (auto st = state->metrics.Serve(opt.metrics_listen); !st.ok()) return st;
   }

@@ -17,6 +17,8 @@ class Exposer;
 
 namespace rote::orchestrator {
 
+class Authenticator;
+
 class RpcMetrics {
  public:
   RpcMetrics();
@@ -34,6 +36,9 @@ class RpcMetrics {
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeInterceptorFactory();
 
   prometheus::Registry& registry() { return *registry_; }
+  // Resolves the principal a call's log line names (which must outlive the server); null: none.
+  void set_authenticator(const Authenticator* auth) { auth_ = auth; }
+  const Authenticator* authenticator() const { return auth_; }
   // Also served at /metrics (when serving), kept alive by this object.
   void AddCollectable(std::shared_ptr<prometheus::Collectable> collectable);
 
@@ -41,6 +46,7 @@ class RpcMetrics {
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
+  const Authenticator* auth_ = nullptr;
   std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };

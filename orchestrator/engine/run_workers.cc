@@ -5,6 +5,7 @@
 #include "orchestrator/engine/engine.h"
 #include "orchestrator/engine/engine_internal.h"
 #include "orchestrator/engine/journal.h"
+#include "orchestrator/engine/log_context.h"
 #include "spdlog/spdlog.h"
 
 namespace rote::orchestrator::engine {
@@ -55,6 +56,8 @@ void Engine::ExecuteRun(const Job& job) {
     control.started = true;
   }
   const int64_t id = job.run_id;
+  // Every line logged while the run executes names it.
+  const ScopedLogContext log_scope(LogContext{control.principal, RunName(id), ""});
   auto fail = [&](store::RunState state, const std::string& error, bool interrupted = false) {
     bool requeue = false;
     {
