@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
+#include "orchestrator/api/json_log.h"
 #include "orchestrator/offline.h"
 #include "orchestrator/server.h"
 #include "spdlog/spdlog.h"
@@ -25,8 +26,10 @@ namespace {
 const char kUsage[] =
     "Usage: rote serve [flags]\n"
     "Runs the rote gRPC server (rote.v1 services, grpc.health.v1, server reflection) until\n"
-    "SIGINT or SIGTERM; then health turns NOT_SERVING, calls in flight finish (up to the grace\n"
-    "period) and the process exits 0.\n\n"
+    "SIGINT or SIGTERM; then health turns NOT_SERVING, new runs are refused (UNAVAILABLE), runs\n"
+    "executing finish (up to --drain-grace-ms; those still running go back to the queue for the\n"
+    "next server on the same data), calls in flight finish (up to --grace-ms) and the process\n"
+    "exits 0 (docs/operations.md).\n\n"
     "Flags:\n"
     "  --listen HOST:PORT          address to serve on (default 127.0.0.1:7878); any address\n"
     "                              other than loopback requires --keys\n"
@@ -40,8 +43,12 @@ const char kUsage[] =
     "  --max-message-bytes N       largest request or response (default 67108864)\n"
     "  --tls-cert FILE --tls-key FILE  serve TLS with this PEM certificate and key\n"
     "  --drain-ms N                after a signal, keep serving N ms while NOT_SERVING (default 0)\n"
+    "  --drain-grace-ms N          then give runs executing up to N ms to finish before they are\n"
+    "                              re-queued (default 30000)\n"
     "  --grace-ms N                then give calls in flight up to N ms (default 10000)\n"
-    "  --log-level LEVEL           trace, debug, info, warn, error (default info)\n\n"
+    "  --log-level LEVEL           trace, debug, info, warn, error (default info)\n"
+    "  --log-format text|json      json: one JSON object per line with time, level, msg and,\n"
+    "                              where known, principal, run and request_id (default text)\n\n"
     "Generation (docs/generation.md):\n"
     "  --model DIR                 load this Hugging Face model directory and generate code for\n"
     "                              unbound generation points (runs with --allow-generation)\n"
@@ -145,7 +152,7 @@ class SignalWatcher {
 
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "max-message-bytes", "tls-cert",
-                 "tls-key", "drain-ms", "grace-ms", "log-level", "model", "device", "numerics", "kv-cache-mb",
+                 "tls-key", "drain-ms", "grace-ms", "drain-grace-ms", "log-level", "log-format", "model", "device", "numerics", "kv-cache-mb",
                  "attempts", "max-tokens", "retry-temperature", "grammar", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
                 {"help"}};
   auto flags = ParseFlags(args, spec);
@@ -162,6 +169,12 @@ int CmdServe(const Args& args) {
     return kExitUsage;
   }
   spdlog::set_level(spdlog::level::from_str(flags->GetOr("log-level", "info")));
+  const std::string log_format = flags->GetOr("log-format", "text");
+  if (log_format != "text" && log_format != "json") {
+    std::cerr << "rote serve: --log-format must be text or json, got `" << log_format << "`\n\n" << kUsage;
+    return kExitUsage;
+  }
+  if (log_format == "json") orchestrator::UseJsonLogs();
 
   orchestrator::ServerOptions opt;
   opt.listen = flags->GetOr("listen", opt.listen);
@@ -172,15 +185,18 @@ int CmdServe(const Args& args) {
       IntFlag(*flags, "max-message-bytes", opt.max_message_bytes, 1024, int64_t{1} << 30);
   const std::optional<int64_t> drain_ms = IntFlag(*flags, "drain-ms", 0, 0, int64_t{24} * 3600 * 1000);
   const std::optional<int64_t> grace_ms = IntFlag(*flags, "grace-ms", 10000, 0, int64_t{24} * 3600 * 1000);
+  const std::optional<int64_t> drain_grace_ms =
+      IntFlag(*flags, "drain-grace-ms", opt.drain_grace.count(), 0, int64_t{24} * 3600 * 1000);
   const std::optional<int64_t> attempts = IntFlag(*flags, "attempts", opt.generation_attempts, 1, 10);
   const std::optional<int64_t> max_tokens = IntFlag(*flags, "max-tokens", opt.generation_max_tokens, 1, 1 << 20);
   const std::optional<int64_t> kv_cache_mb = IntFlag(*flags, "kv-cache-mb", 0, 1, int64_t{1} << 30);
-  if (!max_message_bytes || !drain_ms || !grace_ms || !attempts || !max_tokens || !kv_cache_mb) return kExitUsage;
+  if (!max_message_bytes || !drain_ms || !grace_ms || !drain_grace_ms || !attempts || !max_tokens || !kv_cache_mb) return kExitUsage;
   opt.max_message_bytes = static_cast<int>(*max_message_bytes);
   opt.tls_cert_file = flags->GetOr("tls-cert", "");
   opt.tls_key_file = flags->GetOr("tls-key", "");
   opt.drain = std::chrono::milliseconds(*drain_ms);
   opt.grace = std::chrono::milliseconds(*grace_ms);
+  opt.drain_grace = std::chrono::milliseconds(*drain_grace_ms);
   opt.model_dir = flags->GetOr("model", "");
   opt.device = flags->GetOr("device", opt.device);
   opt.numerics = flags->GetOr("numerics", opt.numerics);

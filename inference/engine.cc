@@ -6,6 +6,7 @@
 #include "inference/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -105,6 +106,9 @@ struct Engine::Impl {
   RequestId next_id = 1;                                   // guarded by mu
   bool stopping = false;                                   // guarded by mu
   std::thread scheduler_thread;
+  // Written by the scheduler thread after each step, read by stats().
+  mutable std::mutex stats_mu;
+  EngineStats stats;  // guarded by stats_mu
 
   Impl(std::shared_ptr<const Model> m, Tokenizer t) : model(std::move(m)), tokenizer(std::move(t)) {}
 
@@ -115,6 +119,11 @@ struct Engine::Impl {
   void Enqueue(const std::vector<std::shared_ptr<Sequence>>& seqs, std::vector<RequestId>* ids);
   void SchedulerLoop();
   void Step();
+  // Sets the KV blocks in use and the running batch's size in `stats` (scheduler thread).
+  void RecordOccupancy();
+  // Adds one computed step to `stats`.
+  void RecordStep(size_t rows, int64_t prefill_tokens, int64_t sampled_tokens,
+                  std::chrono::steady_clock::duration elapsed);
   // Ends cancelled waiting requests and admits waiting ones, then ends cancelled running ones.
   void AdmitAndCancel();
   // Runs the step planned as `parts` (`chain` greedy steps of it) on the backend: the chosen
@@ -315,6 +324,17 @@ std::string Engine::numerics_profile() const { return impl_->backend->numerics_p
 int32_t Engine::kv_blocks() const { return impl_->blocks->num_blocks(); }  // never resized after Create
 int64_t Engine::kv_cache_bytes() const { return int64_t{kv_blocks()} * impl_->backend->KvBytesPerBlock(); }
 
+EngineStats Engine::stats() const {
+  EngineStats out;
+  {
+    std::lock_guard<std::mutex> lock(impl_->stats_mu);
+    out = impl_->stats;
+  }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  out.waiting = static_cast<int32_t>(impl_->scheduler->waiting().size());
+  return out;
+}
+
 StatusOr<std::shared_ptr<Sequence>> Engine::Impl::Prepare(GenerationRequest request) {
   const int forms = !request.prompt_tokens.empty() + !request.messages.empty() + !request.prompt.empty();
   if (forms != 1) {
@@ -468,6 +488,7 @@ void Engine::Impl::Finish(const std::shared_ptr<Sequence>& s, FinishReason reaso
   s->result.finish_reason = reason;
   s->result.text = s->text;
   scheduler->Remove(s);
+  RecordOccupancy();
   std::lock_guard<std::mutex> lock(mu);
   s->done = true;
   done_cv.notify_all();
@@ -476,6 +497,7 @@ void Engine::Impl::Finish(const std::shared_ptr<Sequence>& s, FinishReason reaso
 void Engine::Impl::Fail(const std::shared_ptr<Sequence>& s, const Status& status) {
   s->error = status;
   scheduler->Remove(s);
+  RecordOccupancy();
   std::lock_guard<std::mutex> lock(mu);
   s->done = true;
   done_cv.notify_all();
@@ -520,6 +542,14 @@ void Engine::Impl::Step() {
   // Sampled rows too are chosen where the logits are when the backend can (the CUDA backend's
   // device sampler: the same token as SampleToken, docs/numerics.md section 6).
   const bool device_sampled = !greedy_step && !options.capture_logits && backend->samples_on_device();
+  const auto step_start = std::chrono::steady_clock::now();
+  int64_t prefill = 0;
+  int64_t sampled = 0;
+  for (const StepPart& p : parts) {
+    const int64_t prompt_left = static_cast<int64_t>(p.seq->prompt_len) - p.seq->computed;
+    prefill += std::clamp<int64_t>(prompt_left, 0, p.n);
+    sampled += p.wants_logits ? chain : 0;
+  }
   std::vector<int32_t> backend_tokens;
   const Status status = Compute(parts, chain, greedy_step, device_sampled, masked_step, &backend_tokens);
   if (!status.ok()) {
@@ -535,7 +565,29 @@ void Engine::Impl::Step() {
     }
     backend_tokens = SampleRows(parts, masked_step);
   }
+  // Counted before the tokens are delivered: a caller whose Wait returns sees its step counted.
+  RecordStep(parts.size(), prefill, sampled, std::chrono::steady_clock::now() - step_start);
   Deliver(parts, chain, host_sampled, backend_tokens);
+  RecordOccupancy();
+}
+
+void Engine::Impl::RecordOccupancy() {
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.kv_blocks_in_use = blocks->num_blocks() - blocks->num_free();
+  stats.running = static_cast<int32_t>(scheduler->running().size());
+}
+
+void Engine::Impl::RecordStep(size_t rows, int64_t prefill_tokens, int64_t sampled_tokens,
+                              std::chrono::steady_clock::duration elapsed) {
+  const double seconds = std::chrono::duration<double>(elapsed).count();
+  std::lock_guard<std::mutex> lock(stats_mu);
+  stats.steps++;
+  stats.prefill_tokens += prefill_tokens;
+  stats.generated_tokens += sampled_tokens;
+  (prefill_tokens > 0 ? stats.prefill_seconds : stats.decode_seconds) += seconds;
+  if (stats.batch_size_steps.size() <= rows) stats.batch_size_steps.resize(rows + 1, 0);
+  stats.batch_size_steps[rows]++;
+  stats.batch_size_sum += static_cast<int64_t>(rows);
 }
 
 Status Engine::Impl::Compute(const std::vector<StepPart>& parts, int32_t chain, bool greedy_step,

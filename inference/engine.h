@@ -142,6 +142,25 @@ struct GenerationResult {
 
 using RequestId = uint64_t;
 
+// What the engine has done since it was created, for an operator's metrics. A step is one batch
+// computed on the backend; its time counts as prefill when any row of it computes prompt
+// positions, else as decode.
+struct EngineStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;    // prompt positions computed (not those reused from the prefix cache)
+  int64_t generated_tokens = 0;  // tokens sampled
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  // Steps by batch size (rows): batch_size_steps[n] steps held n sequences; index 0 unused.
+  std::vector<int64_t> batch_size_steps;
+  int64_t batch_size_sum = 0;
+  // KV blocks held by sequences (of kv_blocks()) and requests in the running batch, as of the
+  // latest step or finished request; requests waiting to be admitted, at the call.
+  int32_t kv_blocks_in_use = 0;
+  int32_t waiting = 0;
+  int32_t running = 0;
+};
+
 class Engine {
  public:
   // Loads model and tokenizer from `model_dir` and starts the scheduler.
@@ -175,6 +194,8 @@ class Engine {
   // The KV cache the engine holds: its blocks and their bytes (fixed at creation).
   int32_t kv_blocks() const;
   int64_t kv_cache_bytes() const;
+  // A snapshot (thread-safe).
+  EngineStats stats() const;
 
   struct Impl;
 

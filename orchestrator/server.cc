@@ -26,6 +26,7 @@
 #include "grpcpp/health_check_service_interface.h"      // the standard health service
 #include "orchestrator/api/auth.h"
 #include "orchestrator/api/observability.h"
+#include "orchestrator/api/operator_metrics.h"
 #include "orchestrator/api/services.h"
 #include "orchestrator/engine/engine.h"
 #include "orchestrator/engine/lua_runner.h"
@@ -379,6 +380,8 @@ struct Server::State {
   ServerOptions options;
   Authenticator auth;
   RpcMetrics metrics;
+  // Declared after `metrics`, whose registry holds its families.
+  std::unique_ptr<OperatorMetrics> operator_metrics;
   // Destroyed after the gRPC server and the services (declared later), engine before store.
   std::unique_ptr<store::Store> store;
   std::unique_ptr<sandbox::WorkerPool> workers;
@@ -396,6 +399,11 @@ struct Server::State {
   std::condition_variable cv;
   bool shutdown_started = false;
   bool shutdown_done = false;
+
+  // Scrapes stop reading the engine, the model and the workers before they are destroyed.
+  ~State() {
+    if (operator_metrics) operator_metrics->SetSources({});
+  }
 };
 
 Server::Server(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -460,9 +468,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     creds = grpc::InsecureServerCredentials();
   }
 
+  state->metrics.set_authenticator(&state->auth);
   if (!opt.metrics_listen.empty() && opt.metrics_listen != "off") {
     if (auto st = state->metrics.Serve(opt.metrics_listen); !st.ok()) return st;
   }
+  state->operator_metrics = std::make_unique<OperatorMetrics>(state->metrics.registry());
+  state->metrics.AddCollectable(state->operator_metrics->Collectable());
+  OperatorMetrics* const operator_metrics = state->operator_metrics.get();
 
   store::StoreOptions store_options;
   store_options.path = opt.data_dir;
@@ -491,6 +503,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
     pipeline_options.decoding.max_tokens = opt.generation_max_tokens;
     pipeline_options.decoding.retry_temperature = opt.generation_retry_temperature;
     pipeline_options.constrain_replies = opt.constrain_replies;
+    pipeline_options.on_attempt = [operator_metrics](bool passed, const std::string& reason, int64_t prompt_tokens,
+                                                     int64_t output_tokens, double seconds) {
+      operator_metrics->GenerationAttempt(passed, reason, prompt_tokens, output_tokens, seconds);
+    };
+    pipeline_options.on_answered = [operator_metrics](const std::string& kind) {
+      operator_metrics->GenerationCacheHit(kind);
+    };
     if (absl::Status s = generate::CheckDecoding(pipeline_options.decoding); !s.ok()) return s;
     auto model = LoadModel(opt, state->store.get());
     if (!model.ok()) return model.status();
@@ -515,10 +534,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   engine_options.promote_on_approval = opt.promotion == "on-approval";
   engine_options.rote_version = ROTE_VERSION;
   engine_options.max_blueprint_bytes = opt.max_message_bytes / 2;
+  engine_options.on_run_end = [operator_metrics](const std::string& blueprint, store::RunState run_state,
+                                                  double seconds) {
+    operator_metrics->RunEnded(blueprint, run_state, seconds);
+  };
   auto eng = engine::Engine::Create(state->store.get(), state->lua_runner.get(), state->pipeline.get(),
                                     engine_options);
   if (!eng.ok()) return eng.status();
   state->engine = *std::move(eng);
+  MetricSources sources;
+  sources.runs = [e = state->engine.get()] { return e->queue_stats(); };
+  sources.workers = [w = state->workers.get()] { return w->stats(); };
+  if (state->model) {
+    sources.model = [m = state->model.get()] { return m->engine().stats(); };
+    sources.kv_blocks_total = state->model->engine().kv_blocks();
+  }
+  operator_metrics->SetSources(std::move(sources));
 
   ServiceDeps deps;
   deps.auth = &state->auth;
@@ -583,15 +614,25 @@ void Server::Shutdown() {
     }
     state_->shutdown_started = true;
   }
-  spdlog::info("shutting down: health NOT_SERVING, draining for {}ms, then up to {}ms for calls in flight",
-               state_->options.drain.count(), state_->options.grace.count());
-  // NOT_SERVING first: load balancers and watchers stop sending work before we refuse it.
+  const ServerOptions& opt = state_->options;
+  spdlog::info("shutting down: health NOT_SERVING and no new runs; up to {}ms for runs executing, then up to {}ms "
+               "for calls in flight",
+               opt.drain.count() + opt.drain_grace.count(), opt.grace.count());
+  // Refusing runs, then NOT_SERVING: whoever sees NOT_SERVING finds runs refused.
+  if (state_->engine) state_->engine->BeginDrain();
   state_->server->GetHealthCheckService()->SetServingStatus(false);
-  if (state_->options.drain.count() > 0) std::this_thread::sleep_for(state_->options.drain);
-  state_->server->Shutdown(std::chrono::system_clock::now() + state_->options.grace);
+  if (opt.drain.count() > 0) std::this_thread::sleep_for(opt.drain);
+  // The API stays up while runs finish, so their watchers see them end.
+  if (state_->engine) {
+    const int requeued = state_->engine->Drain(opt.drain_grace);
+    if (requeued > 0) {
+      spdlog::warn("{} run(s) still executing after {}ms went back to the queue; the next server on {} runs them",
+                   requeued, opt.drain_grace.count(), opt.data_dir);
+    }
+  }
+  state_->server->Shutdown(std::chrono::system_clock::now() + opt.grace);
   state_->server->Wait();
-  // After the last call: runs still executing fail saying the server stopped; queued ones stay
-  // pending for the next start.
+  // Queued runs stay pending for the next start.
   if (state_->engine) state_->engine->Shutdown();
   spdlog::info("shutdown complete");
   {

@@ -33,6 +33,10 @@ struct ServerOptions {
   // notice, then in-flight calls get until `grace` to finish before they are cancelled.
   std::chrono::milliseconds drain{0};
   std::chrono::milliseconds grace{10000};
+  // Runs executing when shutdown starts get this long to finish; those still running then go
+  // back to the queue (pending, their journal dropped) for the next server on the same data to
+  // run from their start. No new run is admitted meanwhile (UNAVAILABLE) and no queued one starts.
+  std::chrono::milliseconds drain_grace{30000};
   // Runs executing at once (more wait in a queue).
   int run_workers = 4;
   // Generation (docs/generation.md): a Hugging Face model directory loaded at start and the
@@ -126,7 +130,8 @@ class Server {
   int metrics_port() const;
   const ServerOptions& options() const;
 
-  // Graceful shutdown (idempotent, thread-safe): NOT_SERVING, drain, finish in-flight calls.
+  // Graceful shutdown (idempotent, thread-safe): NOT_SERVING and no new runs, runs executing
+  // finish or are re-queued (drain_grace), then calls in flight finish (grace).
   void Shutdown();
   // Blocks until Shutdown() has completed.
   void Wait();

@@ -252,9 +252,20 @@ absl::StatusOr<std::vector<CallResult>> WorkerPool::Call(std::string_view source
   } else {
     std::lock_guard lock(mu_);
     idle_.push_back(w);
+    if (result.ok()) CountLimitHits(*result);
   }
   idle_cv_.notify_one();
   return result;
+}
+
+void WorkerPool::CountLimitHits(const std::vector<CallResult>& results) {
+  for (const CallResult& r : results) {
+    if (!absl::IsResourceExhausted(r.status)) continue;
+    const absl::string_view message = r.status.message();
+    if (message.find("instruction limit") != absl::string_view::npos) stats_.instruction_limit_hits++;
+    else if (message.find("memory limit") != absl::string_view::npos) stats_.memory_limit_hits++;
+    else if (message.find("output limit") != absl::string_view::npos) stats_.output_limit_hits++;
+  }
 }
 
 WorkerPoolStats WorkerPool::stats() const {

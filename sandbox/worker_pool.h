@@ -48,6 +48,10 @@ struct WorkerPoolStats {
   uint64_t timeouts = 0;
   uint64_t crashes = 0;
   uint64_t spawned = 0;
+  // Inputs whose call a limit stopped (RESOURCE_EXHAUSTED), by limit.
+  uint64_t instruction_limit_hits = 0;
+  uint64_t memory_limit_hits = 0;
+  uint64_t output_limit_hits = 0;
 };
 
 // Resolves the worker executable as described for WorkerPoolOptions::worker_path.
@@ -88,6 +92,8 @@ class WorkerPool {
   std::vector<Worker> idle_;
   int live_ = 0;  // workers idle or busy
   WorkerPoolStats stats_;
+  // Adds the limit hits of a batch's results to stats_ (mu_ held).
+  void CountLimitHits(const std::vector<CallResult>& results);
 };
 
 }  // namespace rote::sandbox

@@ -130,6 +130,26 @@ absl::Status AuditUnreviewed(Connection& conn, int64_t run_id, std::string_view 
   return absl::OkStatus();
 }
 
+// Appends one event to a run's history (inside the caller's write); returns its sequence.
+absl::StatusOr<int64_t> InsertRunEvent(Connection& conn, int64_t run_id, int64_t now_ms,
+                                       std::string_view kind, std::string_view payload) {
+  int64_t sequence = 0;
+  {
+    ASSIGN_OR_RETURN(Statement stmt, conn.Prepare("SELECT COALESCE(MAX(seq), 0) + 1 FROM "
+                                                  "run_events WHERE run_id = ?"));
+    stmt.BindInt(1, run_id);
+    RETURN_IF_ERROR(stmt.Step().status());
+    sequence = stmt.ColumnInt(0);
+  }
+  ASSIGN_OR_RETURN(Statement stmt,
+                   conn.Prepare("INSERT INTO run_events (run_id, seq, time_ms, kind, payload) "
+                                "VALUES (?, ?, ?, ?, ?)"));
+  stmt.BindInt(1, run_id).BindInt(2, sequence).BindInt(3, now_ms).BindText(4, kind).BindBlob(
+      5, payload);
+  RETURN_IF_ERROR(stmt.Run());
+  return sequence;
+}
+
 }  // namespace
 
 // ---- runs -------------------------------------------------------------------------------------
@@ -265,6 +285,36 @@ absl::Status SqliteRuns::AddRunBindings(int64_t run_id, const std::vector<Bindin
   });
 }
 
+absl::StatusOr<RunRecord> SqliteRuns::RequeueRun(int64_t run_id, std::string_view event_kind,
+                                                 std::string_view event_payload) {
+  RETURN_IF_ERROR(CheckNonEmpty(event_kind, "run event kind"));
+  const int64_t now = db_.clock_ms();
+  RunRecord stored;
+  RETURN_IF_ERROR(db_.Write([&](Connection& conn) -> absl::Status {
+    ASSIGN_OR_RETURN(RunState from, CurrentRunState(conn, run_id));
+    if (from != RunState::kRunning) {
+      return absl::FailedPreconditionError(
+          Cat("run ", run_id, " is ", RunStateName(from), "; only a running run can be re-queued"));
+    }
+    {
+      ASSIGN_OR_RETURN(Statement stmt, conn.Prepare("DELETE FROM run_steps WHERE run_id = ?"));
+      stmt.BindInt(1, run_id);
+      RETURN_IF_ERROR(stmt.Run());
+    }
+    {
+      ASSIGN_OR_RETURN(Statement stmt,
+                       conn.Prepare("UPDATE runs SET state = 'pending', start_ms = NULL, "
+                                    "step_count = 0 WHERE id = ?"));
+      stmt.BindInt(1, run_id);
+      RETURN_IF_ERROR(stmt.Run());
+    }
+    RETURN_IF_ERROR(InsertRunEvent(conn, run_id, now, event_kind, event_payload).status());
+    ASSIGN_OR_RETURN(stored, LoadRun(conn, run_id));
+    return absl::OkStatus();
+  }));
+  return stored;
+}
+
 absl::StatusOr<Page<RunRecord>> SqliteRuns::ListRuns(const RunFilter& filter,
                                                      const PageRequest& page) {
   if (!filter.blueprint_digest.empty()) {
@@ -369,19 +419,8 @@ absl::StatusOr<int64_t> SqliteRuns::AppendRunEvent(int64_t run_id, std::string_v
   int64_t sequence = 0;
   RETURN_IF_ERROR(db_.Write([&](Connection& conn) -> absl::Status {
     RETURN_IF_ERROR(CurrentRunState(conn, run_id).status());
-    {
-      ASSIGN_OR_RETURN(Statement stmt, conn.Prepare("SELECT COALESCE(MAX(seq), 0) + 1 FROM "
-                                                    "run_events WHERE run_id = ?"));
-      stmt.BindInt(1, run_id);
-      RETURN_IF_ERROR(stmt.Step().status());
-      sequence = stmt.ColumnInt(0);
-    }
-    ASSIGN_OR_RETURN(Statement stmt,
-                     conn.Prepare("INSERT INTO run_events (run_id, seq, time_ms, kind, payload) "
-                                  "VALUES (?, ?, ?, ?, ?)"));
-    stmt.BindInt(1, run_id).BindInt(2, sequence).BindInt(3, now).BindText(4, kind).BindBlob(
-        5, payload);
-    return stmt.Run();
+    ASSIGN_OR_RETURN(sequence, InsertRunEvent(conn, run_id, now, kind, payload));
+    return absl::OkStatus();
   }));
   return sequence;
 }

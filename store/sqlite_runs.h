@@ -22,6 +22,8 @@ class SqliteRuns {
   absl::Status AddRunBindings(int64_t run_id, const std::vector<Binding>& bindings);
   absl::StatusOr<RunRecord> FinishRun(int64_t run_id, const RunOutcome& outcome);
   absl::StatusOr<Page<RunRecord>> ListRuns(const RunFilter& filter, const PageRequest& page);
+  absl::StatusOr<RunRecord> RequeueRun(int64_t run_id, std::string_view event_kind,
+                                       std::string_view event_payload);
 
   absl::Status AppendSteps(int64_t run_id, const std::vector<StepRecord>& steps);
   absl::StatusOr<std::vector<StepRecord>> ListSteps(int64_t run_id);

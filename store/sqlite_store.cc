@@ -168,6 +168,10 @@ class SqliteStore final : public Store {
                                            const PageRequest& page) override {
     return runs_.ListRuns(filter, page);
   }
+  absl::StatusOr<RunRecord> RequeueRun(int64_t run_id, std::string_view event_kind,
+                                       std::string_view event_payload) override {
+    return runs_.RequeueRun(run_id, event_kind, event_payload);
+  }
 
   absl::Status AppendSteps(int64_t run_id, const std::vector<StepRecord>& steps) override {
     return runs_.AppendSteps(run_id, steps);

@@ -147,6 +147,17 @@ class Store {
   // Oldest first.
   virtual absl::StatusOr<Page<RunRecord>> ListRuns(const RunFilter& filter,
                                                    const PageRequest& page) = 0;
+  // running -> pending for a run a draining server gives back (docs/operations.md, "Draining"),
+  // in one transaction: the journal of the abandoned attempt (its steps) is dropped, start_ms
+  // cleared, and the event (kind, payload) appended to the run's history, so the next server
+  // runs it from its start and its result holds only that attempt's steps. FAILED_PRECONDITION
+  // from any other state. Not pure, so a store without it still builds: UNIMPLEMENTED, and the
+  // engine then records such a run as interrupted.
+  virtual absl::StatusOr<RunRecord> RequeueRun(int64_t run_id, std::string_view event_kind,
+                                               std::string_view event_payload) {
+    (void)run_id, (void)event_kind, (void)event_payload;
+    return absl::UnimplementedError("this store cannot re-queue runs");
+  }
 
   // ---- the step journal and events of a run
   // steps[i].index must equal the run's step count + i; rejected once the run is terminal.

@@ -1,10 +1,15 @@
 #include "orchestrator/api/observability.h"
 
 #include <chrono>
+#include <optional>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/descriptor.h"  // the methods compiled into this binary
+#include "google/protobuf/message.h"
 #include "grpcpp/server_context.h"
+#include "orchestrator/api/auth.h"
+#include "orchestrator/engine/log_context.h"
 #include "prometheus/counter.h"   // Counter families
 #include "prometheus/exposer.h"   // the /metrics HTTP endpoint
 #include "prometheus/histogram.h" // latency histograms
@@ -47,6 +52,25 @@ std::string UnparsedRequestMessage(const std::string& path) {
                       "run inputs are text; send them as UTF-8), or the message is malformed");
 }
 
+// The rote.v1 services are generated protobuf services: their messages are protobuf messages.
+// Others are not all (the health service exchanges byte buffers), so only these are read.
+bool IsRoteMethod(const std::string& path) {
+  return path.rfind("/rote.v1.", 0) == 0 && CompiledMethod(path) != nullptr;
+}
+
+// The string field `field` of a protobuf message, if it has one.
+std::string StringField(const google::protobuf::Message& message, const char* field) {
+  const google::protobuf::FieldDescriptor* f = message.GetDescriptor()->FindFieldByName(field);
+  if (f == nullptr || f->is_repeated() || f->type() != google::protobuf::FieldDescriptor::TYPE_STRING) return "";
+  return message.GetReflection()->GetString(message, f);
+}
+
+// A run's name from a request or response that names one ("runs/{id}"), else "".
+std::string RunNameIn(const google::protobuf::Message& message) {
+  std::string name = StringField(message, "name");
+  return name.rfind("runs/", 0) == 0 && name.size() <= 64 ? name : "";
+}
+
 class ObservingInterceptor : public grpc::experimental::Interceptor {
  public:
   ObservingInterceptor(grpc::experimental::ServerRpcInfo* info, RpcMetrics* metrics)
@@ -55,9 +79,18 @@ class ObservingInterceptor : public grpc::experimental::Interceptor {
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     using grpc::experimental::InterceptionHookPoints;
     // gRPC hands the interceptor no message when the request's bytes did not parse.
-    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE) &&
-        methods->GetRecvMessage() == nullptr) {
-      request_unparsed_ = true;
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_MESSAGE)) {
+      if (methods->GetRecvMessage() == nullptr) {
+        request_unparsed_ = true;
+      } else if (IsRoteMethod(info_->method())) {
+        const auto* request = static_cast<const google::protobuf::Message*>(methods->GetRecvMessage());
+        log_context_.run = RunNameIn(*request);
+        log_context_.request_id = StringField(*request, "request_id").substr(0, 128);
+      }
+    }
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE) && log_context_.run.empty() &&
+        methods->GetSendMessage() != nullptr && IsRoteMethod(info_->method())) {
+      log_context_.run = RunNameIn(*static_cast<const google::protobuf::Message*>(methods->GetSendMessage()));
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       grpc::Status status = methods->GetSendStatus();
@@ -72,6 +105,16 @@ class ObservingInterceptor : public grpc::experimental::Interceptor {
       const std::string method = info_->method();
       metrics_->Record(method, status.error_code(), seconds);
       const std::string peer = info_->server_context() ? info_->server_context()->peer() : "";
+      if (metrics_->authenticator() != nullptr && info_->server_context() != nullptr) {
+        const auto& metadata = info_->server_context()->client_metadata();
+        std::optional<std::string_view> authorization;
+        if (auto it = metadata.find("authorization"); it != metadata.end()) {
+          authorization = std::string_view(it->second.data(), it->second.size());
+        }
+        absl::StatusOr<Principal> principal = metrics_->authenticator()->AuthorizeHeader(authorization, method);
+        if (principal.ok()) log_context_.principal = principal->name;
+      }
+      const engine::ScopedLogContext scope(log_context_);
       if (status.ok()) {
         spdlog::info("rpc {} peer={} code=OK {:.1f}ms", method, peer, seconds * 1e3);
       } else {
@@ -87,6 +130,7 @@ class ObservingInterceptor : public grpc::experimental::Interceptor {
   RpcMetrics* metrics_;
   std::chrono::steady_clock::time_point start_;
   bool request_unparsed_ = false;
+  engine::LogContext log_context_;
 };
 
 class ObservingInterceptorFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
@@ -131,6 +175,11 @@ absl::Status RpcMetrics::Serve(const std::string& address) {
   }
   exposer_->RegisterCollectable(registry_);
   return absl::OkStatus();
+}
+
+void RpcMetrics::AddCollectable(std::shared_ptr<prometheus::Collectable> collectable) {
+  if (exposer_) exposer_->RegisterCollectable(collectable);
+  collectables_.push_back(std::move(collectable));
 }
 
 int RpcMetrics::port() const {

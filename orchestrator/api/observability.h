@@ -4,16 +4,20 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/support/server_interceptor.h"
 
 namespace prometheus {
+class Collectable;
 class Registry;
 class Exposer;
 }  // namespace prometheus
 
 namespace rote::orchestrator {
+
+class Authenticator;
 
 class RpcMetrics {
  public:
@@ -32,11 +36,18 @@ class RpcMetrics {
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeInterceptorFactory();
 
   prometheus::Registry& registry() { return *registry_; }
+  // Resolves the principal a call's log line names (which must outlive the server); null: none.
+  void set_authenticator(const Authenticator* auth) { auth_ = auth; }
+  const Authenticator* authenticator() const { return auth_; }
+  // Also served at /metrics (when serving), kept alive by this object.
+  void AddCollectable(std::shared_ptr<prometheus::Collectable> collectable);
 
  private:
   struct Families;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
+  const Authenticator* auth_ = nullptr;
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables_;
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
 

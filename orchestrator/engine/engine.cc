@@ -1,6 +1,10 @@
 #include "orchestrator/engine/engine.h"
 
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "orchestrator/engine/artifact.h"
 #include "orchestrator/engine/engine_internal.h"
 #include "orchestrator/engine/regex_artifact.h"
@@ -101,6 +105,94 @@ void Engine::Shutdown() {
   events_.Notify();
 }
 
+void Engine::BeginDrain() {
+  {
+    std::lock_guard lock(mu_);
+    draining_ = true;
+  }
+  queue_cv_.notify_all();
+}
+
+int Engine::Drain(std::chrono::milliseconds grace) {
+  BeginDrain();
+  std::unique_lock lock(mu_);
+  if (!executing_.empty()) {
+    spdlog::info("draining: {} run(s) executing get up to {}ms to finish", executing_.size(), grace.count());
+  }
+  finished_cv_.wait_for(lock, grace, [&] { return executing_.empty(); });
+  int requeued = 0;
+  for (auto& [id, control] : executing_) {
+    {
+      std::lock_guard control_lock(control->mu);
+      control->requeue = true;
+    }
+    control->interrupt.Interrupt(absl::UnavailableError("the server is draining; the run goes back to the queue"));
+    ++requeued;
+  }
+  // An interrupted run stops at its blueprint's next instruction or artifact call, or between
+  // generation attempts.
+  finished_cv_.wait(lock, [&] { return executing_.empty(); });
+  return requeued;
+}
+
+Engine::QueueStats Engine::queue_stats() {
+  std::lock_guard lock(mu_);
+  QueueStats stats;
+  stats.executing = static_cast<int64_t>(executing_.size());
+  stats.queued = static_cast<int64_t>(queue_.size());
+  stats.requeued_by_drain = requeued_by_drain_;
+  for (const auto& [id, control] : active_) {
+    std::pair<int64_t, int64_t>& counts = stats.by_blueprint[control->blueprint];
+    ++(executing_.count(id) != 0 ? counts.second : counts.first);
+  }
+  return stats;
+}
+
+std::string Engine::BlueprintNameOf(const std::string& digest) {
+  {
+    std::lock_guard lock(names_mu_);
+    auto it = blueprint_names_.find(digest);
+    if (it != blueprint_names_.end()) return it->second;
+  }
+  absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(digest);
+  if (!bp.ok()) return "unknown";
+  std::lock_guard lock(names_mu_);
+  return blueprint_names_[digest] = bp->name;
+}
+
+// Run event kind of a recorded policy; watchers read only the "events" kind, so it is not shown.
+constexpr std::string_view kPolicyEventKind = "policy";
+
+absl::Status Engine::RecordPolicy(int64_t run_id, const RunPolicy& policy) {
+  // The limits are in the run's engine profile; these are the rest.
+  return store_
+      ->AppendRunEvent(run_id, kPolicyEventKind,
+                       absl::StrCat("allow_generation=", policy.allow_generation ? 1 : 0,
+                                    " allow_pending=", policy.allow_pending ? 1 : 0,
+                                    " generation_retry=", policy.generation_retry))
+      .status();
+}
+
+absl::StatusOr<std::optional<RunPolicy>> Engine::RecordedPolicy(int64_t run_id) {
+  absl::StatusOr<std::vector<store::RunEvent>> events = store_->ListRunEvents(run_id, 0, 0);
+  if (!events.ok()) return events.status();
+  for (const store::RunEvent& e : *events) {
+    if (e.kind != kPolicyEventKind) continue;
+    RunPolicy policy;
+    for (absl::string_view field : absl::StrSplit(e.payload, ' ', absl::SkipEmpty())) {
+      const size_t eq = field.find('=');
+      int value = 0;
+      if (eq == absl::string_view::npos || !absl::SimpleAtoi(field.substr(eq + 1), &value)) continue;
+      const absl::string_view key = field.substr(0, eq);
+      if (key == "allow_generation") policy.allow_generation = value != 0;
+      if (key == "allow_pending") policy.allow_pending = value != 0;
+      if (key == "generation_retry") policy.generation_retry = value;
+    }
+    return policy;
+  }
+  return std::nullopt;
+}
+
 absl::Status Engine::Recover() {
   for (store::RunState state : {store::RunState::kRunning, store::RunState::kPending}) {
     store::PageRequest page;
@@ -124,7 +216,23 @@ absl::Status Engine::Recover() {
       }
       absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(run.blueprint_digest);
       if (!bp.ok()) return bp.status();
-      if (run.bindings.size() < bp->generation_points.size()) {
+      auto control = std::make_shared<RunControl>();
+      control->principal = run.submitter;
+      control->blueprint = bp->name;
+      absl::StatusOr<std::optional<RunPolicy>> policy =
+          run.bindings.size() < bp->generation_points.size() ? RecordedPolicy(run.id) : std::optional<RunPolicy>();
+      if (!policy.ok()) return policy.status();
+      if (*policy) {
+        // Its code is generated when it executes: the points the run has not bound yet.
+        control->policy = **policy;
+        absl::StatusOr<BlueprintView> view = ViewOf(*bp);
+        if (!view.ok()) return view.status();
+        for (const GenerationPoint& p : view->points) {
+          const bool bound = std::any_of(run.bindings.begin(), run.bindings.end(),
+                                         [&](const store::Binding& b) { return b.generation_point == p.name; });
+          if (!bound) control->deferred.push_back(p);
+        }
+      } else if (run.bindings.size() < bp->generation_points.size()) {
         // Its generation was deferred to the worker, with a policy only the lost process knew.
         absl::Status s = FinishAndAnnounce(
             run.id, store::RunOutcome{store::RunState::kFailed, "",
@@ -133,8 +241,6 @@ absl::Status Engine::Recover() {
         if (!s.ok()) return s;
         continue;
       }
-      auto control = std::make_shared<RunControl>();
-      control->principal = run.submitter;
       Enqueue(run.id, std::move(control));
     }
   }
@@ -144,6 +250,10 @@ absl::Status Engine::Recover() {
 absl::Status Engine::FinishAndAnnounce(int64_t run_id, const store::RunOutcome& outcome) {
   absl::StatusOr<store::RunRecord> finished = store_->FinishRun(run_id, outcome);
   if (!finished.ok()) return finished.status();
+  if (options_.on_run_end) {
+    const double seconds = finished->start_ms > 0 ? (finished->end_ms - finished->start_ms) / 1000.0 : -1.0;
+    options_.on_run_end(BlueprintNameOf(finished->blueprint_digest), outcome.state, seconds);
+  }
   std::vector<RunEvent> events;
   if (!outcome.error.empty()) events.push_back(RunEvent::Log(absl::StrCat("error: ", outcome.error)));
   events.push_back(RunEvent::State(outcome.state));

@@ -66,6 +66,9 @@ struct EngineOptions {
   int64_t max_blueprint_bytes = 32 << 20;
   // Batches a backtest runs at once (one sandbox worker each; the server sets its worker count).
   int backtest_parallelism = 4;
+  // Metrics hook (may be empty): a run reached a terminal state (`seconds` from its start,
+  // negative when it never started).
+  std::function<void(const std::string& blueprint, store::RunState state, double seconds)> on_run_end;
 };
 
 // A review comment is at most this many bytes: every review travels with its artifact.
@@ -156,6 +159,24 @@ class Engine {
   // queued ones pending for the next start, and joins the pool. Idempotent.
   void Shutdown();
 
+  // Draining (docs/operations.md): from BeginDrain on, SubmitRun is UNAVAILABLE and no queued
+  // run starts (they stay pending for the next server). Drain then gives the runs executing
+  // until `grace` to finish, and puts those still running back in the queue (RequeueRun: pending,
+  // their journal dropped) for the next server on the same data to run from their start; it
+  // returns how many it re-queued. Call Shutdown after it. Both idempotent.
+  void BeginDrain();
+  int Drain(std::chrono::milliseconds grace);
+
+  // What the metrics endpoint reports about the queue (a snapshot).
+  struct QueueStats {
+    int64_t queued = 0;     // submitted to this process, not yet taken by a worker
+    int64_t executing = 0;  // taken by a worker
+    int64_t requeued_by_drain = 0;  // since start
+    // The same per blueprint name: (queued, executing).
+    std::map<std::string, std::pair<int64_t, int64_t>> by_blueprint;
+  };
+  QueueStats queue_stats();
+
   // {"limits":{...},"re2":{...},"rote":"<version>","sandbox":"<profile>"} (canonical JSON).
   std::string EngineProfileJson(const sandbox::Limits& limits) const;
 
@@ -245,6 +266,13 @@ class Engine {
 
   Engine(store::Store* store, LuaArtifactRunner* lua_runner, Generator* generator, EngineOptions options);
   absl::Status Recover();
+  // Records the policy of a run whose code is generated when it executes, so a later server
+  // that takes the run up (it was queued or re-queued when this one stopped) generates it alike.
+  absl::Status RecordPolicy(int64_t run_id, const RunPolicy& policy);
+  // The recorded policy (RecordPolicy) of a run; nullopt when none was recorded.
+  absl::StatusOr<std::optional<RunPolicy>> RecordedPolicy(int64_t run_id);
+  // The declared name of a stored blueprint (cached: blueprints never change).
+  std::string BlueprintNameOf(const std::string& digest);
   void WorkerLoop();
   void Enqueue(int64_t run_id, std::shared_ptr<RunControl> control);
   void ExecuteRun(const Job& job);
@@ -275,6 +303,12 @@ class Engine {
   std::deque<Job> queue_;
   std::map<int64_t, std::shared_ptr<RunControl>> active_;
   bool stopping_ = false;
+  bool draining_ = false;
+  // Runs a worker took (between popping them and finishing them), for Drain.
+  std::map<int64_t, std::shared_ptr<RunControl>> executing_;
+  int64_t requeued_by_drain_ = 0;
+  std::mutex names_mu_;
+  std::map<std::string, std::string> blueprint_names_;  // digest -> name, guarded by names_mu_
   std::vector<std::thread> workers_;
 
   EventBus events_;

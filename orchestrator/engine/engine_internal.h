@@ -18,8 +18,10 @@ struct Engine::RunControl {
   std::mutex mu;
   bool started = false;    // a worker took it
   bool cancelled = false;  // CancelRun finished it before a worker took it
+  bool requeue = false;    // Drain's grace ran out: stopped to be run again, not failed
   RunPolicy policy;
   std::string principal;
+  std::string blueprint;  // its declared name, for metrics
   std::vector<GenerationPoint> deferred;  // points to generate before executing
 };
 

@@ -155,6 +155,13 @@ absl::Status EventBus::Append(int64_t run_id, const std::vector<RunEvent>& event
   return seq.status();
 }
 
+absl::Status EventBus::Requeue(int64_t run_id, std::string_view why) {
+  absl::StatusOr<store::RunRecord> run = store_->RequeueRun(
+      run_id, kEventsKind, EncodeRunEvents({RunEvent::Log(why), RunEvent::State(store::RunState::kPending)}));
+  Notify();
+  return run.status();
+}
+
 void EventBus::Notify() {
   {
     std::lock_guard lock(mu_);

@@ -45,6 +45,9 @@ class EventBus {
   explicit EventBus(store::Store* store) : store_(store) {}
 
   absl::Status Append(int64_t run_id, const std::vector<RunEvent>& events);
+  // Store::RequeueRun with the events `why` (a log line) and the state pending, then wakes the
+  // watchers.
+  absl::Status Requeue(int64_t run_id, std::string_view why);
   // Wakes the watchers without an event (a run left the worker pool).
   void Notify();
   // Sends the run's events from the start and returns after the terminal state. `send` returns

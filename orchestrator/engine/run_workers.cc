@@ -5,6 +5,7 @@
 #include "orchestrator/engine/engine.h"
 #include "orchestrator/engine/engine_internal.h"
 #include "orchestrator/engine/journal.h"
+#include "orchestrator/engine/log_context.h"
 #include "spdlog/spdlog.h"
 
 namespace rote::orchestrator::engine {
@@ -25,15 +26,17 @@ void Engine::WorkerLoop() {
     Job job;
     {
       std::unique_lock lock(mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;  // queued runs stay pending; the next start takes them up
+      queue_cv_.wait(lock, [&] { return stopping_ || draining_ || !queue_.empty(); });
+      if (stopping_ || draining_) return;  // queued runs stay pending; the next start takes them up
       job = std::move(queue_.front());
       queue_.pop_front();
+      executing_[job.run_id] = job.control;
     }
     ExecuteRun(job);
     {
       std::lock_guard lock(mu_);
       active_.erase(job.run_id);
+      executing_.erase(job.run_id);
     }
     finished_cv_.notify_all();
     events_.Notify();
@@ -53,7 +56,28 @@ void Engine::ExecuteRun(const Job& job) {
     control.started = true;
   }
   const int64_t id = job.run_id;
+  // Every line logged while the run executes names it.
+  const ScopedLogContext log_scope(LogContext{control.principal, RunName(id), ""});
   auto fail = [&](store::RunState state, const std::string& error, bool interrupted = false) {
+    bool requeue = false;
+    {
+      std::lock_guard lock(control.mu);
+      requeue = control.requeue;
+    }
+    // A draining server stopped it: back to the queue, to run again from its start (a person's
+    // cancel stays a cancel).
+    if (requeue && state != store::RunState::kCancelled) {
+      absl::Status s = events_.Requeue(
+          id, "re-queued by a draining server: the run stopped before it finished and runs again from its start "
+              "on the next server");
+      if (s.ok()) {
+        std::lock_guard lock(mu_);
+        ++requeued_by_drain_;
+        return;
+      }
+      spdlog::error("run {}: cannot re-queue it ({}); recording it as interrupted", id, std::string(s.message()));
+      interrupted = true;
+    }
     absl::Status s = FinishAndAnnounce(id, store::RunOutcome{state, "", RecordedError(error), interrupted});
     if (!s.ok()) spdlog::error("run {}: cannot record its end ({}): {}", id, StateWord(state), std::string(s.message()));
   };

@@ -95,6 +95,14 @@ absl::StatusOr<std::vector<store::Binding>> Engine::ResolveBindings(const Bluepr
 }
 
 absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
+  {
+    std::lock_guard lock(mu_);
+    if (draining_ || stopping_) {
+      return absl::UnavailableError(
+          "the server is draining (shutting down) and admits no new runs; submit to another server or again "
+          "once it has restarted");
+    }
+  }
   if (req.request_id.size() > 128 ||
       std::any_of(req.request_id.begin(), req.request_id.end(), [](char c) { return c < 0x21 || c > 0x7e; })) {
     return absl::InvalidArgumentError("request_id must be at most 128 printable ASCII characters without spaces");
@@ -162,9 +170,13 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
     if (absl::StatusOr<store::IdempotencyRecord> put = store_->PutIdempotency(idem); !put.ok()) return put.status();
   }
   if (absl::Status s = events_.Append(id, {RunEvent::State(store::RunState::kPending)}); !s.ok()) return s;
+  if (!deferred.empty()) {
+    if (absl::Status s = RecordPolicy(id, req.policy); !s.ok()) return s;
+  }
   auto control = std::make_shared<RunControl>();
   control->policy = req.policy;
   control->principal = req.principal;
+  control->blueprint = bp->record.name;
   control->deferred = std::move(deferred);
   {
     std::lock_guard lock(mu_);

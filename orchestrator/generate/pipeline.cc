@@ -114,6 +114,7 @@ struct GenerationPipeline::Verdict {
   engine::ArtifactCode code;
   std::string report_json;
   std::string failure;
+  std::string reason;  // a word for `failure`, for metrics (PipelineOptions::on_attempt)
   // Passed, but the auto review policy must leave it to a person (engine::Validation).
   std::string review_reason;
 };
@@ -184,12 +185,14 @@ absl::StatusOr<GenerationPipeline::Verdict> GenerationPipeline::Evaluate(const e
   if (!code.ok()) {
     v.candidate = std::string(output);
     v.failure = std::string(code.status().message());
+    v.reason = "no_code";
     return v;
   }
   v.candidate = *code;
   v.extracted = true;
   if (size_t bad = sandbox::FindInvalidUtf8(*code); bad != std::string::npos) {
     v.failure = absl::StrCat("the code is not valid UTF-8 (byte ", bad, ")");
+    v.reason = "invalid_utf8";
     return v;
   }
   if (point.kind == engine::ArtifactKind::kLuaFunction) {
@@ -201,17 +204,20 @@ absl::StatusOr<GenerationPipeline::Verdict> GenerationPipeline::Evaluate(const e
     if (absl::Status s = (*state)->Load(*code, point.name); !s.ok()) {
       if (!absl::IsInvalidArgument(s) && !absl::IsFailedPrecondition(s)) return s;
       v.failure = absl::StrCat("it does not compile: ", s.message());
+      v.reason = "compile_error";
       return v;
     }
     absl::StatusOr<std::vector<GlobalUse>> uses = GlobalUses(*code);
     if (!uses.ok()) {
       v.failure = absl::StrCat("it cannot be read: ", uses.status().message());
+      v.reason = "compile_error";
       return v;
     }
     absl::StatusOr<SandboxNames> names = ProbeSandboxNames();
     if (!names.ok()) return names.status();
     if (std::string unknown = UnknownNamesMessage(*uses, *names); !unknown.empty()) {
       v.failure = absl::StrCat("it ", unknown);
+      v.reason = "unknown_names";
       return v;
     }
   }
@@ -226,6 +232,7 @@ absl::StatusOr<GenerationPipeline::Verdict> GenerationPipeline::Evaluate(const e
   v.report_json = validation->report_json;
   if (!validation->passed) {
     v.failure = absl::StrCat(validation->refused ? "it was " : "it failed ", validation->first_failure);
+    v.reason = validation->refused ? "refused" : "tests_failed";
     return v;
   }
   v.passed = true;
@@ -338,6 +345,10 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
       // Failures travel in API strings and prompts: always valid UTF-8.
       at.failure = verdict->passed ? "" : Truncated(verdict->failure, kMaxQuotedCandidateBytes);
       c->attempts.push_back(at);
+      if (options_.on_attempt) {
+        options_.on_attempt(verdict->passed, verdict->reason, at.prompt_tokens, at.output_tokens,
+                            static_cast<double>(at.duration_ms) / 1000.0);
+      }
       if (verdict->passed) {
         c->Progress(absl::StrCat("attempt ", of, " passed (", r->tokens, " tokens)"));
         c->accepted = *std::move(verdict);
@@ -368,12 +379,14 @@ absl::StatusOr<std::optional<absl::StatusOr<engine::GeneratedArtifact>>> Generat
     }
     if (absl::Status s = RecordRequester(store_, a->digest, job.context.principal); !s.ok()) return s;
     chain.Progress(absl::StrCat("answered from the generation cache: artifact ", a->digest));
+    if (options_.on_answered) options_.on_answered("artifact");
     return Answer(engine::GeneratedArtifact{a->digest, true});
   }
   if (!absl::IsNotFound(cached.status())) return cached.status();
   absl::StatusOr<FailedGeneration> failed = GetFailedGeneration(chain.request_digest);
   if (failed.ok()) {
     const std::string last = failed->attempts.empty() ? "" : failed->attempts.back().failure;
+    if (options_.on_answered) options_.on_answered("failure");
     chain.Progress(absl::StrCat("answered from the record of the same request: generations/",
                                 chain.request_digest.substr(store::kDigestPrefix.size())));
     return Answer(absl::FailedPreconditionError(FailureMessage(

@@ -50,6 +50,14 @@ struct PipelineOptions {
   // only a fenced block of Lua that parses and reads only the sandbox's names, or a pattern RE2
   // accepts. Its digest is part of the decoding, and so of the request digest.
   bool constrain_replies = false;
+  // Metrics hooks (may be empty): each attempt once judged (`reason`: why it failed, one of
+  // no_code, invalid_utf8, compile_error, unknown_names, tests_failed, refused; empty when it
+  // passed), and each request answered without the model ("artifact": from the generation
+  // cache; "failure": from the record of the same failed request).
+  std::function<void(bool passed, const std::string& reason, int64_t prompt_tokens, int64_t output_tokens,
+                     double seconds)>
+      on_attempt;
+  std::function<void(const std::string& kind)> on_answered;
 };
 
 // Live events of one generation, for the Generate RPC. Any may be empty.

@@ -40,6 +40,8 @@ void TestServer::Start(int run_workers, const std::string& keys_file) {
   opt.run_workers = run_workers;
   opt.keys_file = keys_file;
   opt.grace = std::chrono::milliseconds(2000);
+  // Runs still executing at Stop go back to the queue after this (Server::Shutdown).
+  opt.drain_grace = std::chrono::milliseconds(2000);
   if (configure_) configure_(&opt);
   auto server = orchestrator::Server::Start(opt);
   ASSERT_TRUE(server.ok()) << server.status().message();

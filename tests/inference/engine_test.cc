@@ -656,5 +656,32 @@ TEST(EngineTest, ProvenanceNamesTheExactProfile) {
   EXPECT_EQ(r.provenance.numerics_profile, "exact");
 }
 
+TEST(EngineTest, StatsCountPrefillDecodeAndBatches) {
+  Loaded l = LoadTiny();
+  auto engine = MakeEngine(l, {});
+  EXPECT_EQ(engine->stats().steps, 0);
+  std::mt19937 rng(5);
+  std::vector<RequestId> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(engine->Submit(TokensRequest(RandomTokens(rng, 16), 6)).value());
+  int64_t generated = 0;
+  for (RequestId id : ids) generated += static_cast<int64_t>(engine->Wait(id).value().tokens.size());
+  const EngineStats s = engine->stats();
+  EXPECT_EQ(s.generated_tokens, generated);
+  EXPECT_EQ(s.prefill_tokens, 3 * 16);
+  EXPECT_GT(s.prefill_seconds, 0);
+  EXPECT_GT(s.steps, 0);
+  int64_t steps = 0;
+  int64_t rows = 0;
+  for (size_t n = 0; n < s.batch_size_steps.size(); ++n) {
+    steps += s.batch_size_steps[n];
+    rows += s.batch_size_steps[n] * static_cast<int64_t>(n);
+  }
+  EXPECT_EQ(steps, s.steps);
+  EXPECT_EQ(rows, s.batch_size_sum);
+  EXPECT_EQ(s.kv_blocks_in_use, 0) << "every request finished";
+  EXPECT_EQ(s.waiting, 0);
+  EXPECT_EQ(s.running, 0);
+}
+
 }  // namespace
 }  // namespace rote::inference

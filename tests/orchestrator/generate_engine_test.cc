@@ -2,8 +2,10 @@
 // pipeline for them, under the server's review policy, and reports progress as run events.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <regex>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -176,6 +178,47 @@ TEST_F(EngineGenerationTest, GenerationRetryAsksTheModelAgain) {
   ASSERT_TRUE(std::regex_search(first.error, a, request));
   ASSERT_TRUE(std::regex_search(retried.error, b, request));
   EXPECT_NE(a[1].str(), b[1].str());
+}
+
+// A run whose code is generated when it executes, stopped by a draining engine while the model
+// works: re-queued, not failed, and the next engine on the same store generates its code under
+// the same policy and runs it.
+TEST_F(EngineGenerationTest, ARunStoppedDuringGenerationResumesOnTheNextEngine) {
+  Start(ReviewMode::kAuto, [](const std::vector<generate::ChatTurn>& m) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return Answer(m);
+  });
+  engine::SubmitRequest req;
+  req.blueprint = "blueprints/amounts";
+  req.input_json = R"({"amounts":["1,5","2,25"],"text":"hello world"})";
+  req.policy.allow_generation = true;
+  req.principal = "alice";
+  auto run = engine_->SubmitRun(req);
+  ASSERT_TRUE(run.ok()) << run.status();
+  const std::string name = "runs/" + std::to_string(run->id);
+  for (int i = 0; i < 200 && engine_->GetRun(name)->state != store::RunState::kRunning; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(engine_->Drain(std::chrono::milliseconds(0)), 1);
+  engine_->Shutdown();
+  EXPECT_EQ(engine_->GetRun(name)->state, store::RunState::kPending);
+  engine::SubmitRequest refused = req;
+  EXPECT_EQ(engine_->SubmitRun(refused).status().code(), absl::StatusCode::kUnavailable);
+  engine_.reset();
+
+  engine::EngineOptions eo;
+  eo.run_workers = 2;
+  auto next = engine::Engine::Create(store_.get(), runner_.get(), pipeline_.get(), eo);
+  ASSERT_TRUE(next.ok()) << next.status();
+  engine_ = *std::move(next);
+  absl::Status watched = engine_->WatchRun(name, [](const engine::RunEvent&) { return true; }, [] { return false; });
+  ASSERT_TRUE(watched.ok()) << watched;
+  auto done = engine_->GetRun(name);
+  ASSERT_EQ(done->state, store::RunState::kSucceeded) << done->error;
+  EXPECT_EQ(done->bindings.size(), 2u);
+  auto output = engine_->OutputJson(*done);
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_EQ(*output, R"({"total":3.75,"words":["hello","world"]})");
 }
 
 }  // namespace

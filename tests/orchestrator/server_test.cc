@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "orchestrator/api/auth.h"
 #include "orchestrator/server.h"
+#include "tests/orchestrator/http_get.h"
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/blueprints.grpc.pb.h"
 #include "rote/v1/runs.grpc.pb.h"
@@ -369,25 +370,7 @@ TEST(ServerStartTest, NameWithOneOfItsAddressesBusyIsAnError) {
   EXPECT_THAT(std::string(started.message()), HasSubstr("cannot listen on localhost:"));
 }
 
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  (void)!::write(fd, req.data(), req.size());
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
+using test_http::HttpGet;
 
 TEST(ServerTest, MetricsEndpointCountsCallsByMethodAndCode) {
   ServerOptions opt = TestOptions("metrics");

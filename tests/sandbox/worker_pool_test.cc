@@ -151,5 +151,23 @@ TEST(WorkerPoolTest, ConcurrentCallersShareThePool) {
   EXPECT_EQ(ok.load(), 40);
 }
 
+TEST(WorkerPoolTest, StatsCountLimitHitsByLimit) {
+  auto pool = StartPool(1);
+  ASSERT_NE(pool, nullptr);
+  Limits tight;
+  tight.max_instructions = 100'000;
+  tight.max_output_bytes = 8;
+  auto out = pool->Call("return function(x) if x.n == 1 then while true do end end print(string.rep('y', 100)) end",
+                        "limits.lua", {Input(1, "a"), Input(2, "b")}, tight);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_EQ(out->size(), 2u);
+  EXPECT_EQ((*out)[0].status.code(), absl::StatusCode::kResourceExhausted) << (*out)[0].status;
+  EXPECT_EQ((*out)[1].status.code(), absl::StatusCode::kResourceExhausted) << (*out)[1].status;
+  const WorkerPoolStats stats = pool->stats();
+  EXPECT_EQ(stats.instruction_limit_hits, 1u);
+  EXPECT_EQ(stats.output_limit_hits, 1u);
+  EXPECT_EQ(stats.memory_limit_hits, 0u);
+}
+
 }  // namespace
 }  // namespace rote::sandbox
