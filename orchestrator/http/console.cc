@@ -21,6 +21,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "nlohmann/json.hpp"
 #include "orchestrator/server.h"
 #include "rote/v1/runs.grpc.pb.h"
 #include "spdlog/spdlog.h"
@@ -102,27 +103,10 @@ const char* CodeName(grpc::StatusCode code) {
   }
 }
 
-// A JSON string literal of `s` (the error messages quote user input).
+// A JSON string literal of `s` (the error messages quote user input); bytes that are not
+// UTF-8 become U+FFFD.
 std::string JsonQuote(std::string_view s) {
-  std::string out = "\"";
-  for (const unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  return out + "\"";
+  return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void SetError(httplib::Response& res, int http_status, const char* status, std::string_view message) {

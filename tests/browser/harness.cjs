@@ -42,11 +42,13 @@ async function startServer({ keys, model, extraArgs = [], dataDir }) {
     httpPort: ports.http,
     grpcPort: ports.grpc,
     dir,
-    async stop() {
+    data,
+    // Stops the server; its data directory is removed unless `keep` (to start another on it).
+    async stop({ keep = false } = {}) {
       const exited = new Promise((resolve) => child.on('exit', resolve));
       child.kill('SIGTERM');
       await exited;
-      fs.rmSync(dir, { recursive: true, force: true });
+      if (!keep) fs.rmSync(dir, { recursive: true, force: true });
     },
   };
 }

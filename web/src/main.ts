@@ -616,14 +616,18 @@ async function auditPage(params: URLSearchParams): Promise<void> {
 
 // ---- routing -------------------------------------------------------------------------------
 
+let routeSeq = 0;
+
 async function route(): Promise<void> {
+  const seq = ++routeSeq;
   if (stopWatch) {
     stopWatch();
     stopWatch = null;
   }
   keyHandler = null;
-  const m = main();
-  clear(m);
+  // A fresh <main> per page: a page still loading from before writes into its own, detached one.
+  const m = el('main', { id: 'main' });
+  main().replaceWith(m);
   const hash = location.hash.replace(/^#/, '') || '/queue';
   const [p, qs] = hash.split('?', 2);
   const params = new URLSearchParams(qs ?? '');
@@ -640,7 +644,10 @@ async function route(): Promise<void> {
   else if (p === '/generations') await generationsPage(params);
   else if (p.startsWith('/generation/')) await generationPage(decodeURIComponent(p.slice('/generation/'.length)));
   else append(m, [el('p', {}, 'No page ', p)]);
+  if (seq !== routeSeq) return; // a later navigation owns the page now
   document.body.dataset.renderMs = String(Math.round(performance.now() - started));
+  // Since the navigation started: what a reviewer waits for on a fresh load.
+  document.body.dataset.loadedMs = String(Math.round(performance.now()));
   document.body.dataset.ready = 'yes';
 }
 
