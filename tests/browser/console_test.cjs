@@ -284,16 +284,25 @@ test('runs: a run\'s steps with the values in and out, and its replay', async ()
 });
 
 test('live events of a running run', async () => {
+  await signIn(ALICE);
+  // Three steps, each after a busy loop, so the page sees them arrive.
   await api(server, ALICE, 'POST', 'blueprints', {
     source:
       'local bp = rote.blueprint { name = "slow", version = "1.0.0" }\n' +
-      'function bp.run(input) local n = 0 for i = 1, input.n do n = n + i % 7 end return n end\nreturn bp\n',
+      'local double = bp:lua { name = "double", task = "Double a number.", signature = "function(n) -> number",\n' +
+      '  tests = { { 1, 2 }, { 4, 8 } } }\n' +
+      'function bp.run(input)\n  local out = {}\n' +
+      '  for k = 1, 3 do local n = 0 for i = 1, input.n do n = n + i % 7 end out[k] = double(k) end\n' +
+      '  return out\nend\nreturn bp\n',
+    lockfile: 'format = 1\nblueprint = "slow"\n\n[[point]]\nname = "double"\nkind = "lua_function"\n' + "source = '''\nreturn function(n) return n * 2 end\n'''\n",
     filename: 'slow.lua',
   });
-  const r = await api(server, ALICE, 'POST', 'runs', { blueprint: 'blueprints/slow', input_json: '{"n": 60000000}' });
+  const r = await api(server, ALICE, 'POST', 'runs', { blueprint: 'blueprints/slow', input_json: '{"n": 20000000}' });
   await open('#/run/' + r.name.replace('runs/', ''));
   await page.waitForFunction(() => /state succeeded/.test(document.querySelector('#events')?.textContent ?? ''), null, { timeout: 120000 });
   await page.waitForFunction(() => /succeeded/.test(document.querySelector('#run-state-badge')?.textContent ?? ''));
+  assert.match(await page.textContent('#events'), /step 2: double/);
+  await page.waitForFunction(() => document.querySelectorAll('table.steps tbody tr').length === 3);
   await shot('live');
 });
 
