@@ -40,12 +40,22 @@ async function open(hash) {
   await page.goto(server.url + '/?load=' + ++loads + hash);
   await page.waitForSelector('body[data-ready="yes"]');
 }
+// Polls `fn` in the page until it returns true. (page.waitForFunction evaluates a string in the
+// page, which the console's content-security policy forbids, as it should.)
+async function waitUntil(fn, arg = null, timeout = 30000) {
+  const end = Date.now() + timeout;
+  for (;;) {
+    if (await page.evaluate(fn, arg)) return;
+    if (Date.now() > end) throw new Error('timed out waiting for ' + fn);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
 async function signIn(token) {
   await page.evaluate(() => sessionStorage.clear());
   await open('#/signin');
   await page.fill('#token', token);
   await page.click('#signin-button');
-  await page.waitForFunction(() => location.hash === '#/queue' && document.body.dataset.ready === 'yes');
+  await waitUntil(() => location.hash === '#/queue' && document.body.dataset.ready === 'yes');
 }
 
 const MALICIOUS = [
@@ -151,7 +161,7 @@ test('the review queue lists pending revisions with author and age; j/k and Ente
   await page.keyboard.press('k');
   assert.equal(await page.$$eval('#queue tr.selected', (t) => t.length), 1);
   await page.keyboard.press('Enter');
-  await page.waitForFunction(() => location.hash.startsWith('#/artifact/') && document.body.dataset.ready === 'yes');
+  await waitUntil(() => location.hash.startsWith('#/artifact/') && document.body.dataset.ready === 'yes');
 });
 
 test('a revision: code, spec with shown and held-out examples, validation table, diff against live', async () => {
@@ -242,7 +252,7 @@ test('rejecting the live revision falls back to the one before', async () => {
   await open('#/artifact/' + ids.v2);
   await page.fill('#comment', 'rolled back');
   await page.click('#reject');
-  await page.waitForFunction(() => document.querySelector('#state')?.textContent === 'rejected' && document.body.dataset.ready === 'yes');
+  await waitUntil(() => document.querySelector('#state')?.textContent === 'rejected' && document.body.dataset.ready === 'yes');
   assert.equal(await page.$('#live'), null);
   await page.waitForSelector('#history table');
   assert.match(await page.textContent('#history'), /fallback/);
@@ -290,7 +300,7 @@ test('live events of a running run', async () => {
     source:
       'local bp = rote.blueprint { name = "slow", version = "1.0.0" }\n' +
       'local double = bp:lua { name = "double", task = "Double a number.", signature = "function(n) -> number",\n' +
-      '  tests = { { 1, 2 }, { 4, 8 } } }\n' +
+      '  tests = { { 1, 2 }, { 4, 8 }, { input = 5, output = 10, held_out = true } } }\n' +
       'function bp.run(input)\n  local out = {}\n' +
       '  for k = 1, 3 do local n = 0 for i = 1, input.n do n = n + i % 7 end out[k] = double(k) end\n' +
       '  return out\nend\nreturn bp\n',
@@ -299,11 +309,18 @@ test('live events of a running run', async () => {
   });
   const r = await api(server, ALICE, 'POST', 'runs', { blueprint: 'blueprints/slow', input_json: '{"n": 20000000}' });
   await open('#/run/' + r.name.replace('runs/', ''));
-  await page.waitForFunction(() => /state succeeded/.test(document.querySelector('#events')?.textContent ?? ''), null, { timeout: 120000 });
-  await page.waitForFunction(() => /succeeded/.test(document.querySelector('#run-state-badge')?.textContent ?? ''));
+  await waitUntil(() => /state succeeded/.test(document.querySelector('#events')?.textContent ?? ''), null, 120000);
+  await waitUntil(() => /succeeded/.test(document.querySelector('#run-state-badge')?.textContent ?? ''));
   assert.match(await page.textContent('#events'), /step 2: double/);
-  await page.waitForFunction(() => document.querySelectorAll('table.steps tbody tr').length === 3);
+  await waitUntil(() => document.querySelectorAll('table.steps tbody tr').length === 3);
   await shot('live');
+  // The spec marks which examples the model was shown and which were held out.
+  await page.click('table.bindings a');
+  await page.waitForSelector('#spec table.examples');
+  const examples = await page.$$eval('#spec table.examples tbody tr', (trs) => trs.map((t) => t.textContent));
+  assert.equal(examples.length, 3);
+  assert.match(examples[0], /shown/);
+  assert.match(examples[2], /held out/);
 });
 
 test('the audit log', async () => {
