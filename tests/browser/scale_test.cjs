@@ -69,4 +69,7 @@ test('every page renders its first page of a large store', async () => {
   assert.match(await page.textContent('table.steps'), /"ada lovelace"/);
   await firstRender('audit', '#/audit');
   await firstRender('generations', '#/generations');
+  // The first page after the server starts also reads the store's pages from disk; once more
+  // with them cached.
+  await firstRender('queue_again', '#/queue');
 });
