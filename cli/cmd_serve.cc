@@ -40,6 +40,9 @@ const char kUsage[] =
     "                              only, every caller has every role\n"
     "  --metrics-listen HOST:PORT  Prometheus text metrics at /metrics (default\n"
     "                              127.0.0.1:9464; `off` disables)\n"
+    "  --http-listen HOST:PORT     the review console (a web page) and its JSON API (default\n"
+    "                              127.0.0.1:7880; `off` disables); the same TLS files and,\n"
+    "                              beyond loopback, the same need for --keys as --listen\n"
     "  --max-message-bytes N       largest request or response (default 67108864)\n"
     "  --tls-cert FILE --tls-key FILE  serve TLS with this PEM certificate and key\n"
     "  --drain-ms N                after a signal, keep serving N ms while NOT_SERVING (default 0)\n"
@@ -151,7 +154,7 @@ class SignalWatcher {
 }  // namespace
 
 int CmdServe(const Args& args) {
-  FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "max-message-bytes", "tls-cert",
+  FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "http-listen", "max-message-bytes", "tls-cert",
                  "tls-key", "drain-ms", "grace-ms", "drain-grace-ms", "log-level", "log-format", "model", "device", "numerics", "kv-cache-mb",
                  "attempts", "max-tokens", "retry-temperature", "grammar", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
                 {"help"}};
@@ -181,6 +184,7 @@ int CmdServe(const Args& args) {
   opt.data_dir = flags->GetOr("data", opt.data_dir);
   opt.keys_file = flags->GetOr("keys", "");
   opt.metrics_listen = flags->GetOr("metrics-listen", opt.metrics_listen);
+  opt.http_listen = flags->GetOr("http-listen", "127.0.0.1:7880");
   const std::optional<int64_t> max_message_bytes =
       IntFlag(*flags, "max-message-bytes", opt.max_message_bytes, 1024, int64_t{1} << 30);
   const std::optional<int64_t> drain_ms = IntFlag(*flags, "drain-ms", 0, 0, int64_t{24} * 3600 * 1000);
@@ -270,6 +274,9 @@ int CmdServe(const Args& args) {
   signals.Serving();
   // Scripts wait for this line to know the port.
   std::cout << "rote: listening on port " << (*server)->port() << std::endl;
+  if ((*server)->http_port() != 0) {
+    std::cout << "rote: review console on port " << (*server)->http_port() << std::endl;
+  }
   const int sig = signals.WaitForSignal();
   spdlog::info("received {}", sig == SIGINT ? "SIGINT" : "SIGTERM");
   (*server)->Shutdown();

@@ -33,6 +33,7 @@
 #include "orchestrator/generate/inference_code_model.h"
 #include "orchestrator/generate/pipeline.h"
 #include "orchestrator/generate/review_policy.h"
+#include "orchestrator/http/console.h"
 #include "sandbox/worker_pool.h"
 #include "spdlog/spdlog.h"
 #include "store/digest.h"
@@ -394,6 +395,8 @@ struct Server::State {
   Services services;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  // Calls the services above through an in-process channel; stopped before the gRPC server.
+  std::unique_ptr<http::Console> console;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -412,6 +415,7 @@ Server::~Server() { Shutdown(); }
 
 int Server::port() const { return state_->port; }
 int Server::metrics_port() const { return state_->metrics.port(); }
+int Server::http_port() const { return state_->console ? state_->console->port() : 0; }
 const ServerOptions& Server::options() const { return state_->options; }
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
@@ -596,6 +600,24 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
         "cannot listen on ", opt.listen,
         ": the address is in use or invalid (pick another with --listen HOST:PORT)"));
   }
+  if (!opt.http_listen.empty() && opt.http_listen != "off") {
+    grpc::ChannelArguments channel_args;
+    channel_args.SetMaxReceiveMessageSize(opt.max_message_bytes);
+    channel_args.SetMaxSendMessageSize(opt.max_message_bytes);
+    http::ConsoleOptions console_options;
+    console_options.listen = opt.http_listen;
+    console_options.has_keys = !opt.keys_file.empty();
+    console_options.tls_cert_file = opt.tls_cert_file;
+    console_options.tls_key_file = opt.tls_key_file;
+    console_options.max_message_bytes = opt.max_message_bytes;
+    auto console = http::Console::Start(console_options, state->server->InProcessChannel(channel_args));
+    if (!console.ok()) {
+      state->server->Shutdown(std::chrono::system_clock::now());
+      if (state->engine) state->engine->Shutdown();
+      return console.status();
+    }
+    state->console = *std::move(console);
+  }
   auto* health = state->server->GetHealthCheckService();
   health->SetServingStatus(true);
   for (const char* name : kServiceNames) health->SetServingStatus(name, true);
@@ -630,6 +652,7 @@ void Server::Shutdown() {
                    requeued, opt.drain_grace.count(), opt.data_dir);
     }
   }
+  if (state_->console) state_->console->Shutdown();
   state_->server->Shutdown(std::chrono::system_clock::now() + opt.grace);
   state_->server->Wait();
   // Queued runs stay pending for the next start.

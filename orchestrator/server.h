@@ -70,6 +70,10 @@ struct ServerOptions {
   std::string promotion = "on-approval";
   // Extra services registered alongside rote's (tests use this for a slow method).
   std::vector<grpc::Service*> extra_services;
+  // The review console (orchestrator/http/console.h): HOST:PORT serving the web page and the
+  // JSON API, with the TLS files above when set; empty or "off" disables it. Like `listen`,
+  // an address beyond loopback needs a key file.
+  std::string http_listen;
 };
 
 // Whether HOST:PORT reaches this machine only: true when every address HOST resolves to is a
@@ -128,6 +132,8 @@ class Server {
 
   int port() const;
   int metrics_port() const;
+  // The review console's port; 0 when it is off.
+  int http_port() const;
   const ServerOptions& options() const;
 
   // Graceful shutdown (idempotent, thread-safe): NOT_SERVING and no new runs, runs executing

@@ -13,6 +13,10 @@ PACKAGES=(
   libseccomp-dev prometheus-cpp-dev grep openssl
   clang libclang-rt-dev llvm
 )
+# The review console (web/, docs/review.md): an HTTP library, Node.js and npm to build its
+# TypeScript (the build runs `npm ci` on the locked packages), chromium for its browser tests.
+PACKAGES+=(libcpp-httplib-dev chromium)
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then PACKAGES+=(nodejs npm); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -83,7 +83,7 @@ start_server() {
   STARTS=$((STARTS + 1))
   local logf="$WORK/server.$STARTS.log" t0 i
   t0=$(now_ms)
-  setsid "$ROTE" serve --listen "127.0.0.1:$PORT" --data "$DATA" --metrics-listen off \
+  setsid "$ROTE" serve --listen "127.0.0.1:$PORT" --data "$DATA" --metrics-listen off --http-listen off \
     --log-level warn >"$logf" 2>&1 &
   SERVER_PID=$!
   for i in $(seq 1 600); do

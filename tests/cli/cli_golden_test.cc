@@ -324,7 +324,7 @@ TEST_F(CliTest, DevicesAndFifosAreRefusedAsFiles) {
       {{"script", "run", "/dev/zero"}, "is a character device"},
       {{"script", "run", fifo}, "is a FIFO"},
       {{"regex", "find", "a", "/dev/zero"}, "is a character device"},
-      {{"serve", "--keys", "/dev/zero", "--listen", "127.0.0.1:0", "--metrics-listen", "off"}, "is a character device"},
+      {{"serve", "--keys", "/dev/zero", "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--http-listen", "off"}, "is a character device"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args[0] + " " + c.args[1] + " " + c.args[2]);
@@ -543,7 +543,7 @@ TEST(CliTlsTest, BadTlsFilesAreUsageErrors) {
   EXPECT_EQ(junk_ca.exit_code, 2) << junk_ca.err;
   EXPECT_THAT(junk_ca.err, HasSubstr("--tls-ca " + dir + "/junk.pem holds no PEM certificate"));
   const std::vector<std::string> serve = {"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "off",
-                                          "--data", dir + "/data"};
+                                          "--http-listen", "off", "--data", dir + "/data"};
   auto serve_with = [&](const std::string& cert, const std::string& key) {
     std::vector<std::string> args = serve;
     args.insert(args.end(), {"--tls-cert", cert, "--tls-key", key});
@@ -662,7 +662,8 @@ TEST(CliModelTest, ServeWithADamagedModelExitsWithTheError) {
   const std::string dir =
       DamagedModel("serve_bad", "tokenizer.json", [](nlohmann::json& j) { j["added_tokens"][2]["id"] = 1 << 30; });
   const std::string data = dir + "-data";
-  Result r = RunRote({"serve", "--model", dir, "--data", data, "--listen", "127.0.0.1:0", "--metrics-listen", "off"});
+  Result r = RunRote({"serve", "--model", dir, "--data", data, "--listen", "127.0.0.1:0", "--metrics-listen", "off",
+                      "--http-listen", "off"});
   EXPECT_EQ(r.exit_code, rote::cli::kExitFailure) << r.err;
   EXPECT_THAT(r.err, HasSubstr(dir + "/tokenizer.json: field 'added_tokens[2].id' = 1073741824"));
   std::filesystem::remove_all(dir);
@@ -727,7 +728,7 @@ TEST(CliModelTest, ServeExitsPromptlyOnSigtermWhileLoadingTheModel) {
   posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::vector<std::string> args = {ROTE_BINARY, "serve",           "--model",          dir, "--data", data,
-                                   "--listen",  "127.0.0.1:0",     "--metrics-listen", "off"};
+                                   "--listen",  "127.0.0.1:0",     "--metrics-listen", "off", "--http-listen", "off"};
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
