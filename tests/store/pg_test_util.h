@@ -47,6 +47,7 @@ inline std::string PgExec(const std::string& url, const std::string& sql) {
   if (PQstatus(conn) != CONNECTION_OK) {
     error = PQerrorMessage(conn);
   } else {
+    PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);  // "drop cascades to ..."
     PGresult* res = PQexec(conn, sql.c_str());
     if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
       error = PQresultErrorMessage(res);
