@@ -70,6 +70,15 @@ absl::StatusOr<RunState> CurrentRunState(PgConn& conn, int64_t run_id) {
   return ParseRunState(res.Text(0, 0)).value_or(RunState::kPending);
 }
 
+// The run's state, its row locked to the end of the transaction: the writes of one run
+// (transitions, bindings, steps, events) take turns, those of different runs do not wait.
+absl::StatusOr<RunState> LockRun(PgConn& conn, int64_t run_id) {
+  ASSIGN_OR_RETURN(PgResult res, conn.Exec("SELECT state FROM runs WHERE id = $1 FOR UPDATE",
+                                           {P::Int(run_id)}));
+  if (res.rows() == 0) return absl::NotFoundError(Cat("run ", run_id, " does not exist"));
+  return ParseRunState(res.Text(0, 0)).value_or(RunState::kPending);
+}
+
 absl::Status InsertRunBindings(PgConn& conn, int64_t run_id,
                                const std::vector<Binding>& bindings) {
   for (const Binding& b : bindings) {
@@ -218,8 +227,8 @@ absl::StatusOr<CreateRunResult> PgStore::CreateRun(const NewRun& run) {
   CreateRunResult result;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
     if (!run.request_id.empty()) {
-      // Serializable: two transactions that both find no run for this request_id and both
-      // insert one cannot both commit; the loser runs again and finds the winner's run.
+      // The usual case of a repeated request; a race of two is settled by the unique index
+      // below.
       ASSIGN_OR_RETURN(PgResult res, conn.Exec("SELECT id FROM runs WHERE submitter = $1 AND "
                                                "request_id = $2",
                                                {P::Text(run.submitter), P::Text(run.request_id)}));
@@ -240,11 +249,23 @@ absl::StatusOr<CreateRunResult> PgStore::CreateRun(const NewRun& run) {
                      conn.Exec("INSERT INTO runs (blueprint_digest, input_digest, state, "
                                "engine_profile_json, error, submitter, request_id, create_ms, "
                                "unreviewed_allowed_by) VALUES ($1, $2, 'pending', $3, '', $4, "
-                               "$5, $6, $7) RETURNING id",
+                               "$5, $6, $7) ON CONFLICT (submitter, request_id) "
+                               "WHERE request_id <> '' DO NOTHING RETURNING id",
                                {P::Text(run.blueprint_digest), P::Text(run.input_digest),
                                 P::Text(run.engine_profile_json), P::Text(run.submitter),
                                 P::Text(run.request_id), P::Int(now),
                                 P::Text(run.unreviewed_allowed_by)}));
+    if (res.rows() == 0) {
+      // A concurrent submission of this request_id committed first (the insert waited for it):
+      // its run is the answer.
+      ASSIGN_OR_RETURN(PgResult other, conn.Exec("SELECT id FROM runs WHERE submitter = $1 AND "
+                                                 "request_id = $2",
+                                                 {P::Text(run.submitter), P::Text(run.request_id)}));
+      if (other.rows() == 0) return absl::AbortedError("store: a concurrent run vanished");
+      ASSIGN_OR_RETURN(result.run, LoadRun(conn, other.Int(0, 0)));
+      result.created = false;
+      return absl::OkStatus();
+    }
     const int64_t id = res.Int(0, 0);
     RETURN_IF_ERROR(InsertRunBindings(conn, id, run.bindings));
     RETURN_IF_ERROR(AuditUnreviewed(conn, id, run.unreviewed_allowed_by, run.bindings, now));
@@ -264,7 +285,7 @@ absl::StatusOr<RunRecord> PgStore::Transition(int64_t run_id, RunState to,
   const int64_t now = db_.clock_ms();
   RunRecord stored;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
-    ASSIGN_OR_RETURN(RunState from, CurrentRunState(conn, run_id));
+    ASSIGN_OR_RETURN(RunState from, LockRun(conn, run_id));
     if (!IsLegalTransition(from, to)) {
       return absl::FailedPreconditionError(Cat("run ", run_id, " is ", RunStateName(from),
                                                "; it cannot become ", RunStateName(to)));
@@ -314,7 +335,7 @@ absl::Status PgStore::AddRunBindings(int64_t run_id, const std::vector<Binding>&
   for (const Binding& b : bindings) RETURN_IF_ERROR(ValidateBinding(b));
   const int64_t now = db_.clock_ms();
   return db_.Write([&](PgConn& conn) -> absl::Status {
-    ASSIGN_OR_RETURN(RunState state, CurrentRunState(conn, run_id));
+    ASSIGN_OR_RETURN(RunState state, LockRun(conn, run_id));
     if (IsTerminal(state)) {
       return absl::FailedPreconditionError(Cat("run ", run_id, " is ", RunStateName(state),
                                                "; its bindings can no longer change"));
@@ -371,7 +392,8 @@ absl::Status PgStore::AppendSteps(int64_t run_id, const std::vector<StepRecord>&
     RETURN_IF_ERROR(CheckDigest(s.output_digest, "step output_digest"));
   }
   return db_.Write([&](PgConn& conn) -> absl::Status {
-    ASSIGN_OR_RETURN(PgResult res, conn.Exec("SELECT state, step_count FROM runs WHERE id = $1",
+    ASSIGN_OR_RETURN(PgResult res, conn.Exec("SELECT state, step_count FROM runs WHERE id = $1 "
+                                             "FOR UPDATE",
                                              {P::Int(run_id)}));
     if (res.rows() == 0) return absl::NotFoundError(Cat("run ", run_id, " does not exist"));
     const RunState state = ParseRunState(res.Text(0, 0)).value_or(RunState::kPending);
@@ -425,7 +447,7 @@ absl::StatusOr<int64_t> PgStore::AppendRunEvent(int64_t run_id, std::string_view
   const int64_t now = db_.clock_ms();
   int64_t sequence = 0;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
-    RETURN_IF_ERROR(CurrentRunState(conn, run_id).status());
+    RETURN_IF_ERROR(LockRun(conn, run_id).status());
     ASSIGN_OR_RETURN(PgResult res,
                      conn.Exec("INSERT INTO run_events (run_id, seq, time_ms, kind, payload) "
                                "SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4 FROM run_events "
@@ -631,14 +653,18 @@ absl::StatusOr<GenerationRecord> PgStore::PutGeneration(const GenerationRecord& 
         conn.Exec("INSERT INTO generations (request_digest, generation_point, spec_digest, "
                   "model_digest, numerics_profile, prompt_template_version, decoding_json, "
                   "device, passed, artifact_digest, failure, create_ms) "
-                  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
+                  "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
+                  "ON CONFLICT (request_digest) DO NOTHING RETURNING id",
                   {P::Text(g.request_digest), P::Text(g.generation_point), P::Text(g.spec_digest),
                    P::Text(g.model_digest), P::Text(g.numerics_profile),
                    P::Text(g.prompt_template_version), P::Text(g.decoding_json),
                    P::Text(g.device), P::Bool(g.passed), P::TextOrNull(g.artifact_digest),
                    P::Text(g.failure), P::Int(now)}));
-    RETURN_IF_ERROR(PgInsertAttempts(conn, "generation_attempts", "generation_id",
-                                     res.Int(0, 0), g.attempts));
+    // No row: a concurrent writer recorded this request first; the first record is kept.
+    if (res.rows() > 0) {
+      RETURN_IF_ERROR(PgInsertAttempts(conn, "generation_attempts", "generation_id",
+                                       res.Int(0, 0), g.attempts));
+    }
     ASSIGN_OR_RETURN(stored, LoadGeneration(conn, g.request_digest));
     return absl::OkStatus();
   }));
@@ -778,12 +804,25 @@ absl::StatusOr<IdempotencyRecord> PgStore::PutIdempotency(const IdempotencyRecor
       return absl::OkStatus();
     }
     if (!absl::IsNotFound(existing.status())) return existing.status();
-    RETURN_IF_ERROR(conn.Exec("INSERT INTO idempotency (principal, request_id, request_digest, "
-                              "response, create_ms) VALUES ($1, $2, $3, $4, $5)",
-                              {P::Text(record.principal), P::Text(record.request_id),
-                               P::Text(record.request_digest), P::Bytes(record.response),
-                               P::Int(now)})
-                        .status());
+    ASSIGN_OR_RETURN(PgResult res,
+                     conn.Exec("INSERT INTO idempotency (principal, request_id, request_digest, "
+                               "response, create_ms) VALUES ($1, $2, $3, $4, $5) "
+                               "ON CONFLICT (principal, request_id) DO NOTHING RETURNING 1",
+                               {P::Text(record.principal), P::Text(record.request_id),
+                                P::Text(record.request_digest), P::Bytes(record.response),
+                                P::Int(now)}));
+    if (res.rows() == 0) {
+      // A concurrent writer was first: its record, checked as above.
+      ASSIGN_OR_RETURN(IdempotencyRecord first,
+                       LoadIdempotency(conn, record.principal, record.request_id));
+      if (first.request_digest != record.request_digest) {
+        return absl::InvalidArgumentError(Cat(
+            "request_id '", record.request_id,
+            "' was already used for a different request; use a new request_id"));
+      }
+      stored = std::move(first);
+      return absl::OkStatus();
+    }
     stored = record;
     stored.create_ms = now;
     return absl::OkStatus();

@@ -1,8 +1,10 @@
 // The PostgreSQL implementation of Store, private to store/ (Store::Open picks it for a
-// postgresql:// URL). Every write is one SERIALIZABLE transaction, retried from its start on a
-// serialization failure, so it behaves as if writes ran one at a time, as under SQLite's single
-// writer, also with several processes (replicas) on one database. Reads run in one REPEATABLE
-// READ snapshot each. Blobs live in the database: up to 1 MiB in the blob's row, larger ones in
+// postgresql:// URL). Every write is one READ COMMITTED transaction that locks what its checks
+// depend on before checking (the run's row, an advisory lock per generation point, one for the
+// audit log) and lets unique keys decide races (INSERT ... ON CONFLICT), so its check-then-write
+// sequences are atomic as under SQLite's single writer, also with several processes (replicas)
+// on one database, while writes to different rows commit concurrently. Reads run in one
+// REPEATABLE READ snapshot each. Blobs live in the database: up to 1 MiB in the blob's row, larger ones in
 // 1 MiB chunks.
 #pragma once
 
@@ -36,9 +38,9 @@ struct PgDb {
   PgPool pool;
   std::atomic<int64_t> commits{0};
 
-  // One write transaction: `fn(conn)` runs inside BEGIN ISOLATION LEVEL SERIALIZABLE and is
-  // run again from the start (so it must only assign its results) when PostgreSQL reports a
-  // serialization failure or deadlock.
+  // One write transaction: `fn(conn)` runs inside BEGIN ... COMMIT and is run again from the
+  // start (so it must only assign its results) when PostgreSQL reports a deadlock or
+  // serialization failure.
   absl::Status Write(const std::function<absl::Status(PgConn&)>& fn);
 
   // A read in one snapshot.
@@ -61,6 +63,9 @@ absl::Status PgRequireBlob(PgConn& conn, std::string_view digest, std::string_vi
 absl::Status PgRequireArtifact(PgConn& conn, std::string_view digest, std::string_view what);
 absl::Status PgRequireAttemptBlobs(PgConn& conn, const std::vector<GenerationAttempt>& attempts);
 absl::Status PgAppendAudit(PgConn& conn, const AuditEntry& entry, int64_t now_ms);
+// Takes the transaction's lock of a generation point: revisions, reviews and live revisions of
+// one point change one transaction at a time. Taken before the audit lock, never after.
+absl::Status PgLockPoint(PgConn& conn, std::string_view generation_point);
 
 class PgStore final : public Store {
  public:
