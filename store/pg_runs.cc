@@ -130,16 +130,6 @@ absl::Status AuditUnreviewed(PgConn& conn, int64_t run_id, std::string_view allo
   return absl::OkStatus();
 }
 
-absl::Status CheckDigestPrefix(std::string_view prefix) {
-  std::string_view hex = prefix.substr(std::min(prefix.size(), kDigestPrefix.size()));
-  bool ok = prefix.starts_with(kDigestPrefix) && !hex.empty() && hex.size() <= 64;
-  for (char c : hex) ok = ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(Cat("digest prefix '", prefix.substr(0, 80),
-                                        "' is not \"sha256:\" followed by 1 to 64 lowercase hex "
-                                        "digits"));
-}
-
 // The total of `count_sql` and the first `limit` strings of `rows_sql` (which takes the limit
 // as its last parameter), in one snapshot.
 absl::StatusOr<Store::Matches> Collect(PgDb& db, const std::string& rows_sql,
@@ -316,18 +306,7 @@ absl::StatusOr<RunRecord> PgStore::StartRun(int64_t run_id) {
 }
 
 absl::StatusOr<RunRecord> PgStore::FinishRun(int64_t run_id, const RunOutcome& outcome) {
-  if (!IsTerminal(outcome.state)) {
-    return absl::InvalidArgumentError(
-        Cat("FinishRun needs a terminal state (succeeded, failed, cancelled), not ",
-            RunStateName(outcome.state)));
-  }
-  if (outcome.interrupted && outcome.state != RunState::kFailed) {
-    return absl::InvalidArgumentError(Cat("only a failed run can be interrupted, not a ",
-                                          RunStateName(outcome.state), " one"));
-  }
-  if (outcome.state == RunState::kSucceeded || !outcome.output_digest.empty()) {
-    RETURN_IF_ERROR(CheckDigest(outcome.output_digest, "run output_digest"));
-  }
+  RETURN_IF_ERROR(CheckRunOutcome(outcome));
   return Transition(run_id, outcome.state, &outcome);
 }
 
@@ -517,16 +496,8 @@ absl::StatusOr<std::vector<PointStep>> PgStore::ListPointSteps(const PointStepQu
       if (inline_values) {
         s.input = res.Text(i, 7);
         s.output = res.Text(i, 10);
-        for (auto [digest, size, value] :
-             {std::tuple{&s.input_digest, res.Int(i, 5), &s.input},
-              std::tuple{&s.output_digest, res.Int(i, 8), &s.output}}) {
-          if (static_cast<int64_t>(value->size()) != size || Sha256Digest(*value) != *digest) {
-            return absl::DataLossError(
-                Cat("blob ", *digest, " is damaged: the stored bytes (", value->size(),
-                    " bytes) no longer match their digest; restore it from a backup or put it "
-                    "again"));
-          }
-        }
+        RETURN_IF_ERROR(VerifyBlobBytes(s.input_digest, res.Int(i, 5), s.input));
+        RETURN_IF_ERROR(VerifyBlobBytes(s.output_digest, res.Int(i, 8), s.output));
         s.values_read = true;
         bytes += static_cast<int64_t>(s.input.size() + s.output.size());
       }
@@ -621,22 +592,7 @@ absl::StatusOr<BacktestRecord> PgStore::GetBacktest(std::string_view artifact_di
 // ---- generations ------------------------------------------------------------------------------
 
 absl::StatusOr<GenerationRecord> PgStore::PutGeneration(const GenerationRecord& g) {
-  RETURN_IF_ERROR(CheckDigest(g.request_digest, "generation request_digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(g.generation_point, "generation generation_point"));
-  if (g.passed) {
-    RETURN_IF_ERROR(CheckDigest(g.artifact_digest, "generation artifact_digest"));
-  } else if (!g.artifact_digest.empty()) {
-    return absl::InvalidArgumentError("a failed generation has no artifact_digest");
-  }
-  for (const GenerationAttempt& a : g.attempts) {
-    if (!a.prompt_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.prompt_digest, "attempt prompt_digest"));
-    if (!a.output_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.output_digest, "attempt output_digest"));
-    if (!a.code_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.code_digest, "attempt code_digest"));
-    if (a.prompt_tokens < 0 || a.output_tokens < 0 || a.start_ms < 0 || a.duration_ms < 0) {
-      return absl::InvalidArgumentError(
-          Cat("attempt ", a.index, ": token counts and times must not be negative"));
-    }
-  }
+  RETURN_IF_ERROR(CheckNewGeneration(g));
   const int64_t now = db_.clock_ms();
   GenerationRecord stored;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
@@ -678,12 +634,7 @@ absl::StatusOr<GenerationRecord> PgStore::GetGeneration(std::string_view request
 
 absl::StatusOr<std::vector<std::string>> PgStore::FindGenerationsByPrefix(
     std::string_view prefix, int limit) {
-  if (!prefix.starts_with("sha256:") || prefix.size() > 71 ||
-      prefix.find_first_not_of("0123456789abcdef", 7) != std::string_view::npos) {
-    return absl::InvalidArgumentError(Cat("'", prefix.substr(0, 80),
-                                          "' is not a digest prefix; expected sha256: and "
-                                          "lowercase hex digits"));
-  }
+  RETURN_IF_ERROR(CheckGenerationPrefix(prefix));
   return db_.Read([&](PgConn& conn) -> absl::StatusOr<std::vector<std::string>> {
     ASSIGN_OR_RETURN(PgResult res,
                      conn.Exec("SELECT request_digest FROM generations WHERE request_digest >= "

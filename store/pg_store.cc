@@ -25,19 +25,6 @@ int64_t SystemClockMs() {
       .count();
 }
 
-std::string MakeEtag(std::string_view digest, int64_t state_version) {
-  return Sha256Digest(Cat(digest, "#", state_version)).substr(kDigestPrefix.size(), 20);
-}
-
-absl::Status VerifyBlob(std::string_view digest, int64_t size, std::string_view bytes) {
-  if (static_cast<int64_t>(bytes.size()) != size || Sha256Digest(bytes) != digest) {
-    return absl::DataLossError(Cat(
-        "blob ", digest, " is damaged: the stored bytes (", bytes.size(),
-        " bytes) no longer match their digest; restore it from a backup or put it again"));
-  }
-  return absl::OkStatus();
-}
-
 // ---- row loaders ----------------------------------------------------------------------------
 
 constexpr std::string_view kBlueprintColumns = "id, digest, name, version, source, create_ms";
@@ -77,17 +64,6 @@ absl::StatusOr<BlueprintRecord> LoadBlueprint(PgConn& conn, std::string_view dig
                                    {P::Text(digest)}));
   if (rows.empty()) return absl::NotFoundError(Cat("blueprint ", digest, " is not stored"));
   return std::move(rows.front().second);
-}
-
-absl::Status ValidateSpec(const GenerationSpecRecord& spec) {
-  RETURN_IF_ERROR(CheckDigest(spec.digest, "generation spec digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(spec.name, "generation spec name"));
-  if (Sha256Digest(spec.canonical) != spec.digest) {
-    return absl::InvalidArgumentError(Cat(
-        "generation spec '", spec.name, "': digest ", spec.digest,
-        " is not the sha256 of its canonical encoding (", Sha256Digest(spec.canonical), ")"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status InsertSpec(PgConn& conn, const GenerationSpecRecord& spec, int64_t now) {
@@ -484,7 +460,7 @@ absl::StatusOr<std::string> PgStore::GetBlob(std::string_view digest) {
         bytes += chunk.Text(0, 0);
       }
     }
-    RETURN_IF_ERROR(VerifyBlob(digest, size, bytes));
+    RETURN_IF_ERROR(VerifyBlobBytes(digest, size, bytes));
     return bytes;
   });
 }
@@ -672,18 +648,7 @@ absl::StatusOr<ArtifactRecord> PgStore::ProposeArtifact(const ArtifactRecord& ar
 
 absl::StatusOr<ArtifactRecord> PgStore::ProposeArtifactImpl(const ArtifactRecord& artifact,
                                                             const AuditEntry* audit) {
-  RETURN_IF_ERROR(CheckDigest(artifact.digest, "artifact digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(artifact.kind, "artifact kind"));
-  RETURN_IF_ERROR(CheckNonEmpty(artifact.generation_point, "artifact generation_point"));
-  for (const GenerationAttempt& a : artifact.provenance.attempts) {
-    if (!a.prompt_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.prompt_digest, "attempt prompt_digest"));
-    if (!a.output_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.output_digest, "attempt output_digest"));
-    if (!a.code_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.code_digest, "attempt code_digest"));
-    if (a.prompt_tokens < 0 || a.output_tokens < 0 || a.start_ms < 0 || a.duration_ms < 0) {
-      return absl::InvalidArgumentError(
-          Cat("attempt ", a.index, ": token counts and times must not be negative"));
-    }
-  }
+  RETURN_IF_ERROR(CheckNewArtifact(artifact));
   const int64_t now = db_.clock_ms();
   ArtifactRecord stored;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {

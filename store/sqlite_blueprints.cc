@@ -63,17 +63,6 @@ absl::StatusOr<BlueprintRecord> LoadBlueprint(Connection& conn, std::string_view
   return std::move(rows.front().second);
 }
 
-absl::Status ValidateSpec(const GenerationSpecRecord& spec) {
-  RETURN_IF_ERROR(CheckDigest(spec.digest, "generation spec digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(spec.name, "generation spec name"));
-  if (Sha256Digest(spec.canonical) != spec.digest) {
-    return absl::InvalidArgumentError(Cat(
-        "generation spec '", spec.name, "': digest ", spec.digest,
-        " is not the sha256 of its canonical encoding (", Sha256Digest(spec.canonical), ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status InsertSpec(Connection& conn, const GenerationSpecRecord& spec, int64_t now) {
   ASSIGN_OR_RETURN(Statement stmt, conn.Prepare(
                                        "INSERT INTO generation_specs (digest, kind, name, "
