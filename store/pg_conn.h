@@ -80,7 +80,7 @@ class PgConn {
 // A fixed pool of connections; a caller leases one for the length of its transaction.
 class PgPool {
  public:
-  // `setup_sql` runs on every connection the pool opens (session settings).
+  // `setup_sql` runs on every connection the pool opens (per-connection settings such as synchronous_commit).
   absl::Status Init(const std::string& conninfo, int size, std::string setup_sql);
 
   class Lease {
