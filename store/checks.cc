@@ -70,6 +70,23 @@ absl::Status CheckAttempts(const std::vector<GenerationAttempt>& attempts) {
   return absl::OkStatus();
 }
 
+absl::Status CheckNewBlueprint(const BlueprintRecord& blueprint) {
+  RETURN_IF_ERROR(CheckDigest(blueprint.digest, "blueprint digest"));
+  RETURN_IF_ERROR(CheckNonEmpty(blueprint.name, "blueprint name"));
+  for (const GenerationSpecRecord& spec : blueprint.generation_points) {
+    RETURN_IF_ERROR(ValidateSpec(spec));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameBlueprint(const BlueprintRecord& stored, const BlueprintRecord& put) {
+  if (stored.source != put.source || stored.name != put.name || stored.version != put.version) {
+    return absl::FailedPreconditionError(
+        Cat("blueprint ", put.digest, " is already stored with different content"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckNewArtifact(const ArtifactRecord& artifact) {
   RETURN_IF_ERROR(CheckDigest(artifact.digest, "artifact digest"));
   RETURN_IF_ERROR(CheckNonEmpty(artifact.kind, "artifact kind"));

@@ -20,6 +20,10 @@ absl::Status CheckNonEmpty(std::string_view value, std::string_view what);
 absl::Status ValidateBinding(const Binding& b);
 // Digest form, non-empty name, and digest = sha256(canonical).
 absl::Status ValidateSpec(const GenerationSpecRecord& spec);
+// What PutBlueprint checks before it writes (the blueprint and its specs).
+absl::Status CheckNewBlueprint(const BlueprintRecord& blueprint);
+// FAILED_PRECONDITION when `stored`, of the same digest, differs from `put`.
+absl::Status CheckSameBlueprint(const BlueprintRecord& stored, const BlueprintRecord& put);
 // INVALID_ARGUMENT for a malformed blob digest or a negative count or time.
 absl::Status CheckAttempts(const std::vector<GenerationAttempt>& attempts);
 // What PutArtifact / ProposeArtifact check before they write.

@@ -84,21 +84,13 @@ absl::StatusOr<GenerationSpecRecord> PgStore::GetGenerationSpec(std::string_view
 }
 
 absl::StatusOr<BlueprintRecord> PgStore::PutBlueprint(const BlueprintRecord& blueprint) {
-  RETURN_IF_ERROR(CheckDigest(blueprint.digest, "blueprint digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(blueprint.name, "blueprint name"));
-  for (const GenerationSpecRecord& spec : blueprint.generation_points) {
-    RETURN_IF_ERROR(ValidateSpec(spec));
-  }
+  RETURN_IF_ERROR(CheckNewBlueprint(blueprint));
   const int64_t now = db_.clock_ms();
   BlueprintRecord stored;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
     absl::StatusOr<BlueprintRecord> existing = LoadBlueprint(conn, blueprint.digest);
     if (existing.ok()) {
-      if (existing->source != blueprint.source || existing->name != blueprint.name ||
-          existing->version != blueprint.version) {
-        return absl::FailedPreconditionError(Cat(
-            "blueprint ", blueprint.digest, " is already stored with different content"));
-      }
+      RETURN_IF_ERROR(CheckSameBlueprint(*existing, blueprint));
       stored = *std::move(existing);
       return absl::OkStatus();
     }
@@ -116,11 +108,7 @@ absl::StatusOr<BlueprintRecord> PgStore::PutBlueprint(const BlueprintRecord& blu
     if (res.rows() == 0) {
       // Another writer stored it meanwhile: the same checks as when it was there before.
       ASSIGN_OR_RETURN(BlueprintRecord other, LoadBlueprint(conn, blueprint.digest));
-      if (other.source != blueprint.source || other.name != blueprint.name ||
-          other.version != blueprint.version) {
-        return absl::FailedPreconditionError(Cat(
-            "blueprint ", blueprint.digest, " is already stored with different content"));
-      }
+      RETURN_IF_ERROR(CheckSameBlueprint(other, blueprint));
       stored = std::move(other);
       return absl::OkStatus();
     }

@@ -100,21 +100,13 @@ absl::StatusOr<GenerationSpecRecord> SqliteBlueprints::GetGenerationSpec(std::st
 }
 
 absl::StatusOr<BlueprintRecord> SqliteBlueprints::PutBlueprint(const BlueprintRecord& blueprint) {
-  RETURN_IF_ERROR(CheckDigest(blueprint.digest, "blueprint digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(blueprint.name, "blueprint name"));
-  for (const GenerationSpecRecord& spec : blueprint.generation_points) {
-    RETURN_IF_ERROR(ValidateSpec(spec));
-  }
+  RETURN_IF_ERROR(CheckNewBlueprint(blueprint));
   const int64_t now = db_.clock_ms();
   BlueprintRecord stored;
   RETURN_IF_ERROR(db_.Write([&](Connection& conn) -> absl::Status {
     absl::StatusOr<BlueprintRecord> existing = LoadBlueprint(conn, blueprint.digest);
     if (existing.ok()) {
-      if (existing->source != blueprint.source || existing->name != blueprint.name ||
-          existing->version != blueprint.version) {
-        return absl::FailedPreconditionError(Cat(
-            "blueprint ", blueprint.digest, " is already stored with different content"));
-      }
+      RETURN_IF_ERROR(CheckSameBlueprint(*existing, blueprint));
       stored = *std::move(existing);
       return absl::OkStatus();
     }
