@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -248,6 +249,77 @@ TEST_P(StoreTest, ConcurrentReviewsWithOneEtagHaveOneWinner) {
   EXPECT_EQ(ok.load(), 1);
   EXPECT_EQ(aborted.load(), 7);
   EXPECT_EQ(store_->ListReviews(a.digest)->size(), 1u);
+}
+
+// Two stores open on one database at once, as two servers (replicas) would be: their writes
+// race and still keep one run per request id, one winner per etag, distinct revision and event
+// numbers and a dense audit log.
+TEST_P(StoreTest, TwoStoresOnOneDatabaseKeepTheInvariants) {
+  Seed();
+  std::unique_ptr<Store> other = OpenOrDie(Options());
+  Store* stores[2] = {store_.get(), other.get()};
+  constexpr int kThreads = 8;
+  auto race = [&](const std::function<void(Store&, int)>& fn) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) threads.emplace_back([&, i] { fn(*stores[i % 2], i); });
+    for (auto& t : threads) t.join();
+  };
+
+  std::vector<int64_t> ids(kThreads);
+  std::atomic<int> created{0};
+  race([&](Store& s, int i) {
+    absl::StatusOr<CreateRunResult> r = s.CreateRun(MakeRun("req-replicas"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ids[static_cast<size_t>(i)] = r->run.id;
+    if (r->created) ++created;
+  });
+  EXPECT_EQ(created.load(), 1);
+  EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), 1u);
+
+  std::vector<int64_t> sequences(kThreads);
+  race([&](Store& s, int i) {
+    absl::StatusOr<int64_t> seq = s.AppendRunEvent(ids[0], "progress", std::to_string(i));
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    sequences[static_cast<size_t>(i)] = *seq;
+  });
+  std::set<int64_t> distinct(sequences.begin(), sequences.end());
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(kThreads));
+  EXPECT_EQ(*distinct.begin(), 1);
+  EXPECT_EQ(*distinct.rbegin(), kThreads);
+
+  std::vector<int64_t> revisions(kThreads);
+  race([&](Store& s, int i) {
+    AuditEntry audit;
+    audit.principal = "p" + std::to_string(i);
+    audit.action = "propose";
+    absl::StatusOr<ArtifactRecord> a =
+        s.ProposeArtifact(MakeArtifact("replicas/parse", "return " + std::to_string(i) + " -- r"), audit);
+    ASSERT_TRUE(a.ok()) << a.status();
+    revisions[static_cast<size_t>(i)] = a->revision;
+  });
+  EXPECT_EQ(std::set<int64_t>(revisions.begin(), revisions.end()).size(),
+            static_cast<size_t>(kThreads));
+
+  ArtifactRecord target = *store_->GetRevision("replicas/parse", 1);
+  std::atomic<int> ok{0}, aborted{0};
+  race([&](Store& s, int i) {
+    absl::StatusOr<ArtifactRecord> r = s.ReviewArtifact(
+        {target.digest, "r" + std::to_string(i), ReviewState::kApproved, "", target.etag, true});
+    if (r.ok()) ++ok;
+    if (r.status().code() == absl::StatusCode::kAborted) ++aborted;
+  });
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(aborted.load(), kThreads - 1);
+  EXPECT_EQ(other->GetLiveRevision("replicas/parse", target.provenance.spec_digest)->artifact_digest,
+            target.digest);
+
+  // kThreads proposals, then one approval and its promotion: sequences 1, 2, ... without gaps.
+  absl::StatusOr<Page<AuditEntry>> audit = other->ListAuditEntries({}, {100, ""});
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  ASSERT_EQ(audit->items.size(), static_cast<size_t>(kThreads + 2));
+  for (size_t i = 0; i < audit->items.size(); ++i) {
+    EXPECT_EQ(audit->items[i].sequence, static_cast<int64_t>(i + 1));
+  }
 }
 
 TEST_P(StoreTest, ListArtifactsFiltersByState) {
