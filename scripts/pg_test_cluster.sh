@@ -23,11 +23,6 @@ if [ -z "$bindir" ]; then
     [ -x "$d/initdb" ] && bindir="$d"
   done
 fi
-if [ -z "$bindir" ] || [ ! -x "$bindir/pg_ctl" ]; then
-  echo "pg_test_cluster: no PostgreSQL server binaries (initdb, pg_ctl) found; install the" \
-       "postgresql package (scripts/setup.sh does) or set ROTE_PG_BINDIR" >&2
-  exit 1
-fi
 
 # As root, PostgreSQL refuses to run: run its programs as an unprivileged user.
 as_user=()
@@ -40,7 +35,7 @@ fi
 stop_cluster() {
   local dir="$1"
   [ -d "$dir" ] || return 0
-  if [ -f "$dir/data/postmaster.pid" ]; then
+  if [ -f "$dir/data/postmaster.pid" ] && [ -x "$bindir/pg_ctl" ]; then
     "${as_user[@]}" "$bindir/pg_ctl" -D "$dir/data" -m immediate -w -t 30 stop >/dev/null 2>&1 || true
   fi
   rm -rf "$dir"
@@ -48,6 +43,11 @@ stop_cluster() {
 
 case "$cmd" in
   start)
+    if [ -z "$bindir" ] || [ ! -x "$bindir/pg_ctl" ]; then
+      echo "pg_test_cluster: no PostgreSQL server binaries (initdb, pg_ctl) found; install the" \
+           "postgresql package (scripts/setup.sh does) or set ROTE_PG_BINDIR" >&2
+      exit 1
+    fi
     mkdir -p "$state"
     if [ -f "$state/cluster" ]; then stop_cluster "$(cat "$state/cluster")"; fi
     rm -f "$state/url" "$state/tcp_url" "$state/cluster"
