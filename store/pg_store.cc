@@ -324,22 +324,28 @@ absl::Status PgStore::Backup(const std::string&) {
 }
 
 absl::Status PgStore::CheckIntegrity(bool full) {
-  return db_.Read([&](PgConn& conn) -> absl::Status {
-    // Chunked blobs: every chunk present. Full: every blob's bytes still hash to its digest.
-    ASSIGN_OR_RETURN(PgResult res,
-                     conn.Exec("SELECT b.digest FROM blobs b WHERE b.chunks > 0 AND b.chunks <> "
-                               "(SELECT COUNT(*) FROM blob_chunks c WHERE c.digest = b.digest) "
-                               "LIMIT 1"));
-    if (res.rows() > 0) {
-      return absl::DataLossError(Cat("store: blob ", res.Text(0, 0), " is missing chunks"));
-    }
-    if (!full) return absl::OkStatus();
-    ASSIGN_OR_RETURN(PgResult digests, conn.Exec("SELECT digest FROM blobs ORDER BY digest"));
-    for (int i = 0; i < digests.rows(); ++i) {
-      RETURN_IF_ERROR(GetBlob(digests.Text(i, 0)).status());
-    }
-    return absl::OkStatus();
-  });
+  // Chunked blobs: every chunk present. Full: every blob's bytes still hash to its digest.
+  ASSIGN_OR_RETURN(std::vector<std::string> digests,
+                   db_.Read([&](PgConn& conn) -> absl::StatusOr<std::vector<std::string>> {
+                     ASSIGN_OR_RETURN(
+                         PgResult res,
+                         conn.Exec("SELECT b.digest FROM blobs b WHERE b.chunks > 0 AND "
+                                   "b.chunks <> (SELECT COUNT(*) FROM blob_chunks c WHERE "
+                                   "c.digest = b.digest) LIMIT 1"));
+                     if (res.rows() > 0) {
+                       return absl::DataLossError(
+                           Cat("store: blob ", res.Text(0, 0), " is missing chunks"));
+                     }
+                     std::vector<std::string> out;
+                     if (!full) return out;
+                     ASSIGN_OR_RETURN(PgResult all,
+                                      conn.Exec("SELECT digest FROM blobs ORDER BY digest"));
+                     for (int i = 0; i < all.rows(); ++i) out.push_back(all.Text(i, 0));
+                     return out;
+                   }));
+  // One blob at a time, each on a connection of its own lease (never two leases at once).
+  for (const std::string& digest : digests) RETURN_IF_ERROR(GetBlob(digest).status());
+  return absl::OkStatus();
 }
 
 // ---- blobs ------------------------------------------------------------------------------------
