@@ -34,7 +34,9 @@ const char kUsage[] =
     "  --listen HOST:PORT          address to serve on (default 127.0.0.1:7878); any address\n"
     "                              other than loopback requires --keys\n"
     "  --data DIR                  data directory: the SQLite store and what else the server\n"
-    "                              keeps (default ./rote-data)\n"
+    "                              keeps (default ./rote-data)\n"    "  --store postgresql://...    keep the store in this PostgreSQL database instead of the\n"
+    "                              SQLite file in --data (docs/operations.md, \"PostgreSQL\n"
+    "                              store\"); --data still holds the server's lock\n"
     "  --keys FILE                 bearer tokens: lines of `<token> <principal> <roles>`, roles\n"
     "                              from submit, review, admin. Without it: local mode, loopback\n"
     "                              only, every caller has every role\n"
@@ -154,7 +156,7 @@ class SignalWatcher {
 }  // namespace
 
 int CmdServe(const Args& args) {
-  FlagSpec spec{{"listen", "data", "keys", "metrics-listen", "http-listen", "max-message-bytes", "tls-cert",
+  FlagSpec spec{{"listen", "data", "store", "keys", "metrics-listen", "http-listen", "max-message-bytes", "tls-cert",
                  "tls-key", "drain-ms", "grace-ms", "drain-grace-ms", "log-level", "log-format", "model", "device", "numerics", "kv-cache-mb",
                  "attempts", "max-tokens", "retry-temperature", "grammar", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
                 {"help"}};
@@ -182,6 +184,13 @@ int CmdServe(const Args& args) {
   orchestrator::ServerOptions opt;
   opt.listen = flags->GetOr("listen", opt.listen);
   opt.data_dir = flags->GetOr("data", opt.data_dir);
+  opt.store_url = flags->GetOr("store", "");
+  if (!opt.store_url.empty() && !opt.store_url.starts_with("postgresql://") &&
+      !opt.store_url.starts_with("postgres://")) {
+    std::cerr << "rote serve: --store takes a postgresql:// URL (the SQLite store is chosen with "
+                 "--data DIR)\n\n" << kUsage;
+    return kExitUsage;
+  }
   opt.keys_file = flags->GetOr("keys", "");
   opt.metrics_listen = flags->GetOr("metrics-listen", opt.metrics_listen);
   opt.http_listen = flags->GetOr("http-listen", "127.0.0.1:7880");

@@ -481,10 +481,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   OperatorMetrics* const operator_metrics = state->operator_metrics.get();
 
   store::StoreOptions store_options;
-  store_options.path = opt.data_dir;
+  store_options.path = opt.store_url.empty() ? opt.data_dir : opt.store_url;
   auto store = store::Store::Open(store_options);
   if (!store.ok()) {
-    return absl::Status(store.status().code(), absl::StrCat("opening the store in ", opt.data_dir, ": ",
+    // The URL may carry a password: name the kind of store, not the URL.
+    const std::string where = opt.store_url.empty() ? absl::StrCat("the store in ", opt.data_dir)
+                                                    : std::string("the PostgreSQL store (--store)");
+    return absl::Status(store.status().code(), absl::StrCat("opening ", where, ": ",
                                                             std::string(store.status().message())));
   }
   state->store = *std::move(store);
@@ -621,8 +624,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   auto* health = state->server->GetHealthCheckService();
   health->SetServingStatus(true);
   for (const char* name : kServiceNames) health->SetServingStatus(name, true);
-  spdlog::info("rote serving on {} (port {}), data in {}, {}{}", opt.listen, state->port,
-               opt.data_dir, state->auth.local_mode() ? "local mode (no key file)" : "key file auth",
+  spdlog::info("rote serving on {} (port {}), data in {}{}, {}{}", opt.listen, state->port,
+               opt.data_dir, opt.store_url.empty() ? "" : " (store: PostgreSQL)",
+               state->auth.local_mode() ? "local mode (no key file)" : "key file auth",
                state->metrics.port() ? absl::StrCat(", metrics on port ", state->metrics.port()) : "");
   return std::unique_ptr<Server>(new Server(std::move(state)));
 }

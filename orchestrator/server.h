@@ -21,6 +21,10 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:7878";
   // Holds the SQLite file and anything else the server keeps; created if missing.
   std::string data_dir = "rote-data";
+  // A postgresql:// URL: the store lives in that database (docs/operations.md, "PostgreSQL
+  // store") instead of the SQLite file in data_dir; data_dir still holds the server's lock.
+  // Empty: SQLite.
+  std::string store_url;
   // Bearer tokens (see orchestrator/api/auth.h). Required to listen beyond loopback.
   std::string keys_file;
   // HOST:PORT for the Prometheus text endpoint; empty or "off" disables it.

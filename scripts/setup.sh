@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libssl-dev
   libseccomp-dev prometheus-cpp-dev grep openssl
   clang libclang-rt-dev llvm
+  libpq-dev postgresql
 )
 # The review console (web/, docs/review.md): an HTTP library, Node.js and npm to build its
 # TypeScript (the build runs `npm ci` on the locked packages), chromium for its browser tests.

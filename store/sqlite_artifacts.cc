@@ -25,10 +25,6 @@ constexpr std::string_view kArtifactColumns =
     "state_version, create_ms, EXISTS (SELECT 1 FROM live_revisions l WHERE "
     "l.artifact_digest = artifacts.digest)";
 
-std::string MakeEtag(std::string_view digest, int64_t state_version) {
-  return Sha256Digest(Cat(digest, "#", state_version)).substr(kDigestPrefix.size(), 20);
-}
-
 std::pair<int64_t, ArtifactRecord> ReadArtifactRow(const Statement& stmt) {
   ArtifactRecord a;
   a.digest = stmt.ColumnText(1);
@@ -89,10 +85,7 @@ absl::StatusOr<ArtifactRecord> LoadArtifact(Connection& conn, std::string_view d
 
 absl::StatusOr<ArtifactRecord> SqliteArtifacts::PutArtifact(const ArtifactRecord& artifact,
                                                             const AuditEntry* audit) {
-  RETURN_IF_ERROR(CheckDigest(artifact.digest, "artifact digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(artifact.kind, "artifact kind"));
-  RETURN_IF_ERROR(CheckNonEmpty(artifact.generation_point, "artifact generation_point"));
-  RETURN_IF_ERROR(CheckAttempts(artifact.provenance.attempts));
+  RETURN_IF_ERROR(CheckNewArtifact(artifact));
   const int64_t now = db_.clock_ms();
   ArtifactRecord stored;
   RETURN_IF_ERROR(db_.Write([&](Connection& conn) -> absl::Status {

@@ -10,20 +10,6 @@
 #include "store/str_util.h"
 
 namespace rote::store::internal {
-namespace {
-
-// A value read with its step: verified exactly as GetBlob verifies, so a damaged value is never
-// compared against.
-absl::Status VerifiedValue(std::string_view digest, int64_t size, std::string_view bytes) {
-  if (static_cast<int64_t>(bytes.size()) != size || Sha256Digest(bytes) != digest) {
-    return absl::DataLossError(Cat(
-        "blob ", digest, " is damaged: the stored bytes (", bytes.size(),
-        " bytes) no longer match their digest; restore it from a backup or put it again"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<PointStep>> SqliteBacktests::ListPointSteps(const PointStepQuery& query) {
   RETURN_IF_ERROR(CheckNonEmpty(query.blueprint_name, "blueprint name"));
@@ -67,8 +53,8 @@ absl::StatusOr<std::vector<PointStep>> SqliteBacktests::ListPointSteps(const Poi
       if (inline_values) {
         s.input = stmt.ColumnBlob(7);
         s.output = stmt.ColumnBlob(10);
-        RETURN_IF_ERROR(VerifiedValue(s.input_digest, stmt.ColumnInt(5), s.input));
-        RETURN_IF_ERROR(VerifiedValue(s.output_digest, stmt.ColumnInt(8), s.output));
+        RETURN_IF_ERROR(VerifyBlobBytes(s.input_digest, stmt.ColumnInt(5), s.input));
+        RETURN_IF_ERROR(VerifyBlobBytes(s.output_digest, stmt.ColumnInt(8), s.output));
         s.values_read = true;
         bytes += static_cast<int64_t>(s.input.size() + s.output.size());
       }

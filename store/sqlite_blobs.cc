@@ -73,11 +73,7 @@ absl::StatusOr<std::string> SqliteBlobs::GetBlob(std::string_view digest) {
     bytes = std::move(*file);
   }
   // Verified on every read: bytes that do not match their digest are never returned.
-  if (static_cast<int64_t>(bytes.size()) != size || Sha256Digest(bytes) != digest) {
-    return absl::DataLossError(Cat(
-        "blob ", digest, " is damaged: the stored bytes (", bytes.size(),
-        " bytes) no longer match their digest; restore it from a backup or put it again"));
-  }
+  RETURN_IF_ERROR(VerifyBlobBytes(digest, size, bytes));
   return bytes;
 }
 

@@ -63,17 +63,6 @@ absl::StatusOr<BlueprintRecord> LoadBlueprint(Connection& conn, std::string_view
   return std::move(rows.front().second);
 }
 
-absl::Status ValidateSpec(const GenerationSpecRecord& spec) {
-  RETURN_IF_ERROR(CheckDigest(spec.digest, "generation spec digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(spec.name, "generation spec name"));
-  if (Sha256Digest(spec.canonical) != spec.digest) {
-    return absl::InvalidArgumentError(Cat(
-        "generation spec '", spec.name, "': digest ", spec.digest,
-        " is not the sha256 of its canonical encoding (", Sha256Digest(spec.canonical), ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status InsertSpec(Connection& conn, const GenerationSpecRecord& spec, int64_t now) {
   ASSIGN_OR_RETURN(Statement stmt, conn.Prepare(
                                        "INSERT INTO generation_specs (digest, kind, name, "
@@ -111,21 +100,13 @@ absl::StatusOr<GenerationSpecRecord> SqliteBlueprints::GetGenerationSpec(std::st
 }
 
 absl::StatusOr<BlueprintRecord> SqliteBlueprints::PutBlueprint(const BlueprintRecord& blueprint) {
-  RETURN_IF_ERROR(CheckDigest(blueprint.digest, "blueprint digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(blueprint.name, "blueprint name"));
-  for (const GenerationSpecRecord& spec : blueprint.generation_points) {
-    RETURN_IF_ERROR(ValidateSpec(spec));
-  }
+  RETURN_IF_ERROR(CheckNewBlueprint(blueprint));
   const int64_t now = db_.clock_ms();
   BlueprintRecord stored;
   RETURN_IF_ERROR(db_.Write([&](Connection& conn) -> absl::Status {
     absl::StatusOr<BlueprintRecord> existing = LoadBlueprint(conn, blueprint.digest);
     if (existing.ok()) {
-      if (existing->source != blueprint.source || existing->name != blueprint.name ||
-          existing->version != blueprint.version) {
-        return absl::FailedPreconditionError(Cat(
-            "blueprint ", blueprint.digest, " is already stored with different content"));
-      }
+      RETURN_IF_ERROR(CheckSameBlueprint(*existing, blueprint));
       stored = *std::move(existing);
       return absl::OkStatus();
     }

@@ -27,19 +27,6 @@ GenerationAttempt ReadAttemptRow(const Statement& stmt) {
   return a;
 }
 
-absl::Status CheckAttempts(const std::vector<GenerationAttempt>& attempts) {
-  for (const GenerationAttempt& a : attempts) {
-    if (!a.prompt_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.prompt_digest, "attempt prompt_digest"));
-    if (!a.output_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.output_digest, "attempt output_digest"));
-    if (!a.code_digest.empty()) RETURN_IF_ERROR(CheckDigest(a.code_digest, "attempt code_digest"));
-    if (a.prompt_tokens < 0 || a.output_tokens < 0 || a.start_ms < 0 || a.duration_ms < 0) {
-      return absl::InvalidArgumentError(
-          Cat("attempt ", a.index, ": token counts and times must not be negative"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status RequireAttemptBlobs(Connection& conn, const std::vector<GenerationAttempt>& attempts) {
   for (const GenerationAttempt& a : attempts) {
     if (!a.prompt_digest.empty()) RETURN_IF_ERROR(RequireBlob(conn, a.prompt_digest, "attempt prompt"));
@@ -124,14 +111,7 @@ absl::StatusOr<GenerationRecord> LoadGeneration(Connection& conn, std::string_vi
 }  // namespace
 
 absl::StatusOr<GenerationRecord> SqliteGenerations::PutGeneration(const GenerationRecord& g) {
-  RETURN_IF_ERROR(CheckDigest(g.request_digest, "generation request_digest"));
-  RETURN_IF_ERROR(CheckNonEmpty(g.generation_point, "generation generation_point"));
-  if (g.passed) {
-    RETURN_IF_ERROR(CheckDigest(g.artifact_digest, "generation artifact_digest"));
-  } else if (!g.artifact_digest.empty()) {
-    return absl::InvalidArgumentError("a failed generation has no artifact_digest");
-  }
-  RETURN_IF_ERROR(CheckAttempts(g.attempts));
+  RETURN_IF_ERROR(CheckNewGeneration(g));
   const int64_t now = db_.clock_ms();
   GenerationRecord stored;
   RETURN_IF_ERROR(db_.Write([&](Connection& conn) -> absl::Status {
@@ -179,11 +159,7 @@ absl::StatusOr<GenerationRecord> SqliteGenerations::GetGeneration(std::string_vi
 
 absl::StatusOr<std::vector<std::string>> SqliteGenerations::FindGenerationsByPrefix(
     std::string_view prefix, int limit) {
-  if (!prefix.starts_with("sha256:") || prefix.size() > 71 ||
-      prefix.find_first_not_of("0123456789abcdef", 7) != std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        Cat("'", prefix.substr(0, 80), "' is not a digest prefix; expected sha256: and lowercase hex digits"));
-  }
+  RETURN_IF_ERROR(CheckGenerationPrefix(prefix));
   // A range on the unique index: every digest d with prefix <= d < prefix + '~' ('~' sorts after
   // every hex digit).
   return db_.ReadTx([&](Connection& conn) -> absl::StatusOr<std::vector<std::string>> {

@@ -21,8 +21,6 @@ inline constexpr std::string_view kAttemptColumns =
     "idx, prompt_digest, output_digest, failure, code_digest, prompt_tokens, output_tokens, "
     "start_ms, duration_ms";
 GenerationAttempt ReadAttemptRow(const Statement& stmt);
-// INVALID_ARGUMENT for a malformed blob digest or a negative count or time.
-absl::Status CheckAttempts(const std::vector<GenerationAttempt>& attempts);
 // FAILED_PRECONDITION when a blob an attempt names is not stored.
 absl::Status RequireAttemptBlobs(Connection& conn, const std::vector<GenerationAttempt>& attempts);
 // Inserts the attempts of the row `owner_id` into `table` (its owner column `owner_column`).

@@ -3,21 +3,13 @@
 #include <algorithm>
 #include <string>
 
+#include "store/checks.h"
 #include "store/digest.h"
 #include "store/status_macros.h"
 #include "store/str_util.h"
 
 namespace rote::store::internal {
 namespace {
-
-absl::Status CheckDigestPrefix(std::string_view prefix) {
-  std::string_view hex = prefix.substr(std::min(prefix.size(), kDigestPrefix.size()));
-  bool ok = prefix.starts_with(kDigestPrefix) && !hex.empty() && hex.size() <= 64;
-  for (char c : hex) ok = ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
-  if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      Cat("digest prefix '", prefix.substr(0, 80), "' is not \"sha256:\" followed by 1 to 64 lowercase hex digits"));
-}
 
 // The smallest string above every string that starts with `prefix` (whose last character is a
 // hex digit, so it never overflows): digest >= prefix AND digest < this is an index range.

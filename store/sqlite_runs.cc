@@ -253,20 +253,7 @@ absl::StatusOr<RunRecord> SqliteRuns::StartRun(int64_t run_id) {
 }
 
 absl::StatusOr<RunRecord> SqliteRuns::FinishRun(int64_t run_id, const RunOutcome& outcome) {
-  if (!IsTerminal(outcome.state)) {
-    return absl::InvalidArgumentError(Cat(
-        "FinishRun needs a terminal state (succeeded, failed, cancelled), not ",
-        RunStateName(outcome.state)));
-  }
-  if (outcome.interrupted && outcome.state != RunState::kFailed) {
-    return absl::InvalidArgumentError(Cat("only a failed run can be interrupted, not a ",
-                                          RunStateName(outcome.state), " one"));
-  }
-  if (outcome.state == RunState::kSucceeded) {
-    RETURN_IF_ERROR(CheckDigest(outcome.output_digest, "run output_digest"));
-  } else if (!outcome.output_digest.empty()) {
-    RETURN_IF_ERROR(CheckDigest(outcome.output_digest, "run output_digest"));
-  }
+  RETURN_IF_ERROR(CheckRunOutcome(outcome));
   return Transition(run_id, outcome.state, &outcome);
 }
 

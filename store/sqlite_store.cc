@@ -14,6 +14,7 @@
 #include <cstring>
 #include <utility>
 
+#include "store/pg_open.h"
 #include "store/schema.h"
 #include "store/sqlite.h"
 #include "store/sqlite_artifacts.h"
@@ -399,6 +400,7 @@ absl::Status SqliteStore::Backup(const std::string& dest_path) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const StoreOptions& options) {
+  if (internal::IsPostgresUrl(options.path)) return internal::OpenPgStore(options);
   if (options.path.empty()) {
     return absl::InvalidArgumentError("store: StoreOptions.path (data directory or .db file) "
                                       "must be set");

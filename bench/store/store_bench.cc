@@ -1,6 +1,10 @@
 // Store benchmark: one JSON object per line, {"metric": ..., "value": ..., "unit": ...}.
 //
-//   store_bench [--dir DIR] [--seconds S] [--only records|blobs]
+//   store_bench [--dir DIR] [--seconds S] [--only records|blobs] [--pg URL --pg-dir DIR]
+//
+// --pg URL also runs the record benchmark on the PostgreSQL store at URL (a database of its
+// own: it writes there), as "store.postgresql.*", beside the fsync ceiling of --pg-dir (a
+// directory on the disk of the cluster's data directory).
 //
 // DIR (default: a fresh directory under /tmp) must be on the disk being measured. Every write
 // figure is next to the physical limit it runs into: the measured fsync latency of that disk,
@@ -103,15 +107,19 @@ std::unique_ptr<Store> OpenStore(const std::string& path, SyncMode sync, int64_t
   return *std::move(store);
 }
 
+// With `pg_url`, on the PostgreSQL store there (metrics "store.postgresql.*"); else on a SQLite
+// store under `root`.
 void RecordAndReadBench(const std::string& root, SyncMode sync, double seconds,
-                        double fsync_ms, int group_commit_wait_us = 1000) {
+                        double fsync_ms, int group_commit_wait_us = 1000,
+                        const std::string& pg_url = "") {
+  const std::string prefix = pg_url.empty() ? "store." : "store.postgresql.";
   const bool writes_only = group_commit_wait_us != 1000;
   const std::string mode = std::string(sync == SyncMode::kFull ? "full" : "normal") +
                            (writes_only ? ".gather_wait_us" + std::to_string(group_commit_wait_us)
                                         : "");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::unique_ptr<Store> store =
-      OpenStore(root + "/records-" + mode, sync, 256 * 1024, 8, group_commit_wait_us);
+      OpenStore(pg_url.empty() ? root + "/records-" + mode : pg_url, sync, 256 * 1024, 8, group_commit_wait_us);
   BlueprintRecord bp;
   bp.name = "bench";
   bp.version = "1";
@@ -136,20 +144,20 @@ void RecordAndReadBench(const std::string& root, SyncMode sync, double seconds,
     if (!r.ok()) Die("create run", r.status());
     ids[static_cast<size_t>(t)].push_back(r->run.id);
   });
-  Emit("store.run_records_per_s.writers8.sync_" + mode, runs_per_s, "records/s");
+  Emit(prefix + "run_records_per_s.writers8.sync_" + mode, runs_per_s, "records/s");
   const double write_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - write_start).count();
   const StoreStats after = store->Stats();
-  Emit("store.commit_latency_ms.writers8.sync_" + mode,
+  Emit(prefix + "commit_latency_ms.writers8.sync_" + mode,
        write_ms / static_cast<double>(std::max<int64_t>(1, after.commits - before.commits)), "ms");
-  Emit("store.writes_per_commit.writers8.sync_" + mode,
+  Emit(prefix + "writes_per_commit.writers8.sync_" + mode,
        static_cast<double>(after.writes - before.writes) /
            static_cast<double>(std::max<int64_t>(1, after.commits - before.commits)),
        "writes/commit");
   if (writes_only) return;
   if (sync == SyncMode::kFull) {
     // One fsync per group; a group holds at most one write per synchronous writer.
-    Emit("store.run_records_ceiling_per_s.writers8.sync_full", kWriters * 1000.0 / fsync_ms,
+    Emit(prefix + "run_records_ceiling_per_s.writers8.sync_full", kWriters * 1000.0 / fsync_ms,
          "records/s");
   }
 
@@ -164,7 +172,7 @@ void RecordAndReadBench(const std::string& root, SyncMode sync, double seconds,
     absl::StatusOr<ArtifactRecord> r = store->PutArtifact(a);
     if (!r.ok()) Die("put artifact", r.status());
   });
-  Emit("store.artifact_puts_per_s.writers8.sync_" + mode, artifacts_per_s, "puts/s");
+  Emit(prefix + "artifact_puts_per_s.writers8.sync_" + mode, artifacts_per_s, "puts/s");
 
   std::vector<int64_t> all;
   for (auto& v : ids) all.insert(all.end(), v.begin(), v.end());
@@ -175,14 +183,14 @@ void RecordAndReadBench(const std::string& root, SyncMode sync, double seconds,
       absl::StatusOr<RunRecord> r = store->GetRun(all[k]);
       if (!r.ok()) Die("get run", r.status());
     });
-    Emit("store.point_reads_per_s.get_run.threads" + std::to_string(threads) + ".sync_" + mode,
+    Emit(prefix + "point_reads_per_s.get_run.threads" + std::to_string(threads) + ".sync_" + mode,
          reads_per_s, "reads/s");
   }
   double blob_reads_per_s = Throughput(cores, seconds, [&](int, int64_t) {
     absl::StatusOr<std::string> b = store->GetBlob(input);
     if (!b.ok()) Die("get blob", b.status());
   });
-  Emit("store.point_reads_per_s.get_blob_small.threads" + std::to_string(cores) + ".sync_" + mode,
+  Emit(prefix + "point_reads_per_s.get_blob_small.threads" + std::to_string(cores) + ".sync_" + mode,
        blob_reads_per_s, "reads/s");
 }
 
@@ -235,6 +243,8 @@ int main(int argc, char** argv) {
   std::string dir;
   double seconds = 3.0;
   std::string only;  // "records", "blobs" or everything
+  std::string pg_url;
+  std::string pg_dir;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--dir" && i + 1 < argc) {
@@ -243,8 +253,13 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else if (arg == "--seconds" && i + 1 < argc) {
       seconds = std::stod(argv[++i]);
+    } else if (arg == "--pg" && i + 1 < argc) {
+      pg_url = argv[++i];
+    } else if (arg == "--pg-dir" && i + 1 < argc) {
+      pg_dir = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: store_bench [--dir DIR] [--seconds S] [--only records|blobs]\n");
+      std::fprintf(stderr, "usage: store_bench [--dir DIR] [--seconds S] [--only records|blobs] "
+                           "[--pg URL --pg-dir DIR]\n");
       return 2;
     }
   }
@@ -262,6 +277,13 @@ int main(int argc, char** argv) {
     // Side by side: the same writers without waiting to gather a group.
     RecordAndReadBench(dir, SyncMode::kFull, seconds, fsync_ms, 0);
     RecordAndReadBench(dir, SyncMode::kNormal, seconds, fsync_ms);
+    if (!pg_url.empty()) {
+      // PostgreSQL flushes the WAL of concurrent commits together too: the same ceiling, on
+      // the disk of its data directory.
+      const double pg_fsync_ms = FsyncLatencyMs(pg_dir.empty() ? dir : pg_dir);
+      Emit("store.postgresql.disk_write24k_fdatasync_mean_ms", pg_fsync_ms, "ms");
+      RecordAndReadBench(dir, SyncMode::kFull, seconds, pg_fsync_ms, 1000, pg_url);
+    }
   }
   if (only.empty() || only == "blobs") BlobPlacementBench(dir, seconds);
   if (made_dir) std::filesystem::remove_all(dir);

@@ -197,6 +197,8 @@ TEST(CliHelpTest, ServeFlagValuesAreCheckedBeforeStarting) {
       {{"serve", "--model", "/nonexistent", "--device", "cpu", "--numerics", "fast"}, "--numerics fast needs --device cuda"},
       {{"serve", "--kv-cache-mb", "512"}, "need --model DIR"},
       {{"serve", "--numerics", "exact"}, "need --model DIR"},
+      {{"serve", "--store", "mysql://db/rote"}, "--store takes a postgresql:// URL"},
+      {{"serve", "--store", "rote-data"}, "--store takes a postgresql:// URL"},
   };
   for (const Case& c : cases) {
     Result r = RunRote(c.args);

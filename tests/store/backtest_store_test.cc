@@ -19,11 +19,13 @@ using testing::MakeBlueprint;
 using testing::OpenOrDie;
 using testing::TempDir;
 
-class BacktestStoreTest : public ::testing::Test {
+class BacktestStoreTest : public testing::BackendTest {
  protected:
   void SetUp() override {
+    BackendTest::SetUp();
+    if (!Ready()) return;
     StoreOptions o;
-    o.path = dir_.path() + "/data";
+    o.path = StorePath();
     o.clock_ms = clock_.Fn();
     store_ = OpenOrDie(o);
     bp_ = *store_->PutBlueprint(MakeBlueprint("mail", "1"));
@@ -49,14 +51,15 @@ class BacktestStoreTest : public ::testing::Test {
     return id;
   }
 
-  TempDir dir_;
   FakeClock clock_;
   std::unique_ptr<Store> store_;
   BlueprintRecord bp_, other_;
   ArtifactRecord artifact_;
 };
 
-TEST_F(BacktestStoreTest, PointStepsNewestRunFirstInStepOrderWithValues) {
+ROTE_BOTH_BACKENDS(BacktestStoreTest);
+
+TEST_P(BacktestStoreTest, PointStepsNewestRunFirstInStepOrderWithValues) {
   int64_t r1 = RunWithSteps(bp_, 4);
   RunWithSteps(other_, 4);  // same point name, other blueprint: not listed
   int64_t r3 = RunWithSteps(bp_, 3);
@@ -77,7 +80,7 @@ TEST_F(BacktestStoreTest, PointStepsNewestRunFirstInStepOrderWithValues) {
   EXPECT_EQ(store_->ListPointSteps({"", "parse", 0, -1, 100}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(BacktestStoreTest, PointStepsPageAfterTheLastOne) {
+TEST_P(BacktestStoreTest, PointStepsPageAfterTheLastOne) {
   RunWithSteps(bp_, 5);
   RunWithSteps(bp_, 5);
   RunWithSteps(bp_, 5);
@@ -104,23 +107,31 @@ TEST_F(BacktestStoreTest, PointStepsPageAfterTheLastOne) {
   }
 }
 
-TEST_F(BacktestStoreTest, DamagedValueIsDataLoss) {
+TEST_P(BacktestStoreTest, DamagedValueIsDataLoss) {
   int64_t r = RunWithSteps(bp_, 1);
   store_.reset();
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_.path() + "/data/rote.db").c_str(), &db), SQLITE_OK);
   std::string digest = Sha256Digest("\"in" + std::to_string(r) + "-0\"");
-  std::string sql = "UPDATE blobs SET data = CAST('\"XX" + std::to_string(r) + "-0\"' AS BLOB) WHERE digest = '" +
-                    digest + "'";
-  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
+  const std::string damaged = "'\"XX" + std::to_string(r) + "-0\"'";
+  if (GetParam() == testing::Backend::kSqlite) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((ScratchDir() + "/data/rote.db").c_str(), &db), SQLITE_OK);
+    std::string sql = "UPDATE blobs SET data = CAST(" + damaged + " AS BLOB) WHERE digest = '" + digest + "'";
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  } else {
+#ifdef ROTE_TEST_POSTGRESQL
+    ASSERT_EQ(testing::PgExec(StorePath(), "UPDATE blobs SET data = convert_to(" + damaged +
+                                               ", 'UTF8') WHERE digest = '" + digest + "'"),
+              "");
+#endif
+  }
   StoreOptions o;
-  o.path = dir_.path() + "/data";
+  o.path = StorePath();
   store_ = OpenOrDie(o);
   EXPECT_EQ(store_->ListPointSteps({"mail", "parse", 0, -1, 100}).status().code(), absl::StatusCode::kDataLoss);
 }
 
-TEST_F(BacktestStoreTest, NewestBacktestWinsAndDifferencesAreCapped) {
+TEST_P(BacktestStoreTest, NewestBacktestWinsAndDifferencesAreCapped) {
   EXPECT_EQ(store_->GetBacktest(artifact_.digest, true).status().code(), absl::StatusCode::kNotFound);
   BacktestRecord b;
   b.artifact_digest = artifact_.digest;

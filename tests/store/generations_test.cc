@@ -19,11 +19,13 @@ using testing::MakeBlueprint;
 using testing::OpenOrDie;
 using testing::TempDir;
 
-class GenerationsTest : public ::testing::Test {
+class GenerationsTest : public testing::BackendTest {
  protected:
   void SetUp() override {
+    BackendTest::SetUp();
+    if (!Ready()) return;
     StoreOptions o;
-    o.path = dir_.path() + "/data";
+    o.path = StorePath();
     o.clock_ms = clock_.Fn();
     store_ = OpenOrDie(o);
   }
@@ -59,12 +61,13 @@ class GenerationsTest : public ::testing::Test {
     return g;
   }
 
-  TempDir dir_;
   FakeClock clock_;
   std::unique_ptr<Store> store_;
 };
 
-TEST_F(GenerationsTest, FailedGenerationRoundTripsWithEveryAttemptField) {
+ROTE_BOTH_BACKENDS(GenerationsTest);
+
+TEST_P(GenerationsTest, FailedGenerationRoundTripsWithEveryAttemptField) {
   const GenerationRecord g = Failed("r1", "bp/p");
   absl::StatusOr<GenerationRecord> put = store_->PutGeneration(g);
   ASSERT_TRUE(put.ok()) << put.status();
@@ -88,7 +91,7 @@ TEST_F(GenerationsTest, FailedGenerationRoundTripsWithEveryAttemptField) {
   EXPECT_EQ(store_->PutGeneration(other)->generation_point, "bp/p");
 }
 
-TEST_F(GenerationsTest, RejectsMissingBlobsArtifactsAndBadDigests) {
+TEST_P(GenerationsTest, RejectsMissingBlobsArtifactsAndBadDigests) {
   GenerationRecord g = Failed("r2", "bp/p");
   g.attempts[0].code_digest = Sha256Digest("never stored");
   EXPECT_EQ(store_->PutGeneration(g).status().code(), absl::StatusCode::kFailedPrecondition);
@@ -105,7 +108,7 @@ TEST_F(GenerationsTest, RejectsMissingBlobsArtifactsAndBadDigests) {
   EXPECT_EQ(store_->GetGeneration(Sha256Digest("r2")).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(GenerationsTest, PassedGenerationLinksItsArtifactWhoseAttemptsKeepTheNewFields) {
+TEST_P(GenerationsTest, PassedGenerationLinksItsArtifactWhoseAttemptsKeepTheNewFields) {
   ArtifactRecord a = MakeArtifact("bp/p", "return 1");
   a.provenance.attempts = {Attempt(1, "prompt", "output", "")};
   absl::StatusOr<ArtifactRecord> stored = store_->PutArtifact(a);
@@ -123,7 +126,7 @@ TEST_F(GenerationsTest, PassedGenerationLinksItsArtifactWhoseAttemptsKeepTheNewF
   EXPECT_EQ(store_->GetGeneration(g.request_digest)->artifact_digest, stored->digest);
 }
 
-TEST_F(GenerationsTest, ListPagesOldestFirstAndFilters) {
+TEST_P(GenerationsTest, ListPagesOldestFirstAndFilters) {
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(store_->PutGeneration(Failed("req" + std::to_string(i), i % 2 ? "bp/odd" : "bp/even")).ok());
   }
@@ -161,7 +164,7 @@ TEST_F(GenerationsTest, ListPagesOldestFirstAndFilters) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(GenerationsTest, FindsRequestDigestsByPrefix) {
+TEST_P(GenerationsTest, FindsRequestDigestsByPrefix) {
   for (const char* tail : {"1", "2"}) {
     GenerationRecord g = Failed("x", "bp/p");
     g.request_digest = "sha256:" + std::string(63, 'a') + tail;
@@ -180,7 +183,7 @@ TEST_F(GenerationsTest, FindsRequestDigestsByPrefix) {
   EXPECT_EQ(store_->FindGenerationsByPrefix("sha256:aa%", 6).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(GenerationsTest, StepsPageInIndexOrder) {
+TEST_P(GenerationsTest, StepsPageInIndexOrder) {
   BlueprintRecord bp = *store_->PutBlueprint(MakeBlueprint("steps", "1.0.0"));
   ArtifactRecord a = *store_->PutArtifact(MakeArtifact("steps/p", "return 1"));
   NewRun run;

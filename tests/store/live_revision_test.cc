@@ -15,11 +15,13 @@ using testing::MakeArtifact;
 using testing::OpenOrDie;
 using testing::TempDir;
 
-class LiveRevisionTest : public ::testing::Test {
+class LiveRevisionTest : public testing::BackendTest {
  protected:
   void SetUp() override {
+    BackendTest::SetUp();
+    if (!Ready()) return;
     StoreOptions o;
-    o.path = dir_.path();
+    o.path = StorePath();
     o.clock_ms = clock_.Fn();
     store_ = OpenOrDie(o);
   }
@@ -59,12 +61,13 @@ class LiveRevisionTest : public ::testing::Test {
     return out;
   }
 
-  TempDir dir_;
   FakeClock clock_;
   std::unique_ptr<Store> store_;
 };
 
-TEST_F(LiveRevisionTest, ApprovalPromotesAndRejectionFallsBackThenUnbinds) {
+ROTE_BOTH_BACKENDS(LiveRevisionTest);
+
+TEST_P(LiveRevisionTest, ApprovalPromotesAndRejectionFallsBackThenUnbinds) {
   ArtifactRecord r1 = Put("return 1");
   ArtifactRecord r2 = Put("return 2");
   EXPECT_EQ(Live(), "");
@@ -83,7 +86,7 @@ TEST_F(LiveRevisionTest, ApprovalPromotesAndRejectionFallsBackThenUnbinds) {
                                                  "reject:2", "fallback:1", "reject:1", "unbind:1"}));
 }
 
-TEST_F(LiveRevisionTest, ApprovalWithoutPromotionOnlyMakesEligibleThenPromoteMakesLive) {
+TEST_P(LiveRevisionTest, ApprovalWithoutPromotionOnlyMakesEligibleThenPromoteMakesLive) {
   ArtifactRecord r1 = Put("return 1");
   ArtifactRecord r2 = Put("return 2");
   Review(r1, ReviewState::kApproved);
@@ -102,7 +105,7 @@ TEST_F(LiveRevisionTest, ApprovalWithoutPromotionOnlyMakesEligibleThenPromoteMak
   EXPECT_NE(audit->items[1].detail.find(r1.digest), std::string::npos);
 }
 
-TEST_F(LiveRevisionTest, OnlyApprovedRevisionsBecomeLive) {
+TEST_P(LiveRevisionTest, OnlyApprovedRevisionsBecomeLive) {
   ArtifactRecord pending = Put("return 1");
   absl::StatusOr<ArtifactRecord> p = store_->PromoteRevision({pending.digest, "dave"});
   EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition) << p.status();
@@ -113,7 +116,7 @@ TEST_F(LiveRevisionTest, OnlyApprovedRevisionsBecomeLive) {
   EXPECT_EQ(Actions(), (std::vector<std::string>{"reject:1"}));
 }
 
-TEST_F(LiveRevisionTest, LockfilePromotionFillsGapsOnly) {
+TEST_P(LiveRevisionTest, LockfilePromotionFillsGapsOnly) {
   ArtifactRecord r1 = Put("return 1");
   ArtifactRecord r2 = Put("return 2");
   Review(r1, ReviewState::kApproved);
@@ -123,7 +126,7 @@ TEST_F(LiveRevisionTest, LockfilePromotionFillsGapsOnly) {
   EXPECT_EQ(Live(), r1.digest);
 }
 
-TEST_F(LiveRevisionTest, EachSpecOfAPointHasItsOwnLiveRevision) {
+TEST_P(LiveRevisionTest, EachSpecOfAPointHasItsOwnLiveRevision) {
   ArtifactRecord v1 = Put("return 1", "spec v1");
   ArtifactRecord v2 = Put("return 2", "spec v2");
   Review(v1, ReviewState::kApproved);
@@ -136,7 +139,7 @@ TEST_F(LiveRevisionTest, EachSpecOfAPointHasItsOwnLiveRevision) {
   EXPECT_EQ(Live("spec v1"), v1.digest);
 }
 
-TEST_F(LiveRevisionTest, ProposalIsStoredPendingAndAuditedTogether) {
+TEST_P(LiveRevisionTest, ProposalIsStoredPendingAndAuditedTogether) {
   ArtifactRecord a = MakeArtifact("bp/parse", "return 7");
   a.provenance.author = "frank";
   AuditEntry audit;
@@ -154,7 +157,7 @@ TEST_F(LiveRevisionTest, ProposalIsStoredPendingAndAuditedTogether) {
   EXPECT_EQ(page->items[0].sequence, 1);
 }
 
-TEST_F(LiveRevisionTest, UnreviewedRunIsAuditedWithWhoAllowedIt) {
+TEST_P(LiveRevisionTest, UnreviewedRunIsAuditedWithWhoAllowedIt) {
   ArtifactRecord a = Put("return 1");
   BlueprintRecord bp = testing::MakeBlueprint("bp", "1");
   ASSERT_TRUE(store_->PutBlueprint(bp).ok());
@@ -179,7 +182,7 @@ TEST_F(LiveRevisionTest, UnreviewedRunIsAuditedWithWhoAllowedIt) {
   EXPECT_EQ(page->items[0].principal, "gina");
 }
 
-TEST_F(LiveRevisionTest, AuditPagesAreDenseAndTokensBoundToTheirFilter) {
+TEST_P(LiveRevisionTest, AuditPagesAreDenseAndTokensBoundToTheirFilter) {
   for (int i = 0; i < 5; ++i) Review(Put("return " + std::to_string(i)), ReviewState::kApproved);
   PageRequest req;
   req.page_size = 3;

@@ -24,11 +24,13 @@ std::string Digest(const std::string& head, char fill = '0') {
   return "sha256:" + head + std::string(64 - head.size(), fill);
 }
 
-class LookupTest : public ::testing::Test {
+class LookupTest : public testing::BackendTest {
  protected:
   void SetUp() override {
+    BackendTest::SetUp();
+    if (!Ready()) return;
     StoreOptions o;
-    o.path = dir_.path() + "/data";
+    o.path = StorePath();
     store_ = OpenOrDie(o);
   }
   // An artifact stored under a chosen digest: the store checks a digest's form, not its
@@ -39,11 +41,16 @@ class LookupTest : public ::testing::Test {
     ASSERT_TRUE(store_->PutArtifact(a).ok());
   }
 
-  TempDir dir_;
   std::unique_ptr<Store> store_;
 };
 
-TEST_F(LookupTest, ArtifactDigestPrefixIsAnExactRange) {
+ROTE_BOTH_BACKENDS(LookupTest);
+
+// What only the SQLite store has: its database file.
+class SqliteLookupTest : public LookupTest {};
+ROTE_SQLITE_ONLY(SqliteLookupTest);
+
+TEST_P(LookupTest, ArtifactDigestPrefixIsAnExactRange) {
   std::vector<std::string> shared;
   for (int i = 0; i < 12; ++i) {
     shared.push_back(Digest("abcd1234" + std::string(1, "0123456789ab"[i])));
@@ -96,7 +103,7 @@ TEST_F(LookupTest, ArtifactDigestPrefixIsAnExactRange) {
   EXPECT_EQ(m->total, 0);
 }
 
-TEST_F(LookupTest, MalformedPrefixesAreInvalid) {
+TEST_P(LookupTest, MalformedPrefixesAreInvalid) {
   for (const std::string& bad : {std::string("abcd1234"), std::string("sha256:"), std::string("sha256:ABCD1234"),
                                  std::string("sha256:abcd123g"), std::string("sha256:abcd%"), std::string("sha256:_"),
                                  std::string("sha256:abcd 1234"), std::string("SHA256:abcd1234"),
@@ -106,7 +113,7 @@ TEST_F(LookupTest, MalformedPrefixesAreInvalid) {
   }
 }
 
-TEST_F(LookupTest, BlueprintDigestPrefix) {
+TEST_P(LookupTest, BlueprintDigestPrefix) {
   for (const char* tail : {"1", "2", "3"}) {
     BlueprintRecord bp = MakeBlueprint(std::string("b") + tail, "1.0.0");
     bp.digest = Digest(std::string("0123abcd") + tail);
@@ -121,7 +128,7 @@ TEST_F(LookupTest, BlueprintDigestPrefix) {
   EXPECT_EQ(m->items, std::vector<std::string>{Digest("0123abcd3")});
 }
 
-TEST_F(LookupTest, BlueprintsDeclaringAPointByName) {
+TEST_P(LookupTest, BlueprintsDeclaringAPointByName) {
   // Two versions of invoice_totals and one of receipts declare "parse"; only receipts declares
   // "total".
   auto with_points = [](const std::string& name, const std::string& version, std::vector<std::string> points) {
@@ -154,10 +161,10 @@ TEST_F(LookupTest, BlueprintsDeclaringAPointByName) {
 }
 
 // The schema gives each lookup an index: the query plans search, they never scan a table.
-TEST_F(LookupTest, LookupsUseIndexes) {
+TEST_P(SqliteLookupTest, LookupsUseIndexes) {
   store_.reset();
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2((dir_.path() + "/data/rote.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open_v2((ScratchDir() + "/data/rote.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
   auto plan = [&](const std::string& sql) {
     sqlite3_stmt* stmt = nullptr;
     EXPECT_EQ(sqlite3_prepare_v2(db, ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &stmt, nullptr), SQLITE_OK)

@@ -1,11 +1,13 @@
 // Functional tests of the Store interface: blobs, blueprints, artifacts and review (etags),
-// bindings, runs and their state machine, steps, events, caches, idempotency, pages, backup.
+// bindings, runs and their state machine, steps, events, caches, idempotency, pages; each runs
+// against SQLite and PostgreSQL. SqliteStoreTest: the SQLite files, backup and locking.
 #include "store/store.h"
 
 #include <sqlite3.h>
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -22,15 +24,19 @@ using testing::MakeBlueprint;
 using testing::OpenOrDie;
 using testing::TempDir;
 
-class StoreTest : public ::testing::Test {
+class StoreTest : public testing::BackendTest {
  protected:
   StoreOptions Options() {
     StoreOptions o;
-    o.path = dir_.path() + "/data";
+    o.path = StorePath();
     o.clock_ms = clock_.Fn();
     return o;
   }
-  void SetUp() override { store_ = OpenOrDie(Options()); }
+  void SetUp() override {
+    BackendTest::SetUp();
+    if (!Ready()) return;
+    store_ = OpenOrDie(Options());
+  }
 
   // A stored blueprint, input blob and artifact that runs can refer to.
   void Seed() {
@@ -51,13 +57,18 @@ class StoreTest : public ::testing::Test {
     return run;
   }
 
-  TempDir dir_;
   FakeClock clock_;
   std::unique_ptr<Store> store_;
   BlueprintRecord bp_;
   std::string input_, output_;
   ArtifactRecord artifact_;
 };
+
+// The files, backup and locking of the SQLite store.
+class SqliteStoreTest : public StoreTest {};
+
+ROTE_BOTH_BACKENDS(StoreTest);
+ROTE_SQLITE_ONLY(SqliteStoreTest);
 
 TEST(DigestTest, Sha256OfKnownStrings) {
   EXPECT_EQ(Sha256Digest(""),
@@ -72,13 +83,41 @@ TEST(DigestTest, Sha256OfKnownStrings) {
       "md5:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855xxx"));
 }
 
-TEST_F(StoreTest, OpensAtLatestSchemaWithDataFileInDirectory) {
+TEST_P(SqliteStoreTest, OpensAtLatestSchemaWithDataFileInDirectory) {
   EXPECT_EQ(store_->SchemaVersion(), 9);
-  EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/data/rote.db"));
+  EXPECT_TRUE(std::filesystem::exists(ScratchDir() + "/data/rote.db"));
   EXPECT_TRUE(store_->CheckIntegrity(true).ok());
 }
 
-TEST_F(StoreTest, BlobsAreDeduplicatedAndVerified) {
+TEST_P(StoreTest, OpensAtLatestSchemaAndChecksIntegrity) {
+  EXPECT_GE(store_->SchemaVersion(), 1);
+  EXPECT_TRUE(store_->CheckIntegrity(false).ok());
+  EXPECT_TRUE(store_->CheckIntegrity(true).ok());
+  // Opening again finds the schema in place and migrates nothing.
+  const int version = store_->SchemaVersion();
+  store_.reset();
+  store_ = OpenOrDie(Options());
+  EXPECT_EQ(store_->SchemaVersion(), version);
+}
+
+// Several MiB: kept as a file by SQLite, in 1 MiB chunks by PostgreSQL.
+TEST_P(StoreTest, LargeBlobsRoundTripAndSurviveReopening) {
+  std::string big(3 * 1024 * 1024 + 12345, 'q');
+  for (size_t i = 0; i < big.size(); i += 7) big[i] = static_cast<char>('a' + i % 26);
+  BlobRef ref = *store_->PutBlob(big);
+  EXPECT_EQ(ref.size, static_cast<int64_t>(big.size()));
+  EXPECT_EQ(store_->PutBlob(big)->digest, ref.digest);
+  EXPECT_EQ(*store_->GetBlob(ref.digest), big);
+  std::string exact(1024 * 1024, 'e');  // exactly one chunk
+  EXPECT_EQ(*store_->GetBlob(store_->PutBlob(exact)->digest), exact);
+  store_.reset();
+  store_ = OpenOrDie(Options());
+  EXPECT_EQ(*store_->GetBlob(ref.digest), big);
+  EXPECT_EQ(store_->StatBlob(ref.digest)->size, static_cast<int64_t>(big.size()));
+  EXPECT_TRUE(store_->CheckIntegrity(true).ok());
+}
+
+TEST_P(StoreTest, BlobsAreDeduplicatedAndVerified) {
   std::string bytes("a\0b\xff", 4);
   absl::StatusOr<BlobRef> ref = store_->PutBlob(bytes);
   ASSERT_TRUE(ref.ok()) << ref.status();
@@ -93,16 +132,16 @@ TEST_F(StoreTest, BlobsAreDeduplicatedAndVerified) {
   EXPECT_EQ(store_->GetBlob("sha256:nope").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(StoreTest, LargeBlobsGoToFilesAndRoundTrip) {
+TEST_P(SqliteStoreTest, LargeBlobsGoToFilesAndRoundTrip) {
   std::string big(300 * 1024, 'q');
   for (size_t i = 0; i < big.size(); i += 7) big[i] = static_cast<char>('a' + i % 26);
   BlobRef ref = *store_->PutBlob(big);
   std::string hex = ref.digest.substr(7);
-  EXPECT_TRUE(std::filesystem::exists(dir_.path() + "/data/blobs/" + hex.substr(0, 2) + "/" + hex));
+  EXPECT_TRUE(std::filesystem::exists(ScratchDir() + "/data/blobs/" + hex.substr(0, 2) + "/" + hex));
   EXPECT_EQ(*store_->GetBlob(ref.digest), big);
 }
 
-TEST_F(StoreTest, BlueprintsAreIdempotentAndFoundByName) {
+TEST_P(StoreTest, BlueprintsAreIdempotentAndFoundByName) {
   BlueprintRecord bp = MakeBlueprint("invoice_totals", "1.0.0");
   absl::StatusOr<BlueprintRecord> stored = store_->PutBlueprint(bp);
   ASSERT_TRUE(stored.ok()) << stored.status();
@@ -132,7 +171,7 @@ TEST_F(StoreTest, BlueprintsAreIdempotentAndFoundByName) {
   EXPECT_EQ(store_->PutBlueprint(bad_spec).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(StoreTest, ArtifactsGetRevisionsPerGenerationPoint) {
+TEST_P(StoreTest, ArtifactsGetRevisionsPerGenerationPoint) {
   ArtifactRecord a1 = *store_->PutArtifact(MakeArtifact("bp/parse", "return 1"));
   ArtifactRecord a2 = *store_->PutArtifact(MakeArtifact("bp/parse", "return 2"));
   ArtifactRecord b1 = *store_->PutArtifact(MakeArtifact("bp/find", "return 3"));
@@ -155,7 +194,7 @@ TEST_F(StoreTest, ArtifactsGetRevisionsPerGenerationPoint) {
   EXPECT_TRUE(revs->next_page_token.empty());
 }
 
-TEST_F(StoreTest, ArtifactProvenanceAttemptsNeedStoredBlobs) {
+TEST_P(StoreTest, ArtifactProvenanceAttemptsNeedStoredBlobs) {
   ArtifactRecord a = MakeArtifact("bp/parse", "return 1");
   a.provenance.attempts = {{0, Sha256Digest("prompt"), Sha256Digest("out"), "no match", "", 0, 0, 0, 0}};
   EXPECT_EQ(store_->PutArtifact(a).status().code(), absl::StatusCode::kFailedPrecondition);
@@ -168,7 +207,7 @@ TEST_F(StoreTest, ArtifactProvenanceAttemptsNeedStoredBlobs) {
   EXPECT_EQ(*store_->GetBlob(stored->provenance.attempts[0].prompt_digest), "prompt");
 }
 
-TEST_F(StoreTest, ReviewWithStaleEtagIsAborted) {
+TEST_P(StoreTest, ReviewWithStaleEtagIsAborted) {
   ArtifactRecord a = *store_->PutArtifact(MakeArtifact("bp/parse", "return 1"));
   ASSERT_FALSE(a.etag.empty());
   absl::StatusOr<ArtifactRecord> approved =
@@ -194,7 +233,7 @@ TEST_F(StoreTest, ReviewWithStaleEtagIsAborted) {
   EXPECT_EQ(store_->GetArtifact(a.digest)->state, ReviewState::kRejected);
 }
 
-TEST_F(StoreTest, ConcurrentReviewsWithOneEtagHaveOneWinner) {
+TEST_P(StoreTest, ConcurrentReviewsWithOneEtagHaveOneWinner) {
   ArtifactRecord a = *store_->PutArtifact(MakeArtifact("bp/parse", "return 1"));
   std::atomic<int> ok{0}, aborted{0};
   std::vector<std::thread> threads;
@@ -212,7 +251,78 @@ TEST_F(StoreTest, ConcurrentReviewsWithOneEtagHaveOneWinner) {
   EXPECT_EQ(store_->ListReviews(a.digest)->size(), 1u);
 }
 
-TEST_F(StoreTest, ListArtifactsFiltersByState) {
+// Two stores open on one database at once, as two servers (replicas) would be: their writes
+// race and still keep one run per request id, one winner per etag, distinct revision and event
+// numbers and a dense audit log.
+TEST_P(StoreTest, TwoStoresOnOneDatabaseKeepTheInvariants) {
+  Seed();
+  std::unique_ptr<Store> other = OpenOrDie(Options());
+  Store* stores[2] = {store_.get(), other.get()};
+  constexpr int kThreads = 8;
+  auto race = [&](const std::function<void(Store&, int)>& fn) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) threads.emplace_back([&, i] { fn(*stores[i % 2], i); });
+    for (auto& t : threads) t.join();
+  };
+
+  std::vector<int64_t> ids(kThreads);
+  std::atomic<int> created{0};
+  race([&](Store& s, int i) {
+    absl::StatusOr<CreateRunResult> r = s.CreateRun(MakeRun("req-replicas"));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ids[static_cast<size_t>(i)] = r->run.id;
+    if (r->created) ++created;
+  });
+  EXPECT_EQ(created.load(), 1);
+  EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), 1u);
+
+  std::vector<int64_t> sequences(kThreads);
+  race([&](Store& s, int i) {
+    absl::StatusOr<int64_t> seq = s.AppendRunEvent(ids[0], "progress", std::to_string(i));
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    sequences[static_cast<size_t>(i)] = *seq;
+  });
+  std::set<int64_t> distinct(sequences.begin(), sequences.end());
+  EXPECT_EQ(distinct.size(), static_cast<size_t>(kThreads));
+  EXPECT_EQ(*distinct.begin(), 1);
+  EXPECT_EQ(*distinct.rbegin(), kThreads);
+
+  std::vector<int64_t> revisions(kThreads);
+  race([&](Store& s, int i) {
+    AuditEntry audit;
+    audit.principal = "p" + std::to_string(i);
+    audit.action = "propose";
+    absl::StatusOr<ArtifactRecord> a =
+        s.ProposeArtifact(MakeArtifact("replicas/parse", "return " + std::to_string(i) + " -- r"), audit);
+    ASSERT_TRUE(a.ok()) << a.status();
+    revisions[static_cast<size_t>(i)] = a->revision;
+  });
+  EXPECT_EQ(std::set<int64_t>(revisions.begin(), revisions.end()).size(),
+            static_cast<size_t>(kThreads));
+
+  ArtifactRecord target = *store_->GetRevision("replicas/parse", 1);
+  std::atomic<int> ok{0}, aborted{0};
+  race([&](Store& s, int i) {
+    absl::StatusOr<ArtifactRecord> r = s.ReviewArtifact(
+        {target.digest, "r" + std::to_string(i), ReviewState::kApproved, "", target.etag, true});
+    if (r.ok()) ++ok;
+    if (r.status().code() == absl::StatusCode::kAborted) ++aborted;
+  });
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(aborted.load(), kThreads - 1);
+  EXPECT_EQ(other->GetLiveRevision("replicas/parse", target.provenance.spec_digest)->artifact_digest,
+            target.digest);
+
+  // kThreads proposals, then one approval and its promotion: sequences 1, 2, ... without gaps.
+  absl::StatusOr<Page<AuditEntry>> audit = other->ListAuditEntries({}, {100, ""});
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  ASSERT_EQ(audit->items.size(), static_cast<size_t>(kThreads + 2));
+  for (size_t i = 0; i < audit->items.size(); ++i) {
+    EXPECT_EQ(audit->items[i].sequence, static_cast<int64_t>(i + 1));
+  }
+}
+
+TEST_P(StoreTest, ListArtifactsFiltersByState) {
   std::vector<ArtifactRecord> all;
   for (int i = 0; i < 6; ++i) {
     all.push_back(*store_->PutArtifact(MakeArtifact("p" + std::to_string(i % 2), std::to_string(i))));
@@ -233,7 +343,7 @@ TEST_F(StoreTest, ListArtifactsFiltersByState) {
   EXPECT_EQ(page->items[1].digest, all[2].digest);
 }
 
-TEST_F(StoreTest, BindingsReplaceAndRequireStoredTargets) {
+TEST_P(StoreTest, BindingsReplaceAndRequireStoredTargets) {
   Seed();
   ArtifactRecord v2 = *store_->PutArtifact(MakeArtifact("invoice_totals/parse", "return 2"));
   EXPECT_TRUE(store_->SetBinding(bp_.digest, {"parse", artifact_.digest, "generated"}).ok());
@@ -248,7 +358,7 @@ TEST_F(StoreTest, BindingsReplaceAndRequireStoredTargets) {
   EXPECT_EQ(store_->GetBinding(bp_.digest, "find").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(StoreTest, RunStateMachineRejectsIllegalTransitions) {
+TEST_P(StoreTest, RunStateMachineRejectsIllegalTransitions) {
   Seed();
   absl::StatusOr<CreateRunResult> created = store_->CreateRun(MakeRun());
   ASSERT_TRUE(created.ok()) << created.status();
@@ -304,7 +414,7 @@ TEST_F(StoreTest, RunStateMachineRejectsIllegalTransitions) {
   EXPECT_EQ(store_->GetRun(999999).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(StoreTest, RunsNeedStoredBlueprintAndInput) {
+TEST_P(StoreTest, RunsNeedStoredBlueprintAndInput) {
   Seed();
   NewRun run = MakeRun();
   run.input_digest = Sha256Digest("not stored");
@@ -320,7 +430,7 @@ TEST_F(StoreTest, RunsNeedStoredBlueprintAndInput) {
   EXPECT_EQ(store_->GetRun(r.id)->state, RunState::kRunning);
 }
 
-TEST_F(StoreTest, RunEventsReplayInOrder) {
+TEST_P(StoreTest, RunEventsReplayInOrder) {
   Seed();
   RunRecord r = store_->CreateRun(MakeRun())->run;
   EXPECT_EQ(*store_->AppendRunEvent(r.id, "state", "running"), 1);
@@ -336,7 +446,7 @@ TEST_F(StoreTest, RunEventsReplayInOrder) {
             absl::StatusCode::kNotFound);
 }
 
-TEST_F(StoreTest, IdempotentCreateRunMakesOneRunUnderRace) {
+TEST_P(StoreTest, IdempotentCreateRunMakesOneRunUnderRace) {
   Seed();
   std::vector<int64_t> ids(8);
   std::atomic<int> created{0};
@@ -359,7 +469,7 @@ TEST_F(StoreTest, IdempotentCreateRunMakesOneRunUnderRace) {
   EXPECT_TRUE(store_->CreateRun(bob)->created);
 }
 
-TEST_F(StoreTest, IdempotencyRecordsFirstWriterWins) {
+TEST_P(StoreTest, IdempotencyRecordsFirstWriterWins) {
   EXPECT_EQ(store_->GetIdempotency("alice", "r1").status().code(), absl::StatusCode::kNotFound);
   IdempotencyRecord first{"alice", "r1", Sha256Digest("req"), "response-1", 0};
   absl::StatusOr<IdempotencyRecord> stored = store_->PutIdempotency(first);
@@ -388,7 +498,7 @@ TEST_F(StoreTest, IdempotencyRecordsFirstWriterWins) {
   EXPECT_EQ(firsts.load(), 1);
 }
 
-TEST_F(StoreTest, GenerationCacheKeepsFirstArtifact) {
+TEST_P(StoreTest, GenerationCacheKeepsFirstArtifact) {
   Seed();
   ArtifactRecord other = *store_->PutArtifact(MakeArtifact("invoice_totals/parse", "return 9"));
   std::string request = Sha256Digest("request");
@@ -400,7 +510,7 @@ TEST_F(StoreTest, GenerationCacheKeepsFirstArtifact) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_F(StoreTest, KeyValueCache) {
+TEST_P(StoreTest, KeyValueCache) {
   EXPECT_EQ(store_->KvGet("model", "/m:1:2").status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(store_->KvPut("model", "/m:1:2", "sha256:aa").ok());
   EXPECT_TRUE(store_->KvPut("model", "/m:1:2", "sha256:bb").ok());
@@ -410,7 +520,7 @@ TEST_F(StoreTest, KeyValueCache) {
   EXPECT_EQ(store_->KvGet("model", "/m:1:2").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(StoreTest, PagesCoverEverythingOnceAndRejectTampering) {
+TEST_P(StoreTest, PagesCoverEverythingOnceAndRejectTampering) {
   for (int i = 0; i < 23; ++i) {
     store_->PutBlueprint(MakeBlueprint(i % 3 == 0 ? "a" : "b", std::to_string(i))).IgnoreError();
   }
@@ -458,15 +568,16 @@ TEST_F(StoreTest, PagesCoverEverythingOnceAndRejectTampering) {
   EXPECT_EQ(store_->ListBlueprints({}, {-1, ""}).status().code(),
             absl::StatusCode::kInvalidArgument);
   // Another database has another secret.
+  std::unique_ptr<testing::StoreLocation> other_location = NewLocation();
   StoreOptions other_options;
-  other_options.path = dir_.path() + "/other.db";
+  other_options.path = other_location->path();
   std::unique_ptr<Store> other = OpenOrDie(other_options);
   for (int i = 0; i < 7; ++i) other->PutBlueprint(MakeBlueprint("a", std::to_string(i))).IgnoreError();
   EXPECT_EQ(other->ListBlueprints({"a"}, {5, a1->next_page_token}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(StoreTest, ListRunsFiltersAndPages) {
+TEST_P(StoreTest, ListRunsFiltersAndPages) {
   Seed();
   BlueprintRecord bp2 = *store_->PutBlueprint(MakeBlueprint("second", "1"));
   std::vector<int64_t> first_bp_running;
@@ -496,7 +607,7 @@ TEST_F(StoreTest, ListRunsFiltersAndPages) {
   EXPECT_EQ(store_->ListRuns({bp2.digest, std::nullopt}, {100, ""})->items.size(), 3u);
 }
 
-TEST_F(StoreTest, BackupIsOneSelfContainedFile) {
+TEST_P(SqliteStoreTest, BackupIsOneSelfContainedFile) {
   Seed();
   std::string big(200 * 1024, 'z');
   big[12345] = 'y';
@@ -506,7 +617,7 @@ TEST_F(StoreTest, BackupIsOneSelfContainedFile) {
   store_ = OpenOrDie(small_inline);
   BlobRef big_ref = *store_->PutBlob(big);
   RunRecord r = store_->CreateRun(MakeRun())->run;
-  const std::string backup_path = dir_.path() + "/backup.db";
+  const std::string backup_path = ScratchDir() + "/backup.db";
   absl::Status st = store_->Backup(backup_path);
   ASSERT_TRUE(st.ok()) << st;
   // Writes after the backup are not in it.
@@ -524,14 +635,14 @@ TEST_F(StoreTest, BackupIsOneSelfContainedFile) {
 }
 
 // A database locked by another process must produce a retryable error, not a hang.
-TEST_F(StoreTest, BusyDatabaseIsUnavailableNotAHang) {
+TEST_P(SqliteStoreTest, BusyDatabaseIsUnavailableNotAHang) {
   Seed();
   StoreOptions options = Options();
   options.busy_timeout_ms = 200;
   store_.reset();
   store_ = OpenOrDie(options);
   sqlite3* other = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_.path() + "/data/rote.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open((ScratchDir() + "/data/rote.db").c_str(), &other), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
   auto start = std::chrono::steady_clock::now();
   absl::StatusOr<CreateRunResult> blocked = store_->CreateRun(MakeRun());

@@ -1,15 +1,20 @@
-// Shared by the store tests: a temporary data directory and small record builders.
+// Shared by the store tests: a temporary data directory, fresh stores of either backend (the
+// conformance suite runs every Store test against SQLite and PostgreSQL) and small record
+// builders.
 #pragma once
 
 #include <stdlib.h>
 
 #include <atomic>
 #include <filesystem>
+#include <memory>
+#include <ostream>
 #include <string>
 
 #include "gtest/gtest.h"
 #include "store/digest.h"
 #include "store/store.h"
+#include "tests/store/pg_test_util.h"
 
 namespace rote::store::testing {
 
@@ -44,6 +49,79 @@ inline std::unique_ptr<Store> OpenOrDie(StoreOptions options) {
   }
   return *std::move(store);
 }
+
+enum class Backend { kSqlite, kPostgres };
+
+// Where one fresh store lives: a new data directory, or a new schema of the test cluster.
+class StoreLocation {
+ public:
+  StoreLocation(Backend backend, const std::string& pg_url) : backend_(backend) {
+    if (backend == Backend::kSqlite) {
+      path_ = dir_.path() + "/data";
+    } else {
+      schema_ = std::make_unique<PgSchema>(pg_url);
+      path_ = schema_->path();
+    }
+  }
+  const std::string& path() const { return path_; }  // for StoreOptions.path
+  std::string error() const { return schema_ == nullptr ? "" : schema_->error(); }
+  const TempDir& dir() const { return dir_; }
+
+ private:
+  Backend backend_;
+  TempDir dir_;
+  std::unique_ptr<PgSchema> schema_;
+  std::string path_;
+};
+
+// Base of the suites that run against both stores (INSTANTIATE_TEST_SUITE_P with
+// kBothBackends). Derived SetUp()s call this one first and return when IsSkipped().
+class BackendTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Backend::kPostgres) {
+      PgUrl pg = TestPgUrl();
+      if (!pg.error.empty()) FAIL() << pg.error;
+      if (pg.url.empty()) {
+        GTEST_SKIP() << "no PostgreSQL cluster: run through ctest (which starts one), or start "
+                        "one with scripts/pg_test_cluster.sh start DIR and set ROTE_TEST_PG_URL "
+                        "to the URL it prints";
+      }
+      pg_url_ = pg.url;
+    }
+    location_ = NewLocation();
+    if (!location_->error().empty()) FAIL() << "PostgreSQL: " << location_->error();
+  }
+  // A further fresh location of this test's backend.
+  std::unique_ptr<StoreLocation> NewLocation() const {
+    return std::make_unique<StoreLocation>(GetParam(), pg_url_);
+  }
+  bool Ready() const { return !IsSkipped() && !HasFailure(); }
+  const std::string& StorePath() const { return location_->path(); }
+  // A scratch directory (on both backends), for files beside the store.
+  const std::string& ScratchDir() const { return location_->dir().path(); }
+
+  std::string pg_url_;
+  std::unique_ptr<StoreLocation> location_;
+};
+
+inline void PrintTo(Backend backend, std::ostream* os) {
+  *os << (backend == Backend::kSqlite ? "Sqlite" : "Postgres");
+}
+
+inline std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
+  return info.param == Backend::kSqlite ? "Sqlite" : "Postgres";
+}
+
+#define ROTE_BOTH_BACKENDS(suite)                                                     \
+  INSTANTIATE_TEST_SUITE_P(Backends, suite,                                           \
+                           ::testing::Values(::rote::store::testing::Backend::kSqlite, \
+                                             ::rote::store::testing::Backend::kPostgres), \
+                           ::rote::store::testing::BackendName)
+#define ROTE_SQLITE_ONLY(suite)                                                        \
+  INSTANTIATE_TEST_SUITE_P(Backends, suite,                                            \
+                           ::testing::Values(::rote::store::testing::Backend::kSqlite), \
+                           ::rote::store::testing::BackendName)
 
 inline GenerationSpecRecord MakeSpec(const std::string& name) {
   GenerationSpecRecord spec;
