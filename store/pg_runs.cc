@@ -79,6 +79,18 @@ absl::StatusOr<RunState> LockRun(PgConn& conn, int64_t run_id) {
   return ParseRunState(res.Text(0, 0)).value_or(RunState::kPending);
 }
 
+// Appends an event with the run's next sequence number; the caller holds the run's row lock,
+// so two appends to one run never compute the same number.
+absl::StatusOr<int64_t> InsertRunEvent(PgConn& conn, int64_t run_id, int64_t now_ms,
+                                       std::string_view kind, std::string_view payload) {
+  ASSIGN_OR_RETURN(PgResult res,
+                   conn.Exec("INSERT INTO run_events (run_id, seq, time_ms, kind, payload) "
+                             "SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4 FROM run_events "
+                             "WHERE run_id = $1 RETURNING seq",
+                             {P::Int(run_id), P::Int(now_ms), P::Text(kind), P::Bytes(payload)}));
+  return res.Int(0, 0);
+}
+
 absl::Status InsertRunBindings(PgConn& conn, int64_t run_id,
                                const std::vector<Binding>& bindings) {
   for (const Binding& b : bindings) {
@@ -325,6 +337,32 @@ absl::Status PgStore::AddRunBindings(int64_t run_id, const std::vector<Binding>&
   });
 }
 
+absl::StatusOr<RunRecord> PgStore::RequeueRun(int64_t run_id, std::string_view event_kind,
+                                              std::string_view event_payload) {
+  RETURN_IF_ERROR(CheckNonEmpty(event_kind, "run event kind"));
+  const int64_t now = db_.clock_ms();
+  RunRecord stored;
+  RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
+    // The row lock orders this after a concurrent FinishRun or AppendSteps of the same run:
+    // either the run is still running here, or the re-queue is refused.
+    ASSIGN_OR_RETURN(RunState from, LockRun(conn, run_id));
+    if (from != RunState::kRunning) {
+      return absl::FailedPreconditionError(
+          Cat("run ", run_id, " is ", RunStateName(from), "; only a running run can be re-queued"));
+    }
+    RETURN_IF_ERROR(
+        conn.Exec("DELETE FROM run_steps WHERE run_id = $1", {P::Int(run_id)}).status());
+    RETURN_IF_ERROR(conn.Exec("UPDATE runs SET state = 'pending', start_ms = NULL, "
+                              "step_count = 0 WHERE id = $1",
+                              {P::Int(run_id)})
+                        .status());
+    RETURN_IF_ERROR(InsertRunEvent(conn, run_id, now, event_kind, event_payload).status());
+    ASSIGN_OR_RETURN(stored, LoadRun(conn, run_id));
+    return absl::OkStatus();
+  }));
+  return stored;
+}
+
 absl::StatusOr<Page<RunRecord>> PgStore::ListRuns(const RunFilter& filter,
                                                   const PageRequest& page) {
   if (!filter.blueprint_digest.empty()) {
@@ -427,12 +465,7 @@ absl::StatusOr<int64_t> PgStore::AppendRunEvent(int64_t run_id, std::string_view
   int64_t sequence = 0;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
     RETURN_IF_ERROR(LockRun(conn, run_id).status());
-    ASSIGN_OR_RETURN(PgResult res,
-                     conn.Exec("INSERT INTO run_events (run_id, seq, time_ms, kind, payload) "
-                               "SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4 FROM run_events "
-                               "WHERE run_id = $1 RETURNING seq",
-                               {P::Int(run_id), P::Int(now), P::Text(kind), P::Bytes(payload)}));
-    sequence = res.Int(0, 0);
+    ASSIGN_OR_RETURN(sequence, InsertRunEvent(conn, run_id, now, kind, payload));
     return absl::OkStatus();
   }));
   return sequence;

@@ -115,6 +115,8 @@ class PgStore final : public Store {
   absl::StatusOr<RunRecord> FinishRun(int64_t run_id, const RunOutcome& outcome) override;
   absl::StatusOr<Page<RunRecord>> ListRuns(const RunFilter& filter,
                                            const PageRequest& page) override;
+  absl::StatusOr<RunRecord> RequeueRun(int64_t run_id, std::string_view event_kind,
+                                       std::string_view event_payload) override;
 
   absl::Status AppendSteps(int64_t run_id, const std::vector<StepRecord>& steps) override;
   absl::StatusOr<std::vector<StepRecord>> ListSteps(int64_t run_id) override;
