@@ -15,7 +15,6 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/flags.h"
-#include "orchestrator/api/json_log.h"
 #include "orchestrator/offline.h"
 #include "orchestrator/server.h"
 #include "spdlog/spdlog.h"

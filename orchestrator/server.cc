@@ -319,6 +319,33 @@ absl::Status CheckOptionFiles(const ServerOptions& opt) {
 namespace {
 
 // Loads the model named by the options, on their device and numerics profile.
+// --allow-unreviewed and --promotion take one of their documented values.
+absl::Status CheckReviewOptions(const ServerOptions& opt) {
+  if (opt.allow_unreviewed != "never" && opt.allow_unreviewed != "reviewers") {
+    return absl::InvalidArgumentError(absl::StrCat("--allow-unreviewed must be never or reviewers, not '",
+                                                   opt.allow_unreviewed, "'"));
+  }
+  if (opt.promotion != "on-approval" && opt.promotion != "manual") {
+    return absl::InvalidArgumentError(absl::StrCat("--promotion must be on-approval or manual, not '", opt.promotion, "'"));
+  }
+  return absl::OkStatus();
+}
+
+// The generation pipeline's options from the server's, its metrics hooks feeding `metrics`.
+generate::PipelineOptions PipelineOptionsFor(const ServerOptions& opt, OperatorMetrics* metrics) {
+  generate::PipelineOptions o;
+  o.decoding.max_attempts = opt.generation_attempts;
+  o.decoding.max_tokens = opt.generation_max_tokens;
+  o.decoding.retry_temperature = opt.generation_retry_temperature;
+  o.constrain_replies = opt.constrain_replies;
+  o.on_attempt = [metrics](bool passed, const std::string& reason, int64_t prompt_tokens, int64_t output_tokens,
+                           double seconds) {
+    metrics->GenerationAttempt(passed, reason, prompt_tokens, output_tokens, seconds);
+  };
+  o.on_answered = [metrics](const std::string& kind) { metrics->GenerationCacheHit(kind); };
+  return o;
+}
+
 absl::StatusOr<std::unique_ptr<generate::InferenceCodeModel>> LoadModel(const ServerOptions& opt,
                                                                          store::Store* store) {
   // The model digest covers every weight byte; hashing a 1.5B model takes seconds, so it is
@@ -505,18 +532,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   if (!review_policy.ok()) return review_policy.status();
   state->review_policy = *std::move(review_policy);
   if (!opt.model_dir.empty()) {
-    generate::PipelineOptions pipeline_options;
-    pipeline_options.decoding.max_attempts = opt.generation_attempts;
-    pipeline_options.decoding.max_tokens = opt.generation_max_tokens;
-    pipeline_options.decoding.retry_temperature = opt.generation_retry_temperature;
-    pipeline_options.constrain_replies = opt.constrain_replies;
-    pipeline_options.on_attempt = [operator_metrics](bool passed, const std::string& reason, int64_t prompt_tokens,
-                                                     int64_t output_tokens, double seconds) {
-      operator_metrics->GenerationAttempt(passed, reason, prompt_tokens, output_tokens, seconds);
-    };
-    pipeline_options.on_answered = [operator_metrics](const std::string& kind) {
-      operator_metrics->GenerationCacheHit(kind);
-    };
+    const generate::PipelineOptions pipeline_options = PipelineOptionsFor(opt, operator_metrics);
     if (absl::Status s = generate::CheckDecoding(pipeline_options.decoding); !s.ok()) return s;
     auto model = LoadModel(opt, state->store.get());
     if (!model.ok()) return model.status();
@@ -528,13 +544,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
                opt.review_policy_per_blueprint.empty()
                    ? std::string()
                    : absl::StrCat(" (per blueprint: ", absl::StrJoin(opt.review_policy_per_blueprint, ", "), ")"));
-  if (opt.allow_unreviewed != "never" && opt.allow_unreviewed != "reviewers") {
-    return absl::InvalidArgumentError(absl::StrCat("--allow-unreviewed must be never or reviewers, not '",
-                                                   opt.allow_unreviewed, "'"));
-  }
-  if (opt.promotion != "on-approval" && opt.promotion != "manual") {
-    return absl::InvalidArgumentError(absl::StrCat("--promotion must be on-approval or manual, not '", opt.promotion, "'"));
-  }
+  if (absl::Status s = CheckReviewOptions(opt); !s.ok()) return s;
   engine::EngineOptions engine_options;
   engine_options.run_workers = opt.run_workers;
   engine_options.backtest_parallelism = opt.run_workers;

@@ -152,4 +152,8 @@ class Server {
   std::unique_ptr<State> state_;
 };
 
+// `rote serve --log-format json`: spdlog's default logger writes one JSON object per line from
+// now on (orchestrator/api/json_log.h, which defines it; docs/operations.md).
+void UseJsonLogs();
+
 }  // namespace rote::orchestrator
