@@ -395,6 +395,7 @@ StatusOr<std::shared_ptr<Sequence>> Engine::Impl::Prepare(GenerationRequest requ
   seq->sampling = sp;
   seq->sampling_key = request.sampling_key;
   seq->on_token = std::move(request.on_token);
+  seq->on_prefill = std::move(request.on_prefill);
   seq->decoder = std::make_unique<StreamDecoder>(tokenizer);
   seq->result.prompt_tokens = seq->all;
   seq->result.provenance.model_digest = model->digest();
@@ -681,7 +682,12 @@ void Engine::Impl::Deliver(const std::vector<StepPart>& parts, int32_t chain, bo
       const size_t this_row = row;
       if (p.wants_logits) ++row;
       if (finished[i]) continue;
+      const bool read_prompt = static_cast<size_t>(p.seq->computed) < p.seq->prompt_len;
       scheduler->Advance(*p.seq, p.n);
+      if (read_prompt && p.seq->on_prefill) {
+        const int32_t prompt = static_cast<int32_t>(p.seq->prompt_len);
+        p.seq->on_prefill(std::min(p.seq->computed, prompt), prompt);
+      }
       if (!p.wants_logits) continue;
       std::vector<float> captured;
       if (host_sampled && options.capture_logits)

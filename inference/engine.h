@@ -119,6 +119,10 @@ struct GenerationRequest {
   uint64_t sampling_key = 0;
   GrammarConstraint constraint;
   TokenCallback on_token;
+  // Called on the scheduler thread after each step that read part of the prompt: prompt
+  // positions whose K/V are now in the cache (shared prefix blocks included) and the prompt's
+  // length. A long prompt on the CPU takes minutes; this says how far it got. May be empty.
+  std::function<void(int32_t read, int32_t prompt)> on_prefill;
 };
 
 struct Provenance {

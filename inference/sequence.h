@@ -32,6 +32,7 @@ struct Sequence {
   SamplingParams sampling;
   uint64_t sampling_key = 0;
   TokenCallback on_token;
+  std::function<void(int32_t read, int32_t prompt)> on_prefill;
   std::vector<int32_t> all;  // prompt, then generated tokens
   size_t prompt_len = 0;
   int32_t computed = 0;      // positions whose K/V are in the cache

@@ -83,6 +83,9 @@ struct CompletionRequest {
   // Called on the thread that called CompleteAll with newly generated text and the number of
   // tokens generated so far. May be empty.
   std::function<void(std::string_view text, int32_t tokens)> on_text;
+  // Called on the same thread with the prompt tokens read so far and the prompt's length, as
+  // the model reads a prompt (a model that cannot tell does not call it). May be empty.
+  std::function<void(int32_t read, int32_t prompt)> on_prefill;
 };
 
 struct Completion {

@@ -87,12 +87,16 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
     std::condition_variable cv;
     std::vector<std::string> pending;
     std::vector<int32_t> tokens;
+    std::vector<int32_t> prefill_read, prefill_of, prefill_told;  // prompt tokens read, prompt length, last relayed
     bool all_done = false;
   };
   auto shared = std::make_shared<Shared>();
   const size_t n = requests.size();
   shared->pending.resize(n);
   shared->tokens.assign(n, 0);
+  shared->prefill_read.assign(n, 0);
+  shared->prefill_of.assign(n, 0);
+  shared->prefill_told.assign(n, 0);
 
   std::vector<absl::StatusOr<Completion>> results(n, absl::InternalError("not submitted"));
   std::vector<std::optional<inference::RequestId>> ids(n);
@@ -109,6 +113,14 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
     r.sampling_key = requests[i].sampling_key;
     r.constraint.grammar = requests[i].constraint.grammar;
     r.constraint.allowed_globals = requests[i].constraint.allowed_globals;
+    r.on_prefill = [shared, i](int32_t read, int32_t prompt) {
+      {
+        std::lock_guard lock(shared->mu);
+        shared->prefill_read[i] = read;
+        shared->prefill_of[i] = prompt;
+      }
+      shared->cv.notify_all();
+    };
     r.on_token = [shared, i](const inference::TokenEvent& e) {
       {
         std::lock_guard lock(shared->mu);
@@ -168,6 +180,15 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
     shared->cv.wait_for(lock, std::chrono::milliseconds(100));
     const bool finished = shared->all_done;
     for (size_t i = 0; i < n; ++i) {
+      if (shared->prefill_read[i] > shared->prefill_told[i]) {
+        const int32_t read = shared->prefill_read[i], prompt = shared->prefill_of[i];
+        shared->prefill_told[i] = read;
+        if (requests[i].on_prefill) {
+          lock.unlock();
+          requests[i].on_prefill(read, prompt);
+          lock.lock();
+        }
+      }
       if (shared->pending[i].empty()) continue;
       std::string text = std::move(shared->pending[i]);
       shared->pending[i].clear();

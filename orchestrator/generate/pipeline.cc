@@ -240,6 +240,11 @@ absl::StatusOr<GenerationPipeline::Verdict> GenerationPipeline::Evaluate(const e
   return v;
 }
 
+namespace {
+// Prompt tokens between two "prompt N/M tokens read" progress lines.
+constexpr int32_t kPrefillProgressTokens = 512;
+}  // namespace
+
 void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::function<bool()>& cancelled) {
   absl::StatusOr<SandboxNames> names = ProbeSandboxNames();
   if (!names.ok()) {
@@ -273,6 +278,7 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
     // Progress lines at fixed token counts, so the lines do not depend on how the model's
     // steps happened to be batched or timed.
     std::vector<int32_t> next_progress(active.size(), options_.progress_every_tokens);
+    std::vector<int32_t> next_prefill(active.size(), kPrefillProgressTokens);
     for (size_t i = 0; i < active.size(); ++i) {
       Chain* c = active[i];
       const std::string of = absl::StrCat(attempt, "/", c->decoding.max_attempts);
@@ -282,6 +288,14 @@ void GenerationPipeline::RunChains(std::vector<Chain*>& chains, const std::funct
       r.decoding = AttemptDecoding(c->decoding, attempt);
       r.sampling_key = SamplingKey(c->request_digest, attempt);
       if (!c->decoding.grammar.empty()) r.constraint = ReplyConstraint(c->point.kind, *names);
+      // Reading a long prompt: a line at every kPrefillProgressTokens prompt tokens read (fixed
+      // counts again, whatever the chunks were).
+      r.on_prefill = [c, of, i, &next_prefill](int32_t read, int32_t prompt) {
+        while (read >= next_prefill[i] && next_prefill[i] < prompt) {
+          c->Progress(absl::StrCat("attempt ", of, ", prompt ", next_prefill[i], "/", prompt, " tokens read"));
+          next_prefill[i] += kPrefillProgressTokens;
+        }
+      };
       r.on_text = [this, c, of, i, &next_progress](std::string_view text, int32_t tokens) {
         if (c->job != nullptr && c->job->events.token_text) c->job->events.token_text(text);
         while (options_.progress_every_tokens > 0 && tokens >= next_progress[i]) {

@@ -444,6 +444,28 @@ TEST(EngineTest, SeedChangesSampledTokens) {
   EXPECT_NE(ra.tokens, RunToEnd(*engine, c).tokens);
 }
 
+// A prompt read in chunks reports each chunk: counts that grow to the prompt's length, never
+// past it, on the scheduler thread, and not once generation began.
+TEST(EngineTest, PrefillReportsHowMuchOfThePromptWasRead) {
+  Loaded l = LoadTiny();
+  EngineOptions o;
+  o.prefill_chunk = 64;
+  auto e = MakeEngine(l, o);
+  std::mt19937 rng(31);
+  GenerationRequest r = TokensRequest(RandomTokens(rng, 300), 5);
+  std::vector<std::pair<int32_t, int32_t>> seen;
+  r.on_prefill = [&](int32_t read, int32_t prompt) { seen.push_back({read, prompt}); };
+  GenerationResult res = RunToEnd(*e, std::move(r));
+  EXPECT_EQ(res.tokens.size(), 5u);
+  ASSERT_GE(seen.size(), 5u);  // 300 tokens in chunks of 64
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].second, 300);
+    EXPECT_LE(seen[i].first, 300);
+    if (i > 0) { EXPECT_GT(seen[i].first, seen[i - 1].first); }
+  }
+  EXPECT_EQ(seen.back().first, 300);
+}
+
 TEST(EngineTest, StreamingAndStopSequences) {
   Loaded l = LoadTiny();
   auto engine = MakeEngine(l, {});

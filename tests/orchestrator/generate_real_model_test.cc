@@ -233,5 +233,17 @@ TEST_F(GenerateRealModelTest, ConstrainedAttemptsAreFencedBlocksOfTheirKind) {
   EXPECT_NE(stores_.back()->GetBlob(unconstrained[0].output_digest)->rfind("```lua\n", 0), 0u);
 }
 
+// The fixture's prompts are about a thousand tokens: reading one is reported at fixed counts.
+TEST_F(GenerateRealModelTest, LongPromptsReportTheirReading) {
+  auto pipeline = Fresh(1);
+  std::vector<std::string> progress;
+  engine::GenerateContext ctx = Context("parse_amount");
+  ctx.progress = [&](const std::string& line) { progress.push_back(line); };
+  (void)pipeline->Generate(Spec("parse_amount"), ctx);
+  bool read_line = false;
+  for (const std::string& line : progress) read_line |= line.find("attempt 1/1, prompt 512/") != std::string::npos;
+  EXPECT_TRUE(read_line) << ::testing::PrintToString(progress);
+}
+
 }  // namespace
 }  // namespace rote::orchestrator::generate
