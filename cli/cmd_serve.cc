@@ -56,7 +56,9 @@ const char kUsage[] =
     "Generation (docs/generation.md):\n"
     "  --model DIR                 load this Hugging Face model directory and generate code for\n"
     "                              unbound generation points (runs with --allow-generation)\n"
-    "  --device cpu|cuda|cuda:N    where the model runs (default cpu; cuda is cuda:0)\n"
+    "  --device cpu|cuda|cuda:N    where the model runs (default cpu; cuda is cuda:0);\n"
+    "                              cuda:N,M,... or cuda:all: one engine per GPU, generation\n"
+    "                              spread over them (docs/operations.md, \"Every GPU\")\n"
     "  --numerics exact|fast       exact (default): the same bits on the CPU and any CUDA GPU;\n"
     "                              fast: CUDA tensor cores, batch-invariant on one GPU\n"
     "                              architecture (docs/fast_profile.md)\n"
@@ -233,7 +235,8 @@ int CmdServe(const Args& args) {
   }
   const absl::StatusOr<bool> cuda = orchestrator::offline::DeviceIsCuda(opt.device);
   if (!cuda.ok()) {
-    std::cerr << "rote serve: --device must be cpu, cuda or cuda:N (N a device ordinal), got `" << opt.device
+    std::cerr << "rote serve: --device must be cpu, cuda, cuda:N, cuda:N,M,... or cuda:all (N a device ordinal), got `"
+              << opt.device
               << "`\n\n"
               << kUsage;
     return kExitUsage;

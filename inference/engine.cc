@@ -234,6 +234,12 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StatusOr<std::unique_ptr<Engine>> Engine::Load(const std::string& model_dir, const EngineOptions& options) {
   ROTE_ASSIGN_OR_RETURN(std::shared_ptr<const Model> model, Model::Load(model_dir, options.known_model_digest));
   ROTE_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(model_dir));
+  return Open(std::move(model), std::move(tokenizer), options);
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Open(std::shared_ptr<const Model> model, Tokenizer tokenizer,
+                                               const EngineOptions& options) {
+  if (model == nullptr) return InvalidArgument("Engine::Open needs a model");
   const int32_t max_pos = model->config().max_position_embeddings;
   const int32_t context = options.max_context > 0 ? std::min(options.max_context, max_pos) : std::min(max_pos, 32768);
   std::unique_ptr<Backend> backend;

@@ -169,6 +169,10 @@ class Engine {
  public:
   // Loads model and tokenizer from `model_dir` and starts the scheduler.
   static StatusOr<std::unique_ptr<Engine>> Load(const std::string& model_dir, const EngineOptions& options);
+  // Load's second half: the backend `options` names over a model and tokenizer already read (one
+  // host copy of the weights shared by engines on several devices, engine_group.h).
+  static StatusOr<std::unique_ptr<Engine>> Open(std::shared_ptr<const Model> model, Tokenizer tokenizer,
+                                                const EngineOptions& options);
   // With a backend made by the caller (tests use CPU backend options this way).
   static StatusOr<std::unique_ptr<Engine>> Create(std::shared_ptr<const Model> model, Tokenizer tokenizer,
                                                   std::unique_ptr<Backend> backend, const EngineOptions& options);

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "inference/commands.h"
 #include "inference/engine.h"
+#include "inference/engine_group.h"
 #include "sandbox/lua_runtime.h"
 #include "sandbox/regex.h"
 #include "sandbox/value.h"
@@ -140,11 +141,11 @@ ToolStatus GenerateTool(const std::vector<std::string>& args, std::ostream& out,
 }
 
 absl::StatusOr<bool> DeviceIsCuda(std::string_view device) {
-  inference::EngineOptions options;
-  if (inference::Status s = inference::ParseDeviceName(device, &options); !s.ok()) {
+  inference::DeviceSet devices;
+  if (inference::Status s = inference::ParseDeviceSet(device, &devices); !s.ok()) {
     return absl::InvalidArgumentError(s.message());
   }
-  return options.device == inference::Device::kCuda;
+  return devices.device == inference::Device::kCuda;
 }
 
 std::string Sha256Digest(std::string_view bytes) { return store::Sha256Digest(bytes); }

@@ -102,8 +102,8 @@ ToolStatus ModelTool(const std::vector<std::string>& args, std::ostream& out, st
 ToolStatus GenerateTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 // ---- checks the client makes itself
-// Whether a `--device` name (cpu, cuda, cuda:N) names a CUDA device; INVALID_ARGUMENT when it
-// names none.
+// Whether a `--device` name (cpu, cuda, cuda:N, cuda:N,M,..., cuda:all) names CUDA devices;
+// INVALID_ARGUMENT when it names none.
 absl::StatusOr<bool> DeviceIsCuda(std::string_view device);
 // "sha256:" and 64 lowercase hex digits, as the server names its blobs.
 std::string Sha256Digest(std::string_view bytes);

@@ -352,8 +352,10 @@ absl::StatusOr<std::unique_ptr<generate::InferenceCodeModel>> LoadModel(const Se
   // cached in the store under the files' identity (names, sizes, mtimes) and reused while
   // the files are unchanged.
   inference::EngineOptions load_options;
-  if (inference::Status s = inference::ParseDeviceName(opt.device, &load_options); !s.ok())
+  inference::DeviceSet devices;
+  if (inference::Status s = inference::ParseDeviceSet(opt.device, &devices); !s.ok())
     return absl::InvalidArgumentError(s.message());
+  load_options.device = devices.device;
   if (opt.numerics == "fast") {
     load_options.numerics_profile = inference::NumericsProfile::kFast;
   } else if (opt.numerics != "exact") {
@@ -396,7 +398,7 @@ absl::StatusOr<std::unique_ptr<generate::InferenceCodeModel>> LoadModel(const Se
                "KV cache {} MiB ({} blocks)",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count(), m.family,
                m.num_layers, m.hidden_size, m.vocab_size, m.parameter_count, m.numerics_profile, m.device, m.digest,
-               loaded->engine().kv_cache_bytes() >> 20, loaded->engine().kv_blocks());
+               loaded->engines().kv_cache_bytes() >> 20, loaded->engines().kv_blocks());
   return loaded;
 }
 
@@ -563,8 +565,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   sources.runs = [e = state->engine.get()] { return e->queue_stats(); };
   sources.workers = [w = state->workers.get()] { return w->stats(); };
   if (state->model) {
-    sources.model = [m = state->model.get()] { return m->engine().stats(); };
-    sources.kv_blocks_total = state->model->engine().kv_blocks();
+    sources.model = [m = state->model.get()] { return m->engines().stats(); };
+    sources.kv_blocks_total = state->model->engines().kv_blocks();
   }
   operator_metrics->SetSources(std::move(sources));
 

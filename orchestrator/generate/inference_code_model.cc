@@ -15,30 +15,42 @@ absl::Status FromInference(const inference::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.code()), status.message());
 }
 
-InferenceCodeModel::InferenceCodeModel(std::unique_ptr<inference::Engine> engine) : engine_(std::move(engine)) {}
+InferenceCodeModel::InferenceCodeModel(std::unique_ptr<inference::EngineGroup> engines)
+    : engines_(std::move(engines)) {}
+namespace {
+std::unique_ptr<inference::EngineGroup> GroupOfOne(std::unique_ptr<inference::Engine> engine) {
+  std::vector<std::unique_ptr<inference::Engine>> one;
+  one.push_back(std::move(engine));
+  return std::move(inference::EngineGroup::Create(std::move(one))).value();  // one engine: never refused
+}
+}  // namespace
+
+InferenceCodeModel::InferenceCodeModel(std::unique_ptr<inference::Engine> engine)
+    : engines_(GroupOfOne(std::move(engine))) {}
 InferenceCodeModel::~InferenceCodeModel() = default;
 
 absl::StatusOr<std::unique_ptr<InferenceCodeModel>> InferenceCodeModel::Load(const std::string& model_dir,
                                                                              const std::string& device,
                                                                              const inference::EngineOptions& base) {
-  inference::EngineOptions options = base;
-  if (inference::Status s = inference::ParseDeviceName(device, &options); !s.ok())
+  inference::DeviceSet devices;
+  if (inference::Status s = inference::ParseDeviceSet(device, &devices); !s.ok())
     return absl::InvalidArgumentError(s.message());
-  inference::StatusOr<std::unique_ptr<inference::Engine>> engine = inference::Engine::Load(model_dir, options);
-  if (!engine.ok()) return FromInference(engine.status());
-  return std::make_unique<InferenceCodeModel>(std::move(*engine));
+  inference::StatusOr<std::unique_ptr<inference::EngineGroup>> engines =
+      inference::EngineGroup::Load(model_dir, devices, base);
+  if (!engines.ok()) return FromInference(engines.status());
+  return std::make_unique<InferenceCodeModel>(std::move(*engines));
 }
 
 ModelIdentity InferenceCodeModel::identity() const {
   ModelIdentity id;
-  id.digest = absl::StrCat("sha256:", engine_->model().digest());
-  id.numerics_profile = engine_->numerics_profile();  // "exact", or the fast profile's versioned name
-  id.device = engine_->device();
+  id.digest = absl::StrCat("sha256:", engine().model().digest());
+  id.numerics_profile = engine().numerics_profile();  // "exact", or the fast profile's versioned name
+  id.device = engines_->device();
   return id;
 }
 
 ModelDescription InferenceCodeModel::Describe() const {
-  const inference::Model& m = engine_->model();
+  const inference::Model& m = engine().model();
   const inference::ModelConfig& c = m.config();
   ModelDescription d;
   d.family = std::string(inference::ModelFamilyName(c.family));
@@ -75,7 +87,7 @@ std::vector<inference::ChatMessage> ToChat(const std::vector<ChatTurn>& turns) {
 
 std::string InferenceCodeModel::RenderPrompt(const std::vector<ChatTurn>& messages) const {
   // The same call the engine makes for a request given as messages.
-  return engine_->tokenizer().ApplyChatTemplate(ToChat(messages), /*add_generation_prompt=*/true);
+  return engine().tokenizer().ApplyChatTemplate(ToChat(messages), /*add_generation_prompt=*/true);
 }
 
 std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vector<CompletionRequest> requests,
@@ -135,12 +147,12 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
   // alone, so that the others still run and the refused one gets its own error.
   const int64_t submitted_ms = UnixNowMs();
   std::vector<inference::GenerationRequest> copies = built;
-  inference::StatusOr<std::vector<inference::RequestId>> together = engine_->SubmitAll(std::move(copies));
+  inference::StatusOr<std::vector<inference::RequestId>> together = engines_->SubmitAll(std::move(copies));
   if (together.ok()) {
     for (size_t i = 0; i < n; ++i) ids[i] = (*together)[i];
   } else {
     for (size_t i = 0; i < n; ++i) {
-      inference::StatusOr<inference::RequestId> id = engine_->Submit(std::move(built[i]));
+      inference::StatusOr<inference::RequestId> id = engines_->Submit(std::move(built[i]));
       if (id.ok()) {
         ids[i] = *id;
       } else {
@@ -152,7 +164,7 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
   std::thread waiter([&] {
     for (size_t i = 0; i < n; ++i) {
       if (!ids[i]) continue;
-      inference::StatusOr<inference::GenerationResult> r = engine_->Wait(*ids[i]);
+      inference::StatusOr<inference::GenerationResult> r = engines_->Wait(*ids[i]);
       if (!r.ok()) {
         results[i] = FromInference(r.status());
         continue;
@@ -204,7 +216,7 @@ std::vector<absl::StatusOr<Completion>> InferenceCodeModel::CompleteAll(std::vec
       cancel_sent = true;
       lock.unlock();
       for (const std::optional<inference::RequestId>& id : ids) {
-        if (id) engine_->Cancel(*id);
+        if (id) engines_->Cancel(*id);
       }
       lock.lock();
     }

@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "inference/engine.h"
+#include "inference/engine_group.h"
 #include "orchestrator/generate/code_model.h"
 
 namespace rote::orchestrator::generate {
@@ -28,10 +29,13 @@ struct ModelDescription {
 
 class InferenceCodeModel final : public CodeModel {
  public:
+  explicit InferenceCodeModel(std::unique_ptr<inference::EngineGroup> engines);
+  // Over one engine (a group of one).
   explicit InferenceCodeModel(std::unique_ptr<inference::Engine> engine);
   ~InferenceCodeModel() override;
 
-  // Loads a model directory (inference::Engine::Load) on `device` ("cpu" or "cuda").
+  // Loads a model directory (inference::EngineGroup::Load) on `device`: "cpu", "cuda", "cuda:N",
+  // "cuda:N,M,..." or "cuda:all" (one engine per GPU; requests are spread over them).
   static absl::StatusOr<std::unique_ptr<InferenceCodeModel>> Load(const std::string& model_dir,
                                                                   const std::string& device,
                                                                   const inference::EngineOptions& base_options = {});
@@ -43,10 +47,12 @@ class InferenceCodeModel final : public CodeModel {
                                                       const std::function<bool()>& cancelled) override;
 
   ModelDescription Describe() const;
-  inference::Engine& engine() const { return *engine_; }
+  // The first engine (model, tokenizer, profile); engines() for counts over all of them.
+  inference::Engine& engine() const { return engines_->primary(); }
+  inference::EngineGroup& engines() const { return *engines_; }
 
  private:
-  std::unique_ptr<inference::Engine> engine_;
+  std::unique_ptr<inference::EngineGroup> engines_;
 };
 
 }  // namespace rote::orchestrator::generate
