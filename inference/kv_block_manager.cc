@@ -72,7 +72,7 @@ void KvBlockManager::ForgetBlock(int32_t block) {
 
 int32_t KvBlockManager::ShareCachedPrefix(std::span<const int32_t> tokens, size_t max_blocks,
                                           std::vector<int32_t>* blocks) {
-  for (size_t b = 0; b < max_blocks; ++b) {
+  for (size_t b = blocks->size(); b < max_blocks; ++b) {
     auto it = prefix_blocks_.find(BlockKey(tokens, *blocks, b));
     if (it == prefix_blocks_.end()) break;
     Revive(it->second);

@@ -34,9 +34,10 @@ class KvBlockManager {
   // Prefix cache. A full block is known by its parent block id (-1 for a sequence's first
   // block) and its kKvBlockSize tokens, so a key names one prefix: equal keys mean equal K/V.
   //
-  // Appends to `blocks` the cached blocks that hold the leading full blocks of `tokens`, at most
-  // `max_blocks` of them, taking a reference on each; stops at the first block not cached.
-  // Returns how many it appended. `blocks` must be empty.
+  // Appends to `blocks` the cached blocks that hold the next full blocks of `tokens` after the
+  // ones `blocks` already holds (the sequence's first blocks, computed or shared; none at
+  // admission), up to `max_blocks` in all, taking a reference on each; stops at the first block
+  // not cached. Returns the size of `blocks`.
   int32_t ShareCachedPrefix(std::span<const int32_t> tokens, size_t max_blocks, std::vector<int32_t>* blocks);
   // Records blocks[index], which holds tokens [index * kKvBlockSize, (index + 1) * kKvBlockSize)
   // of a sequence whose block table is `blocks`, as the cached copy of that prefix, unless the

@@ -54,11 +54,16 @@ std::vector<StepPart> Scheduler::Schedule() {
   std::vector<StepPart> parts;
   if (running_.empty()) return parts;
   int32_t budget = limits_.max_step_tokens;
+  for (auto& s : running_) {
+    if (s->uncomputed() > 1) ExtendSharedPrefix(*s);
+  }
   for (int pass = 0; pass < 2; ++pass) {
-    for (auto& s : running_) {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      const std::shared_ptr<Sequence>& s = running_[i];
       const int32_t remaining = s->uncomputed();
       const bool decoding = remaining == 1;
       if ((pass == 0) != decoding || budget == 0) continue;
+      if (!decoding && WaitsForLeader(*s, i)) continue;
       const int32_t n = std::min({remaining, limits_.prefill_chunk, budget});
       budget -= n;
       parts.push_back({s, n, s->computed + n == static_cast<int32_t>(s->all.size())});
@@ -146,6 +151,36 @@ void Scheduler::ReleaseBlocks(Sequence& s) {
   for (int32_t b : s.blocks) blocks_->Release(b);
   s.blocks.clear();
   s.computed = 0;
+}
+
+void Scheduler::ExtendSharedPrefix(Sequence& s) {
+  // Only at a block boundary: a partly computed block of its own cannot be swapped for a cached one.
+  if (!limits_.prefix_sharing || s.computed != static_cast<int32_t>(s.blocks.size()) * kKvBlockSize) return;
+  const size_t shareable = (s.all.size() - 1) / kKvBlockSize;
+  const size_t before = s.blocks.size();
+  if (before >= shareable) return;
+  blocks_->ShareCachedPrefix(s.all, shareable, &s.blocks);
+  const int32_t gained = static_cast<int32_t>(s.blocks.size() - before) * kKvBlockSize;
+  s.computed += gained;
+  s.result.prompt_tokens_reused += gained;
+}
+
+bool Scheduler::WaitsForLeader(const Sequence& s, size_t index) const {
+  if (!limits_.prefix_sharing || s.computed != static_cast<int32_t>(s.blocks.size()) * kKvBlockSize) return false;
+  const size_t b = s.blocks.size();  // the next block s would compute
+  if (b >= (s.all.size() - 1) / kKvBlockSize) return false;  // not a block it could share
+  const size_t end = (b + 1) * kKvBlockSize;
+  for (size_t j = 0; j < index; ++j) {
+    const Sequence& l = *running_[j];
+    // A leader is prefilling, has not computed block b yet but will (its prompt runs past it),
+    // and holds the same blocks before it and the same tokens in it.
+    if (l.uncomputed() <= 1 || static_cast<size_t>(l.computed) >= end || l.all.size() <= end) continue;
+    if (l.blocks.size() < b || !std::equal(s.blocks.begin(), s.blocks.end(), l.blocks.begin())) continue;
+    if (std::equal(s.all.begin() + static_cast<std::ptrdiff_t>(end - kKvBlockSize),
+                   s.all.begin() + static_cast<std::ptrdiff_t>(end), l.all.begin() + static_cast<std::ptrdiff_t>(end - kKvBlockSize)))
+      return true;
+  }
+  return false;
 }
 
 void Scheduler::ShareCachedPrefix(Sequence& s) {

@@ -79,6 +79,14 @@ class Scheduler {
   void Preempt(const std::shared_ptr<Sequence>& s);
   void ReleaseBlocks(Sequence& s);
   void ShareCachedPrefix(Sequence& s);
+  // A prefilling sequence at a block boundary takes the cached blocks that continue its prompt,
+  // computed since it was admitted by a sequence with the same prefix.
+  void ExtendSharedPrefix(Sequence& s);
+  // Whether an earlier running sequence is about to compute the next block of `s`'s prompt (same
+  // blocks before it, same tokens in it): `s` then sits this step out and takes that block from
+  // the cache once it is there, instead of computing the same prefix a second time (requests
+  // submitted together, like the points of a run, share their system prompt this way).
+  bool WaitsForLeader(const Sequence& s, size_t index) const;
   // Gives every part blocks for its positions, preempting while the cache is full.
   void AllocateBlocks(std::vector<StepPart>& parts);
 

@@ -393,6 +393,40 @@ TEST(EngineTest, PreemptionUnderASmallKvCacheKeepsBits) {
 
 // A second request with the same 40-token prefix reuses two full blocks computed by the first
 // (alive or already finished), and its tokens and logits equal a run without sharing.
+// Requests submitted together with a common prefix (the points of a run share their system
+// prompt) compute it once: the first computes each block, the others wait for it and take it
+// from the cache; every request's tokens equal its run alone.
+TEST(EngineTest, RequestsSubmittedTogetherComputeTheirCommonPrefixOnce) {
+  Loaded l = LoadTiny(ModelFamily::kQwen2);
+  std::mt19937 rng(23);
+  const std::vector<int32_t> prefix = RandomTokens(rng, 100);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = prefix;
+    const auto tail = RandomTokens(rng, 5 + 3 * i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    reqs.push_back(TokensRequest(p, 6, i % 2 ? 0.7f : 0.0f, 40 + i));
+  }
+  EngineOptions o;
+  o.prefill_chunk = 32;
+  auto together = MakeEngine(l, o);
+  auto ids = together->SubmitAll(reqs);
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  std::vector<GenerationResult> got;
+  for (RequestId id : *ids) got.push_back(together->Wait(id).value());
+  int64_t reused = 0;
+  for (size_t i = 1; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].prompt_tokens_reused, 96) << "request " << i << " reads the 6 full blocks of the prefix";
+    reused += got[i].prompt_tokens_reused;
+  }
+  EXPECT_EQ(got[0].prompt_tokens_reused, 0);
+  EXPECT_EQ(together->stats().prefill_tokens, 6 * 100 + 5 + 8 + 11 + 14 + 17 + 20 - reused);
+  EngineOptions alone_o = o;
+  alone_o.prefix_sharing = false;
+  auto alone = MakeEngine(l, alone_o);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].tokens, RunToEnd(*alone, reqs[i]).tokens) << "request " << i;
+}
+
 TEST(EngineTest, PrefixSharingReusesBlocksWithoutChangingBits) {
   Loaded l = LoadTiny(ModelFamily::kQwen3);
   std::mt19937 rng(21);

@@ -126,7 +126,7 @@ TEST(SchedulerTest, DecodesFirstThenPrefillChunksWithinTheBudget) {
 
 TEST(SchedulerTest, AFullCachePreemptsTheLatestAdmittedEvenTheAsker) {
   Fixture f(3);
-  auto a = Seq(20), b = Seq(20);  // 2 blocks each; 3 in the cache
+  auto a = Seq(20), b = Seq(20, 100);  // 2 blocks each; 3 in the cache; no common prefix
   f.Admit({a, b});
   ASSERT_EQ(f.scheduler.running().size(), 2u);
   std::vector<StepPart> parts = f.scheduler.Schedule();
@@ -183,6 +183,44 @@ TEST(SchedulerTest, AdmissionTakesCachedPrefixBlocks) {
   f.Admit({exact});
   EXPECT_EQ(exact->computed, 16);
   EXPECT_EQ(f.manager.RefCount(first_blocks[0]), 2);
+}
+
+TEST(SchedulerTest, SequencesAdmittedTogetherComputeTheirCommonPrefixOnce) {
+  Fixture f(16);
+  auto lead = Seq(40), same = Seq(40), other = Seq(40, 1000);
+  same->all[38] = 99;  // the same first two blocks, another last token
+  f.Admit({lead, same, other});
+  // `same` waits while `lead` computes the first block (16 tokens a step here); `other` differs
+  // from the first token and goes on.
+  std::vector<StepPart> parts = f.scheduler.Schedule();
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].seq, lead);
+  EXPECT_EQ(parts[1].seq, other);
+  f.Run(parts);
+  parts = f.scheduler.Schedule();  // block 0 is cached: `same` takes it, then waits for block 1
+  EXPECT_EQ(same->computed, 16);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].seq, lead);
+  f.Run(parts);
+  parts = f.scheduler.Schedule();
+  EXPECT_EQ(same->computed, 32);
+  EXPECT_EQ(same->result.prompt_tokens_reused, 32);
+  EXPECT_EQ(std::vector<int32_t>(same->blocks.begin(), same->blocks.begin() + 2),
+            std::vector<int32_t>(lead->blocks.begin(), lead->blocks.begin() + 2));
+  // Now all three compute: `same` only its last 8 prompt tokens.
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[1].seq, same);
+  EXPECT_EQ(parts[1].n, 8);
+  EXPECT_EQ(other->result.prompt_tokens_reused, 0);
+}
+
+TEST(SchedulerTest, NoWaitingForALeaderWhenSharingIsOff) {
+  SchedulerLimits limits = Limits();
+  limits.prefix_sharing = false;
+  Fixture f(16, limits);
+  auto a = Seq(40), b = Seq(40);
+  f.Admit({a, b});
+  EXPECT_EQ(f.scheduler.Schedule().size(), 2u);
 }
 
 TEST(SchedulerTest, NoPrefixSharingWhenItIsOff) {
