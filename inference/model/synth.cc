@@ -366,7 +366,7 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
         longs.push_back(1.0 + 1.5 * i);
       }
       cfg["partial_rotary_factor"] = 0.75;
-      cfg["original_max_position_embeddings"] = small ? 64 : 4096;
+      cfg["original_max_position_embeddings"] = small ? 32 : 4096;
       cfg["max_position_embeddings"] = small ? 4096 : 131072;
       cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
       cfg["sliding_window"] = small ? window : 262144;
