@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Makes the reference fixtures under tests/fixtures/<family>/ with the real Hugging Face libraries.
 
-For each family (qwen2, llama3, qwen3, and the model families mistral, gemma2, gemma3, phi3,
-starcoder2, granite, deepseek_coder) it writes a tiny model directory that rote loads as it would a
+For each family (qwen2, llama3, qwen3, and the model families mistral, gemma, gemma2, gemma3,
+phi3, starcoder2, granite, deepseek_coder) it writes a tiny model directory that rote loads as it would a
 published one, plus what the real libraries computed from it:
 
   config.json, generation_config.json   fields of the published configs, shrunk
@@ -882,6 +882,14 @@ def model_families(base):
             rope_theta=10000000.0, attention_bias=True, mlp_bias=True, embedding_multiplier=3.0,
             residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0,
             tie_word_embeddings=False, **l_ids)),
+        # CodeGemma-7b, shrunk: Gemma 1's (1 + w) norms, sqrt(hidden) embedding scale and GELU-tanh
+        # MLP, a head_dim unlike hidden_size / heads, tied.
+        "gemma": family("qwen2", 18, "bfloat16", dict(
+            common, architectures=["GemmaForCausalLM"], model_type="gemma", head_dim=24,
+            hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+            max_position_embeddings=8192, num_hidden_layers=2, rms_norm_eps=1e-6,
+            rope_theta=10000.0, attention_bias=False, tie_word_embeddings=True, **q_ids),
+            norm_offset=True),
         # DeepSeek-Coder-6.7B, shrunk: the Llama architecture with linear rope scaling.
         "deepseek_coder": family("llama3", 17, "bfloat16", dict(
             common, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",

@@ -21,6 +21,7 @@ std::string_view ModelFamilyName(ModelFamily family) {
     case ModelFamily::kPhi3: return "phi3";
     case ModelFamily::kStarcoder2: return "starcoder2";
     case ModelFamily::kGranite: return "granite";
+    case ModelFamily::kGemma: return "gemma";
   }
   return "unknown";
 }
@@ -29,7 +30,7 @@ const std::vector<ModelFamily>& AllModelFamilies() {
   static const std::vector<ModelFamily> all = {
       ModelFamily::kQwen2,  ModelFamily::kLlama, ModelFamily::kQwen3,      ModelFamily::kMistral,
       ModelFamily::kGemma2, ModelFamily::kGemma3, ModelFamily::kPhi3, ModelFamily::kStarcoder2,
-      ModelFamily::kGranite};
+      ModelFamily::kGranite, ModelFamily::kGemma};
   return all;
 }
 
@@ -108,7 +109,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       {ModelFamily::kQwen3, "Qwen3ForCausalLM"},         {ModelFamily::kMistral, "MistralForCausalLM"},
       {ModelFamily::kGemma2, "Gemma2ForCausalLM"},       {ModelFamily::kGemma3, "Gemma3ForCausalLM"},
       {ModelFamily::kPhi3, "Phi3ForCausalLM"},           {ModelFamily::kStarcoder2, "Starcoder2ForCausalLM"},
-      {ModelFamily::kGranite, "GraniteForCausalLM"},
+      {ModelFamily::kGranite, "GraniteForCausalLM"},     {ModelFamily::kGemma, "GemmaForCausalLM"},
   };
   bool found = false;
   for (const Known& k : kKnown) {  // model_type decides; the architecture only when it is absent
@@ -132,7 +133,8 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
   }
   c.model_type = model_type.empty() ? std::string(ModelFamilyName(c.family)) : model_type;
   const ModelFamily fam = c.family;
-  const bool gemma = fam == ModelFamily::kGemma2 || fam == ModelFamily::kGemma3;
+  const bool gemma = fam == ModelFamily::kGemma2 || fam == ModelFamily::kGemma3;  // Gemma 2 and 3
+  const bool any_gemma = gemma || fam == ModelFamily::kGemma;                     // and Gemma 1
   // A feature config.json asks for that this family's loader cannot honour.
   auto refuse = [&](const std::string& what) {
     return InvalidArgument(std::string(source) + ": " + what + " is not supported for model_type '" + c.model_type +
@@ -189,7 +191,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
   }
   c.rms_norm_eps = static_cast<float>(eps);
   // Each family's class default where config.json says nothing (HF's *Config constructors).
-  const bool tie_default = gemma || fam == ModelFamily::kStarcoder2;
+  const bool tie_default = any_gemma || fam == ModelFamily::kStarcoder2;
   ROTE_RETURN_IF_ERROR(f.Bool("tie_word_embeddings", tie_default, &c.tie_word_embeddings));
 
   bool bias = false;
@@ -208,6 +210,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       c.mlp_bias = mlp_bias;
       break;
     case ModelFamily::kQwen3:
+    case ModelFamily::kGemma:
     case ModelFamily::kGemma2:
     case ModelFamily::kGemma3:
       c.attention_bias = c.attention_out_bias = bias;
@@ -225,14 +228,18 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       break;
   }
   c.qk_norm = fam == ModelFamily::kQwen3 || fam == ModelFamily::kGemma3;
-  c.norm = gemma ? NormKind::kRmsOffset : fam == ModelFamily::kStarcoder2 ? NormKind::kLayerNorm : NormKind::kRms;
+  c.norm = any_gemma ? NormKind::kRmsOffset : fam == ModelFamily::kStarcoder2 ? NormKind::kLayerNorm : NormKind::kRms;
   c.mlp = fam == ModelFamily::kStarcoder2 ? MlpKind::kPlain : MlpKind::kGated;
   c.sandwich_norms = gemma;
 
   std::string act;
-  const std::string act_default = gemma || fam == ModelFamily::kStarcoder2 ? "gelu_pytorch_tanh" : "silu";
-  ROTE_RETURN_IF_ERROR(f.String("hidden_act", act_default, &act));
-  if (gemma) ROTE_RETURN_IF_ERROR(f.String("hidden_activation", act, &act));  // Gemma's own key wins
+  if (any_gemma) {
+    // Gemma's MLP reads hidden_activation only (gelu_pytorch_tanh when absent or null); the
+    // hidden_act of early Gemma configs ("gelu") is ignored by transformers.
+    ROTE_RETURN_IF_ERROR(f.String("hidden_activation", "gelu_pytorch_tanh", &act));
+  } else {
+    ROTE_RETURN_IF_ERROR(f.String("hidden_act", fam == ModelFamily::kStarcoder2 ? "gelu_pytorch_tanh" : "silu", &act));
+  }
   if (act == "silu" || act == "swish") {
     c.activation = Activation::kSilu;
   } else if (act == "gelu_pytorch_tanh") {
@@ -256,6 +263,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
     }
     case ModelFamily::kLlama:
     case ModelFamily::kGranite:
+    case ModelFamily::kGemma:
       window = 0;  // their attention takes no window
       break;
     case ModelFamily::kMistral:
@@ -299,11 +307,13 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
     ROTE_RETURN_IF_ERROR(f.Number("final_logit_softcapping", fam == ModelFamily::kGemma2 ? 30.0 : 0.0, 0.0,
                                   /*open_lo=*/false, 1e9, &cap));
     c.final_logit_softcap = static_cast<float>(cap);
-    // HF: embeddings * tensor(hidden_size ** 0.5) in the activations' dtype (fp32 here).
-    c.embedding_multiplier = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
     if (fam == ModelFamily::kGemma3) {
       ROTE_RETURN_IF_ERROR(f.Number("rope_local_base_freq", 10000.0, 0.0, /*open_lo=*/true, 1e30, &c.rope_local_theta));
     }
+  }
+  if (any_gemma) {
+    // HF: embeddings * tensor(hidden_size ** 0.5) in the activations' dtype (fp32 here).
+    c.embedding_multiplier = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
   }
   if (fam == ModelFamily::kGranite) {
     double m = 0;

@@ -86,6 +86,23 @@ TEST(ModelFamiliesTest, Gemma2NormsCapsAndAlternatingLayers) {
   EXPECT_THAT(s.message(), HasSubstr("gelu"));
 }
 
+TEST(ModelFamiliesTest, CodeGemmaReadsHiddenActivationOnly) {
+  Json j = Base("gemma", "GemmaForCausalLM");
+  j.update({{"hidden_size", 3072}, {"intermediate_size", 24576}, {"num_hidden_layers", 28},
+            {"num_attention_heads", 16}, {"num_key_value_heads", 16}, {"head_dim", 256},
+            {"hidden_act", "gelu"}, {"vocab_size", 256000}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0},
+            {"max_position_embeddings", 8192}});
+  const ModelConfig c = Parse(j);
+  EXPECT_EQ(c.family, ModelFamily::kGemma);
+  EXPECT_EQ(c.activation, Activation::kGeluTanh);  // transformers ignores Gemma's hidden_act
+  EXPECT_EQ(c.norm, NormKind::kRmsOffset);
+  EXPECT_FALSE(c.sandwich_norms);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.embedding_multiplier, static_cast<float>(std::sqrt(3072.0)));
+  EXPECT_EQ(c.scale(), 1.0f / 16.0f);
+  EXPECT_TRUE(c.layer_plan.empty());
+}
+
 TEST(ModelFamiliesTest, Gemma3LocalRopeAndPattern) {
   Json j = Base("gemma3_text", "Gemma3ForCausalLM");
   j.update({{"hidden_size", 1152}, {"intermediate_size", 6912}, {"num_hidden_layers", 26},
@@ -189,7 +206,7 @@ TEST(ModelFamiliesTest, GraniteMultipliersAndDeepSeekLinearRope) {
 }
 
 TEST(ModelFamiliesTest, UnsupportedIsInvalidArgumentNamingTheSupportedTypes) {
-  for (const char* type : {"mixtral", "qwen2_moe", "deepseek_v2", "gpt_bigcode", "gemma"}) {
+  for (const char* type : {"mixtral", "qwen2_moe", "deepseek_v2", "gpt_bigcode", "phi"}) {
     const Status s = ParseModelConfig(Base(type, "X").dump(), "", "dir/config.json").status();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << type;
     EXPECT_THAT(s.message(), HasSubstr(std::string("'") + type + "'"));
