@@ -87,12 +87,46 @@ std::string GenerationConfigSource(std::string_view config_source) {
 }
 
 StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std::string_view generation_config_json,
+                                              std::string_view source);
+
+// Gemma 3 4B-27B are published as Gemma3ForConditionalGeneration (model_type "gemma3"): the text
+// model's config is "text_config", which leaves out what equals Gemma3TextConfig's defaults. rote
+// runs the text model (the vision tower's tensors are not read).
+StatusOr<ModelConfig> ParseGemma3Multimodal(const Json& outer, std::string_view generation_config_json,
+                                            std::string_view source) {
+  const JsonFields f(outer, source);
+  const Json* tc = f.Find("text_config");
+  if (tc == nullptr || !tc->is_object()) {
+    return f.Error("text_config", "is missing: a model_type 'gemma3' checkpoint without a text model");
+  }
+  Json text = *tc;
+  const Json defaults = {{"vocab_size", 262208},      {"hidden_size", 2304},         {"intermediate_size", 9216},
+                         {"num_hidden_layers", 26},   {"num_attention_heads", 8},    {"num_key_value_heads", 4},
+                         {"head_dim", 256},           {"max_position_embeddings", 131072},
+                         {"rope_theta", 1000000.0},   {"rms_norm_eps", 1e-6},       {"tie_word_embeddings", true}};
+  for (const auto& [key, value] : defaults.items()) {
+    if (!text.contains(key) || text[key].is_null()) text[key] = value;
+  }
+  for (const char* key : {"bos_token_id", "eos_token_id", "torch_dtype", "dtype"}) {
+    if ((!text.contains(key) || text[key].is_null()) && outer.contains(key)) text[key] = outer[key];
+  }
+  text["model_type"] = "gemma3_text";
+  ROTE_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfigChecked(text.dump(), generation_config_json, source));
+  c.model_type = "gemma3";
+  if (const Json* a = f.Find("architectures"); a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string()) {
+    c.architecture = (*a)[0].get<std::string>();
+  }
+  return c;
+}
+
+StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std::string_view generation_config_json,
                                               std::string_view source) {
   ROTE_ASSIGN_OR_RETURN(Json j, ParseJsonObject(config_json, source));
   const JsonFields f(j, source);
   ModelConfig c;
   std::string model_type;
   ROTE_RETURN_IF_ERROR(f.String("model_type", "", &model_type));
+  if (model_type == "gemma3") return ParseGemma3Multimodal(j, generation_config_json, source);
   if (const Json* a = f.Find("architectures")) {
     if (!a->is_array()) return f.Error("architectures", "must be a list of strings");
     for (const Json& name : *a) {

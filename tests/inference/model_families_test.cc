@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "inference/backend.h"
@@ -124,12 +126,88 @@ TEST(ModelFamiliesTest, Gemma3LocalRopeAndPattern) {
     EXPECT_EQ(c.plan(i).sliding_window, global ? 0 : 512) << i;
     EXPECT_EQ(c.plan(i).local_rope, !global) << i;
   }
-  // The multimodal checkpoint's config (model_type gemma3) is not a text model rote loads.
+}
+
+// Gemma 3 4B-27B: Gemma3ForConditionalGeneration, whose text_config (as gemma-3-4b-it publishes
+// it) leaves out what equals the text config's defaults.
+TEST(ModelFamiliesTest, Gemma3MultimodalRunsItsTextModel) {
   Json mm = Base("gemma3", "Gemma3ForConditionalGeneration");
-  mm["text_config"] = j;
+  mm["eos_token_id"] = {1, 106};
+  mm["text_config"] = {{"hidden_size", 2560}, {"intermediate_size", 10240}, {"model_type", "gemma3_text"},
+                       {"num_hidden_layers", 34}, {"rope_scaling", {{"factor", 8.0}, {"rope_type", "linear"}}},
+                       {"sliding_window", 1024}};
+  mm["vision_config"] = {{"model_type", "siglip_vision_model"}};
+  const ModelConfig c = Parse(mm);
+  EXPECT_EQ(c.family, ModelFamily::kGemma3);
+  EXPECT_EQ(c.model_type, "gemma3");
+  EXPECT_EQ(c.architecture, "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(c.vocab_size, 262208);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.num_heads, 8);
+  EXPECT_EQ(c.rope_theta, 1000000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kLinear);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{1, 106}));
+  EXPECT_EQ(c.plan(5).sliding_window, 0);
+  EXPECT_EQ(c.plan(4).sliding_window, 1024);
+  mm.erase("text_config");
   const Status s = ParseModelConfig(mm.dump(), "", "dir/config.json").status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("gemma3_text"));
+  EXPECT_THAT(s.message(), HasSubstr("text_config"));
+}
+
+// The multimodal checkpoint's tensors nest the text model under language_model.model. (or
+// model.language_model.); the same weights load and compute the same logits.
+TEST(ModelFamiliesTest, Gemma3MultimodalTensorNamesLoad) {
+  const std::string src = testing::SynthModelDir(ModelFamily::kGemma3, "tiny");
+  auto plain = Model::Load(src);
+  ASSERT_TRUE(plain.ok());
+  for (const std::string prefix : {"language_model.model.", "model.language_model."}) {
+    const std::string dir = testing::FreshDir("gemma3_mm_" + std::to_string(prefix.size()));
+    // config.json: the text config nested; model.safetensors: the names prefixed, data unchanged.
+    std::ifstream cin(src + "/config.json");
+    Json text = Json::parse(cin);
+    Json outer = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                  {"text_config", text}, {"torch_dtype", text["torch_dtype"]}};
+    std::ofstream(dir + "/config.json") << outer.dump();
+    for (const char* f : {"generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+      std::ifstream in(src + "/" + f, std::ios::binary);
+      std::ofstream(dir + "/" + f, std::ios::binary) << in.rdbuf();
+    }
+    std::ifstream in(src + "/model.safetensors", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    const Json header = Json::parse(bytes.substr(8, n));
+    Json renamed = Json::object();
+    for (const auto& [name, value] : header.items()) {
+      renamed[name.rfind("model.", 0) == 0 ? prefix + name.substr(6) : name] = value;
+    }
+    // A vision tensor after the text model's data, which the load leaves alone.
+    const uint64_t data_len = bytes.size() - 8 - n;
+    renamed["vision_tower.unused.weight"] = {{"dtype", "BF16"}, {"shape", {1}},
+                                             {"data_offsets", {data_len, data_len + 2}}};
+    std::string h = renamed.dump();
+    while (h.size() % 8 != 0) h.push_back(' ');
+    std::ofstream out(dir + "/model.safetensors", std::ios::binary);
+    const uint64_t hn = h.size();
+    out.write(reinterpret_cast<const char*>(&hn), 8);
+    out << h << bytes.substr(8 + n) << std::string(2, '\0');
+    out.close();
+    auto m = Model::Load(dir);
+    ASSERT_TRUE(m.ok()) << prefix << ": " << m.status().ToString();
+    EXPECT_EQ((*m)->config().model_type, "gemma3");
+    std::vector<int32_t> tokens = {5, 77, 300, 12, 9, 250};
+    std::vector<float> a, b;
+    for (auto* model : {&*plain, &*m}) {
+      auto backend = CreateCpuBackend(*model, CpuBackendOptions{}).value();
+      ASSERT_TRUE(backend->AllocateKvCache(2).ok());
+      const std::vector<int32_t> blocks = {0};
+      BatchPlan plan;
+      plan.sequences.push_back({tokens, 0, blocks, static_cast<int32_t>(tokens.size())});
+      ASSERT_TRUE(backend->Forward(plan, model == &*plain ? &a : &b).ok());
+    }
+    EXPECT_EQ(a, b);
+  }
 }
 
 TEST(ModelFamiliesTest, Phi4MiniPartialRotaryAndLongrope) {
