@@ -866,7 +866,7 @@ def model_families(base):
             rms_norm_eps=1e-5, rope_theta=10000.0,
             rope_scaling=dict(type="longrope", short_factor=factors(100, 6, 1.0, 3.0),
                               long_factor=factors(200, 6, 2.0, 40.0)),
-            sliding_window=9, tie_word_embeddings=True, **l_ids)),
+            sliding_window=9, tie_word_embeddings=True, pad_token_id="id:<|end_of_text|>", **l_ids)),
         # StarCoder2-3b, shrunk: LayerNorm with bias, biases on every projection, the GELU-tanh
         # c_fc/c_proj MLP, a sliding window, tied (the class default: the key is left out).
         "starcoder2": family("qwen2", 15, "float16", dict(
