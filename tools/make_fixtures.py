@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Makes the reference fixtures under tests/fixtures/<family>/ with the real Hugging Face libraries.
 
-For each family (qwen2, llama3, qwen3) it writes a tiny model directory that rote loads as it
-would a published one, plus what the real libraries computed from it:
+For each family (qwen2, llama3, qwen3, and the model families mistral, gemma, gemma2, gemma3,
+phi3, starcoder2, granite, deepseek_coder) it writes a tiny model directory that rote loads as it would a
+published one, plus what the real libraries computed from it:
 
   config.json, generation_config.json   fields of the published configs, shrunk
   tokenizer.json, tokenizer_config.json  a byte-level BPE trained here with the family's
                                          normalizer, pre-tokenizer regex and added tokens
   model.safetensors                      random weights, stored in the family's dtype
   tokenizer_cases.json                   tokenizers' encodings/decodings of tools/tokenizer_corpus.json,
-                                         and transformers' apply_chat_template outputs
+                                         and transformers' apply_chat_template outputs (the tokenizer
+                                         families only: the model families reuse a tokenizer spec)
   reference.json                         prompts (ids), 16-token greedy continuations (fp32)
   reference_logits.safetensors           fp32 logits of every position of each prompt
 
@@ -624,10 +626,11 @@ def make_family(family, spec, corpus, out_root):
     model = model.to(torch.float32)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith(".bias"):
+            if name.endswith(".bias"):
                 p.copy_(0.2 * torch.randn_like(p))
+            elif "norm" in name:
+                # Gemma's norms multiply by (1 + w): their weights are offsets from 1.
+                p.copy_((0.0 if spec.get("norm_offset") else 1.0) + 0.2 * torch.randn_like(p))
             elif "embed_tokens" in name:
                 p.copy_(torch.randn_like(p))
             else:
@@ -670,7 +673,8 @@ def make_family(family, spec, corpus, out_root):
             assert torch.equal(sd_ref[k], v.to(torch.float32)), f"{family}: {k} differs after reload"
 
     cases = tokenizer_cases(family, spec, corpus, out_dir)
-    write_json(out_dir / "tokenizer_cases.json", cases)
+    if spec.get("write_cases", True):
+        write_json(out_dir / "tokenizer_cases.json", cases)
 
     prompts = []
     bos = [ids[spec["bos_token"]]] if spec["bos_token"] else []
@@ -686,21 +690,42 @@ def make_family(family, spec, corpus, out_root):
     prompts.append(("chat", tok.encode(chat_text, add_special_tokens=False).ids))
     prompts.append(("one_token", [tok.encode("Hello", add_special_tokens=False).ids[0]]))
 
+    # The incremental reference feeds one token per call through transformers' KV cache: a
+    # position's rotary then depends on that position alone (longrope switches to its long
+    # factors from original_max_position_embeddings on, as in a decode that crosses it).
+    incremental = spec.get("incremental_reference", False)
+
+    def step(token, past):
+        out = ref(input_ids=torch.tensor([[token]], dtype=torch.long), past_key_values=past, use_cache=True)
+        return out.logits[0, -1], out.past_key_values
+
     logits_tensors = {}
     ref_prompts = []
     with torch.no_grad():
         for i, (name, pids) in enumerate(prompts):
-            x = torch.tensor([pids], dtype=torch.long)
-            logits = ref(input_ids=x).logits[0].to(torch.float32).contiguous()
+            past = None
+            if incremental:
+                rows = []
+                for t in pids:
+                    row, past = step(t, past)
+                    rows.append(row)
+                logits = torch.stack(rows).to(torch.float32).contiguous()
+            else:
+                x = torch.tensor([pids], dtype=torch.long)
+                logits = ref(input_ids=x).logits[0].to(torch.float32).contiguous()
             assert logits.shape == (len(pids), vocab_rows), logits.shape
             logits_tensors[f"logits.{i}"] = logits
             seq = list(pids)
             greedy = []
+            last = logits[-1]
             for _ in range(16):
-                step = ref(input_ids=torch.tensor([seq], dtype=torch.long)).logits[0, -1]
-                nxt = int(torch.argmax(step).item())
+                if not incremental:
+                    last = ref(input_ids=torch.tensor([seq], dtype=torch.long)).logits[0, -1]
+                nxt = int(torch.argmax(last).item())
                 greedy.append(nxt)
                 seq.append(nxt)
+                if incremental:
+                    last, past = step(nxt, past)
             top2 = torch.topk(logits[-1], 2).values
             ref_prompts.append(dict(name=name, ids=pids, logits_tensor=f"logits.{i}",
                                     greedy_ids=greedy,
@@ -712,6 +737,7 @@ def make_family(family, spec, corpus, out_root):
     write_json(out_dir / "reference.json", dict(
         family=family, stored_dtype=spec["dtype"], reference_dtype="float32",
         attn_implementation="eager", device="cpu", greedy_tokens=16,
+        reference_run="one token per call, KV cache" if incremental else "whole sequence per call",
         versions=dict(torch=torch.__version__, transformers=transformers.__version__,
                       tokenizers=tokenizers.__version__),
         tokenizer_size=n_tok, config_vocab_size=vocab_rows, prompts=ref_prompts))
@@ -725,7 +751,7 @@ def families():
                            errors="replace", model_max_length=32768, pad_token="<|endoftext|>",
                            split_special_tokens=False, tokenizer_class="Qwen2Tokenizer",
                            unk_token=None)
-    return {
+    out = {
         "qwen2": dict(
             pattern=QWEN2_PATTERN, nfc=True, trim_offsets=False, ignore_merges=False,
             merges_as_strings=True, added=QWEN2_ADDED, flag_tokens=QWEN2_FLAG_TOKENS,
@@ -794,6 +820,109 @@ def families():
                                    pad_token_id="id:<|endoftext|>", temperature=0.6, top_k=20,
                                    top_p=0.95)),
     }
+    out.update(model_families(out))
+    return out
+
+
+# The model families: the architectures of published code models, shrunk so each feature still
+# acts on the prompts (sliding windows shorter than the prompts, local and global layers, caps that
+# cap, nonzero biases). Their tokenizers reuse the qwen2 / llama3 specs (a byte-level BPE trained
+# here); the families' own tokenizers are tested elsewhere.
+def model_families(base):
+    def family(tok, seed, dtype, config, **extra):
+        keep = ("pattern", "nfc", "trim_offsets", "ignore_merges", "merges_as_strings", "added",
+                "template", "bos_token", "eos_token", "bpe_vocab", "vocab_pad_to", "tokenizer_config")
+        spec = {k: base[tok][k] for k in keep}
+        eos = "id:<|im_end|>" if tok == "qwen2" else "id:<|eot_id|>"
+        bos = "id:<|endoftext|>" if tok == "qwen2" else "id:<|begin_of_text|>"
+        spec.update(seed=seed, dtype=dtype, write_cases=False, config=config,
+                    generation_config=dict(bos_token_id=bos, eos_token_id=[eos], do_sample=False))
+        spec.update(extra)
+        return spec
+
+    def factors(seed, n, lo, hi):
+        rng = random.Random(seed)
+        return [round(rng.uniform(lo, hi), 4) for _ in range(n)]
+
+    common = dict(attention_dropout=0.0, hidden_size=64, initializer_range=0.02,
+                  intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                  transformers_version="4.51.0", use_cache=True)
+    q_ids = dict(bos_token_id="id:<|endoftext|>", eos_token_id="id:<|im_end|>")
+    l_ids = dict(bos_token_id="id:<|begin_of_text|>", eos_token_id="id:<|eot_id|>")
+    return {
+        # Mistral-7B-v0.1 / Codestral, shrunk: a sliding window on every layer, an explicit
+        # head_dim whose heads do not add up to hidden_size (as Mistral Nemo), untied.
+        "mistral": family("qwen2", 11, "bfloat16", dict(
+            common, architectures=["MistralForCausalLM"], model_type="mistral", head_dim=24,
+            hidden_act="silu", max_position_embeddings=32768, num_hidden_layers=2,
+            rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=6, tie_word_embeddings=False,
+            **q_ids)),
+        # Gemma-2-2b, shrunk: (1 + w) norms, sandwich norms, the sqrt(hidden) embedding scale,
+        # query_pre_attn_scalar != head_dim, attention and final soft-capping small enough to cap,
+        # local (even) and global (odd) layers, GELU-tanh, tied.
+        "gemma2": family("qwen2", 12, "bfloat16", dict(
+            common, architectures=["Gemma2ForCausalLM"], model_type="gemma2", head_dim=16,
+            hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+            max_position_embeddings=8192, num_hidden_layers=3, rms_norm_eps=1e-6,
+            rope_theta=10000.0, query_pre_attn_scalar=24, attn_logit_softcapping=1.0,
+            final_logit_softcapping=10.0, sliding_window=5, cache_implementation="hybrid",
+            tie_word_embeddings=True, **q_ids), norm_offset=True),
+        # Gemma-3-1b, shrunk: Gemma 2's layout plus (1 + w) q/k norms, a local rope base on the
+        # sliding layers (all but every third: sliding_window_pattern), linear rope scaling on the
+        # global ones, no soft-capping.
+        "gemma3": family("qwen2", 13, "bfloat16", dict(
+            common, architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", head_dim=16,
+            hidden_activation="gelu_pytorch_tanh", max_position_embeddings=32768,
+            num_hidden_layers=3, rms_norm_eps=1e-6, rope_theta=1000000.0,
+            rope_local_base_freq=10000.0, rope_scaling=dict(rope_type="linear", factor=2.0),
+            query_pre_attn_scalar=20, sliding_window=6, sliding_window_pattern=3,
+            attn_logit_softcapping=None, final_logit_softcapping=None,
+            cache_implementation="hybrid", tie_word_embeddings=True, **q_ids), norm_offset=True),
+        # Phi-4-mini, shrunk: fused qkv_proj and gate_up_proj, partial rotary (0.75 of head_dim),
+        # longrope factors with original_max_position_embeddings (24) inside the prompts, so the
+        # reference runs token by token through the cache (short factors below 24, long ones from
+        # there on, both scaled by the attention factor); Phi-3-mini's window of 2047, tied.
+        "phi3": family("llama3", 14, "bfloat16", dict(
+            common, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_act="silu",
+            embd_pdrop=0.0, resid_pdrop=0.0, max_position_embeddings=8192,
+            original_max_position_embeddings=24, num_hidden_layers=2, partial_rotary_factor=0.75,
+            rms_norm_eps=1e-5, rope_theta=10000.0,
+            rope_scaling=dict(type="longrope", short_factor=factors(100, 6, 1.0, 3.0),
+                              long_factor=factors(200, 6, 2.0, 40.0)),
+            sliding_window=2047, tie_word_embeddings=True, pad_token_id="id:<|end_of_text|>",
+            **l_ids), incremental_reference=True),
+        # StarCoder2-3b, shrunk: LayerNorm with bias, biases on every projection, the GELU-tanh
+        # c_fc/c_proj MLP, a sliding window, tied (the class default: the key is left out).
+        "starcoder2": family("qwen2", 15, "float16", dict(
+            common, architectures=["Starcoder2ForCausalLM"], model_type="starcoder2",
+            hidden_act="gelu_pytorch_tanh", max_position_embeddings=16384, num_hidden_layers=2,
+            norm_epsilon=1e-5, rope_theta=999999.4420358813, sliding_window=7, use_bias=True,
+            embedding_dropout=0.0, residual_dropout=0.0, **q_ids)),
+        # Granite-3.x-8b, shrunk: the four multipliers (none neutral; the attention one unlike
+        # 1/sqrt(head_dim)), attention and MLP biases, untied.
+        "granite": family("llama3", 16, "bfloat16", dict(
+            common, architectures=["GraniteForCausalLM"], model_type="granite", hidden_act="silu",
+            max_position_embeddings=4096, num_hidden_layers=2, rms_norm_eps=1e-5,
+            rope_theta=10000000.0, attention_bias=True, mlp_bias=True, embedding_multiplier=3.0,
+            residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0,
+            tie_word_embeddings=False, **l_ids)),
+        # CodeGemma-7b, shrunk: Gemma 1's (1 + w) norms, sqrt(hidden) embedding scale and GELU-tanh
+        # MLP, a head_dim unlike hidden_size / heads, tied.
+        "gemma": family("qwen2", 18, "bfloat16", dict(
+            common, architectures=["GemmaForCausalLM"], model_type="gemma", head_dim=24,
+            hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+            max_position_embeddings=8192, num_hidden_layers=2, rms_norm_eps=1e-6,
+            rope_theta=10000.0, attention_bias=False, tie_word_embeddings=True, **q_ids),
+            norm_offset=True),
+        # DeepSeek-Coder-6.7B, shrunk: the Llama architecture with linear rope scaling.
+        "deepseek_coder": family("llama3", 17, "bfloat16", dict(
+            common, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",
+            max_position_embeddings=16384, num_hidden_layers=2, rms_norm_eps=1e-6,
+            rope_theta=100000.0, rope_scaling=dict(type="linear", factor=4.0),
+            attention_bias=False, mlp_bias=False, pretraining_tp=1, tie_word_embeddings=False,
+            **l_ids)),
+    }
+
 
 
 def main():

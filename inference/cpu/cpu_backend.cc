@@ -34,6 +34,7 @@ class CpuBackend final : public Backend {
     int32_t positions = options.max_positions;
     if (positions <= 0) positions = std::min<int32_t>(cfg_.max_position_embeddings, 32768);
     rope_ = numerics::BuildRopeTable(cfg_, positions);
+    if (cfg_.has_local_rope()) rope_local_ = numerics::BuildRopeTable(cfg_, positions, /*local=*/true);
   }
 
   std::string device() const override { return "cpu"; }
@@ -119,16 +120,39 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // y = (x * r) * w with r from the canonical sum of squares (numerics.md section 3).
-  void RmsNorm(const float* x, const TensorView& weight, int64_t n, float* y) const {
-    const float r = canonical_rms_scale(Dot(x, x, n), n, cfg_.rms_norm_eps);
-    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * r) * weight.At(i);
+  // The model's norm (numerics.md section 3) of x[0, n) into y (y may be x). `bias` only for
+  // LayerNorm.
+  void Norm(const float* x, const TensorView& weight, const TensorView* bias, int64_t n, float* y) const {
+    switch (cfg_.norm) {
+      case NormKind::kRms: {
+        const float r = canonical_rms_scale(Dot(x, x, n), n, cfg_.rms_norm_eps);
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * r) * weight.At(i);
+        return;
+      }
+      case NormKind::kRmsOffset: {
+        const float r = canonical_rms_scale(Dot(x, x, n), n, cfg_.rms_norm_eps);
+        for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * r) * (1.0f + weight.At(i));
+        return;
+      }
+      case NormKind::kLayerNorm: {
+        const float mean = numerics::canonical_mean(numerics::canonical_sum(x, n), n);
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] - mean;
+        const float r = canonical_rms_scale(Dot(y, y, n), n, cfg_.rms_norm_eps);
+        for (int64_t i = 0; i < n; ++i) y[i] = ((y[i] * r) * weight.At(i)) + bias->At(i);
+        return;
+      }
+    }
   }
 
-  void Rotate(float* head, int32_t pos) const {
-    const int32_t half = rope_.half_dim;
-    const float* c = rope_.cos.data() + static_cast<size_t>(pos) * half;
-    const float* s = rope_.sin.data() + static_cast<size_t>(pos) * half;
+  float Activate(float v) const {
+    return cfg_.activation == Activation::kGeluTanh ? numerics::canonical_gelu_tanh(v) : numerics::canonical_silu(v);
+  }
+
+  // Rotates the first 2 * half_dim dimensions of a head (pairs (i, i + half_dim)); the rest pass.
+  static void Rotate(const numerics::RopeTable& rope, float* head, int32_t pos) {
+    const int32_t half = rope.half_dim;
+    const float* c = rope.cos.data() + static_cast<size_t>(pos) * half;
+    const float* s = rope.sin.data() + static_cast<size_t>(pos) * half;
     for (int32_t i = 0; i < half; ++i) numerics::canonical_rotate(head[i], head[i + half], c[i], s[i]);
   }
 
@@ -139,6 +163,7 @@ class CpuBackend final : public Backend {
   bool avx2_;
   ThreadPool pool_;
   numerics::RopeTable rope_;
+  numerics::RopeTable rope_local_;  // Gemma 3's local layers (LayerPlan::local_rope)
   std::vector<float> kv_;
   int32_t num_blocks_ = 0;
 };
@@ -190,31 +215,50 @@ Status CpuBackend::Forward(const BatchPlan& plan, std::vector<float>* logits) {
   std::vector<float> x(T * dim), h(T * dim), q(T * qd), k(T * kvd), v(T * kvd), att(T * qd), o(T * dim),
       gate(T * hid), up(T * hid);
   for (int64_t t = 0; t < T; ++t) w_.embed.RowToF32(toks[t].token, x.data() + t * dim);
-  const float scale = 1.0f / sqrtf(static_cast<float>(hd));
+  if (cfg_.embedding_multiplier != 1.0f) {
+    for (int64_t i = 0; i < T * dim; ++i) x[i] = x[i] * cfg_.embedding_multiplier;
+  }
+  const float scale = cfg_.scale();
+  const float attn_cap = cfg_.attn_logit_softcap;
+  const float residual_mult = cfg_.residual_multiplier;
+  // x += branch (* residual_multiplier), the branch first through its post-norm when the model has one.
+  auto add_branch = [&](float* branch, const TensorView& post_norm) {
+    if (cfg_.sandwich_norms) {
+      for (int64_t t = 0; t < T; ++t) Norm(branch + t * dim, post_norm, nullptr, dim, branch + t * dim);
+    }
+    if (residual_mult != 1.0f) {
+      for (int64_t i = 0; i < T * dim; ++i) x[i] = x[i] + branch[i] * residual_mult;
+    } else {
+      for (int64_t i = 0; i < T * dim; ++i) x[i] = x[i] + branch[i];
+    }
+  };
 
   for (int layer = 0; layer < cfg_.num_layers; ++layer) {
     const LayerWeights& L = w_.layers[layer];
-    for (int64_t t = 0; t < T; ++t) RmsNorm(x.data() + t * dim, L.attn_norm, dim, h.data() + t * dim);
+    const LayerPlan lp = cfg_.plan(layer);
+    const numerics::RopeTable& rope = lp.local_rope ? rope_local_ : rope_;
+    for (int64_t t = 0; t < T; ++t) Norm(x.data() + t * dim, L.attn_norm, &L.attn_norm_bias, dim, h.data() + t * dim);
     MatMul(L.wq, &L.bq, h.data(), T, q.data(), sequential);
     MatMul(L.wk, &L.bk, h.data(), T, k.data(), sequential);
     MatMul(L.wv, &L.bv, h.data(), T, v.data(), sequential);
     for (int64_t t = 0; t < T; ++t) {
       for (int32_t hh = 0; hh < cfg_.num_heads; ++hh) {
         float* head = q.data() + t * qd + hh * hd;
-        if (cfg_.qk_norm) RmsNorm(head, L.q_norm, hd, head);
-        Rotate(head, toks[t].pos);
+        if (cfg_.qk_norm) Norm(head, L.q_norm, nullptr, hd, head);
+        Rotate(rope, head, toks[t].pos);
       }
       for (int32_t g = 0; g < cfg_.num_kv_heads; ++g) {
         float* head = k.data() + t * kvd + g * hd;
-        if (cfg_.qk_norm) RmsNorm(head, L.k_norm, hd, head);
-        Rotate(head, toks[t].pos);
+        if (cfg_.qk_norm) Norm(head, L.k_norm, nullptr, hd, head);
+        Rotate(rope, head, toks[t].pos);
       }
       const int32_t pos = toks[t].pos;
       const int32_t block = toks[t].seq->block_table[pos / kKvBlockSize];
       std::memcpy(KvAt(block, layer, 0, pos % kKvBlockSize), k.data() + t * kvd, kvd * 4);
       std::memcpy(KvAt(block, layer, 1, pos % kKvBlockSize), v.data() + t * kvd, kvd * 4);
     }
-    // Attention: every (token, head) pair is independent; two passes, no online rescaling.
+    // Attention: every (token, head) pair is independent; two passes, no online rescaling. The
+    // reductions run over the visible keys, term i being key first + i.
     pool_.ParallelFor(T * cfg_.num_heads, [&](int64_t begin, int64_t end) {
       std::vector<float> scores, scratch(static_cast<size_t>(numerics::kCanonicalLanes * hd));
       std::vector<const float*> vrows;
@@ -222,20 +266,23 @@ Status CpuBackend::Forward(const BatchPlan& plan, std::vector<float>* logits) {
         const int64_t t = item / cfg_.num_heads;
         const int32_t hh = static_cast<int32_t>(item % cfg_.num_heads);
         const int32_t g = hh / group;
-        const int32_t n = toks[t].pos + 1;
+        const int32_t first = FirstVisibleKey(lp, toks[t].pos);
+        const int32_t n = toks[t].pos + 1 - first;
         const auto& table = toks[t].seq->block_table;
         const float* qh = q.data() + t * qd + hh * hd;
         scores.resize(n);
         vrows.resize(n);
         float m = -INFINITY;
-        for (int32_t j = 0; j < n; ++j) {
+        for (int32_t i = 0; i < n; ++i) {
+          const int32_t j = first + i;
           const int32_t block = table[j / kKvBlockSize];
           const float* kj = KvAt(block, layer, 0, j % kKvBlockSize) + g * hd;
-          vrows[j] = KvAt(block, layer, 1, j % kKvBlockSize) + g * hd;
-          scores[j] = Dot(qh, kj, hd) * scale;
-          m = std::max(m, scores[j]);
+          vrows[i] = KvAt(block, layer, 1, j % kKvBlockSize) + g * hd;
+          scores[i] = Dot(qh, kj, hd) * scale;
+          if (attn_cap > 0.0f) scores[i] = numerics::canonical_softcap(scores[i], attn_cap);
+          m = std::max(m, scores[i]);
         }
-        for (int32_t j = 0; j < n; ++j) scores[j] = numerics::canonical_expf(scores[j] - m);
+        for (int32_t i = 0; i < n; ++i) scores[i] = numerics::canonical_expf(scores[i] - m);
         const float denom = numerics::canonical_sum(scores.data(), n);
         float* out = att.data() + t * qd + hh * hd;
         if (avx2_) {
@@ -246,23 +293,34 @@ Status CpuBackend::Forward(const BatchPlan& plan, std::vector<float>* logits) {
         for (int64_t d = 0; d < hd; ++d) out[d] = out[d] / denom;
       }
     });
-    MatMul(L.wo, nullptr, att.data(), T, o.data(), sequential);
-    for (int64_t i = 0; i < T * dim; ++i) x[i] = x[i] + o[i];
-    for (int64_t t = 0; t < T; ++t) RmsNorm(x.data() + t * dim, L.mlp_norm, dim, h.data() + t * dim);
-    MatMul(L.w_gate, nullptr, h.data(), T, gate.data(), sequential);
-    MatMul(L.w_up, nullptr, h.data(), T, up.data(), sequential);
-    for (int64_t i = 0; i < T * hid; ++i) gate[i] = numerics::canonical_silu(gate[i]) * up[i];
-    MatMul(L.w_down, nullptr, gate.data(), T, o.data(), sequential);
-    for (int64_t i = 0; i < T * dim; ++i) x[i] = x[i] + o[i];
+    MatMul(L.wo, &L.bo, att.data(), T, o.data(), sequential);
+    add_branch(o.data(), L.attn_post_norm);
+    for (int64_t t = 0; t < T; ++t) Norm(x.data() + t * dim, L.mlp_norm, &L.mlp_norm_bias, dim, h.data() + t * dim);
+    if (cfg_.mlp == MlpKind::kPlain) {
+      MatMul(L.w_up, &L.b_up, h.data(), T, gate.data(), sequential);
+      for (int64_t i = 0; i < T * hid; ++i) gate[i] = Activate(gate[i]);
+    } else {
+      MatMul(L.w_gate, &L.b_gate, h.data(), T, gate.data(), sequential);
+      MatMul(L.w_up, &L.b_up, h.data(), T, up.data(), sequential);
+      for (int64_t i = 0; i < T * hid; ++i) gate[i] = Activate(gate[i]) * up[i];
+    }
+    MatMul(L.w_down, &L.b_down, gate.data(), T, o.data(), sequential);
+    add_branch(o.data(), L.mlp_post_norm);
   }
 
   const int64_t R = static_cast<int64_t>(logit_rows.size());
   std::vector<float> final_h(R * dim);
   for (int64_t r = 0; r < R; ++r) {
-    RmsNorm(x.data() + logit_rows[r] * dim, w_.final_norm, dim, final_h.data() + r * dim);
+    Norm(x.data() + logit_rows[r] * dim, w_.final_norm, &w_.final_norm_bias, dim, final_h.data() + r * dim);
   }
   logits->resize(static_cast<size_t>(R) * cfg_.vocab_size);
   if (R > 0) MatMul(w_.lm_head, nullptr, final_h.data(), R, logits->data(), sequential);
+  if (cfg_.final_logit_softcap > 0.0f) {
+    for (float& l : *logits) l = numerics::canonical_softcap(l, cfg_.final_logit_softcap);
+  }
+  if (cfg_.logits_divisor != 1.0f) {
+    for (float& l : *logits) l = l / cfg_.logits_divisor;
+  }
   return OkStatus();
 }
 

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>  // header-only JSON parser
 
 #include "inference/model/model_files.h"
+#include "inference/numerics/rope.h"
 
 namespace rote::inference {
 
@@ -14,15 +15,42 @@ std::string_view ModelFamilyName(ModelFamily family) {
     case ModelFamily::kQwen2: return "qwen2";
     case ModelFamily::kLlama: return "llama";
     case ModelFamily::kQwen3: return "qwen3";
+    case ModelFamily::kMistral: return "mistral";
+    case ModelFamily::kGemma2: return "gemma2";
+    case ModelFamily::kGemma3: return "gemma3_text";
+    case ModelFamily::kPhi3: return "phi3";
+    case ModelFamily::kStarcoder2: return "starcoder2";
+    case ModelFamily::kGranite: return "granite";
+    case ModelFamily::kGemma: return "gemma";
   }
   return "unknown";
 }
 
+const std::vector<ModelFamily>& AllModelFamilies() {
+  static const std::vector<ModelFamily> all = {
+      ModelFamily::kQwen2,  ModelFamily::kLlama, ModelFamily::kQwen3,      ModelFamily::kMistral,
+      ModelFamily::kGemma2, ModelFamily::kGemma3, ModelFamily::kPhi3, ModelFamily::kStarcoder2,
+      ModelFamily::kGranite, ModelFamily::kGemma};
+  return all;
+}
+
+std::string SupportedFamiliesText() {
+  std::string out;
+  for (ModelFamily f : AllModelFamilies()) out += (out.empty() ? "" : ", ") + std::string(ModelFamilyName(f));
+  return out;
+}
+
 StatusOr<ModelFamily> ParseModelFamily(std::string_view name) {
-  if (name == "qwen2") return ModelFamily::kQwen2;
-  if (name == "llama") return ModelFamily::kLlama;
-  if (name == "qwen3") return ModelFamily::kQwen3;
-  return InvalidArgument("unknown model family '" + std::string(name) + "' (want qwen2, llama or qwen3)");
+  for (ModelFamily f : AllModelFamilies()) {
+    if (name == ModelFamilyName(f)) return f;
+  }
+  if (name == "gemma3") return ModelFamily::kGemma3;
+  return InvalidArgument("unknown model family '" + std::string(name) + "' (want one of " + SupportedFamiliesText() +
+                         ")");
+}
+
+float ModelConfig::scale() const {
+  return attention_scale > 0 ? attention_scale : 1.0f / sqrtf(static_cast<float>(head_dim));
 }
 
 std::string_view DTypeName(DType dtype) {
@@ -59,12 +87,46 @@ std::string GenerationConfigSource(std::string_view config_source) {
 }
 
 StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std::string_view generation_config_json,
+                                              std::string_view source);
+
+// Gemma 3 4B-27B are published as Gemma3ForConditionalGeneration (model_type "gemma3"): the text
+// model's config is "text_config", which leaves out what equals Gemma3TextConfig's defaults. rote
+// runs the text model (the vision tower's tensors are not read).
+StatusOr<ModelConfig> ParseGemma3Multimodal(const Json& outer, std::string_view generation_config_json,
+                                            std::string_view source) {
+  const JsonFields f(outer, source);
+  const Json* tc = f.Find("text_config");
+  if (tc == nullptr || !tc->is_object()) {
+    return f.Error("text_config", "is missing: a model_type 'gemma3' checkpoint without a text model");
+  }
+  Json text = *tc;
+  const Json defaults = {{"vocab_size", 262208},      {"hidden_size", 2304},         {"intermediate_size", 9216},
+                         {"num_hidden_layers", 26},   {"num_attention_heads", 8},    {"num_key_value_heads", 4},
+                         {"head_dim", 256},           {"max_position_embeddings", 131072},
+                         {"rope_theta", 1000000.0},   {"rms_norm_eps", 1e-6},       {"tie_word_embeddings", true}};
+  for (const auto& [key, value] : defaults.items()) {
+    if (!text.contains(key) || text[key].is_null()) text[key] = value;
+  }
+  for (const char* key : {"bos_token_id", "eos_token_id", "torch_dtype", "dtype"}) {
+    if ((!text.contains(key) || text[key].is_null()) && outer.contains(key)) text[key] = outer[key];
+  }
+  text["model_type"] = "gemma3_text";
+  ROTE_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfigChecked(text.dump(), generation_config_json, source));
+  c.model_type = "gemma3";
+  if (const Json* a = f.Find("architectures"); a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string()) {
+    c.architecture = (*a)[0].get<std::string>();
+  }
+  return c;
+}
+
+StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std::string_view generation_config_json,
                                               std::string_view source) {
   ROTE_ASSIGN_OR_RETURN(Json j, ParseJsonObject(config_json, source));
   const JsonFields f(j, source);
   ModelConfig c;
   std::string model_type;
   ROTE_RETURN_IF_ERROR(f.String("model_type", "", &model_type));
+  if (model_type == "gemma3") return ParseGemma3Multimodal(j, generation_config_json, source);
   if (const Json* a = f.Find("architectures")) {
     if (!a->is_array()) return f.Error("architectures", "must be a list of strings");
     for (const Json& name : *a) {
@@ -72,16 +134,46 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
     }
     if (!a->empty()) c.architecture = (*a)[0].get<std::string>();
   }
-  if (model_type == "qwen2" || c.architecture == "Qwen2ForCausalLM") {
-    c.family = ModelFamily::kQwen2;
-  } else if (model_type == "llama" || c.architecture == "LlamaForCausalLM") {
-    c.family = ModelFamily::kLlama;
-  } else if (model_type == "qwen3" || c.architecture == "Qwen3ForCausalLM") {
-    c.family = ModelFamily::kQwen3;
-  } else {
-    return Unimplemented(std::string(source) + ": model_type '" + model_type + "' / architecture '" + c.architecture +
-                         "' is not supported (qwen2, llama, qwen3 dense)");
+  struct Known {
+    ModelFamily family;
+    const char* architecture;
+  };
+  static const Known kKnown[] = {
+      {ModelFamily::kQwen2, "Qwen2ForCausalLM"},         {ModelFamily::kLlama, "LlamaForCausalLM"},
+      {ModelFamily::kQwen3, "Qwen3ForCausalLM"},         {ModelFamily::kMistral, "MistralForCausalLM"},
+      {ModelFamily::kGemma2, "Gemma2ForCausalLM"},       {ModelFamily::kGemma3, "Gemma3ForCausalLM"},
+      {ModelFamily::kPhi3, "Phi3ForCausalLM"},           {ModelFamily::kStarcoder2, "Starcoder2ForCausalLM"},
+      {ModelFamily::kGranite, "GraniteForCausalLM"},     {ModelFamily::kGemma, "GemmaForCausalLM"},
+  };
+  bool found = false;
+  for (const Known& k : kKnown) {  // model_type decides; the architecture only when it is absent
+    if (model_type == ModelFamilyName(k.family)) {
+      c.family = k.family;
+      found = true;
+      break;
+    }
   }
+  for (const Known& k : kKnown) {
+    if (found || !model_type.empty()) break;
+    if (c.architecture == k.architecture) {
+      c.family = k.family;
+      found = true;
+    }
+  }
+  if (!found) {
+    return InvalidArgument(std::string(source) + ": model_type '" + model_type + "' (architecture '" +
+                           c.architecture + "') is not supported; supported model types: " +
+                           SupportedFamiliesText() + " (dense decoder-only checkpoints)");
+  }
+  c.model_type = model_type.empty() ? std::string(ModelFamilyName(c.family)) : model_type;
+  const ModelFamily fam = c.family;
+  const bool gemma = fam == ModelFamily::kGemma2 || fam == ModelFamily::kGemma3;  // Gemma 2 and 3
+  const bool any_gemma = gemma || fam == ModelFamily::kGemma;                     // and Gemma 1
+  // A feature config.json asks for that this family's loader cannot honour.
+  auto refuse = [&](const std::string& what) {
+    return InvalidArgument(std::string(source) + ": " + what + " is not supported for model_type '" + c.model_type +
+                           "'");
+  };
   // The sizes config.json must give; each read as an integer in [1, hi].
   auto required = [&](const char* key, int64_t hi, int32_t* out) -> Status {
     if (f.Find(key) == nullptr) return f.Error(key, "is missing");
@@ -126,27 +218,169 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
   c.max_position_embeddings = static_cast<int32_t>(v);
   ROTE_RETURN_IF_ERROR(f.Number("rope_theta", 10000.0, 0.0, /*open_lo=*/true, 1e30, &c.rope_theta));
   double eps = 0;
-  ROTE_RETURN_IF_ERROR(f.Number("rms_norm_eps", 1e-6, 0.0, /*open_lo=*/false, 1.0, &eps));
+  if (fam == ModelFamily::kStarcoder2) {
+    ROTE_RETURN_IF_ERROR(f.Number("norm_epsilon", 1e-5, 0.0, /*open_lo=*/false, 1.0, &eps));
+  } else {
+    ROTE_RETURN_IF_ERROR(f.Number("rms_norm_eps", 1e-6, 0.0, /*open_lo=*/false, 1.0, &eps));
+  }
   c.rms_norm_eps = static_cast<float>(eps);
-  ROTE_RETURN_IF_ERROR(f.Bool("tie_word_embeddings", false, &c.tie_word_embeddings));
+  // Each family's class default where config.json says nothing (HF's *Config constructors).
+  const bool tie_default = any_gemma || fam == ModelFamily::kStarcoder2;
+  ROTE_RETURN_IF_ERROR(f.Bool("tie_word_embeddings", tie_default, &c.tie_word_embeddings));
 
   bool bias = false;
   ROTE_RETURN_IF_ERROR(f.Bool("attention_bias", false, &bias));
   bool mlp_bias = false;
   ROTE_RETURN_IF_ERROR(f.Bool("mlp_bias", false, &mlp_bias));
-  if (c.family == ModelFamily::kQwen2) {
-    c.attention_bias = true;  // Qwen2 always has q/k/v biases (and none on o_proj)
-  } else if (bias || mlp_bias) {
-    return Unimplemented(std::string(source) + ": attention_bias / mlp_bias = true is not supported for " +
-                         std::string(ModelFamilyName(c.family)));
+  switch (fam) {
+    case ModelFamily::kQwen2:
+      c.attention_bias = true;  // Qwen2 always has q/k/v biases (and none on o_proj)
+      if (mlp_bias) return refuse("mlp_bias = true");
+      break;
+    case ModelFamily::kLlama:
+    case ModelFamily::kGranite:
+      // LlamaAttention / GraniteAttention: attention_bias on q, k, v and o; mlp_bias on all three.
+      c.attention_bias = c.attention_out_bias = bias;
+      c.mlp_bias = mlp_bias;
+      break;
+    case ModelFamily::kQwen3:
+    case ModelFamily::kGemma:
+    case ModelFamily::kGemma2:
+    case ModelFamily::kGemma3:
+      c.attention_bias = c.attention_out_bias = bias;
+      if (mlp_bias) return refuse("mlp_bias = true");
+      break;
+    case ModelFamily::kStarcoder2: {
+      bool use_bias = true;
+      ROTE_RETURN_IF_ERROR(f.Bool("use_bias", true, &use_bias));
+      c.attention_bias = c.attention_out_bias = c.mlp_bias = use_bias;
+      break;
+    }
+    case ModelFamily::kMistral:
+    case ModelFamily::kPhi3:
+      if (bias || mlp_bias) return refuse("attention_bias / mlp_bias = true");
+      break;
   }
-  c.qk_norm = c.family == ModelFamily::kQwen3;
-  bool sliding = false;
-  ROTE_RETURN_IF_ERROR(f.Bool("use_sliding_window", false, &sliding));
-  if (sliding) return Unimplemented(std::string(source) + ": use_sliding_window = true is not supported");
+  c.qk_norm = fam == ModelFamily::kQwen3 || fam == ModelFamily::kGemma3;
+  c.norm = any_gemma ? NormKind::kRmsOffset : fam == ModelFamily::kStarcoder2 ? NormKind::kLayerNorm : NormKind::kRms;
+  c.mlp = fam == ModelFamily::kStarcoder2 ? MlpKind::kPlain : MlpKind::kGated;
+  c.sandwich_norms = gemma;
+
   std::string act;
-  ROTE_RETURN_IF_ERROR(f.String("hidden_act", "silu", &act));
-  if (act != "silu") return Unimplemented(std::string(source) + ": hidden_act '" + act + "' is not supported (silu)");
+  if (any_gemma) {
+    // Gemma's MLP reads hidden_activation only (gelu_pytorch_tanh when absent or null); the
+    // hidden_act of early Gemma configs ("gelu") is ignored by transformers.
+    ROTE_RETURN_IF_ERROR(f.String("hidden_activation", "gelu_pytorch_tanh", &act));
+  } else {
+    ROTE_RETURN_IF_ERROR(f.String("hidden_act", fam == ModelFamily::kStarcoder2 ? "gelu_pytorch_tanh" : "silu", &act));
+  }
+  if (act == "silu" || act == "swish") {
+    c.activation = Activation::kSilu;
+  } else if (act == "gelu_pytorch_tanh") {
+    c.activation = Activation::kGeluTanh;
+  } else {
+    return refuse("hidden_act '" + act + "' (supported: silu, gelu_pytorch_tanh)");
+  }
+
+  // Sliding windows and which layers use them.
+  int64_t window = 0;
+  ROTE_RETURN_IF_ERROR(f.Int("sliding_window", gemma ? 4096 : 0, 1, kMaxPositions, &window));
+  std::vector<bool> sliding(static_cast<size_t>(c.num_layers), false);
+  switch (fam) {
+    case ModelFamily::kQwen2:
+    case ModelFamily::kQwen3: {
+      bool use = false;
+      ROTE_RETURN_IF_ERROR(f.Bool("use_sliding_window", false, &use));
+      if (use) return refuse("use_sliding_window = true");
+      window = 0;
+      break;
+    }
+    case ModelFamily::kLlama:
+    case ModelFamily::kGranite:
+    case ModelFamily::kGemma:
+      window = 0;  // their attention takes no window
+      break;
+    case ModelFamily::kMistral:
+    case ModelFamily::kPhi3:
+    case ModelFamily::kStarcoder2:
+      sliding.assign(sliding.size(), window > 0);  // every layer, when config.json sets one
+      break;
+    case ModelFamily::kGemma2:
+    case ModelFamily::kGemma3: {
+      int64_t pattern = 2;  // Gemma 2: even layers local, odd global
+      if (fam == ModelFamily::kGemma3) {
+        ROTE_RETURN_IF_ERROR(f.Int("sliding_window_pattern", 6, 1, kMaxLayers, &pattern));
+      }
+      for (int32_t i = 0; i < c.num_layers; ++i) sliding[i] = (i + 1) % pattern != 0;
+      break;
+    }
+  }
+  if (const Json* lt = f.Find("layer_types"); lt != nullptr && gemma) {
+    if (!lt->is_array() || lt->size() != static_cast<size_t>(c.num_layers)) {
+      return f.Error("layer_types", "must be a list of num_hidden_layers strings");
+    }
+    for (int32_t i = 0; i < c.num_layers; ++i) {
+      const Json& t = (*lt)[static_cast<size_t>(i)];
+      if (t == "sliding_attention") {
+        sliding[i] = true;
+      } else if (t == "full_attention") {
+        sliding[i] = false;
+      } else {
+        return refuse("layer_types entry " + t.dump());
+      }
+    }
+  }
+  if (gemma) {
+    double scalar = 0;
+    ROTE_RETURN_IF_ERROR(f.Number("query_pre_attn_scalar", 256, 0.0, /*open_lo=*/true, 1e9, &scalar));
+    c.attention_scale = 1.0f / sqrtf(static_cast<float>(scalar));
+    double cap = 0;
+    ROTE_RETURN_IF_ERROR(f.Number("attn_logit_softcapping", fam == ModelFamily::kGemma2 ? 50.0 : 0.0, 0.0,
+                                  /*open_lo=*/false, 1e9, &cap));
+    c.attn_logit_softcap = static_cast<float>(cap);
+    ROTE_RETURN_IF_ERROR(f.Number("final_logit_softcapping", fam == ModelFamily::kGemma2 ? 30.0 : 0.0, 0.0,
+                                  /*open_lo=*/false, 1e9, &cap));
+    c.final_logit_softcap = static_cast<float>(cap);
+    if (fam == ModelFamily::kGemma3) {
+      ROTE_RETURN_IF_ERROR(f.Number("rope_local_base_freq", 10000.0, 0.0, /*open_lo=*/true, 1e30, &c.rope_local_theta));
+    }
+  }
+  if (any_gemma) {
+    // HF: embeddings * tensor(hidden_size ** 0.5) in the activations' dtype (fp32 here).
+    c.embedding_multiplier = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
+  }
+  if (fam == ModelFamily::kGranite) {
+    double m = 0;
+    ROTE_RETURN_IF_ERROR(f.Number("embedding_multiplier", 1.0, -1e9, /*open_lo=*/false, 1e9, &m));
+    c.embedding_multiplier = static_cast<float>(m);
+    ROTE_RETURN_IF_ERROR(f.Number("residual_multiplier", 1.0, -1e9, /*open_lo=*/false, 1e9, &m));
+    c.residual_multiplier = static_cast<float>(m);
+    ROTE_RETURN_IF_ERROR(f.Number("attention_multiplier", 1.0, 0.0, /*open_lo=*/true, 1e9, &m));
+    c.attention_scale = static_cast<float>(m);
+    ROTE_RETURN_IF_ERROR(f.Number("logits_scaling", 1.0, 0.0, /*open_lo=*/true, 1e9, &m));
+    c.logits_divisor = static_cast<float>(m);
+  }
+  if (fam == ModelFamily::kPhi3) {
+    double partial = 1.0;
+    ROTE_RETURN_IF_ERROR(f.Number("partial_rotary_factor", 1.0, 0.0, /*open_lo=*/true, 1.0, &partial));
+    // HF: dim = int(head_dim * partial_rotary_factor), truncating.
+    c.rotary_dim = static_cast<int32_t>(static_cast<double>(c.head_dim) * partial);
+    if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0) {
+      return f.Error("partial_rotary_factor", "gives " + std::to_string(c.rotary_dim) +
+                                                  " rotary dimensions, which must be even and at least 2");
+    }
+  }
+  bool any_local = false;
+  for (int32_t i = 0; i < c.num_layers; ++i) {
+    LayerPlan p;
+    if (sliding[i] && window > 0) {
+      p.sliding_window = static_cast<int32_t>(window);
+      p.local_rope = c.rope_local_theta > 0;
+    }
+    any_local = any_local || p.sliding_window > 0 || p.local_rope;
+    c.layer_plan.push_back(p);
+  }
+  if (!any_local) c.layer_plan.clear();  // every layer full attention: the plain plan
 
   std::string dtype;
   ROTE_RETURN_IF_ERROR(f.String("dtype", "bfloat16", &dtype));
@@ -167,8 +401,8 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
     std::string type;
     ROTE_RETURN_IF_ERROR(r.String("type", "default", &type));
     ROTE_RETURN_IF_ERROR(r.String("rope_type", type, &type));
+    RopeScaling& s = c.rope_scaling;
     if (type == "llama3") {
-      RopeScaling& s = c.rope_scaling;
       s.type = RopeScaling::Type::kLlama3;
       ROTE_RETURN_IF_ERROR(r.Number("factor", 8.0, 0.0, /*open_lo=*/true, 1e6, &s.factor));
       ROTE_RETURN_IF_ERROR(r.Number("low_freq_factor", 1.0, 0.0, /*open_lo=*/true, 1e6, &s.low_freq_factor));
@@ -178,8 +412,48 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       if (!(s.high_freq_factor > s.low_freq_factor)) {
         return r.Error("high_freq_factor", "must be greater than low_freq_factor");
       }
+    } else if (type == "linear") {
+      s.type = RopeScaling::Type::kLinear;
+      if (r.Find("factor") == nullptr) return r.Error("factor", "is missing");
+      ROTE_RETURN_IF_ERROR(r.Number("factor", 1.0, 0.0, /*open_lo=*/true, 1e6, &s.factor));
+    } else if (type == "longrope" || type == "su") {
+      s.type = RopeScaling::Type::kLongRope;
+      int64_t top_orig = 0;
+      ROTE_RETURN_IF_ERROR(f.Int("original_max_position_embeddings", c.max_position_embeddings, 1, kMaxPositions,
+                                 &top_orig));
+      ROTE_RETURN_IF_ERROR(r.Int("original_max_position_embeddings", top_orig, 1, kMaxPositions,
+                                 &s.original_max_position_embeddings));
+      const int32_t half = c.rope_dim() / 2;
+      for (const char* key : {"short_factor", "long_factor"}) {
+        const Json* list = r.Find(key);
+        if (list == nullptr || !list->is_array() || list->size() != static_cast<size_t>(half)) {
+          return r.Error(key, "must be a list of " + std::to_string(half) + " numbers (rotary dimensions / 2)");
+        }
+        std::vector<double>& out = std::string(key) == "short_factor" ? s.short_factor : s.long_factor;
+        for (const Json& x : *list) {
+          if (!x.is_number() || !(x.get<double>() > 0) || !std::isfinite(x.get<double>())) {
+            return r.Error(key, "entries must be positive finite numbers");
+          }
+          out.push_back(x.get<double>());
+        }
+      }
+      // HF: factor = max_position_embeddings / original (Phi-3's convention) unless given;
+      // attention_factor = sqrt(1 + ln(factor) / ln(original)) when factor > 1, unless given.
+      double factor = static_cast<double>(c.max_position_embeddings) /
+                      static_cast<double>(s.original_max_position_embeddings);
+      ROTE_RETURN_IF_ERROR(r.Number("factor", factor, 0.0, /*open_lo=*/true, 1e6, &factor));
+      s.factor = factor;
+      double attention_factor = 1.0;
+      if (factor > 1.0) {
+        // rote_log, not libm: the value feeds the rotary tables, which every host must build alike.
+        attention_factor = std::sqrt(1.0 + numerics::rote_log(factor) /
+                                               numerics::rote_log(static_cast<double>(
+                                                   s.original_max_position_embeddings)));
+      }
+      ROTE_RETURN_IF_ERROR(r.Number("attention_factor", attention_factor, 0.0, /*open_lo=*/true, 1e6,
+                                    &s.attention_factor));
     } else if (type != "default") {
-      return Unimplemented(std::string(source) + ": rope_scaling type '" + type + "' is not supported (llama3)");
+      return refuse("rope_scaling type '" + type + "' (supported: default, linear, llama3, longrope)");
     }
   }
 
@@ -242,6 +516,38 @@ Status ValidateModelConfig(const ModelConfig& c) {
   }
   if (!(c.rms_norm_eps >= 0) || !std::isfinite(c.rms_norm_eps)) {
     return InvalidArgument("model config: rms_norm_eps must be non-negative and finite");
+  }
+  if (c.rotary_dim < 0 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0) {
+    return InvalidArgument("model config: rotary_dim must be even and at most head_dim");
+  }
+  if (!c.layer_plan.empty() && c.layer_plan.size() != static_cast<size_t>(c.num_layers)) {
+    return InvalidArgument("model config: the layer plan must have one entry per layer");
+  }
+  for (const LayerPlan& p : c.layer_plan) {
+    if (p.sliding_window < 0) return InvalidArgument("model config: a sliding window must not be negative");
+    if (p.local_rope && !c.has_local_rope()) {
+      return InvalidArgument("model config: a layer uses the local rope but rope_local_theta is not set");
+    }
+  }
+  if (!(c.rope_local_theta >= 0) || !std::isfinite(c.rope_local_theta)) {
+    return InvalidArgument("model config: rope_local_theta must be non-negative and finite");
+  }
+  for (float v : {c.embedding_multiplier, c.residual_multiplier, c.attention_scale, c.attn_logit_softcap,
+                  c.final_logit_softcap, c.logits_divisor}) {
+    if (!std::isfinite(v)) return InvalidArgument("model config: multipliers and caps must be finite");
+  }
+  if (c.attention_scale < 0 || c.attn_logit_softcap < 0 || c.final_logit_softcap < 0 || !(c.logits_divisor > 0)) {
+    return InvalidArgument("model config: attention scale and soft-caps must not be negative, logits_scaling positive");
+  }
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == RopeScaling::Type::kLongRope) {
+    const size_t half = static_cast<size_t>(c.rope_dim() / 2);
+    if (rs.short_factor.size() != half || rs.long_factor.size() != half) {
+      return InvalidArgument("model config: longrope factors must have rotary_dim / 2 entries each");
+    }
+  }
+  if (rs.type != RopeScaling::Type::kDefault && (!(rs.factor > 0) || !std::isfinite(rs.factor))) {
+    return InvalidArgument("model config: rope_scaling factor must be positive and finite");
   }
   if (c.bos_token_id < -1 || c.bos_token_id >= c.vocab_size) {
     return InvalidArgument("model config: bos_token_id " + std::to_string(c.bos_token_id) + " is not below vocab_size");

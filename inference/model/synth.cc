@@ -67,16 +67,26 @@ struct Spec {
   enum Kind { kMatrix, kNorm, kBias, kEmbed } kind;
 };
 
+// The tensors the loader binds for `c`, named as the family publishes them (weights.cc).
 std::vector<Spec> TensorSpecs(const ModelConfig& c) {
   std::vector<Spec> s;
   const int64_t dim = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), hid = c.intermediate_size;
+  const bool layer_norm = c.norm == NormKind::kLayerNorm;
+  const bool fused = c.family == ModelFamily::kPhi3;
+  const bool plain = c.mlp == MlpKind::kPlain;
+  const std::string up = plain ? "mlp.c_fc" : "mlp.up_proj", down = plain ? "mlp.c_proj" : "mlp.down_proj";
   s.push_back({"model.embed_tokens.weight", {c.vocab_size, dim}, Spec::kEmbed});
   for (int i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     s.push_back({p + "input_layernorm.weight", {dim}, Spec::kNorm});
-    s.push_back({p + "self_attn.q_proj.weight", {q, dim}, Spec::kMatrix});
-    s.push_back({p + "self_attn.k_proj.weight", {kv, dim}, Spec::kMatrix});
-    s.push_back({p + "self_attn.v_proj.weight", {kv, dim}, Spec::kMatrix});
+    if (layer_norm) s.push_back({p + "input_layernorm.bias", {dim}, Spec::kBias});
+    if (fused) {
+      s.push_back({p + "self_attn.qkv_proj.weight", {q + 2 * kv, dim}, Spec::kMatrix});
+    } else {
+      s.push_back({p + "self_attn.q_proj.weight", {q, dim}, Spec::kMatrix});
+      s.push_back({p + "self_attn.k_proj.weight", {kv, dim}, Spec::kMatrix});
+      s.push_back({p + "self_attn.v_proj.weight", {kv, dim}, Spec::kMatrix});
+    }
     if (c.attention_bias) {
       s.push_back({p + "self_attn.q_proj.bias", {q}, Spec::kBias});
       s.push_back({p + "self_attn.k_proj.bias", {kv}, Spec::kBias});
@@ -87,23 +97,39 @@ std::vector<Spec> TensorSpecs(const ModelConfig& c) {
       s.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, Spec::kNorm});
     }
     s.push_back({p + "self_attn.o_proj.weight", {dim, q}, Spec::kMatrix});
+    if (c.attention_out_bias) s.push_back({p + "self_attn.o_proj.bias", {dim}, Spec::kBias});
     s.push_back({p + "post_attention_layernorm.weight", {dim}, Spec::kNorm});
-    s.push_back({p + "mlp.gate_proj.weight", {hid, dim}, Spec::kMatrix});
-    s.push_back({p + "mlp.up_proj.weight", {hid, dim}, Spec::kMatrix});
-    s.push_back({p + "mlp.down_proj.weight", {dim, hid}, Spec::kMatrix});
+    if (layer_norm) s.push_back({p + "post_attention_layernorm.bias", {dim}, Spec::kBias});
+    if (c.sandwich_norms) {
+      s.push_back({p + "pre_feedforward_layernorm.weight", {dim}, Spec::kNorm});
+      s.push_back({p + "post_feedforward_layernorm.weight", {dim}, Spec::kNorm});
+    }
+    if (fused) {
+      s.push_back({p + "mlp.gate_up_proj.weight", {2 * hid, dim}, Spec::kMatrix});
+    } else {
+      if (!plain) s.push_back({p + "mlp.gate_proj.weight", {hid, dim}, Spec::kMatrix});
+      s.push_back({p + up + ".weight", {hid, dim}, Spec::kMatrix});
+    }
+    s.push_back({p + down + ".weight", {dim, hid}, Spec::kMatrix});
+    if (c.mlp_bias) {
+      if (!plain) s.push_back({p + "mlp.gate_proj.bias", {hid}, Spec::kBias});
+      s.push_back({p + up + ".bias", {hid}, Spec::kBias});
+      s.push_back({p + down + ".bias", {dim}, Spec::kBias});
+    }
   }
   s.push_back({"model.norm.weight", {dim}, Spec::kNorm});
+  if (layer_norm) s.push_back({"model.norm.bias", {dim}, Spec::kBias});
   if (!c.tie_word_embeddings) s.push_back({"lm_head.weight", {c.vocab_size, dim}, Spec::kMatrix});
   return s;
 }
 
 // Element i of a tensor: uniform noise of a scale that keeps activations O(1) through the
 // layers (like the fixtures: norms near 1, matrices ~ 1/sqrt(fan_in)).
-float SynthValue(const Spec& spec, uint64_t key, int64_t i) {
+float SynthValue(const Spec& spec, uint64_t key, int64_t i, bool norm_offset) {
   const uint64_t h = SplitMix64(key ^ SplitMix64(static_cast<uint64_t>(i)));
   const float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;  // [-1, 1)
   switch (spec.kind) {
-    case Spec::kNorm: return 1.0f + 0.2f * u;
+    case Spec::kNorm: return (norm_offset ? 0.0f : 1.0f) + 0.2f * u;  // Gemma: (1 + w) norms
     case Spec::kBias: return 0.2f * u;
     case Spec::kEmbed: return 1.7f * u;
     case Spec::kMatrix: return 1.7f * u / std::sqrt(static_cast<float>(spec.shape.back()));
@@ -204,7 +230,10 @@ Status WriteText(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-StatusOr<ModelConfig> SynthConfig(const SynthOptions& o) {
+namespace {
+
+// The dimensions of a shape and the Qwen/Llama basics, before the family's own features.
+StatusOr<ModelConfig> BaseConfig(const SynthOptions& o) {
   ModelConfig c;
   c.family = o.family;
   c.dtype = o.dtype;
@@ -238,8 +267,6 @@ StatusOr<ModelConfig> SynthConfig(const SynthOptions& o) {
   } else {
     return InvalidArgument("unknown synth shape '" + o.shape + "' (tiny, small, 0.5b, 1.5b)");
   }
-  c.attention_bias = o.family == ModelFamily::kQwen2;
-  c.qk_norm = qwen3;
   if (llama) {
     c.architecture = "LlamaForCausalLM";
     c.rope_theta = 500000.0;
@@ -257,19 +284,25 @@ StatusOr<ModelConfig> SynthConfig(const SynthOptions& o) {
     c.bos_token_id = 256;
     c.eos_token_ids = {258, 256};  // <|im_end|>, <|endoftext|>
   }
-  ROTE_RETURN_IF_ERROR(ValidateModelConfig(c));
   return c;
 }
 
-Status SynthesizeModel(const SynthOptions& o, const std::string& dir) {
-  ROTE_ASSIGN_OR_RETURN(ModelConfig c, SynthConfig(o));
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return FailedPrecondition(dir + ": cannot create directory: " + std::strerror(errno));
-  }
-  const bool llama = c.family == ModelFamily::kLlama;
+// config.json and generation_config.json of a synthesized model: the published keys of its
+// family. The ModelConfig of the model is what ParseModelConfig reads from them (SynthConfig).
+StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
+  ROTE_ASSIGN_OR_RETURN(ModelConfig c, BaseConfig(o));
+  const ModelFamily fam = c.family;
+  const bool llama = fam == ModelFamily::kLlama;
+  const bool small = o.shape == "tiny" || o.shape == "small";
+  // Windows shorter than the prompts the tests use at the small shapes; published sizes above.
+  const int32_t window = small ? 24 : 4096;
   Json cfg;
-  cfg["architectures"] = {c.architecture};
-  cfg["model_type"] = std::string(ModelFamilyName(c.family));
+  static const char* kArchitectures[] = {"Qwen2ForCausalLM",  "LlamaForCausalLM",      "Qwen3ForCausalLM",
+                                         "MistralForCausalLM", "Gemma2ForCausalLM",     "Gemma3ForCausalLM",
+                                         "Phi3ForCausalLM",    "Starcoder2ForCausalLM", "GraniteForCausalLM",
+                                         "GemmaForCausalLM"};
+  cfg["architectures"] = {kArchitectures[static_cast<int>(fam)]};
+  cfg["model_type"] = std::string(ModelFamilyName(fam));
   cfg["vocab_size"] = c.vocab_size;
   cfg["hidden_size"] = c.hidden_size;
   cfg["intermediate_size"] = c.intermediate_size;
@@ -293,14 +326,99 @@ Status SynthesizeModel(const SynthOptions& o, const std::string& dir) {
                            {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
     cfg["attention_bias"] = false;
     cfg["mlp_bias"] = false;
-  } else {
+  } else if (fam == ModelFamily::kQwen2 || fam == ModelFamily::kQwen3) {
     cfg["rope_scaling"] = nullptr;
     cfg["use_sliding_window"] = false;
-    if (c.family == ModelFamily::kQwen3) cfg["attention_bias"] = false;
+    if (fam == ModelFamily::kQwen3) cfg["attention_bias"] = false;
   }
-  ROTE_RETURN_IF_ERROR(WriteText(dir + "/config.json", cfg.dump(2) + "\n"));
+  switch (fam) {
+    case ModelFamily::kQwen2:
+    case ModelFamily::kLlama:
+    case ModelFamily::kQwen3:
+      break;
+    case ModelFamily::kMistral:
+      cfg["sliding_window"] = window;
+      cfg["rms_norm_eps"] = 1e-5;
+      break;
+    case ModelFamily::kGemma2:
+    case ModelFamily::kGemma3: {
+      const bool g2 = fam == ModelFamily::kGemma2;
+      cfg["hidden_act"] = "gelu_pytorch_tanh";
+      cfg["hidden_activation"] = "gelu_pytorch_tanh";
+      cfg["query_pre_attn_scalar"] = c.head_dim + 8;  // unlike head_dim, as Gemma 2 27B
+      cfg["sliding_window"] = window;
+      cfg["attn_logit_softcapping"] = g2 ? Json(50.0) : Json(nullptr);
+      cfg["final_logit_softcapping"] = g2 ? Json(30.0) : Json(nullptr);
+      cfg["tie_word_embeddings"] = true;
+      if (!g2) {
+        cfg["model_type"] = "gemma3_text";
+        cfg["rope_local_base_freq"] = 10000.0;
+        cfg["sliding_window_pattern"] = c.num_layers <= 4 ? 2 : 6;  // a global layer at every shape
+      }
+      break;
+    }
+    case ModelFamily::kPhi3: {
+      // Phi-4-mini: three quarters of each head rotate; longrope with a switch to the long
+      // factors that the small shapes' decode crosses.
+      const int32_t half = c.head_dim * 3 / 8;
+      Json shorts = Json::array(), longs = Json::array();
+      for (int32_t i = 0; i < half; ++i) {
+        shorts.push_back(1.0 + 0.125 * (i % 5));
+        longs.push_back(1.0 + 1.5 * i);
+      }
+      cfg["partial_rotary_factor"] = 0.75;
+      cfg["original_max_position_embeddings"] = small ? 32 : 4096;
+      cfg["max_position_embeddings"] = small ? 4096 : 131072;
+      cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
+      cfg["sliding_window"] = small ? window : 262144;
+      cfg["rms_norm_eps"] = 1e-5;
+      cfg["tie_word_embeddings"] = true;
+      break;
+    }
+    case ModelFamily::kStarcoder2:
+      cfg.erase("rms_norm_eps");
+      cfg["norm_epsilon"] = 1e-5;
+      cfg["hidden_act"] = "gelu_pytorch_tanh";
+      cfg["use_bias"] = true;
+      cfg["sliding_window"] = window;
+      cfg["tie_word_embeddings"] = true;
+      break;
+    case ModelFamily::kGemma:
+      cfg["hidden_act"] = "gelu";  // as CodeGemma's config.json: ignored, hidden_activation decides
+      cfg["hidden_activation"] = "gelu_pytorch_tanh";
+      cfg["tie_word_embeddings"] = true;
+      break;
+    case ModelFamily::kGranite:
+      cfg["embedding_multiplier"] = 12.0;
+      cfg["residual_multiplier"] = 0.22;
+      cfg["attention_multiplier"] = 1.0 / c.head_dim;
+      cfg["logits_scaling"] = 8.0;
+      cfg["attention_bias"] = false;
+      cfg["mlp_bias"] = false;
+      cfg["rope_theta"] = 10000000.0;
+      cfg["rms_norm_eps"] = 1e-5;
+      break;
+  }
   Json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}, {"do_sample", false}};
-  ROTE_RETURN_IF_ERROR(WriteText(dir + "/generation_config.json", gen.dump(2) + "\n"));
+  return std::make_pair(cfg, gen);
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> SynthConfig(const SynthOptions& o) {
+  ROTE_ASSIGN_OR_RETURN(auto json, SynthJson(o));
+  return ParseModelConfig(json.first.dump(), json.second.dump(), "synthesized config.json");
+}
+
+Status SynthesizeModel(const SynthOptions& o, const std::string& dir) {
+  ROTE_ASSIGN_OR_RETURN(auto json, SynthJson(o));
+  ROTE_ASSIGN_OR_RETURN(ModelConfig c, SynthConfig(o));
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return FailedPrecondition(dir + ": cannot create directory: " + std::strerror(errno));
+  }
+  const bool llama = c.family == ModelFamily::kLlama;
+  ROTE_RETURN_IF_ERROR(WriteText(dir + "/config.json", json.first.dump(2) + "\n"));
+  ROTE_RETURN_IF_ERROR(WriteText(dir + "/generation_config.json", json.second.dump(2) + "\n"));
   ROTE_RETURN_IF_ERROR(WriteText(dir + "/tokenizer.json", TokenizerJson(c.family).dump(2) + "\n"));
   Json tok_cfg = {{"add_bos_token", false},
                   {"bos_token", llama ? Json("<|begin_of_text|>") : Json(nullptr)},
@@ -338,7 +456,7 @@ Status SynthesizeModel(const SynthOptions& o, const std::string& dir) {
     const uint64_t key = SplitMix64(o.seed ^ NameKey(s.name));
     buf.resize(static_cast<size_t>(n) * elem);
     for (int64_t i = 0; i < n; ++i) {
-      const float v = SynthValue(s, key, i);
+      const float v = SynthValue(s, key, i, c.norm == NormKind::kRmsOffset);
       if (c.dtype == DType::kF32) {
         std::memcpy(buf.data() + 4 * i, &v, 4);
       } else {

@@ -96,6 +96,16 @@ class WeightBinder {
     return OkStatus();
   }
 
+  // Binds rows [row0, row0 + rows) of the 2-D tensor `fused` (already bound) as its own view.
+  static TensorView Rows(const TensorView& fused, int64_t row0, int64_t rows, const std::string& name) {
+    TensorView v;
+    v.dtype = fused.dtype;
+    v.data = static_cast<const uint8_t*>(fused.data) + row0 * fused.shape[1] * DTypeSize(fused.dtype);
+    v.shape = {rows, fused.shape[1]};
+    v.name = name;
+    return v;
+  }
+
  private:
   const std::map<std::string, TensorSource>& all_;
   std::string dir_;
@@ -153,23 +163,49 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const
   WeightBinder b(all, dir);
   ModelWeights& w = m->weights_;
   const int64_t dim = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), hid = c.intermediate_size;
-  ROTE_RETURN_IF_ERROR(b.Bind("model.embed_tokens.weight", {c.vocab_size, dim}, true, &w.embed));
-  ROTE_RETURN_IF_ERROR(b.Bind("model.norm.weight", {dim}, true, &w.final_norm));
+  // The text model's tensors: "model." as causal LMs publish them; Gemma 3's multimodal
+  // checkpoints nest it ("language_model.model." as published, "model.language_model." as newer
+  // transformers saves them).
+  std::string mp = "model.", head = "lm_head.weight";
+  for (const auto& [prefix, lm_head] : {std::pair<const char*, const char*>{"language_model.model.", "language_model.lm_head.weight"},
+                                        {"model.language_model.", "lm_head.weight"}}) {
+    if (c.model_type == "gemma3" && all.count(std::string(prefix) + "embed_tokens.weight") != 0) {
+      mp = prefix;
+      head = lm_head;
+    }
+  }
+  ROTE_RETURN_IF_ERROR(b.Bind(mp + "embed_tokens.weight", {c.vocab_size, dim}, true, &w.embed));
+  const bool layer_norm = c.norm == NormKind::kLayerNorm;
+  ROTE_RETURN_IF_ERROR(b.Bind(mp + "norm.weight", {dim}, true, &w.final_norm));
+  if (layer_norm) ROTE_RETURN_IF_ERROR(b.Bind(mp + "norm.bias", {dim}, true, &w.final_norm_bias));
   if (c.tie_word_embeddings) {
     w.lm_head = w.embed;
   } else {
-    ROTE_RETURN_IF_ERROR(b.Bind("lm_head.weight", {c.vocab_size, dim}, true, &w.lm_head));
+    ROTE_RETURN_IF_ERROR(b.Bind(head, {c.vocab_size, dim}, true, &w.lm_head));
   }
+  const bool fused = c.family == ModelFamily::kPhi3;  // qkv_proj and gate_up_proj
+  const bool plain_mlp = c.mlp == MlpKind::kPlain;
+  const std::string up_name = plain_mlp ? "mlp.c_fc" : "mlp.up_proj";
+  const std::string down_name = plain_mlp ? "mlp.c_proj" : "mlp.down_proj";
   // Layers are bound one at a time, so the memory they take follows the tensors the files hold,
   // not the count config.json claims: a layer that is not there stops the load at its first tensor.
   w.layers.reserve(std::min<size_t>(static_cast<size_t>(c.num_layers), all.size()));
   for (int i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string p = mp + "layers." + std::to_string(i) + ".";
     LayerWeights& l = w.layers.emplace_back();
     ROTE_RETURN_IF_ERROR(b.Bind(p + "input_layernorm.weight", {dim}, true, &l.attn_norm));
-    ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.q_proj.weight", {q, dim}, true, &l.wq));
-    ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.k_proj.weight", {kv, dim}, true, &l.wk));
-    ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.v_proj.weight", {kv, dim}, true, &l.wv));
+    if (layer_norm) ROTE_RETURN_IF_ERROR(b.Bind(p + "input_layernorm.bias", {dim}, true, &l.attn_norm_bias));
+    if (fused) {
+      TensorView qkv;
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.qkv_proj.weight", {q + 2 * kv, dim}, true, &qkv));
+      l.wq = WeightBinder::Rows(qkv, 0, q, qkv.name + "[q]");
+      l.wk = WeightBinder::Rows(qkv, q, kv, qkv.name + "[k]");
+      l.wv = WeightBinder::Rows(qkv, q + kv, kv, qkv.name + "[v]");
+    } else {
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.q_proj.weight", {q, dim}, true, &l.wq));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.k_proj.weight", {kv, dim}, true, &l.wk));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.v_proj.weight", {kv, dim}, true, &l.wv));
+    }
     if (c.attention_bias) {
       ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.q_proj.bias", {q}, true, &l.bq));
       ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.k_proj.bias", {kv}, true, &l.bk));
@@ -180,10 +216,32 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const
       ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.k_norm.weight", {c.head_dim}, true, &l.k_norm));
     }
     ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.o_proj.weight", {dim, q}, true, &l.wo));
-    ROTE_RETURN_IF_ERROR(b.Bind(p + "post_attention_layernorm.weight", {dim}, true, &l.mlp_norm));
-    ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.gate_proj.weight", {hid, dim}, true, &l.w_gate));
-    ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.up_proj.weight", {hid, dim}, true, &l.w_up));
-    ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.down_proj.weight", {dim, hid}, true, &l.w_down));
+    if (c.attention_out_bias) ROTE_RETURN_IF_ERROR(b.Bind(p + "self_attn.o_proj.bias", {dim}, true, &l.bo));
+    if (c.sandwich_norms) {
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "post_attention_layernorm.weight", {dim}, true, &l.attn_post_norm));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "pre_feedforward_layernorm.weight", {dim}, true, &l.mlp_norm));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "post_feedforward_layernorm.weight", {dim}, true, &l.mlp_post_norm));
+    } else {
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "post_attention_layernorm.weight", {dim}, true, &l.mlp_norm));
+      if (layer_norm) {
+        ROTE_RETURN_IF_ERROR(b.Bind(p + "post_attention_layernorm.bias", {dim}, true, &l.mlp_norm_bias));
+      }
+    }
+    if (fused) {
+      TensorView gate_up;
+      ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.gate_up_proj.weight", {2 * hid, dim}, true, &gate_up));
+      l.w_gate = WeightBinder::Rows(gate_up, 0, hid, gate_up.name + "[gate]");
+      l.w_up = WeightBinder::Rows(gate_up, hid, hid, gate_up.name + "[up]");
+    } else {
+      if (!plain_mlp) ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.gate_proj.weight", {hid, dim}, true, &l.w_gate));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + up_name + ".weight", {hid, dim}, true, &l.w_up));
+    }
+    ROTE_RETURN_IF_ERROR(b.Bind(p + down_name + ".weight", {dim, hid}, true, &l.w_down));
+    if (c.mlp_bias) {
+      if (!plain_mlp) ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.gate_proj.bias", {hid}, true, &l.b_gate));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + up_name + ".bias", {hid}, true, &l.b_up));
+      ROTE_RETURN_IF_ERROR(b.Bind(p + down_name + ".bias", {dim}, true, &l.b_down));
+    }
   }
 
   // The digest: independent of sharding, covers everything that decides the output.
@@ -236,12 +294,9 @@ int64_t Model::weight_bytes_per_token() const {
   auto bytes = [](const TensorView& t) { return t.present() ? t.numel() * DTypeSize(t.dtype) : 0; };
   int64_t total = 0;
   for (const LayerWeights& l : weights_.layers) {
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                                &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-      total += bytes(*t);
-    }
+    for (const TensorView* t : l.all()) total += bytes(*t);
   }
-  total += bytes(weights_.final_norm) + bytes(weights_.lm_head);
+  total += bytes(weights_.final_norm) + bytes(weights_.final_norm_bias) + bytes(weights_.lm_head);
   total += static_cast<int64_t>(config_.hidden_size) * DTypeSize(weights_.embed.dtype);  // one embedding row
   return total;
 }

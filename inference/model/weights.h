@@ -28,28 +28,50 @@ struct TensorView {
 };
 
 // Shapes use: dim = hidden_size, q_dim = num_heads * head_dim, kv_dim = num_kv_heads * head_dim,
-// hidden = intermediate_size. A matrix (rows, cols) computes y[rows] = W x[cols].
+// hidden = intermediate_size. A matrix (rows, cols) computes y[rows] = W x[cols]. A tensor the
+// family does not have is absent (present() false). Fused published tensors (Phi-3's qkv_proj and
+// gate_up_proj) are bound as row ranges of the stored matrix: wq, wk, wv and w_gate, w_up view
+// consecutive rows of one mapped tensor.
 struct LayerWeights {
-  TensorView attn_norm;  // (dim)                 input_layernorm.weight
-  TensorView wq;         // (q_dim, dim)          self_attn.q_proj.weight
-  TensorView wk;         // (kv_dim, dim)         self_attn.k_proj.weight
-  TensorView wv;         // (kv_dim, dim)         self_attn.v_proj.weight
-  TensorView bq;         // (q_dim)               self_attn.q_proj.bias  (Qwen2 only)
-  TensorView bk;         // (kv_dim)              self_attn.k_proj.bias  (Qwen2 only)
-  TensorView bv;         // (kv_dim)              self_attn.v_proj.bias  (Qwen2 only)
-  TensorView q_norm;     // (head_dim)            self_attn.q_norm.weight (Qwen3 only)
-  TensorView k_norm;     // (head_dim)            self_attn.k_norm.weight (Qwen3 only)
-  TensorView wo;         // (dim, q_dim)          self_attn.o_proj.weight
-  TensorView mlp_norm;   // (dim)                 post_attention_layernorm.weight
-  TensorView w_gate;     // (hidden, dim)         mlp.gate_proj.weight
-  TensorView w_up;       // (hidden, dim)         mlp.up_proj.weight
-  TensorView w_down;     // (dim, hidden)         mlp.down_proj.weight
+  TensorView attn_norm;       // (dim)        input_layernorm.weight
+  TensorView attn_norm_bias;  // (dim)        input_layernorm.bias              (LayerNorm: StarCoder2)
+  TensorView wq;              // (q_dim, dim) self_attn.q_proj.weight           (Phi-3: qkv_proj rows [0, q_dim))
+  TensorView wk;              // (kv_dim, dim) self_attn.k_proj.weight          (Phi-3: next kv_dim rows)
+  TensorView wv;              // (kv_dim, dim) self_attn.v_proj.weight          (Phi-3: last kv_dim rows)
+  TensorView bq;              // (q_dim)      self_attn.q_proj.bias             (attention_bias)
+  TensorView bk;              // (kv_dim)     self_attn.k_proj.bias             (attention_bias)
+  TensorView bv;              // (kv_dim)     self_attn.v_proj.bias             (attention_bias)
+  TensorView q_norm;          // (head_dim)   self_attn.q_norm.weight           (qk_norm: Qwen3, Gemma 3)
+  TensorView k_norm;          // (head_dim)   self_attn.k_norm.weight           (qk_norm)
+  TensorView wo;              // (dim, q_dim) self_attn.o_proj.weight
+  TensorView bo;              // (dim)        self_attn.o_proj.bias             (attention_out_bias)
+  TensorView attn_post_norm;  // (dim)        post_attention_layernorm.weight   (sandwich_norms: Gemma)
+  // The norm before the MLP: post_attention_layernorm, or pre_feedforward_layernorm with
+  // sandwich_norms (Gemma).
+  TensorView mlp_norm;        // (dim)
+  TensorView mlp_norm_bias;   // (dim)        post_attention_layernorm.bias     (LayerNorm)
+  TensorView w_gate;          // (hidden, dim) mlp.gate_proj.weight             (kGated; Phi-3: gate_up rows [0, hidden))
+  TensorView w_up;            // (hidden, dim) mlp.up_proj.weight               (Phi-3: rows [hidden, 2 hidden);
+                              //               StarCoder2: mlp.c_fc.weight)
+  TensorView w_down;          // (dim, hidden) mlp.down_proj.weight             (StarCoder2: mlp.c_proj.weight)
+  TensorView b_gate;          // (hidden)     mlp.gate_proj.bias                (mlp_bias)
+  TensorView b_up;            // (hidden)     mlp.up_proj.bias / mlp.c_fc.bias  (mlp_bias)
+  TensorView b_down;          // (dim)        mlp.down_proj.bias / mlp.c_proj.bias (mlp_bias)
+  TensorView mlp_post_norm;   // (dim)        post_feedforward_layernorm.weight (sandwich_norms)
+
+  // Every view above, present or not (parameter counts, byte totals).
+  std::vector<const TensorView*> all() const {
+    return {&attn_norm, &attn_norm_bias, &wq,       &wk,       &wv,     &bq,     &bk,     &bv,
+            &q_norm,    &k_norm,         &wo,       &bo,       &attn_post_norm, &mlp_norm, &mlp_norm_bias,
+            &w_gate,    &w_up,           &w_down,   &b_gate,   &b_up,   &b_down, &mlp_post_norm};
+  }
 };
 
 struct ModelWeights {
   TensorView embed;                 // (vocab, dim)   model.embed_tokens.weight
   std::vector<LayerWeights> layers; // (num_layers)   model.layers.{i}.*
   TensorView final_norm;            // (dim)          model.norm.weight
+  TensorView final_norm_bias;       // (dim)          model.norm.bias (LayerNorm)
   TensorView lm_head;               // (vocab, dim)   lm_head.weight, or embed when tied
 };
 

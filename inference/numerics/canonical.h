@@ -94,6 +94,20 @@ ROTE_HD inline float canonical_sum(const float* x, int64_t n) {
   return canonical_tree32(acc);
 }
 
+// (e^r - 1) / r for |r| <= 0.3466 as the Taylor polynomial of degree 6, Horner with fmaf:
+//   p = 1/5040; p = fmaf(p, r, 1/720); ... 1/120, 1/24, 1/6, 0.5, 1.0
+// Shared by canonical_expf (e^r = fmaf(p, r, 1)) and canonical_tanh (e^r - 1 = r * p).
+ROTE_HD inline float canonical_expm1_poly(float r) {
+  float p = 1.0f / 5040.0f;
+  p = fmaf(p, r, 1.0f / 720.0f);
+  p = fmaf(p, r, 1.0f / 120.0f);
+  p = fmaf(p, r, 1.0f / 24.0f);
+  p = fmaf(p, r, 1.0f / 6.0f);
+  p = fmaf(p, r, 0.5f);
+  p = fmaf(p, r, 1.0f);
+  return p;
+}
+
 // e^x in fp32 from IEEE ops only.
 //   k = floor(x * log2(e) + 0.5)             (one mul, one add, floorf: all exact-rounded)
 //   r = fmaf(-k, LN2_HI, x); r = fmaf(-k, LN2_LO, r)   (Cody-Waite; k * LN2_HI is exact)
@@ -113,14 +127,7 @@ ROTE_HD inline float canonical_expf(float x) {
   const float k = floorf(x * kLog2e + 0.5f);
   float r = fmaf(-k, kLn2Hi, x);
   r = fmaf(-k, kLn2Lo, r);
-  float p = 1.0f / 5040.0f;
-  p = fmaf(p, r, 1.0f / 720.0f);
-  p = fmaf(p, r, 1.0f / 120.0f);
-  p = fmaf(p, r, 1.0f / 24.0f);
-  p = fmaf(p, r, 1.0f / 6.0f);
-  p = fmaf(p, r, 0.5f);
-  p = fmaf(p, r, 1.0f);
-  p = fmaf(p, r, 1.0f);
+  const float p = fmaf(canonical_expm1_poly(r), r, 1.0f);
   const int32_t ki = static_cast<int32_t>(k);  // in [-150, 129]
   const int32_t k1 = ki / 2;
   const int32_t k2 = ki - k1;
@@ -131,6 +138,42 @@ ROTE_HD inline float canonical_expf(float x) {
 
 // SiLU(x) = x / (1 + e^-x): one add and one correctly rounded divide after canonical_expf.
 ROTE_HD inline float canonical_silu(float x) { return x / (1.0f + canonical_expf(-x)); }
+
+// tanh(x) in fp32 from IEEE ops only, accurate to a few ulp everywhere (no cancellation near 0):
+//   a = |x|
+//   a < 0.17328679513998632f (ln 2 / 4, where canonical_expf's reduction has k = 0):
+//     r = -2a; em = r * canonical_expm1_poly(r) (e^r - 1 without cancellation);
+//     t = -em / (2 + em)
+//   otherwise: e = canonical_expf(-2a); t = (1 - e) / (1 + e)
+//   result = t with the sign bit of x.
+// NaN returns NaN; |x| > 52 returns +-1 exactly (e^-104 is 0).
+ROTE_HD inline float canonical_tanh(float x) {
+  const float a = fabsf(x);
+  float t;
+  if (a < 0.17328679513998632f) {
+    const float r = -2.0f * a;
+    const float em = r * canonical_expm1_poly(r);
+    t = -em / (2.0f + em);
+  } else {
+    const float e = canonical_expf(-2.0f * a);
+    t = (1.0f - e) / (1.0f + e);
+  }
+  return float_from_bits(bits_from_float(t) | (bits_from_float(x) & 0x80000000u));
+}
+
+// Soft-capping (Gemma 2): cap * tanh(x / cap), evaluated as HF does: divide, tanh, multiply.
+ROTE_HD inline float canonical_softcap(float x, float cap) { return canonical_tanh(x / cap) * cap; }
+
+// HF "gelu_pytorch_tanh": 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written with
+// the identity 0.5 (1 + tanh(u)) = 1 / (1 + e^(-2u)):
+//   x3 = (x * x) * x;  inner = x + 0.044715f * x3;  z = 1.5957691216057308f * inner  (2 sqrt(2/pi))
+//   result = x / (1.0f + canonical_expf(-z))
+ROTE_HD inline float canonical_gelu_tanh(float x) {
+  const float x3 = (x * x) * x;
+  const float inner = x + 0.044715f * x3;
+  const float z = 1.5957691216057308f * inner;
+  return x / (1.0f + canonical_expf(-z));
+}
 
 // Rotary embedding of one pair (x0 at index i, x1 at index i + head_dim/2), plain mul/sub/add:
 //   x0' = (x0 * c) - (x1 * s)        x1' = (x0 * s) + (x1 * c)
@@ -148,5 +191,14 @@ ROTE_HD inline void canonical_rotate(float& x0, float& x1, float c, float s) {
 ROTE_HD inline float canonical_rms_scale(float sum_of_squares, int64_t n, float eps) {
   return 1.0f / sqrtf(sum_of_squares / static_cast<float>(n) + eps);
 }
+
+// LayerNorm with bias (StarCoder2), over x of length n:
+//   mean = canonical_sum(x, n) / (float)n
+//   d_i  = x_i - mean                      (kept in a scratch vector)
+//   r    = canonical_rms_scale(canonical_dot(d, d, n), n, eps)   (biased variance, as torch)
+//   y_i  = ((d_i * r) * w_i) + b_i
+// This helper is the scalar reference; backends may compute the two reductions their own way as
+// long as each is the canonical reduction of its length.
+ROTE_HD inline float canonical_mean(float sum, int64_t n) { return sum / static_cast<float>(n); }
 
 }  // namespace rote::numerics

@@ -92,16 +92,18 @@ void rote_sincos(double x, double* s, double* c) {
   }
 }
 
-std::vector<float> RopeInvFreq(const rote::inference::ModelConfig& config) {
+std::vector<float> RopeInvFreq(const rote::inference::ModelConfig& config, bool local, bool long_regime) {
   using rote::inference::RopeScaling;
-  const int32_t half = config.head_dim / 2;
-  const double log_theta = rote_log(config.rope_theta);
+  const int32_t dim = config.rope_dim();
+  const int32_t half = dim / 2;
+  const double log_theta = rote_log(local ? config.rope_local_theta : config.rope_theta);
   std::vector<float> out(half);
   const RopeScaling& rs = config.rope_scaling;
+  const RopeScaling::Type type = local ? RopeScaling::Type::kDefault : rs.type;
   for (int32_t i = 0; i < half; ++i) {
-    const double exponent = static_cast<double>(2 * i) / static_cast<double>(config.head_dim);
+    const double exponent = static_cast<double>(2 * i) / static_cast<double>(dim);
     double inv = rote_exp(-(exponent * log_theta));
-    if (rs.type == RopeScaling::Type::kLlama3) {
+    if (type == RopeScaling::Type::kLlama3) {
       const double orig = static_cast<double>(rs.original_max_position_embeddings);
       const double low_wl = orig / rs.low_freq_factor;
       const double high_wl = orig / rs.high_freq_factor;
@@ -112,26 +114,44 @@ std::vector<float> RopeInvFreq(const rote::inference::ModelConfig& config) {
         const double smooth = (orig / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
         inv = (1.0 - smooth) * inv / rs.factor + smooth * inv;
       }
+    } else if (type == RopeScaling::Type::kLinear) {
+      inv = inv / rs.factor;
+    } else if (type == RopeScaling::Type::kLongRope) {
+      // HF holds the factors as an fp32 tensor: round them first.
+      const double ext = static_cast<float>(long_regime ? rs.long_factor[static_cast<size_t>(i)]
+                                                        : rs.short_factor[static_cast<size_t>(i)]);
+      inv = 1.0 / (ext * rote_exp(exponent * log_theta));
     }
     out[i] = static_cast<float>(inv);
   }
   return out;
 }
 
-RopeTable BuildRopeTable(const rote::inference::ModelConfig& config, int32_t num_positions) {
+RopeTable BuildRopeTable(const rote::inference::ModelConfig& config, int32_t num_positions, bool local) {
+  using rote::inference::RopeScaling;
   RopeTable t;
-  t.half_dim = config.head_dim / 2;
+  t.half_dim = config.rope_dim() / 2;
   t.num_positions = num_positions;
-  const std::vector<float> inv = RopeInvFreq(config);
+  const bool longrope = !local && config.rope_scaling.type == RopeScaling::Type::kLongRope;
+  const std::vector<float> inv_short = RopeInvFreq(config, local, false);
+  const std::vector<float> inv_long = longrope ? RopeInvFreq(config, local, true) : inv_short;
+  const int64_t switch_at = longrope ? config.rope_scaling.original_max_position_embeddings : INT64_MAX;
+  const float mscale = longrope ? static_cast<float>(config.rope_scaling.attention_factor) : 1.0f;
   t.cos.resize(static_cast<size_t>(num_positions) * t.half_dim);
   t.sin.resize(t.cos.size());
   for (int32_t p = 0; p < num_positions; ++p) {
+    const std::vector<float>& inv = p < switch_at ? inv_short : inv_long;
     for (int32_t i = 0; i < t.half_dim; ++i) {
       const float angle = static_cast<float>(p) * inv[i];
       double s, c;
       rote_sincos(static_cast<double>(angle), &s, &c);
-      t.cos[static_cast<size_t>(p) * t.half_dim + i] = static_cast<float>(c);
-      t.sin[static_cast<size_t>(p) * t.half_dim + i] = static_cast<float>(s);
+      float cf = static_cast<float>(c), sf = static_cast<float>(s);
+      if (longrope) {
+        cf = cf * mscale;
+        sf = sf * mscale;
+      }
+      t.cos[static_cast<size_t>(p) * t.half_dim + i] = cf;
+      t.sin[static_cast<size_t>(p) * t.half_dim + i] = sf;
     }
   }
   return t;

@@ -265,7 +265,17 @@ TEST(ModelLoadTest, DigestCoversWeightsTokenizerAndConfig) {
 }
 
 TEST(ModelLoadTest, BadConfigValues) {
-  EXPECT_EQ(ParseModelConfig(R"({"model_type":"gpt2"})", "", "c").status().code(), StatusCode::kUnimplemented);
+  // An unknown family is the caller's input, not an internal failure: INVALID_ARGUMENT naming
+  // the model type it read and every supported one.
+  const Status gpt2 = ParseModelConfig(R"({"model_type":"gpt2","architectures":["GPT2LMHeadModel"]})", "", "c").status();
+  EXPECT_EQ(gpt2.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(gpt2.message(), HasSubstr("'gpt2'"));
+  for (ModelFamily f : AllModelFamilies()) EXPECT_THAT(gpt2.message(), HasSubstr(std::string(ModelFamilyName(f))));
+  // model_type decides over the architecture: a mistral folder is never read as another family.
+  EXPECT_EQ(ParseModelConfig(R"({"model_type":"mixtral","architectures":["MistralForCausalLM"]})", "", "c")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
   EXPECT_THAT(ParseModelConfig(R"({"model_type":"qwen2","vocab_size":"x"})", "", "c").status().message(),
               HasSubstr("vocab_size"));
   EXPECT_THAT(ParseModelConfig(R"({"model_type":"llama","vocab_size":10,"hidden_size":8,"intermediate_size":8,)"
