@@ -12,8 +12,8 @@ namespace rote::inference::tool {
 namespace {
 
 constexpr const char* kModelUsage =
-    "usage: model info DIR | model synth --family qwen2|llama|qwen3 --shape tiny|small|0.5b|1.5b --out DIR "
-    "[--dtype bf16|f16|f32] [--seed N]";
+    "usage: model info DIR | model synth --family FAMILY --shape tiny|small|0.5b|1.5b --out DIR "
+    "[--dtype bf16|f16|f32] [--seed N] (FAMILY: a supported config.json model_type)";
 constexpr const char* kGenerateUsage =
     "usage: generate --model DIR (--prompt TEXT | --chat TEXT | --tokens 1,2,3) [--system TEXT] [--max-tokens N] "
     "[--temperature T] [--top-k K] [--top-p P] [--seed N] [--stop TEXT]... [--ignore-eos] [--threads N] "
@@ -97,21 +97,12 @@ Status Info(const std::string& dir, std::ostream& out) {
   ROTE_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(dir));
   const ModelConfig& c = model->config();
   const ModelWeights& w = model->weights();
-  int64_t params = 0;
-  auto count = [&](const TensorView& t) { params += t.present() ? t.numel() : 0; };
-  count(w.embed);
-  count(w.final_norm);
-  if (!c.tie_word_embeddings) count(w.lm_head);
-  for (const LayerWeights& l : w.layers) {
-    for (const TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm, &l.wo,
-                                &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-      count(*t);
-    }
-  }
+  const int64_t params = w.parameter_count(c.tie_word_embeddings);
   std::string eos;
   for (int32_t id : c.eos_token_ids) eos += (eos.empty() ? "" : ",") + std::to_string(id);
   out << "directory:        " << dir << "\n"
-      << "family:           " << ModelFamilyName(c.family) << " (" << c.architecture << ")\n"
+      << "family:           " << (c.model_type.empty() ? std::string(ModelFamilyName(c.family)) : c.model_type) << " ("
+      << c.architecture << ")\n"
       << "parameters:       " << params << "\n"
       << "weights:          " << DTypeName(w.layers.empty() ? w.embed.dtype : w.layers[0].wq.dtype) << ", " << model->weight_bytes_per_token()
       << " bytes read per decoded token\n"
@@ -121,8 +112,10 @@ Status Info(const std::string& dir, std::ostream& out) {
       << "\n"
       << "vocabulary:       " << c.vocab_size << (c.tie_word_embeddings ? " (tied embeddings)" : "") << "\n"
       << "rope:             theta " << c.rope_theta
-      << (c.rope_scaling.type == RopeScaling::Type::kLlama3 ? ", llama3 scaling factor " + std::to_string(c.rope_scaling.factor)
-                                                             : std::string())
+      << (c.rope_scaling.type == RopeScaling::Type::kLlama3   ? ", llama3 scaling factor " + std::to_string(c.rope_scaling.factor)
+          : c.rope_scaling.type == RopeScaling::Type::kLinear ? ", linear scaling factor " + std::to_string(c.rope_scaling.factor)
+          : c.rope_scaling.type == RopeScaling::Type::kLongRope ? std::string(", longrope scaling")
+                                                                : std::string())
       << "\n"
       << "context:          " << c.max_position_embeddings << "\n"
       << "rms_norm_eps:     " << c.rms_norm_eps << "\n"

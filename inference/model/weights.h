@@ -73,6 +73,16 @@ struct ModelWeights {
   TensorView final_norm;            // (dim)          model.norm.weight
   TensorView final_norm_bias;       // (dim)          model.norm.bias (LayerNorm)
   TensorView lm_head;               // (vocab, dim)   lm_head.weight, or embed when tied
+
+  // Every stored parameter once (a tied lm_head is the embedding, not a second matrix; Phi-3's
+  // fused projections are counted through their split views, which cover them exactly).
+  int64_t parameter_count(bool tied_lm_head) const {
+    auto n = [](const TensorView& t) -> int64_t { return t.present() ? t.numel() : 0; };
+    int64_t total = n(embed) + n(final_norm) + n(final_norm_bias) + (tied_lm_head ? 0 : n(lm_head));
+    for (const LayerWeights& l : layers)
+      for (const TensorView* t : l.all()) total += n(*t);
+    return total;
+  }
 };
 
 class MappedFile;  // inference/model/safetensors.h

@@ -62,17 +62,7 @@ ModelDescription InferenceCodeModel::Describe() const {
   d.num_layers = c.num_layers;
   d.hidden_size = c.hidden_size;
   d.vocab_size = c.vocab_size;
-  // Every stored tensor once (a tied lm_head is the embedding, not a second matrix).
-  const inference::ModelWeights& w = m.weights();
-  auto numel = [](const inference::TensorView& t) { return t.present() ? t.numel() : 0; };
-  int64_t n = numel(w.embed) + numel(w.final_norm) + (c.tie_word_embeddings ? 0 : numel(w.lm_head));
-  for (const inference::LayerWeights& l : w.layers) {
-    for (const inference::TensorView* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.bq, &l.bk, &l.bv, &l.q_norm,
-                                           &l.k_norm, &l.wo, &l.mlp_norm, &l.w_gate, &l.w_up, &l.w_down}) {
-      n += numel(*t);
-    }
-  }
-  d.parameter_count = n;
+  d.parameter_count = m.weights().parameter_count(c.tie_word_embeddings);
   return d;
 }
 

@@ -16,7 +16,7 @@ absl::Status FromInference(const inference::Status& status);
 
 // What GetModel and the server's start-up line say about a loaded model.
 struct ModelDescription {
-  std::string family;  // "qwen2", "llama", "qwen3"
+  std::string family;  // the config.json model_type spelling ("qwen2", "llama", "gemma2", ...)
   std::string directory;
   std::string digest;
   int64_t parameter_count = 0;
