@@ -79,10 +79,9 @@ def render_jinja2():
     def render(template, special, conv):
         compiled = env.from_string(template)
         kwargs = dict(conv.get("extra", {}))
-        if conv.get("tools") is not None:
-            kwargs["tools"] = conv["tools"]
-        return compiled.render(messages=conv["messages"], add_generation_prompt=conv["add_generation_prompt"],
-                               **special, **kwargs)
+        # transformers always passes tools and documents, None when absent.
+        return compiled.render(messages=conv["messages"], tools=conv.get("tools"), documents=None,
+                               add_generation_prompt=conv["add_generation_prompt"], **special, **kwargs)
 
     return render, "jinja2 " + jinja2.__version__
 

@@ -27,7 +27,7 @@ struct Limits {
   // Nesting of parsed constructs (parentheses, blocks) and of macro calls.
   int max_depth = 200;
   // Evaluation steps plus bytes built / 64: bounds the time of any render to seconds.
-  uint64_t max_work = 200'000'000;
+  uint64_t max_work = 20'000'000;
 };
 
 // The calendar day strftime_now formats. Rendering never reads the clock, so the same request

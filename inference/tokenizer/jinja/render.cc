@@ -189,25 +189,30 @@ void Renderer::ExecFor(const Node& n, const ScopeP& scope) {
     items = std::move(kept);
   }
   const int64_t len = static_cast<int64_t>(items.size());
+  // One loop object per loop, updated in place: a fresh one per iteration would cost more
+  // than most loop bodies.
+  auto loop = std::make_shared<DictObj>();
+  auto position = std::make_shared<int64_t>(0);
+  loop->Set("length", Value::Int(len));
+  loop->Set("depth", Value::Int(1));
+  loop->Set("depth0", Value::Int(0));
+  loop->Set("cycle", Value::Function("loop.cycle", [position](Renderer&, CallArgs& args) -> Value {
+    if (args.positional.empty()) Fail("no items for cycling given");
+    return args.positional[static_cast<size_t>(*position) % args.positional.size()];
+  }));
+  const Value loop_value = Value::Dict(loop);
   for (int64_t idx = 0; idx < len; ++idx) {
     Work(1);
-    auto loop = std::make_shared<DictObj>();
+    *position = idx;
     loop->Set("index", Value::Int(idx + 1));
     loop->Set("index0", Value::Int(idx));
     loop->Set("revindex", Value::Int(len - idx));
     loop->Set("revindex0", Value::Int(len - idx - 1));
     loop->Set("first", Value::Bool(idx == 0));
     loop->Set("last", Value::Bool(idx == len - 1));
-    loop->Set("length", Value::Int(len));
-    loop->Set("depth", Value::Int(1));
-    loop->Set("depth0", Value::Int(0));
     loop->Set("previtem", idx > 0 ? items[static_cast<size_t>(idx - 1)] : Value::Undefined("loop.previtem"));
     loop->Set("nextitem", idx + 1 < len ? items[static_cast<size_t>(idx + 1)] : Value::Undefined("loop.nextitem"));
-    loop->Set("cycle", Value::Function("loop.cycle", [idx](Renderer&, CallArgs& args) -> Value {
-      if (args.positional.empty()) Fail("no items for cycling given");
-      return args.positional[static_cast<size_t>(idx) % args.positional.size()];
-    }));
-    local->vars["loop"] = Value::Dict(loop);
+    local->vars["loop"] = loop_value;
     bind(*local, items[static_cast<size_t>(idx)]);
     const Flow f = Exec(body, local);
     if (f == Flow::kBreak) break;
