@@ -216,7 +216,16 @@ TEST(Jinja, PythonSemantics) {
             "['a', 'b'] ['a', 'b'] hi True");
 }
 
+TEST(Jinja, ComparisonsChainAndRoundIsPythons) {
+  EXPECT_EQ(RenderOk("{{ 1 < 3 > 2 }} {{ 3 > 2 > 1 }} {{ 1 != 2 != 1 }} {{ 1 < 2 < 1 }}"), "True True True False");
+  EXPECT_EQ(RenderOk("{{ 2.5 | round }} {{ 3.5 | round }} {{ 2.675 | round(2) }} {{ 10 | round }} {{ 1.5 | round(0, 'floor') }}"),
+            "2.0 4.0 2.67 10 1.0");
+  EXPECT_EQ(RenderOk("{% set l = [] %}{{ l.append is defined }}"), "False");
+}
+
 TEST(Jinja, WhitespaceControlAsTransformersConfiguresIt) {
+  // Line breaks are normalized to \n first, as Jinja's lexer does.
+  EXPECT_EQ(RenderOk("{% if true %}\r\nwin\r\n{% endif %}\r\n"), "win\n");
   // trim_blocks drops the newline after a block tag, lstrip_blocks the indentation before it.
   EXPECT_EQ(RenderOk("a\n  {% if true %}\n  b\n  {% endif %}\nc\n"), "a\n  b\nc");
   EXPECT_EQ(RenderOk("a  {{- ' b ' -}}  c"), "a b c");

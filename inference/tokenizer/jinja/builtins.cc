@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <optional>
 
@@ -212,10 +213,10 @@ std::string Escape(const std::string& s) {
 
 Value Method(std::string name, NativeFn fn) { return Value::Function(std::move(name), std::move(fn)); }
 
+// The sandbox's answer to a method that would modify a value: undefined, and an error when
+// called.
 Value Unsafe(const std::string& attr, const std::string& type) {
-  return Method(attr, [attr, type](Renderer&, CallArgs&) -> Value {
-    Fail("access to attribute '" + attr + "' of '" + type + "' object is unsafe.");
-  });
+  return Value::Undefined("access to attribute '" + attr + "' of '" + type + "' object is unsafe.");
 }
 
 // str.format with positional and named fields; format specs are not supported.
@@ -374,7 +375,7 @@ Value DictItems(const Value& d) {
   return Value::List(std::move(out));
 }
 
-Value DictMethod(const Value& self, const std::string& name) {
+std::optional<Value> DictMethod(const Value& self, const std::string& name) {
   if (name == "items") return Method("dict.items", [self](Renderer&, CallArgs&) { return DictItems(self); });
   if (name == "keys" || name == "values") {
     const bool keys = name == "keys";
@@ -396,10 +397,10 @@ Value DictMethod(const Value& self, const std::string& name) {
   if (name == "pop" || name == "popitem" || name == "update" || name == "setdefault" || name == "clear") {
     return Unsafe(name, "dict");
   }
-  return Value::Undefined();
+  return std::nullopt;
 }
 
-Value ListMethod(const Value& self, const std::string& name) {
+std::optional<Value> ListMethod(const Value& self, const std::string& name) {
   if (name == "index" || name == "count") {
     const bool count = name == "count";
     return Method("list." + name, [self, count](Renderer&, CallArgs& a) {
@@ -419,7 +420,7 @@ Value ListMethod(const Value& self, const std::string& name) {
       name == "sort" || name == "reverse" || name == "clear") {
     return Unsafe(name, self.TypeName());
   }
-  return Value::Undefined();
+  return std::nullopt;
 }
 
 std::vector<Value> SortValues(Renderer& r, std::vector<Value> items, bool reverse, bool case_sensitive, const Value& attribute) {
@@ -524,7 +525,7 @@ std::string Indent(const std::string& in, const Value& width, bool first, bool b
 [[noreturn]] void FailUndefined(const Value& v) {
   const std::string& n = v.undefined_name();
   if (n.empty()) Fail("undefined value used");
-  if (n[0] == '\'') Fail(n);
+  if (n.find(' ') != std::string::npos) Fail(n);  // a whole message, not a name
   Fail("'" + n + "' is undefined");
 }
 
@@ -532,8 +533,7 @@ Value GetAttr(Renderer& r, const Value& obj, const std::string& name) {
   if (obj.is_undefined()) FailUndefined(obj);
   if (obj.is_dict()) {
     if (!obj.dict().is_namespace) {
-      Value m = DictMethod(obj, name);
-      if (!m.is_undefined()) return m;
+      if (std::optional<Value> m = DictMethod(obj, name)) return *m;
     }
     const Value* v = obj.dict().Find(name);
     if (v) return *v;
@@ -541,8 +541,7 @@ Value GetAttr(Renderer& r, const Value& obj, const std::string& name) {
   }
   if (obj.is_string()) return StringMethod(r, obj, name);
   if (obj.is_list()) {
-    Value m = ListMethod(obj, name);
-    if (!m.is_undefined()) return m;
+    if (std::optional<Value> m = ListMethod(obj, name)) return *m;
   }
   return Value::Undefined("'" + obj.TypeName() + " object' has no attribute '" + name + "'");
 }
@@ -554,8 +553,7 @@ Value GetItem(Renderer& r, const Value& obj, const Value& key) {
       const Value* v = obj.dict().Find(key.s());
       if (v) return *v;
       if (!obj.dict().is_namespace) {
-        Value m = DictMethod(obj, key.s());
-        if (!m.is_undefined()) return m;
+        if (std::optional<Value> m = DictMethod(obj, key.s())) return *m;
       }
     }
     return Value::Undefined("'dict object' has no attribute " + Repr(key));
@@ -742,11 +740,22 @@ Value ApplyFilter(Renderer& r, const std::string& name, const Value& in, CallArg
     if (!in.is_number()) Fail("round needs a number, got " + in.TypeName());
     const int64_t precision = std::clamp<int64_t>(IntArg(a.Get(0, "precision"), 0, "precision"), -300, 300);
     const std::string method = a.Has(1, "method") ? Str(a.Get(1, "method")) : "common";
+    if (method == "common") {
+      // Python's round(): ints stay ints; floats round half to even on their exact value, which
+      // printf's %.Nf does too.
+      if (!in.is_float()) return Value::Int(in.i());
+      if (precision >= 0 && precision <= 60 && std::isfinite(in.f())) {
+        char buf[512];
+        std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(precision), in.f());
+        return Value::Float(std::strtod(buf, nullptr));
+      }
+      const double scale = std::pow(10.0, static_cast<double>(precision));
+      return Value::Float(std::nearbyint(in.f() * scale) / scale);
+    }
     const double scale = std::pow(10.0, static_cast<double>(precision));
     const double x = in.f() * scale;
     double y;
-    if (method == "common") y = std::nearbyint(x);
-    else if (method == "ceil") y = std::ceil(x);
+    if (method == "ceil") y = std::ceil(x);
     else if (method == "floor") y = std::floor(x);
     else Fail("method must be common, ceil or floor");
     return Value::Float(y / scale);
@@ -825,10 +834,13 @@ bool ApplyTest(Renderer& r, const std::string& name, const Value& v, CallArgs& a
   if (name == "callable") return v.is_function() || v.is_undefined();
   if (name == "escaped") return false;
   if (name == "sameas") {
+    // Identity: None and the booleans are singletons; Python caches small ints, and rote treats
+    // all ints alike.
     const Value o = a.Get(0, "other");
     if (v.is_none() || v.is_bool() || v.is_undefined()) {
       return (v.is_none() && o.is_none()) || (v.is_bool() && o.is_bool() && v.b() == o.b());
     }
+    if (v.is_int() && o.is_int()) return v.i() == o.i();
     return v.identity() != nullptr && v.identity() == o.identity();
   }
   if (name == "lower" || name == "upper") {

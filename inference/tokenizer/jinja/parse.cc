@@ -48,9 +48,6 @@ class Lexer {
       data.assign(chunk);
       Advance(chunk.size());
       if (pos_ >= src_.size()) {
-        // keep_trailing_newline=False: one final newline goes.
-        if (!data.empty() && data.back() == '\n') data.pop_back();
-        if (!data.empty() && data.back() == '\r') data.pop_back();
         Emit(Tok::kData, data, data_line);
         break;
       }
@@ -298,6 +295,27 @@ class Lexer {
   int line_ = 1;
   std::vector<Token> tokens_;
 };
+
+// Jinja's lexer first does "\n".join(source.splitlines()): every line break Python knows
+// becomes "\n", and the final one goes (keep_trailing_newline=False).
+std::string NormalizeNewlines(std::string_view source) {
+  std::string out;
+  out.reserve(source.size());
+  size_t pos = 0;
+  while (pos < source.size()) {
+    const size_t start = pos;
+    const char32_t c = utf8::DecodeAt(source, pos);
+    const bool br = c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D ||
+                    c == 0x1E || c == 0x85 || c == 0x2028 || c == 0x2029;
+    if (!br) {
+      out.append(source.substr(start, pos - start));
+      continue;
+    }
+    if (c == '\r' && pos < source.size() && source[pos] == '\n') ++pos;
+    if (pos < source.size()) out += '\n';
+  }
+  return out;
+}
 
 std::shared_ptr<Node> Make(NodeKind k, int line) {
   auto n = std::make_shared<Node>();
@@ -639,11 +657,12 @@ class Parser {
     }
     return ParseCompare();
   }
+  // a < b < c is (a < b) and (b < c), each operand evaluated once: one node, ops in `names`.
   NodeP ParseCompare() {
     NodeP left = ParseMath1();
+    std::shared_ptr<Node> n;
     for (;;) {
       std::string op;
-      const int line = Cur().line;
       if (Cur().type == Tok::kOp && (Cur().text == "==" || Cur().text == "!=" || Cur().text == "<" ||
                                      Cur().text == "<=" || Cur().text == ">" || Cur().text == ">=")) {
         op = Cur().text;
@@ -656,12 +675,14 @@ class Parser {
         Next();
         Next();
       } else {
-        return left;
+        return n ? n : left;
       }
-      auto n = Make(NodeKind::kCompare, line);
-      n->text = op;
-      n->kids = {left, ParseMath1()};
-      left = n;
+      if (!n) {
+        n = Make(NodeKind::kCompare, left->line);
+        n->kids.push_back(left);
+      }
+      n->names.push_back(op);
+      n->kids.push_back(ParseMath1());
     }
   }
   NodeP ParseMath1() {
@@ -956,7 +977,8 @@ NodeP ParseTemplate(std::string_view source, const Limits& limits) {
          1);
   }
   if (!utf8::IsValid(source)) Fail("template is not valid UTF-8", 1);
-  Lexer lexer(source);
+  const std::string normalized = NormalizeNewlines(source);
+  Lexer lexer(normalized);
   Parser parser(lexer.Run(), limits);
   return parser.ParseAll();
 }

@@ -404,6 +404,24 @@ Value Renderer::EvalBinary(const Node& n, const Value& a, const Value& b) {
   return type_error();
 }
 
+bool Renderer::Compare(const std::string& op, const Value& a, const Value& b) {
+  if (op == "==") return Equal(a, b);
+  if (op == "!=") return !Equal(a, b);
+  if (op == "in" || op == "notin") {
+    CallArgs args;
+    args.positional.push_back(b);
+    const bool in = ApplyTest(*this, "in", a, args);
+    return op == "in" ? in : !in;
+  }
+  if (a.is_undefined()) FailUndefined(a);
+  if (b.is_undefined()) FailUndefined(b);
+  if (op == "<") return Less(a, b);
+  if (op == ">") return Less(b, a);
+  if (op == "<=") return !Less(b, a);
+  if (op == ">=") return !Less(a, b);
+  Fail("unknown comparison " + op);
+}
+
 Value Renderer::Eval(const Node& n, const ScopeP& scope) {
   DepthGuard g(eval_depth_, limits_.max_depth * 2, "expressions");
   line_ = n.line;
@@ -543,25 +561,14 @@ Value Renderer::Eval(const Node& n, const ScopeP& scope) {
       return Value::Undefined("conditional expression");
     }
     case NodeKind::kCompare: {
-      const Value a = Eval(*n.kids[0], scope);
-      const Value b = Eval(*n.kids[1], scope);
-      line_ = n.line;
-      const std::string& op = n.text;
-      if (op == "==") return Value::Bool(Equal(a, b));
-      if (op == "!=") return Value::Bool(!Equal(a, b));
-      if (op == "in" || op == "notin") {
-        CallArgs args;
-        args.positional.push_back(b);
-        const bool in = ApplyTest(*this, "in", a, args);
-        return Value::Bool(op == "in" ? in : !in);
+      Value a = Eval(*n.kids[0], scope);
+      for (size_t k = 0; k < n.names.size(); ++k) {
+        Value b = Eval(*n.kids[k + 1], scope);
+        line_ = n.line;
+        if (!Compare(n.names[k], a, b)) return Value::Bool(false);
+        a = std::move(b);
       }
-      if (a.is_undefined()) FailUndefined(a);
-      if (b.is_undefined()) FailUndefined(b);
-      if (op == "<") return Value::Bool(Less(a, b));
-      if (op == ">") return Value::Bool(Less(b, a));
-      if (op == "<=") return Value::Bool(!Less(b, a));
-      if (op == ">=") return Value::Bool(!Less(a, b));
-      Fail("unknown comparison " + op);
+      return Value::Bool(true);
     }
     default:
       Fail("internal: not an expression");

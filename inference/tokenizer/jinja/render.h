@@ -59,6 +59,7 @@ class Renderer {
  private:
   void Emit(std::string_view s);
   Value EvalBinary(const Node& n, const Value& a, const Value& b);
+  bool Compare(const std::string& op, const Value& a, const Value& b);
   Value MakeMacro(const Node& n, const ScopeP& scope);
   void ExecFor(const Node& n, const ScopeP& scope);
   CallArgs EvalArgs(const Node& n, size_t first, const ScopeP& scope);
