@@ -908,9 +908,10 @@ void AddGlobals(Scope& g) {
     for (Int128 k = 0; k < n; ++k) out.push_back(Value::Int(static_cast<int64_t>(start + k * step)));
     return Value::List(std::move(out));
   });
-  g.vars["namespace"] = Value::Function("namespace", [](Renderer&, CallArgs& a) -> Value {
+  g.vars["namespace"] = Value::Function("namespace", [](Renderer& r, CallArgs& a) -> Value {
     auto ns = std::make_shared<DictObj>();
     ns->is_namespace = true;
+    r.TrackNamespace(ns);
     for (const Value& p : a.positional) {
       if (!p.is_dict()) Fail("namespace() takes mappings and keyword arguments");
       for (const auto& [k, v] : p.dict().items) ns->Set(k, v);

@@ -124,8 +124,7 @@ Value Renderer::MakeMacro(const Node& n, const ScopeP& scope) {
   const Node* node = &n;
   // The macro keeps the scope it was defined in (its closure), as Jinja's macros do.
   return Value::Function(n.text, [node, scope](Renderer& r, CallArgs& args) -> Value {
-    auto local = std::make_shared<Scope>();
-    local->parent = scope;
+    ScopeP local = r.NewScope(scope);
     const size_t nparams = node->names.size();
     const size_t ndefaults = node->kwarg_names.size();
     std::vector<Value> extra;
@@ -164,8 +163,7 @@ void Renderer::ExecFor(const Node& n, const ScopeP& scope) {
   const Node& body = *n.kids[k++];
   const Node* else_body = n.has_else ? n.kids[k].get() : nullptr;
 
-  auto local = std::make_shared<Scope>();
-  local->parent = scope;
+  ScopeP local = NewScope(scope);
   auto bind = [&](Scope& s, const Value& item) {
     if (n.names.size() == 1) {
       s.vars[n.names[0]] = item;
@@ -180,8 +178,7 @@ void Renderer::ExecFor(const Node& n, const ScopeP& scope) {
   if (filter != nullptr) {
     // `for x in xs if cond`: the loop (and loop.length) sees only the items that pass.
     std::vector<Value> kept;
-    auto probe = std::make_shared<Scope>();
-    probe->parent = scope;
+    ScopeP probe = NewScope(scope);
     for (const Value& item : items) {
       bind(*probe, item);
       if (Eval(*filter, probe).Truthy()) kept.push_back(item);
@@ -591,10 +588,9 @@ StatusOr<Template> Template::Parse(std::string_view source, const Limits& limits
 StatusOr<std::string> Template::Render(const nlohmann::ordered_json& context, const Date& date) const {
   Renderer r(limits_, date);
   try {
-    auto globals = std::make_shared<Scope>();
+    ScopeP globals = r.NewScope(nullptr);
     AddGlobals(*globals);
-    auto vars = std::make_shared<Scope>();
-    vars->parent = globals;
+    ScopeP vars = r.NewScope(globals);
     if (context.is_object()) {
       for (auto it = context.begin(); it != context.end(); ++it) vars->vars[it.key()] = Value::FromJson(it.value());
     }

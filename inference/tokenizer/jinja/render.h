@@ -2,7 +2,9 @@
 // (filters, tests, methods, globals).
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "inference/tokenizer/jinja/jinja_internal.h"
 
@@ -40,6 +42,20 @@ class Renderer {
     if (n > limits_.max_items) Fail("list of " + std::to_string(n) + " items exceeds the limit of " + std::to_string(limits_.max_items));
     Work(n);
   }
+  // Macros keep their defining scope and namespaces may hold themselves, so values can form
+  // reference cycles; every scope and namespace of a render is recorded here and emptied when
+  // the render ends, which frees them.
+  ScopeP NewScope(ScopeP parent) {
+    auto s = std::make_shared<Scope>();
+    s->parent = std::move(parent);
+    scopes_.push_back(s);
+    return s;
+  }
+  void TrackNamespace(std::shared_ptr<DictObj> ns) { namespaces_.push_back(std::move(ns)); }
+  ~Renderer() {
+    for (auto& s : scopes_) s->vars.clear();
+    for (auto& n : namespaces_) n->items.clear();
+  }
   const Limits& limits() const { return limits_; }
   const Date& date() const { return date_; }
   int line() const { return line_; }
@@ -66,6 +82,8 @@ class Renderer {
 
   const Limits& limits_;
   Date date_;
+  std::vector<ScopeP> scopes_;
+  std::vector<std::shared_ptr<DictObj>> namespaces_;
   std::string* out_ = nullptr;
   uint64_t work_ = 0;
   int call_depth_ = 0;
