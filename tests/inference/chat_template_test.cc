@@ -302,6 +302,19 @@ TEST(JinjaLimits, RecursiveMacro) {
   ExpectRejectedQuickly("{% macro f(n) %}{{ f(n) }}{{ f(n) }}{% endmacro %}\n{{ f(0) }}", "nested too deeply");
 }
 
+TEST(JinjaLimits, DeeplyNestedValues) {
+  // Printing, comparing and freeing values recurse, so values nest only so deep.
+  ExpectRejectedQuickly("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}",
+                        "value nested too deeply");
+  ExpectRejectedQuickly("{% set ns = namespace(x={}) %}{% for i in range(100000) %}{% set ns.x = {'a': ns.x} %}{% endfor %}",
+                        "value nested too deeply");
+  OJson context = OJson::object();
+  context["messages"] = OJson::parse(std::string(5000, '[') + std::string(5000, ']'));
+  StatusOr<std::string> s = Render("{{ messages | length }}", context);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("value nested too deeply"));
+}
+
 TEST(JinjaLimits, HugeStrings) {
   ExpectRejectedQuickly("{{ 'x' * 1000000000000 }}", "exceeds the limit");
   ExpectRejectedQuickly("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",

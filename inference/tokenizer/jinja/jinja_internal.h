@@ -30,15 +30,20 @@ class Value;
 class Renderer;
 struct CallArgs;
 
+// Values nest at most this deep: printing, comparing and freeing them recurse.
+inline constexpr int kMaxValueDepth = 512;
+
 struct ListObj {
   std::vector<Value> items;
   bool tuple = false;  // prints as (a, b)
+  int depth = 1;       // 1 + the deepest item's depth
 };
 
 struct DictObj {
   std::vector<std::pair<std::string, Value>> items;  // insertion order, as Python's dict
   std::unordered_map<std::string, size_t> index;
   bool is_namespace = false;  // namespace(): attributes may be assigned
+  int depth = 1;
   const Value* Find(std::string_view key) const;
   void Set(const std::string& key, Value v);
 };
@@ -70,7 +75,7 @@ class Value {
   static Value List(std::vector<Value> items, bool tuple = false);
   static Value Dict(std::shared_ptr<DictObj> d) { return Value(Rep(std::move(d))); }
   static Value Function(std::string name, NativeFn fn);
-  static Value FromJson(const nlohmann::ordered_json& j);
+  static Value FromJson(const nlohmann::ordered_json& j, int depth = 0);
 
   bool is_undefined() const { return rep_.index() == 0; }
   bool is_none() const { return rep_.index() == 1; }
@@ -92,6 +97,7 @@ class Value {
   const FunctionObj& fn() const { return *std::get<std::shared_ptr<FunctionObj>>(rep_); }
   const std::string& undefined_name() const { return std::get<Undef>(rep_).name; }
   const void* identity() const;  // for `is sameas` and namespace identity
+  int depth() const;              // 0 for scalars
 
   bool Truthy() const;
   std::string TypeName() const;  // Python's type name, for messages

@@ -586,6 +586,7 @@ StatusOr<Template> Template::Parse(std::string_view source, const Limits& limits
 }
 
 StatusOr<std::string> Template::Render(const nlohmann::ordered_json& context, const Date& date) const {
+  if (!root_) return FailedPrecondition("chat template: not parsed");
   Renderer r(limits_, date);
   try {
     ScopeP globals = r.NewScope(nullptr);

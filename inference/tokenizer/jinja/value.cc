@@ -18,6 +18,8 @@ const Value* DictObj::Find(std::string_view key) const {
 }
 
 void DictObj::Set(const std::string& key, Value v) {
+  depth = std::max(depth, 1 + v.depth());
+  if (depth > kMaxValueDepth) Fail("value nested too deeply (limit " + std::to_string(kMaxValueDepth) + ")");
   auto it = index.find(key);
   if (it != index.end()) {
     items[it->second].second = std::move(v);
@@ -29,6 +31,8 @@ void DictObj::Set(const std::string& key, Value v) {
 
 Value Value::List(std::vector<Value> items, bool tuple) {
   auto l = std::make_shared<ListObj>();
+  for (const Value& v : items) l->depth = std::max(l->depth, 1 + v.depth());
+  if (l->depth > kMaxValueDepth) Fail("value nested too deeply (limit " + std::to_string(kMaxValueDepth) + ")");
   l->items = std::move(items);
   l->tuple = tuple;
   return Value(Rep(std::move(l)));
@@ -38,7 +42,8 @@ Value Value::Function(std::string name, NativeFn fn) {
   return Value(Rep(std::make_shared<FunctionObj>(FunctionObj{std::move(name), std::move(fn)})));
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& j) {
+Value Value::FromJson(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxValueDepth) Fail("value nested too deeply (limit " + std::to_string(kMaxValueDepth) + ")");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null: return None();
     case nlohmann::ordered_json::value_t::boolean: return Bool(j.get<bool>());
@@ -53,16 +58,22 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e));
+      for (const auto& e : j) items.push_back(FromJson(e, depth + 1));
       return List(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<DictObj>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->Set(it.key(), FromJson(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d->Set(it.key(), FromJson(it.value(), depth + 1));
       return Dict(std::move(d));
     }
     default: return None();
   }
+}
+
+int Value::depth() const {
+  if (is_list()) return list().depth;
+  if (is_dict()) return dict().depth;
+  return 0;
 }
 
 const void* Value::identity() const {
