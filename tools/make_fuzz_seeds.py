@@ -228,11 +228,37 @@ def seeds_worker_protocol():
     write("worker_protocol", "response_batch_error", b"\1" + more)
 
 
+# ---- chat templates -----------------------------------------------------------------------------
+def seeds_chat_template():
+    """The fixture templates, each with a conversation that has tools and a tool call, and
+    hand-written ones for the constructs the published templates leave out."""
+    fixtures = os.path.join("tests", "fixtures", "chat_templates")
+    conversations = json.loads(read(os.path.join(fixtures, "conversations.json")))
+    conv = next(c for c in conversations if c["name"] == "tool_call_round_trip")
+    context = json.dumps({"messages": conv["messages"], "tools": conv["tools"], "add_generation_prompt": True,
+                          "bos_token": "<s>", "eos_token": "</s>"}, ensure_ascii=False).encode()
+    for path in sorted(glob.glob(os.path.join(ROOT, fixtures, "*.json"))):
+        name = os.path.basename(path)[:-len(".json")]
+        if name in ("conversations", "expected"):
+            continue
+        template = json.loads(read(path))["chat_template"].encode()
+        write("chat_template", name, template + SEP + context)
+    write("chat_template", "nesting", "{{ ((((((((((1)))))))))) }}{% if a %}{% for x in y if x %}{{ loop.index }}"
+                                      "{% else %}{% endfor %}{% endif %}")
+    write("chat_template", "macro_call", "{% macro m(a, b=1) %}{{ caller(a) }}{% endmacro %}{% call(x) m(2) %}"
+                                         "{{ x * 'ab' }}{% endcall %}")
+    write("chat_template", "raw_ws", "  {%- raw -%} {{ }} {%- endraw -%}\n{#- c -#}\n{%+ set s | upper %}x{% endset %}{{ s }}")
+    write("chat_template", "filters", "{{ [3,1,2]|sort|reverse|map('string')|join(',') }}{{ {'a':1}|tojson(indent=2) }}"
+                                      "{{ 'a b'.split()|length is even }}{{ range(3)|select('odd')|list }}{{ '%s'|format(1) }}"
+                                      "{{ 'x'|indent(2, true) }}")
+
+
 def main():
     seeds_safetensors()
     seeds_safetensors_index()
     seeds_model_config()
     seeds_tokenizer()
+    seeds_chat_template()
     seeds_json()
     seeds_lockfile()
     seeds_blueprint()

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "inference/tokenizer/tokenizer_internal.h"
 #include "inference/tokenizer/utf8.h"
 
 namespace rote::inference {
@@ -225,6 +226,14 @@ std::string FormatLlama3(const ChatFormat& f, const std::vector<ChatMessage>& ms
 ChatFormat ChatFormatFor(ChatFamily family, std::string_view chat_template) {
   ChatFormat f;
   f.family = family;
+  if (!chat_template.empty()) {
+    StatusOr<jinja::Template> parsed = jinja::Template::Parse(chat_template);
+    if (parsed.ok()) {
+      f.jinja_template = std::make_shared<const jinja::Template>(std::move(*parsed));
+    } else {
+      f.template_error = parsed.status().message();
+    }
+  }
   if (family == ChatFamily::kQwen2) {
     if (chat_template.empty()) {
       f.default_system_prompt = std::string(kQwen2DefaultSystem);
@@ -239,8 +248,8 @@ ChatFormat ChatFormatFor(ChatFamily family, std::string_view chat_template) {
   return f;
 }
 
-std::string FormatChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
-                       bool add_generation_prompt) {
+std::string FormatBuiltinChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
+                              bool add_generation_prompt) {
   switch (format.family) {
     case ChatFamily::kQwen2: return FormatQwen2(format, messages, add_generation_prompt);
     case ChatFamily::kQwen3: return FormatQwen3(messages, add_generation_prompt);
@@ -248,5 +257,102 @@ std::string FormatChat(const ChatFormat& format, const std::vector<ChatMessage>&
   }
   return {};
 }
+
+namespace {
+
+nlohmann::ordered_json MessagesJson(const std::vector<ChatMessage>& messages) {
+  auto list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  return list;
+}
+
+// Whether every message is {role, content} with string values: what the built-in formats take.
+bool PlainMessages(const nlohmann::ordered_json& messages, std::vector<ChatMessage>* out) {
+  if (!messages.is_array()) return false;
+  for (const auto& m : messages) {
+    if (!m.is_object()) return false;
+    auto role = m.find("role");
+    auto content = m.find("content");
+    if (role == m.end() || !role->is_string() || content == m.end() || !content->is_string()) return false;
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      if (it.key() != "role" && it.key() != "content") return false;
+    }
+    out->push_back({role->get<std::string>(), content->get<std::string>()});
+  }
+  return true;
+}
+
+}  // namespace
+
+StatusOr<std::string> RenderChat(const ChatFormat& format, const nlohmann::ordered_json& messages,
+                                 const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& extra, const jinja::Date& date) {
+  if (!format.template_error.empty()) return InvalidArgument(format.template_error);
+  if (!messages.is_array()) return InvalidArgument("chat messages must be a list");
+  if (!format.jinja_template) {
+    std::vector<ChatMessage> plain;
+    if (!PlainMessages(messages, &plain) || !(tools.is_null() || (tools.is_array() && tools.empty()))) {
+      return FailedPrecondition(
+          "the model directory has no chat template, and the built-in format takes only role/content "
+          "messages without tools");
+    }
+    return FormatBuiltinChat(format, plain, add_generation_prompt);
+  }
+  // As transformers: the special tokens, then the caller's variables (which may override them).
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  for (const auto& [name, text] : format.special_tokens) context[name] = text;
+  if (format.special_tokens.empty() && format.family == ChatFamily::kLlama3) {
+    context["bos_token"] = format.bos_text;
+  }
+  if (extra.is_object()) {
+    for (auto it = extra.begin(); it != extra.end(); ++it) context[it.key()] = it.value();
+  }
+  context["messages"] = messages;
+  context["tools"] = tools.is_array() && !tools.empty() ? tools : nlohmann::ordered_json(nullptr);
+  context["documents"] = nullptr;
+  context["add_generation_prompt"] = add_generation_prompt;
+  return format.jinja_template->Render(context, date);
+}
+
+std::string FormatChat(const ChatFormat& format, const std::vector<ChatMessage>& messages,
+                       bool add_generation_prompt) {
+  if (format.jinja_template) {
+    StatusOr<std::string> text = RenderChat(format, MessagesJson(messages), nullptr, add_generation_prompt,
+                                            nlohmann::ordered_json::object());
+    if (text.ok()) return *std::move(text);
+  }
+  return FormatBuiltinChat(format, messages, add_generation_prompt);
+}
+
+StatusOr<std::string> Tokenizer::RenderChat(const ChatRequest& request) const {
+  using OJson = nlohmann::ordered_json;
+  auto parse = [](const std::string& text, const char* what, OJson dflt) -> StatusOr<OJson> {
+    if (text.empty()) return dflt;
+    OJson j = OJson::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return InvalidArgument(std::string("chat request: ") + what + " is not valid JSON");
+    return j;
+  };
+  OJson messages;
+  if (request.messages_json.empty()) {
+    messages = MessagesJson(request.messages);
+  } else {
+    ROTE_ASSIGN_OR_RETURN(messages, parse(request.messages_json, "messages", OJson::array()));
+    if (!messages.is_array()) return InvalidArgument("chat request: messages must be a JSON list");
+  }
+  ROTE_ASSIGN_OR_RETURN(OJson tools, parse(request.tools_json, "tools", OJson(nullptr)));
+  if (!tools.is_null() && !tools.is_array()) return InvalidArgument("chat request: tools must be a JSON list");
+  ROTE_ASSIGN_OR_RETURN(OJson extra, parse(request.extra_json, "extra", OJson::object()));
+  if (!extra.is_object()) return InvalidArgument("chat request: extra must be a JSON object");
+  jinja::Date date;
+  date.year = request.year;
+  date.month = request.month;
+  date.day = request.day;
+  if (date.month < 1 || date.month > 12 || date.day < 1 || date.day > 31) {
+    return InvalidArgument("chat request: the date must be a calendar day");
+  }
+  return inference::RenderChat(impl_->chat, messages, tools, request.add_generation_prompt, extra, date);
+}
+
+bool Tokenizer::has_chat_template() const { return impl_->chat.jinja_template != nullptr; }
 
 }  // namespace rote::inference

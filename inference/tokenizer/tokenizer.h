@@ -81,6 +81,28 @@ class Tokenizer {
   std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                 bool add_generation_prompt) const;
 
+  // ---- The model's own chat template (docs/tokenizer.md "Chat templates") ----
+  // What transformers' apply_chat_template(messages, tools=..., add_generation_prompt=...,
+  // tokenize=False, **extra) takes.
+  struct ChatRequest {
+    std::vector<ChatMessage> messages;  // used when messages_json is empty
+    // A JSON list of message objects as transformers takes them (role, content as a string or a
+    // list of parts, tool_calls, tool_call_id, name, reasoning_content, ...).
+    std::string messages_json;
+    std::string tools_json;  // a JSON list of tool schemas; empty: none (the template sees None)
+    bool add_generation_prompt = true;
+    std::string extra_json;  // a JSON object of further template variables (enable_thinking, ...)
+    // The day strftime_now formats: rendering never reads the clock.
+    int year = 2024, month = 7, day = 26;
+  };
+  // The prompt text rendered by the model's chat template, or by the family's built-in format
+  // when the directory has none (then only role/content messages without tools). Errors, all
+  // INVALID_ARGUMENT naming the template line where there is one: malformed JSON, a template
+  // that does not parse, raises (raise_exception) or exceeds a limit. Unlike ApplyChatTemplate,
+  // which falls back to the built-in format on a template error, this reports it.
+  StatusOr<std::string> RenderChat(const ChatRequest& request) const;
+  bool has_chat_template() const;  // the directory has a template that parses
+
   struct Impl;  // defined in tokenizer_internal.h
 
  private:

@@ -300,7 +300,8 @@ TEST(TokenizerChat, Llama30TemplateHasNoDatedSystemHeader) {
       "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
       "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
       "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
-      "{% endif %}{{ content }}{% endfor %}";
+      "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+      "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
   Json config = {{"bos_token", "<|begin_of_text|>"}, {"chat_template", tpl}};
   StatusOr<Tokenizer> t = Tokenizer::FromJson(ReadText(dir + "/tokenizer.json"), config.dump(),
                                               ReadText(dir + "/config.json"), "");
