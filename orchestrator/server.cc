@@ -551,6 +551,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   engine_options.promote_on_approval = opt.promotion == "on-approval";
   engine_options.rote_version = ROTE_VERSION;
   engine_options.max_blueprint_bytes = opt.max_message_bytes / 2;
+  engine_options.replica_id = opt.replica_id;
+  engine_options.lease = opt.lease;
+  engine_options.heartbeat = opt.heartbeat;
   engine_options.on_run_end = [operator_metrics](const std::string& blueprint, store::RunState run_state,
                                                   double seconds) {
     operator_metrics->RunEnded(blueprint, run_state, seconds);
