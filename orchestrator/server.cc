@@ -343,6 +343,9 @@ generate::PipelineOptions PipelineOptionsFor(const ServerOptions& opt, OperatorM
     metrics->GenerationAttempt(passed, reason, prompt_tokens, output_tokens, seconds);
   };
   o.on_answered = [metrics](const std::string& kind) { metrics->GenerationCacheHit(kind); };
+  // The name the engine gives this server in run leases names its generation claims too.
+  o.replica_id = opt.replica_id.empty() ? engine::DefaultReplicaId() : opt.replica_id;
+  o.claim_lease = opt.lease;
   return o;
 }
 

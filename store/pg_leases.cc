@@ -1,5 +1,5 @@
-// The PostgreSQL store: run leases for several replicas on one database and the run event
-// listener (LISTEN/NOTIFY). See store.h ("run leases") and docs/operations.md.
+// The PostgreSQL store: run leases for several replicas on one database, the run event listener
+// (LISTEN/NOTIFY) and generation claims. See store.h ("run leases") and docs/operations.md.
 //
 // Lease times are the database's clock (clock_timestamp()), never a replica's, so replicas whose
 // clocks disagree still agree on when a lease expired.
@@ -230,6 +230,41 @@ void PgStore::ListenLoop() {
 PgStore::~PgStore() {
   listening_ = false;
   if (listen_thread_.joinable()) listen_thread_.join();
+}
+
+// ---- generation claims --------------------------------------------------------------------------
+
+absl::StatusOr<bool> PgStore::ClaimGeneration(std::string_view request_digest,
+                                              std::string_view replica_id, int64_t lease_ms) {
+  RETURN_IF_ERROR(CheckNonEmpty(request_digest, "generation request digest"));
+  RETURN_IF_ERROR(CheckNonEmpty(replica_id, "replica id"));
+  if (lease_ms <= 0) return absl::InvalidArgumentError("lease_ms must be positive");
+  bool held = false;
+  RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
+    // The row is taken, kept (the same replica: extended) or taken over (expired) in one
+    // statement; the unique key settles two replicas claiming at once.
+    ASSIGN_OR_RETURN(
+        PgResult res,
+        conn.Exec(Cat("INSERT INTO generation_claims (request_digest, replica_id, expires_ms) "
+                      "VALUES ($1, $2, ", kDbNowMs, " + $3) ON CONFLICT (request_digest) DO UPDATE "
+                      "SET replica_id = EXCLUDED.replica_id, expires_ms = EXCLUDED.expires_ms "
+                      "WHERE generation_claims.replica_id = EXCLUDED.replica_id "
+                      "OR generation_claims.expires_ms < ", kDbNowMs, " RETURNING replica_id"),
+                  {P::Text(request_digest), P::Text(replica_id), P::Int(lease_ms)}));
+    held = res.rows() > 0;
+    return absl::OkStatus();
+  }));
+  return held;
+}
+
+absl::Status PgStore::ReleaseGeneration(std::string_view request_digest,
+                                        std::string_view replica_id) {
+  return db_.Write([&](PgConn& conn) -> absl::Status {
+    return conn
+        .Exec("DELETE FROM generation_claims WHERE request_digest = $1 AND replica_id = $2",
+              {P::Text(request_digest), P::Text(replica_id)})
+        .status();
+  });
 }
 
 }  // namespace rote::store::internal

@@ -109,7 +109,7 @@ class PgStore final : public Store {
   ~PgStore() override;
   absl::Status Init();
 
-  // Run leases and run event notifications (pg_leases.cc).
+  // Run leases, run event notifications and generation claims (pg_leases.cc).
   bool SupportsRunLeases() const override { return true; }
   absl::StatusOr<std::vector<ClaimedRun>> ClaimRuns(const ClaimRequest& request) override;
   absl::StatusOr<std::vector<int64_t>> RenewRunLeases(int64_t lease_ms) override;
@@ -119,6 +119,10 @@ class PgStore final : public Store {
                                                       const std::vector<NewRunEvent>& events) override;
   absl::StatusOr<RunRecord> FinishRunWithEvent(int64_t run_id, const RunOutcome& outcome,
                                                const NewRunEvent& event) override;
+  absl::StatusOr<bool> ClaimGeneration(std::string_view request_digest,
+                                       std::string_view replica_id, int64_t lease_ms) override;
+  absl::Status ReleaseGeneration(std::string_view request_digest,
+                                 std::string_view replica_id) override;
 
   absl::StatusOr<BlobRef> PutBlob(std::string_view bytes) override;
   absl::StatusOr<std::string> GetBlob(std::string_view digest) override;

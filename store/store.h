@@ -195,6 +195,21 @@ class Store {
     (void)listener;
     return absl::UnimplementedError("this store has no other writers to listen to");
   }
+  // Claims the generation of `request_digest` for replica_id, so that the identical request on
+  // another replica waits for its result instead of asking its own model: true when replica_id
+  // holds the claim now (nobody did, it did already: this extends it, or the holder's claim
+  // expired), false while another replica holds it. lease_ms from now on the database's clock.
+  // ReleaseGeneration gives it up. UNIMPLEMENTED where only one process generates.
+  virtual absl::StatusOr<bool> ClaimGeneration(std::string_view request_digest,
+                                               std::string_view replica_id, int64_t lease_ms) {
+    (void)request_digest, (void)replica_id, (void)lease_ms;
+    return absl::UnimplementedError("this store does not share generations between processes");
+  }
+  virtual absl::Status ReleaseGeneration(std::string_view request_digest,
+                                         std::string_view replica_id) {
+    (void)request_digest, (void)replica_id;
+    return absl::UnimplementedError("this store does not share generations between processes");
+  }
   // CreateRun, and `events` appended to a created run in the same transaction where the store
   // can (so a replica that claims the run at once finds them). Default: one write after the
   // other.

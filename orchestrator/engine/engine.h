@@ -81,6 +81,9 @@ struct EngineOptions {
   std::chrono::milliseconds claim_poll{200};
 };
 
+// "<host>-<pid>": a replica's name in run leases and generation claims when none is given.
+std::string DefaultReplicaId();
+
 // A review comment is at most this many bytes: every review travels with its artifact.
 inline constexpr size_t kMaxReviewCommentBytes = 4096;
 

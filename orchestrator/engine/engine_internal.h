@@ -31,9 +31,6 @@ struct Engine::RunControl {
   bool lease_lost = false;
 };
 
-// "<host>-<pid>": a replica's name in run leases when none is given.
-std::string DefaultReplicaId();
-
 // Artifacts of a generation point are stored under "{blueprint name}/{point name}".
 std::string ArtifactKey(std::string_view blueprint_name, std::string_view point);
 std::string StateWord(store::RunState s);

@@ -33,6 +33,7 @@
 #include "gtest/gtest.h"
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/blueprints.grpc.pb.h"
+#include "rote/v1/generation.grpc.pb.h"
 #include "rote/v1/runs.grpc.pb.h"
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/pg_e2e.h"
@@ -88,6 +89,7 @@ class Replica {
                                      metrics_port_ == 0 ? "off" : absl::StrCat("127.0.0.1:", metrics_port_),
                                      "--http-listen", "off", "--drain-grace-ms", "0", "--grace-ms", "1000"};
     if (!keys_file_.empty()) args.insert(args.end(), {"--keys", keys_file_});
+    args.insert(args.end(), extra_args_.begin(), extra_args_.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -131,6 +133,23 @@ class Replica {
     return ctx;
   }
   void set_token(std::string token) { token_ = std::move(token); }
+  // More flags for `rote serve` (from the next Start).
+  void set_extra_args(std::vector<std::string> args) { extra_args_ = std::move(args); }
+  // Generates code for one fixed spec (GenerationService.Generate); the code it ends with, and
+  // how many attempts the model started for it.
+  grpc::StatusCode Generate(int* attempts) {
+    auto stub = rote::v1::GenerationService::NewStub(channel_);
+    rote::v1::GenerateRequest req;
+    req.mutable_spec()->set_name("word");
+    req.mutable_spec()->set_kind(rote::v1::ARTIFACT_KIND_RE2_PATTERN);
+    req.mutable_spec()->set_task("Words of lowercase letters.");
+    req.mutable_spec()->add_examples_json(R"({"input":"ab cd","matches":["ab","cd"]})");
+    auto ctx = Context(120);
+    auto reader = stub->Generate(ctx.get(), req);
+    rote::v1::GenerateEvent e;
+    while (reader->Read(&e)) *attempts += e.has_attempt_started() ? 1 : 0;
+    return reader->Finish().error_code();
+  }
   // Serve /metrics (from the next Start) and read it.
   void EnableMetrics() { metrics_port_ = FreePort(); }
   std::string Metrics() const { return test_http::HttpGet(metrics_port_, "/metrics"); }
@@ -201,6 +220,7 @@ class Replica {
   pid_t pid_ = -1;
   int port_ = 0;
   int metrics_port_ = 0;
+  std::vector<std::string> extra_args_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<rote::v1::RunService::Stub> runs_;
   std::unique_ptr<rote::v1::BlueprintService::Stub> blueprints_;
@@ -250,7 +270,7 @@ void ExpectEachRecordedOnce(Replica& r, const std::vector<std::string>& names) {
 
 // Waits until `n` of the runs are running (claimed by a replica's worker).
 void WaitForRunning(Replica& r, const std::vector<std::string>& names, int n) {
-  for (int tries = 0; tries < 600; ++tries) {
+  for (int tries = 0; tries < 1500; ++tries) {
     int running = 0;
     for (const std::string& name : names) running += r.Get(name).state() == rote::v1::RUN_STATE_RUNNING ? 1 : 0;
     if (running >= n) return;
@@ -260,7 +280,7 @@ void WaitForRunning(Replica& r, const std::vector<std::string>& names, int n) {
 }
 
 // Starts both replicas and submits `runs` runs alternately to each (request ids `prefix`N); returns
-// once eight of them execute (all four workers of each replica busy).
+// once six of them execute (each replica has four workers).
 std::vector<std::string> StartBothWithRunsInFlight(Replica& a, Replica& b, int runs, int spin,
                                                    const std::string& prefix) {
   a.Start();
@@ -270,7 +290,8 @@ std::vector<std::string> StartBothWithRunsInFlight(Replica& a, Replica& b, int r
   for (int i = 0; i < runs; ++i) {
     names.push_back((i % 2 == 0 ? a : b).Submit(InputOf(i, spin), absl::StrCat(prefix, i)).name());
   }
-  WaitForRunning(a, names, 8);
+  // Six running: at least two of them on A, whatever B claimed.
+  WaitForRunning(a, names, 6);
   return names;
 }
 
@@ -279,8 +300,8 @@ TEST(ReplicasE2e, SigkilledReplicasRunsAreTakenOverAndRecordedOnce) {
   Replica a("replica-a", schema.path());
   Replica b("replica-b", schema.path());
   b.EnableMetrics();
-  // Each replica's four workers hold four runs; four wait in the database.
-  const std::vector<std::string> names = StartBothWithRunsInFlight(a, b, 12, 400000, "take-");
+  // Both replicas execute runs (A at least two of them); the rest wait in the database.
+  const std::vector<std::string> names = StartBothWithRunsInFlight(a, b, 12, 3000000, "take-");
   a.Kill(SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
 
@@ -297,7 +318,7 @@ TEST(ReplicasE2e, SigkilledReplicasRunsAreTakenOverAndRecordedOnce) {
     EXPECT_TRUE(std::regex_search(metrics, std::regex(series))) << series << " in\n" << metrics;
   }
   // A submission retried on the survivor after the kill gives the run A acknowledged.
-  EXPECT_EQ(b.Submit(InputOf(2, 400000), "take-2").name(), names[2]);
+  EXPECT_EQ(b.Submit(InputOf(2, 3000000), "take-2").name(), names[2]);
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(50));
 }
 
@@ -305,7 +326,7 @@ TEST(ReplicasE2e, StaleReplicaCannotRecordARunItLost) {
   ROTE_PG_SCHEMA_OR_RETURN(schema);
   Replica a("replica-a", schema.path());
   Replica b("replica-b", schema.path());
-  const std::vector<std::string> names = StartBothWithRunsInFlight(a, b, 8, 800000, "stale-");
+  const std::vector<std::string> names = StartBothWithRunsInFlight(a, b, 8, 3000000, "stale-");
   // A freezes (its heartbeats stop) while it holds four runs; B takes them over once the leases
   // expire and finishes them.
   a.Kill(SIGSTOP);
@@ -352,6 +373,45 @@ TEST(ReplicasE2e, WatchOnAnyReplicaSeesEveryEventInOrder) {
     EXPECT_EQ(TerminalStates(x), 1) << name;
     EXPECT_EQ(StepsOfLastAttempt(x), kRounds) << name;
   }
+}
+
+// The sum of every series of a metric family in a /metrics text.
+double SumOf(const std::string& metrics, const std::string& family) {
+  double sum = 0;
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(family + "{", 0) != 0 && line.rfind(family + " ", 0) != 0) continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+TEST(ReplicasE2e, IdenticalGenerationsOnTwoReplicasReachTheModelOnce) {
+  ROTE_PG_SCHEMA_OR_RETURN(schema);
+  Replica a("replica-a", schema.path());
+  Replica b("replica-b", schema.path());
+  for (Replica* r : {&a, &b}) {
+    // The fixture model has random weights: every attempt runs to its token limit and fails.
+    r->set_extra_args({"--model", std::string(ROTE_BLUEPRINTS_DIR) + "/../tests/fixtures/qwen2", "--attempts", "3",
+                       "--max-tokens", "256"});
+    r->EnableMetrics();
+    r->Start();
+  }
+  // The same request on both replicas at once: one asks its model, the other waits for the
+  // outcome and is answered from its record.
+  int attempts_a = 0, attempts_b = 0;
+  grpc::StatusCode code_a = grpc::StatusCode::OK, code_b = grpc::StatusCode::OK;
+  std::thread on_a([&] { code_a = a.Generate(&attempts_a); });
+  std::thread on_b([&] { code_b = b.Generate(&attempts_b); });
+  on_a.join();
+  on_b.join();
+  EXPECT_EQ(code_a, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(code_b, grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(attempts_a + attempts_b, 3) << "one replica's three attempts, not both replicas'";
+  const std::string ma = a.Metrics(), mb = b.Metrics();
+  EXPECT_EQ(SumOf(ma, "rote_generation_attempts_total") + SumOf(mb, "rote_generation_attempts_total"), 3) << ma << mb;
+  EXPECT_EQ(SumOf(ma, "rote_generation_cache_hits_total") + SumOf(mb, "rote_generation_cache_hits_total"), 1)
+      << ma << mb;
 }
 
 TEST(ReplicasE2e, IdempotencyEtagsAndFourEyesHoldAcrossReplicas) {

@@ -1,5 +1,5 @@
-// Run leases (Store::ClaimRuns and the fence on a claimed run's writes), for several replicas on
-// one PostgreSQL database; each "replica" here is a store object of its own on one schema, as
+// Run leases (Store::ClaimRuns and the fence on a claimed run's writes) and generation claims, for
+// several replicas on one PostgreSQL database; each "replica" here is a store object of its own on one schema, as
 // each `rote serve` process has. SQLite keeps its runs to one process: it answers UNIMPLEMENTED,
 // and its CreateRunWithEvents / FinishRunWithEvent are the two writes one after the other.
 #include <chrono>
@@ -75,6 +75,7 @@ TEST_P(RunLeaseTest, OnlyAStoreSharedByProcessesLeasesRuns) {
   EXPECT_EQ(a_->ClaimRuns(Claim("a", 1)).status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(a_->RenewRunLeases(1000).status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(a_->SetRunEventListener([](int64_t) {}).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(a_->ClaimGeneration(Sha256Digest("r"), "a", 1000).status().code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST_P(RunLeaseTest, CreateAndFinishWithEventsWriteBoth) {
@@ -207,6 +208,22 @@ TEST_P(RunLeasePgTest, ARunCancelledElsewhereIsALostLeaseAndARequeueGivesTheRunB
   EXPECT_FALSE((*claimed)[0].taken_over);
   EXPECT_EQ((*claimed)[0].epoch, 2);
   EXPECT_TRUE(a_->RenewRunLeases(60000)->empty()) << "A holds nothing any more";
+}
+
+TEST_P(RunLeasePgTest, AGenerationClaimIsHeldByOneReplicaUntilReleasedOrExpired) {
+  const std::string digest = Sha256Digest("request");
+  EXPECT_TRUE(*a_->ClaimGeneration(digest, "a", 60000));
+  EXPECT_FALSE(*b_->ClaimGeneration(digest, "b", 60000)) << "a holds it";
+  EXPECT_TRUE(*a_->ClaimGeneration(digest, "a", 60000)) << "its holder renews it";
+  ASSERT_TRUE(b_->ReleaseGeneration(digest, "b").ok());
+  EXPECT_FALSE(*b_->ClaimGeneration(digest, "b", 60000)) << "only the holder releases it";
+  ASSERT_TRUE(a_->ReleaseGeneration(digest, "a").ok());
+  EXPECT_TRUE(*b_->ClaimGeneration(digest, "b", 200));
+  EXPECT_FALSE(*a_->ClaimGeneration(digest, "a", 60000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(*a_->ClaimGeneration(digest, "a", 60000)) << "an expired claim is taken over";
+  EXPECT_FALSE(*b_->ClaimGeneration(digest, "b", 60000));
+  EXPECT_TRUE(*b_->ClaimGeneration(Sha256Digest("another request"), "b", 60000));
 }
 
 TEST_P(RunLeasePgTest, EventsAppendedByAnyStoreAreNotified) {
