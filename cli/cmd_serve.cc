@@ -1,4 +1,6 @@
 // `rote serve`: runs the gRPC server until SIGINT or SIGTERM, then shuts down gracefully.
+#include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <csignal>
 #include <cstdint>
@@ -36,6 +38,14 @@ const char kUsage[] =
     "                              keeps (default ./rote-data)\n"    "  --store postgresql://...    keep the store in this PostgreSQL database instead of the\n"
     "                              SQLite file in --data (docs/operations.md, \"PostgreSQL\n"
     "                              store\"); --data still holds the server's lock\n"
+    "  --replica-id ID             with --store: this server's name in the leases of the runs it\n"
+    "                              executes; several servers (each with its own --data) share\n"
+    "                              one database's queue (default <host>-<pid>; docs/operations.md,\n"
+    "                              \"Several replicas on PostgreSQL\")\n"
+    "  --lease-ms N                with --store: a run whose replica has not renewed its lease\n"
+    "                              for N ms is taken over by another replica (default 10000)\n"
+    "  --heartbeat-ms N            with --store: how often leases are renewed; less than\n"
+    "                              --lease-ms (default 2000)\n"
     "  --keys FILE                 bearer tokens: lines of `<token> <principal> <roles>`, roles\n"
     "                              from submit, review, admin. Without it: local mode, loopback\n"
     "                              only, every caller has every role\n"
@@ -154,12 +164,43 @@ class SignalWatcher {
   std::shared_ptr<State> state_;
 };
 
+// --replica-id, --lease-ms, --heartbeat-ms (several replicas on one PostgreSQL store); false
+// after saying what is wrong.
+bool ParseReplicaFlags(const ParsedFlags& flags, orchestrator::ServerOptions* opt) {
+  opt->replica_id = flags.GetOr("replica-id", "");
+  if (opt->replica_id.size() > 64 || std::any_of(opt->replica_id.begin(), opt->replica_id.end(), [](char c) {
+        return !std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.' && c != ':';
+      })) {
+    std::cerr << "rote serve: --replica-id takes at most 64 letters, digits and - _ . :\n\n" << kUsage;
+    return false;
+  }
+  const std::optional<int64_t> lease_ms = IntFlag(flags, "lease-ms", opt->lease.count(), 100, int64_t{3600} * 1000);
+  const std::optional<int64_t> heartbeat_ms =
+      IntFlag(flags, "heartbeat-ms", opt->heartbeat.count(), 10, int64_t{3600} * 1000);
+  if (!lease_ms || !heartbeat_ms) return false;
+  if (*heartbeat_ms >= *lease_ms) {
+    std::cerr << "rote serve: --heartbeat-ms must be less than --lease-ms (a lease is renewed before it "
+                 "expires)\n\n" << kUsage;
+    return false;
+  }
+  const bool any = flags.Has("replica-id") || flags.Has("lease-ms") || flags.Has("heartbeat-ms");
+  if (any && opt->store_url.empty()) {
+    std::cerr << "rote serve: --replica-id, --lease-ms and --heartbeat-ms need --store postgresql://... "
+                 "(a SQLite store belongs to one server)\n\n" << kUsage;
+    return false;
+  }
+  opt->lease = std::chrono::milliseconds(*lease_ms);
+  opt->heartbeat = std::chrono::milliseconds(*heartbeat_ms);
+  return true;
+}
+
 }  // namespace
 
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "store", "keys", "metrics-listen", "http-listen", "max-message-bytes", "tls-cert",
                  "tls-key", "drain-ms", "grace-ms", "drain-grace-ms", "log-level", "log-format", "model", "device", "numerics", "kv-cache-mb",
-                 "attempts", "max-tokens", "retry-temperature", "grammar", "review-policy", "review-policy-for", "allow-unreviewed", "promotion"},
+                 "attempts", "max-tokens", "retry-temperature", "grammar", "review-policy", "review-policy-for", "allow-unreviewed", "promotion",
+                 "replica-id", "lease-ms", "heartbeat-ms"},
                 {"help"}};
   auto flags = ParseFlags(args, spec);
   if (!flags.ok()) {
@@ -192,6 +233,7 @@ int CmdServe(const Args& args) {
                  "--data DIR)\n\n" << kUsage;
     return kExitUsage;
   }
+  if (!ParseReplicaFlags(*flags, &opt)) return kExitUsage;
   opt.keys_file = flags->GetOr("keys", "");
   opt.metrics_listen = flags->GetOr("metrics-listen", opt.metrics_listen);
   opt.http_listen = flags->GetOr("http-listen", "127.0.0.1:7880");

@@ -343,6 +343,9 @@ generate::PipelineOptions PipelineOptionsFor(const ServerOptions& opt, OperatorM
     metrics->GenerationAttempt(passed, reason, prompt_tokens, output_tokens, seconds);
   };
   o.on_answered = [metrics](const std::string& kind) { metrics->GenerationCacheHit(kind); };
+  // The name the engine gives this server in run leases names its generation claims too.
+  o.replica_id = opt.replica_id.empty() ? engine::DefaultReplicaId() : opt.replica_id;
+  o.claim_lease = opt.lease;
   return o;
 }
 
@@ -553,6 +556,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
   engine_options.promote_on_approval = opt.promotion == "on-approval";
   engine_options.rote_version = ROTE_VERSION;
   engine_options.max_blueprint_bytes = opt.max_message_bytes / 2;
+  engine_options.replica_id = opt.replica_id;
+  engine_options.lease = opt.lease;
+  engine_options.heartbeat = opt.heartbeat;
   engine_options.on_run_end = [operator_metrics](const std::string& blueprint, store::RunState run_state,
                                                   double seconds) {
     operator_metrics->RunEnded(blueprint, run_state, seconds);

@@ -25,6 +25,12 @@ struct ServerOptions {
   // store") instead of the SQLite file in data_dir; data_dir still holds the server's lock.
   // Empty: SQLite.
   std::string store_url;
+  // Several replicas on one PostgreSQL store (docs/operations.md, "Several replicas on
+  // PostgreSQL"): this server's name in run leases (empty: "<host>-<pid>"), how long a lease lasts
+  // unrenewed before another replica takes the run over, and how often it is renewed.
+  std::string replica_id;
+  std::chrono::milliseconds lease{10000};
+  std::chrono::milliseconds heartbeat{2000};
   // Bearer tokens (see orchestrator/api/auth.h). Required to listen beyond loopback.
   std::string keys_file;
   // HOST:PORT for the Prometheus text endpoint; empty or "off" disables it.

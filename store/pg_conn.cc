@@ -1,5 +1,8 @@
 #include "store/pg_conn.h"
 
+#include <poll.h>
+
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -119,6 +122,24 @@ absl::Status PgConn::ExecScript(const std::string& sql) {
   absl::Status st = ResultStatus(res, sql);
   if (res != nullptr) PQclear(res);
   return st;
+}
+
+absl::Status PgConn::WaitForNotifications(
+    int timeout_ms, const std::function<void(std::string_view payload)>& on_notify) {
+  const int fd = PQsocket(conn_);
+  if (fd < 0) return absl::UnavailableError("store: the PostgreSQL connection is closed");
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) < 0 && errno != EINTR) {
+    return absl::UnavailableError("store: waiting on the PostgreSQL connection failed");
+  }
+  if (PQconsumeInput(conn_) == 0) {
+    return absl::UnavailableError(Cat("store: the PostgreSQL connection broke: ", PQerrorMessage(conn_)));
+  }
+  while (PGnotify* n = PQnotifies(conn_)) {
+    on_notify(n->extra == nullptr ? std::string_view() : std::string_view(n->extra));
+    PQfreemem(n);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<PgConn>> PgPool::Connect() const {

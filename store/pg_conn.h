@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -69,6 +70,10 @@ class PgConn {
   bool last_error_retryable() const { return last_error_retryable_; }
   void ClearRetryable() { last_error_retryable_ = false; }
   bool broken() const { return PQstatus(conn_) != CONNECTION_OK; }
+  // Waits up to timeout_ms for notifications (after LISTEN) and calls `on_notify` with the
+  // payload of each; UNAVAILABLE when the connection broke.
+  absl::Status WaitForNotifications(int timeout_ms,
+                                    const std::function<void(std::string_view payload)>& on_notify);
 
  private:
   explicit PgConn(PGconn* conn) : conn_(conn) {}

@@ -1,5 +1,5 @@
-// The PostgreSQL store: runs, their journals and events, backtests, generations, caches and
-// lookups by prefix. See pg_store.h.
+// The PostgreSQL store: runs, their journals and events, backtests, generations and lookups by
+// prefix (caches: pg_caches.cc; leases: pg_leases.cc). See pg_store.h.
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -204,24 +204,30 @@ absl::StatusOr<GenerationRecord> LoadGeneration(PgConn& conn, std::string_view d
   return std::move(rows.front().second);
 }
 
-absl::StatusOr<IdempotencyRecord> LoadIdempotency(PgConn& conn, std::string_view principal,
-                                                  std::string_view request_id) {
-  ASSIGN_OR_RETURN(PgResult res, conn.Exec("SELECT request_digest, response, create_ms FROM "
-                                           "idempotency WHERE principal = $1 AND request_id = $2",
-                                           {P::Text(principal), P::Text(request_id)}));
-  if (res.rows() == 0) {
-    return absl::NotFoundError(
-        Cat("no request '", request_id, "' from '", principal, "' has been recorded"));
-  }
-  return IdempotencyRecord{std::string(principal), std::string(request_id), res.Text(0, 0),
-                           res.Text(0, 1), res.Int(0, 2)};
-}
-
 }  // namespace
+
+absl::StatusOr<RunRecord> PgLoadRun(PgConn& conn, int64_t run_id) { return LoadRun(conn, run_id); }
+absl::StatusOr<int64_t> PgInsertRunEvent(PgConn& conn, int64_t run_id, int64_t now_ms,
+                                         std::string_view kind, std::string_view payload) {
+  return InsertRunEvent(conn, run_id, now_ms, kind, payload);
+}
+absl::Status PgInsertNewRunEvents(PgConn& conn, int64_t run_id, int64_t now_ms,
+                                  const std::vector<NewRunEvent>& events) {
+  for (const NewRunEvent& e : events) {
+    RETURN_IF_ERROR(CheckNonEmpty(e.kind, "run event kind"));
+    RETURN_IF_ERROR(InsertRunEvent(conn, run_id, now_ms, e.kind, e.payload).status());
+  }
+  return absl::OkStatus();
+}
 
 // ---- runs -------------------------------------------------------------------------------------
 
 absl::StatusOr<CreateRunResult> PgStore::CreateRun(const NewRun& run) {
+  return CreateRunWithEvents(run, {});
+}
+
+absl::StatusOr<CreateRunResult> PgStore::CreateRunWithEvents(const NewRun& run,
+                                                             const std::vector<NewRunEvent>& events) {
   RETURN_IF_ERROR(CheckDigest(run.blueprint_digest, "run blueprint_digest"));
   RETURN_IF_ERROR(CheckDigest(run.input_digest, "run input_digest"));
   for (const Binding& b : run.bindings) RETURN_IF_ERROR(ValidateBinding(b));
@@ -271,6 +277,7 @@ absl::StatusOr<CreateRunResult> PgStore::CreateRun(const NewRun& run) {
     const int64_t id = res.Int(0, 0);
     RETURN_IF_ERROR(InsertRunBindings(conn, id, run.bindings));
     RETURN_IF_ERROR(AuditUnreviewed(conn, id, run.unreviewed_allowed_by, run.bindings, now));
+    RETURN_IF_ERROR(PgInsertNewRunEvents(conn, id, now, events));
     ASSIGN_OR_RETURN(result.run, LoadRun(conn, id));
     result.created = true;
     return absl::OkStatus();
@@ -283,11 +290,12 @@ absl::StatusOr<RunRecord> PgStore::GetRun(int64_t run_id) {
 }
 
 absl::StatusOr<RunRecord> PgStore::Transition(int64_t run_id, RunState to,
-                                              const RunOutcome* outcome) {
+                                              const RunOutcome* outcome, const NewRunEvent* event) {
   const int64_t now = db_.clock_ms();
   RunRecord stored;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
     ASSIGN_OR_RETURN(RunState from, LockRun(conn, run_id));
+    RETURN_IF_ERROR(leases_.Check(conn, run_id));
     if (!IsLegalTransition(from, to)) {
       return absl::FailedPreconditionError(Cat("run ", run_id, " is ", RunStateName(from),
                                                "; it cannot become ", RunStateName(to)));
@@ -307,19 +315,23 @@ absl::StatusOr<RunRecord> PgStore::Transition(int64_t run_id, RunState to,
                                  P::Bool(outcome->interrupted), P::Int(run_id)})
                           .status());
     }
+    if (event != nullptr) {
+      RETURN_IF_ERROR(InsertRunEvent(conn, run_id, now, event->kind, event->payload).status());
+    }
     ASSIGN_OR_RETURN(stored, LoadRun(conn, run_id));
     return absl::OkStatus();
   }));
+  if (outcome != nullptr) leases_.End(run_id);
   return stored;
 }
 
 absl::StatusOr<RunRecord> PgStore::StartRun(int64_t run_id) {
-  return Transition(run_id, RunState::kRunning, nullptr);
+  return Transition(run_id, RunState::kRunning, nullptr, nullptr);
 }
 
 absl::StatusOr<RunRecord> PgStore::FinishRun(int64_t run_id, const RunOutcome& outcome) {
   RETURN_IF_ERROR(CheckRunOutcome(outcome));
-  return Transition(run_id, outcome.state, &outcome);
+  return Transition(run_id, outcome.state, &outcome, nullptr);
 }
 
 absl::Status PgStore::AddRunBindings(int64_t run_id, const std::vector<Binding>& bindings) {
@@ -327,6 +339,7 @@ absl::Status PgStore::AddRunBindings(int64_t run_id, const std::vector<Binding>&
   const int64_t now = db_.clock_ms();
   return db_.Write([&](PgConn& conn) -> absl::Status {
     ASSIGN_OR_RETURN(RunState state, LockRun(conn, run_id));
+    RETURN_IF_ERROR(leases_.Check(conn, run_id));
     if (IsTerminal(state)) {
       return absl::FailedPreconditionError(Cat("run ", run_id, " is ", RunStateName(state),
                                                "; its bindings can no longer change"));
@@ -346,20 +359,24 @@ absl::StatusOr<RunRecord> PgStore::RequeueRun(int64_t run_id, std::string_view e
     // The row lock orders this after a concurrent FinishRun or AppendSteps of the same run:
     // either the run is still running here, or the re-queue is refused.
     ASSIGN_OR_RETURN(RunState from, LockRun(conn, run_id));
+    RETURN_IF_ERROR(leases_.Check(conn, run_id));
     if (from != RunState::kRunning) {
       return absl::FailedPreconditionError(
           Cat("run ", run_id, " is ", RunStateName(from), "; only a running run can be re-queued"));
     }
     RETURN_IF_ERROR(
         conn.Exec("DELETE FROM run_steps WHERE run_id = $1", {P::Int(run_id)}).status());
+    // Without its lease, so any replica claims it at once.
     RETURN_IF_ERROR(conn.Exec("UPDATE runs SET state = 'pending', start_ms = NULL, "
-                              "step_count = 0 WHERE id = $1",
+                              "step_count = 0, lease_owner = NULL, lease_expires_ms = NULL "
+                              "WHERE id = $1",
                               {P::Int(run_id)})
                         .status());
     RETURN_IF_ERROR(InsertRunEvent(conn, run_id, now, event_kind, event_payload).status());
     ASSIGN_OR_RETURN(stored, LoadRun(conn, run_id));
     return absl::OkStatus();
   }));
+  leases_.End(run_id);
   return stored;
 }
 
@@ -413,6 +430,7 @@ absl::Status PgStore::AppendSteps(int64_t run_id, const std::vector<StepRecord>&
                                              "FOR UPDATE",
                                              {P::Int(run_id)}));
     if (res.rows() == 0) return absl::NotFoundError(Cat("run ", run_id, " does not exist"));
+    RETURN_IF_ERROR(leases_.Check(conn, run_id));
     const RunState state = ParseRunState(res.Text(0, 0)).value_or(RunState::kPending);
     if (IsTerminal(state)) {
       return absl::FailedPreconditionError(
@@ -465,6 +483,7 @@ absl::StatusOr<int64_t> PgStore::AppendRunEvent(int64_t run_id, std::string_view
   int64_t sequence = 0;
   RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
     RETURN_IF_ERROR(LockRun(conn, run_id).status());
+    RETURN_IF_ERROR(leases_.Check(conn, run_id));
     ASSIGN_OR_RETURN(sequence, InsertRunEvent(conn, run_id, now, kind, payload));
     return absl::OkStatus();
   }));
@@ -724,124 +743,6 @@ absl::StatusOr<Page<StepRecord>> PgStore::ListStepsPage(int64_t run_id, const Pa
     }
     return MakePage(std::move(rows), size, db_.tokens, "steps", filter_key,
                     [](const StepRecord& s) { return s.index + 1; });
-  });
-}
-
-// ---- caches -----------------------------------------------------------------------------------
-
-absl::StatusOr<std::string> PgStore::GetCachedGeneration(std::string_view request_digest) {
-  RETURN_IF_ERROR(CheckDigest(request_digest, "request digest"));
-  return db_.Read([&](PgConn& conn) -> absl::StatusOr<std::string> {
-    ASSIGN_OR_RETURN(PgResult res, conn.Exec("SELECT artifact_digest FROM generation_cache "
-                                             "WHERE request_digest = $1",
-                                             {P::Text(request_digest)}));
-    if (res.rows() == 0) {
-      return absl::NotFoundError(Cat("no cached generation for ", request_digest));
-    }
-    return res.Text(0, 0);
-  });
-}
-
-absl::StatusOr<std::string> PgStore::PutCachedGeneration(std::string_view request_digest,
-                                                         std::string_view artifact_digest) {
-  RETURN_IF_ERROR(CheckDigest(request_digest, "request digest"));
-  RETURN_IF_ERROR(CheckDigest(artifact_digest, "artifact digest"));
-  const int64_t now = db_.clock_ms();
-  std::string cached;
-  RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
-    RETURN_IF_ERROR(PgRequireArtifact(conn, artifact_digest, "cached artifact"));
-    RETURN_IF_ERROR(conn.Exec("INSERT INTO generation_cache (request_digest, artifact_digest, "
-                              "create_ms) VALUES ($1, $2, $3) ON CONFLICT (request_digest) "
-                              "DO NOTHING",
-                              {P::Text(request_digest), P::Text(artifact_digest), P::Int(now)})
-                        .status());
-    ASSIGN_OR_RETURN(PgResult res, conn.Exec("SELECT artifact_digest FROM generation_cache "
-                                             "WHERE request_digest = $1",
-                                             {P::Text(request_digest)}));
-    cached = res.Text(0, 0);
-    return absl::OkStatus();
-  }));
-  return cached;
-}
-
-absl::StatusOr<IdempotencyRecord> PgStore::GetIdempotency(std::string_view principal,
-                                                          std::string_view request_id) {
-  RETURN_IF_ERROR(CheckNonEmpty(request_id, "request_id"));
-  return db_.Read(
-      [&](PgConn& conn) { return LoadIdempotency(conn, principal, request_id); });
-}
-
-absl::StatusOr<IdempotencyRecord> PgStore::PutIdempotency(const IdempotencyRecord& record) {
-  RETURN_IF_ERROR(CheckNonEmpty(record.request_id, "request_id"));
-  const int64_t now = db_.clock_ms();
-  IdempotencyRecord stored;
-  RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
-    absl::StatusOr<IdempotencyRecord> existing =
-        LoadIdempotency(conn, record.principal, record.request_id);
-    if (existing.ok()) {
-      if (existing->request_digest != record.request_digest) {
-        return absl::InvalidArgumentError(Cat(
-            "request_id '", record.request_id,
-            "' was already used for a different request; use a new request_id"));
-      }
-      stored = *std::move(existing);
-      return absl::OkStatus();
-    }
-    if (!absl::IsNotFound(existing.status())) return existing.status();
-    ASSIGN_OR_RETURN(PgResult res,
-                     conn.Exec("INSERT INTO idempotency (principal, request_id, request_digest, "
-                               "response, create_ms) VALUES ($1, $2, $3, $4, $5) "
-                               "ON CONFLICT (principal, request_id) DO NOTHING RETURNING 1",
-                               {P::Text(record.principal), P::Text(record.request_id),
-                                P::Text(record.request_digest), P::Bytes(record.response),
-                                P::Int(now)}));
-    if (res.rows() == 0) {
-      // A concurrent writer was first: its record, checked as above.
-      ASSIGN_OR_RETURN(IdempotencyRecord first,
-                       LoadIdempotency(conn, record.principal, record.request_id));
-      if (first.request_digest != record.request_digest) {
-        return absl::InvalidArgumentError(Cat(
-            "request_id '", record.request_id,
-            "' was already used for a different request; use a new request_id"));
-      }
-      stored = std::move(first);
-      return absl::OkStatus();
-    }
-    stored = record;
-    stored.create_ms = now;
-    return absl::OkStatus();
-  }));
-  return stored;
-}
-
-absl::StatusOr<std::string> PgStore::KvGet(std::string_view ns, std::string_view key) {
-  return db_.Read([&](PgConn& conn) -> absl::StatusOr<std::string> {
-    ASSIGN_OR_RETURN(PgResult res, conn.Exec("SELECT value FROM kv WHERE namespace = $1 AND "
-                                             "key = $2",
-                                             {P::Text(ns), P::Text(key)}));
-    if (res.rows() == 0) return absl::NotFoundError(Cat("no value for '", key, "' in '", ns, "'"));
-    return res.Text(0, 0);
-  });
-}
-
-absl::Status PgStore::KvPut(std::string_view ns, std::string_view key, std::string_view value) {
-  RETURN_IF_ERROR(CheckNonEmpty(ns, "kv namespace"));
-  const int64_t now = db_.clock_ms();
-  return db_.Write([&](PgConn& conn) -> absl::Status {
-    return conn
-        .Exec("INSERT INTO kv (namespace, key, value, update_ms) VALUES ($1, $2, $3, $4) "
-              "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
-              "update_ms = excluded.update_ms",
-              {P::Text(ns), P::Text(key), P::Bytes(value), P::Int(now)})
-        .status();
-  });
-}
-
-absl::Status PgStore::KvDelete(std::string_view ns, std::string_view key) {
-  return db_.Write([&](PgConn& conn) -> absl::Status {
-    return conn
-        .Exec("DELETE FROM kv WHERE namespace = $1 AND key = $2", {P::Text(ns), P::Text(key)})
-        .status();
   });
 }
 

@@ -285,6 +285,32 @@ CREATE TABLE generation_attempts (
   PRIMARY KEY (generation_id, idx)
 );
 )sql",
+    // 2: run leases and generation claims, for several replicas on one database. A run's lease
+    // (owner, epoch, expiry on the database's clock) is set when a replica claims it; every
+    // appended run event notifies the channel rote_run_events with the run's id, so watchers on
+    // any replica learn of events at once.
+    R"sql(
+ALTER TABLE runs ADD COLUMN lease_owner TEXT COLLATE "C";
+ALTER TABLE runs ADD COLUMN lease_epoch BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN lease_expires_ms BIGINT;
+CREATE INDEX runs_queue ON runs (id) WHERE state IN ('pending', 'running');
+
+-- Generations in progress on some replica (Store::ClaimGeneration).
+CREATE TABLE generation_claims (
+  request_digest TEXT COLLATE "C" PRIMARY KEY,
+  replica_id     TEXT COLLATE "C" NOT NULL,
+  expires_ms     BIGINT NOT NULL
+);
+
+CREATE FUNCTION rote_notify_run_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('rote_run_events', NEW.run_id::text);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER run_events_notify AFTER INSERT ON run_events
+  FOR EACH ROW EXECUTE FUNCTION rote_notify_run_event();
+)sql",
 };
 
 // Any constant names the lock; this one spells "rote" in ASCII.

@@ -311,10 +311,14 @@ absl::Status PgStore::Init() {
   // kNormal: a commit returns before its WAL record is flushed; survives a crash of rote or of
   // PostgreSQL's processes, may lose the last commits on power loss (as SQLite's NORMAL).
   const int size = std::max(options_.reader_pool_size, 1) + 4;
-  return db_.pool.Init(options_.path, size,
-                       options_.synchronous == SyncMode::kNormal
-                           ? "SET synchronous_commit = off"
-                           : "");
+  // A transaction of this store never waits on its client for long: its statements follow each
+  // other. One that does belongs to a process that stopped mid-transaction (paused,
+  // partitioned); PostgreSQL then closes its connection, so the locks it held (a run's row among
+  // them) do not keep other replicas from taking its runs over.
+  std::string setup = Cat("SET idle_in_transaction_session_timeout = ",
+                          std::max(options_.busy_timeout_ms, 100));
+  if (options_.synchronous == SyncMode::kNormal) setup += "; SET synchronous_commit = off";
+  return db_.pool.Init(options_.path, size, setup);
 }
 
 absl::Status PgStore::Backup(const std::string&) {

@@ -11,9 +11,13 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -56,6 +60,38 @@ struct PgDb {
   }
 };
 
+// The run's record, and appending run events (the caller holds the run's row lock).
+absl::StatusOr<RunRecord> PgLoadRun(PgConn& conn, int64_t run_id);
+absl::StatusOr<int64_t> PgInsertRunEvent(PgConn& conn, int64_t run_id, int64_t now_ms,
+                                         std::string_view kind, std::string_view payload);
+absl::Status PgInsertNewRunEvents(PgConn& conn, int64_t run_id, int64_t now_ms,
+                                  const std::vector<NewRunEvent>& events);
+
+// The leases one store object holds (ClaimRuns), by run: the fence of its writes to those runs.
+// A lease stays here until FinishRun or RequeueRun ends it, also once lost, so a replica that
+// lost a run can never write to it again.
+class PgLeases {
+ public:
+  struct Lease {
+    std::string owner;
+    int64_t epoch = 0;
+    bool lost = false;
+  };
+  void Hold(int64_t run_id, std::string owner, int64_t epoch);
+  void End(int64_t run_id);
+  // Marks the run's lease lost; false when it was lost already (or not held).
+  bool MarkLost(int64_t run_id);
+  // The leases not known to be lost.
+  std::vector<std::pair<int64_t, Lease>> Held();
+  // With the run's row locked: OK when this object holds no lease on the run or holds the one
+  // the run has; ABORTED (changing nothing) when the run's lease is no longer this one.
+  absl::Status Check(PgConn& conn, int64_t run_id);
+
+ private:
+  std::mutex mu_;
+  std::map<int64_t, Lease> leases_;
+};
+
 GenerationAttempt ReadPgAttempt(const PgResult& res, int row, int first_col);
 absl::Status PgInsertAttempts(PgConn& conn, std::string_view table, std::string_view owner_column,
                               int64_t owner_id, const std::vector<GenerationAttempt>& attempts);
@@ -70,7 +106,23 @@ absl::Status PgLockPoint(PgConn& conn, std::string_view generation_point);
 class PgStore final : public Store {
  public:
   explicit PgStore(StoreOptions options);
+  ~PgStore() override;
   absl::Status Init();
+
+  // Run leases, run event notifications and generation claims (pg_leases.cc).
+  bool SupportsRunLeases() const override { return true; }
+  absl::StatusOr<std::vector<ClaimedRun>> ClaimRuns(const ClaimRequest& request) override;
+  absl::StatusOr<std::vector<int64_t>> RenewRunLeases(int64_t lease_ms) override;
+  absl::StatusOr<std::vector<std::pair<RunState, int64_t>>> CountRunsByState() override;
+  absl::Status SetRunEventListener(std::function<void(int64_t run_id)> listener) override;
+  absl::StatusOr<CreateRunResult> CreateRunWithEvents(const NewRun& run,
+                                                      const std::vector<NewRunEvent>& events) override;
+  absl::StatusOr<RunRecord> FinishRunWithEvent(int64_t run_id, const RunOutcome& outcome,
+                                               const NewRunEvent& event) override;
+  absl::StatusOr<bool> ClaimGeneration(std::string_view request_digest,
+                                       std::string_view replica_id, int64_t lease_ms) override;
+  absl::Status ReleaseGeneration(std::string_view request_digest,
+                                 std::string_view replica_id) override;
 
   absl::StatusOr<BlobRef> PutBlob(std::string_view bytes) override;
   absl::StatusOr<std::string> GetBlob(std::string_view digest) override;
@@ -168,12 +220,20 @@ class PgStore final : public Store {
  private:
   absl::StatusOr<ArtifactRecord> ProposeArtifactImpl(const ArtifactRecord& artifact,
                                                      const AuditEntry* audit);
-  absl::StatusOr<RunRecord> Transition(int64_t run_id, RunState to, const RunOutcome* outcome);
+  absl::StatusOr<RunRecord> Transition(int64_t run_id, RunState to, const RunOutcome* outcome,
+                                       const NewRunEvent* event);
+  // The LISTEN connection's loop (SetRunEventListener).
+  void ListenLoop();
   absl::StatusOr<Matches> FindByDigestPrefix(std::string_view table, std::string_view prefix,
                                              int limit);
   StoreOptions options_;
   PgDb db_;
   int schema_version_ = 0;
+  PgLeases leases_;
+  std::mutex listener_mu_;  // held while the listener is called or replaced
+  std::function<void(int64_t)> listener_;
+  std::atomic<bool> listening_{false};
+  std::thread listen_thread_;
 };
 
 }  // namespace rote::store::internal

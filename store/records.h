@@ -350,4 +350,28 @@ struct RunFilter {
   std::string submitter{};        // empty: any
 };
 
+// ---- run leases: several replicas on one database (Store::ClaimRuns) --------------------------
+
+struct ClaimRequest {
+  std::string replica_id;  // who holds the leases (non-empty)
+  int32_t max_runs = 1;
+  int64_t lease_ms = 10000;  // from the claim, on the database's clock
+  // Appended to the history of a run taken over from a replica whose lease expired.
+  std::string takeover_event_kind;
+  std::string takeover_event_payload;
+};
+
+struct ClaimedRun {
+  RunRecord run;  // running, its journal empty
+  int64_t epoch = 0;  // of the lease: 1 for the first claim of a run, one more per takeover
+  bool taken_over = false;  // it was running under an expired lease of another claim
+  std::string previous_owner;  // the replica whose lease expired (taken_over only)
+};
+
+// A run event to append (Store::CreateRunWithEvents, Store::FinishRunWithEvent).
+struct NewRunEvent {
+  std::string kind;
+  std::string payload;
+};
+
 }  // namespace rote::store

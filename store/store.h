@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -158,6 +159,66 @@ class Store {
     (void)run_id, (void)event_kind, (void)event_payload;
     return absl::UnimplementedError("this store cannot re-queue runs");
   }
+
+  // ---- run leases: several replicas on one database (docs/operations.md, "Several replicas on
+  // PostgreSQL"). A store that several processes share (PostgreSQL) queues runs in the database
+  // and hands them out with leases; the others answer UNIMPLEMENTED and their server queues runs
+  // in its own process (SupportsRunLeases false).
+  virtual bool SupportsRunLeases() const { return false; }
+  // Claims up to max_runs runs for replica_id, oldest first, passing over rows another claim
+  // holds locked (SELECT ... FOR UPDATE SKIP LOCKED): pending runs, and running runs whose lease
+  // expired (their replica stopped renewing it: a takeover, which drops the abandoned attempt's
+  // steps and appends the takeover event, as RequeueRun does). Each claimed run is running under
+  // a new lease (epoch + 1) that expires lease_ms from now on the database's clock. From then on
+  // every write of this store object to that run (FinishRun, FinishRunWithEvent, AppendSteps,
+  // AppendRunEvent, AddRunBindings, RequeueRun) is fenced: ABORTED, changing nothing, once the
+  // lease is another claim's; FinishRun and RequeueRun end the lease.
+  virtual absl::StatusOr<std::vector<ClaimedRun>> ClaimRuns(const ClaimRequest& request) {
+    (void)request;
+    return absl::UnimplementedError("this store does not share its runs between processes");
+  }
+  // Extends by lease_ms every lease this store object holds that is still its own; returns the
+  // runs whose lease it lost since the last call (taken over, or ended by another process, e.g.
+  // cancelled), each once.
+  virtual absl::StatusOr<std::vector<int64_t>> RenewRunLeases(int64_t lease_ms) {
+    (void)lease_ms;
+    return absl::UnimplementedError("this store does not share its runs between processes");
+  }
+  // The number of runs in each state, over the whole store (every replica's queue).
+  virtual absl::StatusOr<std::vector<std::pair<RunState, int64_t>>> CountRunsByState() {
+    return absl::UnimplementedError("this store does not count runs by state");
+  }
+  // Called with a run's id after events of that run were appended by any process on the store
+  // (PostgreSQL: LISTEN/NOTIFY), from a thread of the store; an empty function stops the calls
+  // (when it returns, none is in flight). UNIMPLEMENTED where only this process writes.
+  virtual absl::Status SetRunEventListener(std::function<void(int64_t run_id)> listener) {
+    (void)listener;
+    return absl::UnimplementedError("this store has no other writers to listen to");
+  }
+  // Claims the generation of `request_digest` for replica_id, so that the identical request on
+  // another replica waits for its result instead of asking its own model: true when replica_id
+  // holds the claim now (nobody did, it did already: this extends it, or the holder's claim
+  // expired), false while another replica holds it. lease_ms from now on the database's clock.
+  // ReleaseGeneration gives it up. UNIMPLEMENTED where only one process generates.
+  virtual absl::StatusOr<bool> ClaimGeneration(std::string_view request_digest,
+                                               std::string_view replica_id, int64_t lease_ms) {
+    (void)request_digest, (void)replica_id, (void)lease_ms;
+    return absl::UnimplementedError("this store does not share generations between processes");
+  }
+  virtual absl::Status ReleaseGeneration(std::string_view request_digest,
+                                         std::string_view replica_id) {
+    (void)request_digest, (void)replica_id;
+    return absl::UnimplementedError("this store does not share generations between processes");
+  }
+  // CreateRun, and `events` appended to a created run in the same transaction where the store
+  // can (so a replica that claims the run at once finds them). Default: one write after the
+  // other.
+  virtual absl::StatusOr<CreateRunResult> CreateRunWithEvents(const NewRun& run,
+                                                              const std::vector<NewRunEvent>& events);
+  // FinishRun and the event in one transaction where the store can (so a watcher never sees
+  // the terminal state without its event). Default: one write after the other.
+  virtual absl::StatusOr<RunRecord> FinishRunWithEvent(int64_t run_id, const RunOutcome& outcome,
+                                                       const NewRunEvent& event);
 
   // ---- the step journal and events of a run
   // steps[i].index must equal the run's step count + i; rejected once the run is terminal.

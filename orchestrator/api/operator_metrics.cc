@@ -64,6 +64,25 @@ prometheus::MetricFamily Single(const char* name, const char* help, prometheus::
 constexpr auto kGauge = prometheus::MetricType::Gauge;
 constexpr auto kCounter = prometheus::MetricType::Counter;
 
+// Runs queued in the database that several replicas share (docs/operations.md, "Several
+// replicas on PostgreSQL").
+void AddSharedQueue(const engine::Engine::QueueStats& runs, std::vector<prometheus::MetricFamily>* out) {
+  out->push_back(Single("rote_runs_claimed_total", "Runs this replica claimed from the shared queue, since it started",
+                        kCounter, static_cast<double>(runs.claimed)));
+  out->push_back(Single("rote_run_lease_takeovers_total",
+                        "Runs this replica took over from a replica whose lease expired, since it started", kCounter,
+                        static_cast<double>(runs.taken_over)));
+  out->push_back(Single("rote_run_leases_lost_total",
+                        "Leases this replica lost (its run taken over or ended elsewhere), since it started", kCounter,
+                        static_cast<double>(runs.leases_lost)));
+  if (runs.store_pending < 0) return;  // the database did not answer this scrape
+  prometheus::MetricFamily f =
+      Family("rote_store_runs", "Runs in the shared database by state, over every replica", kGauge);
+  f.metric.push_back(Value(kGauge, static_cast<double>(runs.store_pending), {{"state", "pending"}}));
+  f.metric.push_back(Value(kGauge, static_cast<double>(runs.store_running), {{"state", "running"}}));
+  out->push_back(std::move(f));
+}
+
 }  // namespace
 
 class OperatorMetrics::Snapshot : public prometheus::Collectable {
@@ -101,6 +120,7 @@ class OperatorMetrics::Snapshot : public prometheus::Collectable {
       out.push_back(Single("rote_runs_requeued_total",
                            "Runs this server put back in the queue while draining, since it started", kCounter,
                            static_cast<double>(runs.requeued_by_drain)));
+      if (runs.shared_queue) AddSharedQueue(runs, &out);
     }
     if (s.workers) {
       const sandbox::WorkerPoolStats w = s.workers();

@@ -75,9 +75,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(store::Store* store, LuaA
                                                        Generator* generator, EngineOptions options) {
   if (store == nullptr || lua_runner == nullptr) return absl::InvalidArgumentError("engine needs a store and a Lua runner");
   if (options.run_workers < 1) return absl::InvalidArgumentError("run_workers must be at least 1");
+  if (options.lease.count() <= 0 || options.heartbeat.count() <= 0 || options.heartbeat >= options.lease) {
+    return absl::InvalidArgumentError("the run lease must be positive and longer than the heartbeat");
+  }
   std::unique_ptr<Engine> engine(new Engine(store, lua_runner, generator, std::move(options)));
   for (int i = 0; i < engine->options_.run_workers; ++i) {
     engine->workers_.emplace_back([e = engine.get()] { e->WorkerLoop(); });
+  }
+  if (store->SupportsRunLeases()) {
+    // Runs are queued in the database, shared with the other replicas: nothing to recover here.
+    engine->shared_queue_ = true;
+    engine->replica_id_ = engine->options_.replica_id.empty() ? DefaultReplicaId() : engine->options_.replica_id;
+    if (absl::Status s = store->SetRunEventListener([e = engine.get()](int64_t) { e->events_.Notify(); }); !s.ok()) {
+      return s;
+    }
+    engine->heartbeat_ = std::thread([e = engine.get()] { e->HeartbeatLoop(); });
+    engine->claimer_ = std::thread([e = engine.get()] { e->ClaimLoop(); });
+    return engine;
   }
   if (absl::Status s = engine->Recover(); !s.ok()) return s;
   return engine;
@@ -91,17 +105,34 @@ void Engine::Shutdown() {
     if (stopping_ && workers_.empty()) return;
     stopping_ = true;
     for (auto& [id, control] : active_) {
+      if (shared_queue_) {
+        // Another replica runs it from its start; a stopping replica never fails a run.
+        std::lock_guard control_lock(control->mu);
+        control->requeue = true;
+      }
       control->interrupt.Interrupt(absl::UnavailableError(
           "the server shut down while this run executed; submit it again"));
     }
   }
   queue_cv_.notify_all();
+  claim_cv_.notify_all();
+  if (claimer_.joinable()) claimer_.join();
   std::vector<std::thread> workers;
   {
     std::lock_guard lock(mu_);
     workers.swap(workers_);
   }
   for (std::thread& t : workers) t.join();
+  if (shared_queue_) {
+    GiveBackQueued("given back by a replica that shut down before it started the run");
+    {
+      std::lock_guard lock(mu_);
+      heartbeat_stop_ = true;
+    }
+    claim_cv_.notify_all();
+    if (heartbeat_.joinable()) heartbeat_.join();
+    store_->SetRunEventListener({}).IgnoreError();
+  }
   events_.Notify();
 }
 
@@ -111,10 +142,15 @@ void Engine::BeginDrain() {
     draining_ = true;
   }
   queue_cv_.notify_all();
+  claim_cv_.notify_all();
 }
 
 int Engine::Drain(std::chrono::milliseconds grace) {
   BeginDrain();
+  if (shared_queue_) {
+    if (claimer_.joinable()) claimer_.join();
+    GiveBackQueued("re-queued by a draining server before it started the run");
+  }
   std::unique_lock lock(mu_);
   if (!executing_.empty()) {
     spdlog::info("draining: {} run(s) executing get up to {}ms to finish", executing_.size(), grace.count());
@@ -136,6 +172,21 @@ int Engine::Drain(std::chrono::milliseconds grace) {
 }
 
 Engine::QueueStats Engine::queue_stats() {
+  QueueStats stats = LocalQueueStats();
+  if (stats.shared_queue) {
+    // The queue every replica shares, read from the database at each scrape.
+    absl::StatusOr<std::vector<std::pair<store::RunState, int64_t>>> counts = store_->CountRunsByState();
+    if (counts.ok()) {
+      for (const auto& [state, n] : *counts) {
+        if (state == store::RunState::kPending) stats.store_pending = n;
+        if (state == store::RunState::kRunning) stats.store_running = n;
+      }
+    }
+  }
+  return stats;
+}
+
+Engine::QueueStats Engine::LocalQueueStats() {
   std::lock_guard lock(mu_);
   QueueStats stats;
   stats.executing = static_cast<int64_t>(executing_.size());
@@ -144,6 +195,12 @@ Engine::QueueStats Engine::queue_stats() {
   for (const auto& [id, control] : active_) {
     std::pair<int64_t, int64_t>& counts = stats.by_blueprint[control->blueprint];
     ++(executing_.count(id) != 0 ? counts.second : counts.first);
+  }
+  if (shared_queue_) {
+    stats.shared_queue = true;
+    stats.claimed = claimed_;
+    stats.taken_over = taken_over_;
+    stats.leases_lost = leases_lost_;
   }
   return stats;
 }
@@ -163,14 +220,12 @@ std::string Engine::BlueprintNameOf(const std::string& digest) {
 // Run event kind of a recorded policy; watchers read only the "events" kind, so it is not shown.
 constexpr std::string_view kPolicyEventKind = "policy";
 
-absl::Status Engine::RecordPolicy(int64_t run_id, const RunPolicy& policy) {
+store::NewRunEvent Engine::PolicyEvent(const RunPolicy& policy) const {
   // The limits are in the run's engine profile; these are the rest.
-  return store_
-      ->AppendRunEvent(run_id, kPolicyEventKind,
-                       absl::StrCat("allow_generation=", policy.allow_generation ? 1 : 0,
-                                    " allow_pending=", policy.allow_pending ? 1 : 0,
-                                    " generation_retry=", policy.generation_retry))
-      .status();
+  return store::NewRunEvent{std::string(kPolicyEventKind),
+                            absl::StrCat("allow_generation=", policy.allow_generation ? 1 : 0,
+                                         " allow_pending=", policy.allow_pending ? 1 : 0,
+                                         " generation_retry=", policy.generation_retry)};
 }
 
 absl::StatusOr<std::optional<RunPolicy>> Engine::RecordedPolicy(int64_t run_id) {
@@ -214,50 +269,58 @@ absl::Status Engine::Recover() {
         if (!s.ok()) return s;
         continue;
       }
-      absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(run.blueprint_digest);
-      if (!bp.ok()) return bp.status();
-      auto control = std::make_shared<RunControl>();
-      control->principal = run.submitter;
-      control->blueprint = bp->name;
-      absl::StatusOr<std::optional<RunPolicy>> policy =
-          run.bindings.size() < bp->generation_points.size() ? RecordedPolicy(run.id) : std::optional<RunPolicy>();
-      if (!policy.ok()) return policy.status();
-      if (*policy) {
-        // Its code is generated when it executes: the points the run has not bound yet.
-        control->policy = **policy;
-        absl::StatusOr<BlueprintView> view = ViewOf(*bp);
-        if (!view.ok()) return view.status();
-        for (const GenerationPoint& p : view->points) {
-          const bool bound = std::any_of(run.bindings.begin(), run.bindings.end(),
-                                         [&](const store::Binding& b) { return b.generation_point == p.name; });
-          if (!bound) control->deferred.push_back(p);
-        }
-      } else if (run.bindings.size() < bp->generation_points.size()) {
-        // Its generation was deferred to the worker, with a policy only the lost process knew.
-        absl::Status s = FinishAndAnnounce(
-            run.id, store::RunOutcome{store::RunState::kFailed, "",
-                                      "interrupted: the server stopped before this run's code was generated; submit it again",
-                                      /*interrupted=*/true});
-        if (!s.ok()) return s;
-        continue;
-      }
-      Enqueue(run.id, std::move(control));
+      absl::StatusOr<std::shared_ptr<RunControl>> control = ControlFor(run);
+      if (!control.ok()) return control.status();
+      if (*control != nullptr) Enqueue(run.id, *std::move(control));
     }
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<Engine::RunControl>> Engine::ControlFor(const store::RunRecord& run) {
+  absl::StatusOr<store::BlueprintRecord> bp = store_->GetBlueprint(run.blueprint_digest);
+  if (!bp.ok()) return bp.status();
+  auto control = std::make_shared<RunControl>();
+  control->principal = run.submitter;
+  control->blueprint = bp->name;
+  absl::StatusOr<std::optional<RunPolicy>> policy =
+      run.bindings.size() < bp->generation_points.size() ? RecordedPolicy(run.id) : std::optional<RunPolicy>();
+  if (!policy.ok()) return policy.status();
+  if (*policy) {
+    // Its code is generated when it executes: the points the run has not bound yet.
+    control->policy = **policy;
+    absl::StatusOr<BlueprintView> view = ViewOf(*bp);
+    if (!view.ok()) return view.status();
+    for (const GenerationPoint& p : view->points) {
+      const bool bound = std::any_of(run.bindings.begin(), run.bindings.end(),
+                                     [&](const store::Binding& b) { return b.generation_point == p.name; });
+      if (!bound) control->deferred.push_back(p);
+    }
+  } else if (run.bindings.size() < bp->generation_points.size()) {
+    // Its generation was deferred to the worker, with a policy only the lost process knew.
+    absl::Status s = FinishAndAnnounce(
+        run.id, store::RunOutcome{store::RunState::kFailed, "",
+                                  "interrupted: the server stopped before this run's code was generated; submit it again",
+                                  /*interrupted=*/true});
+    if (!s.ok()) return s;
+    return std::shared_ptr<RunControl>();
+  }
+  return control;
+}
+
 absl::Status Engine::FinishAndAnnounce(int64_t run_id, const store::RunOutcome& outcome) {
-  absl::StatusOr<store::RunRecord> finished = store_->FinishRun(run_id, outcome);
+  std::vector<RunEvent> events;
+  if (!outcome.error.empty()) events.push_back(RunEvent::Log(absl::StrCat("error: ", outcome.error)));
+  events.push_back(RunEvent::State(outcome.state));
+  // The terminal state and its events in one write where the store can, so a watcher on another
+  // replica never sees the one without the other.
+  absl::StatusOr<store::RunRecord> finished = events_.Finish(run_id, outcome, events);
   if (!finished.ok()) return finished.status();
   if (options_.on_run_end) {
     const double seconds = finished->start_ms > 0 ? (finished->end_ms - finished->start_ms) / 1000.0 : -1.0;
     options_.on_run_end(BlueprintNameOf(finished->blueprint_digest), outcome.state, seconds);
   }
-  std::vector<RunEvent> events;
-  if (!outcome.error.empty()) events.push_back(RunEvent::Log(absl::StrCat("error: ", outcome.error)));
-  events.push_back(RunEvent::State(outcome.state));
-  return events_.Append(run_id, events);
+  return absl::OkStatus();
 }
 
 std::string Engine::EngineProfileJson(const sandbox::Limits& limits) const {

@@ -69,7 +69,20 @@ struct EngineOptions {
   // Metrics hook (may be empty): a run reached a terminal state (`seconds` from its start,
   // negative when it never started).
   std::function<void(const std::string& blueprint, store::RunState state, double seconds)> on_run_end;
+  // Several replicas on one database (docs/operations.md, "Several replicas on PostgreSQL"):
+  // with a store that supports run leases, runs are queued in the database and each replica
+  // claims as many as it has free workers, under a lease of `lease` that it renews every
+  // `heartbeat`; a run whose lease expired is taken over by any replica. `replica_id` names
+  // this one in the leases (empty: "<host>-<pid>"). `claim_poll` is how often an idle replica
+  // looks for runs submitted to another one.
+  std::string replica_id;
+  std::chrono::milliseconds lease{10000};
+  std::chrono::milliseconds heartbeat{2000};
+  std::chrono::milliseconds claim_poll{200};
 };
+
+// "<host>-<pid>": a replica's name in run leases and generation claims when none is given.
+std::string DefaultReplicaId();
 
 // A review comment is at most this many bytes: every review travels with its artifact.
 inline constexpr size_t kMaxReviewCommentBytes = 4096;
@@ -174,7 +187,18 @@ class Engine {
     int64_t requeued_by_drain = 0;  // since start
     // The same per blueprint name: (queued, executing).
     std::map<std::string, std::pair<int64_t, int64_t>> by_blueprint;
+    // With runs queued in the database (several replicas): since start, runs this replica
+    // claimed, the ones of those it took over from a replica whose lease expired, and leases it
+    // lost; and over the whole database now, runs pending and running (-1: not read).
+    bool shared_queue = false;
+    int64_t claimed = 0;
+    int64_t taken_over = 0;
+    int64_t leases_lost = 0;
+    int64_t store_pending = -1;
+    int64_t store_running = -1;
   };
+  // This replica's name in run leases (empty: runs are queued in this process).
+  const std::string& replica_id() const { return replica_id_; }
   QueueStats queue_stats();
 
   // {"limits":{...},"re2":{...},"rote":"<version>","sandbox":"<profile>"} (canonical JSON).
@@ -266,10 +290,21 @@ class Engine {
 
   Engine(store::Store* store, LuaArtifactRunner* lua_runner, Generator* generator, EngineOptions options);
   absl::Status Recover();
-  // Records the policy of a run whose code is generated when it executes, so a later server
-  // that takes the run up (it was queued or re-queued when this one stopped) generates it alike.
-  absl::Status RecordPolicy(int64_t run_id, const RunPolicy& policy);
-  // The recorded policy (RecordPolicy) of a run; nullopt when none was recorded.
+  // The policy of a run whose code is generated when it executes, as recorded with the run, so
+  // a later server that takes the run up (it was queued or re-queued when this one stopped, or
+  // another replica claims it) generates it alike.
+  store::NewRunEvent PolicyEvent(const RunPolicy& policy) const;
+  // What a worker needs to execute a stored pending (or claimed) run; null when the run cannot
+  // run anywhere (its code is to be generated under a policy nobody recorded), after failing it.
+  absl::StatusOr<std::shared_ptr<RunControl>> ControlFor(const store::RunRecord& run);
+  // Runs queued in the database (shared_queue_): the claiming and lease-renewing threads, a
+  // claimed run handed to the workers, and claimed runs no worker took given back.
+  void ClaimLoop();
+  void HeartbeatLoop();
+  void TakeUp(const store::ClaimedRun& claimed);
+  void GiveBackQueued(std::string_view why);
+  QueueStats LocalQueueStats();
+  // The recorded policy (PolicyEvent) of a run; nullopt when none was recorded.
   absl::StatusOr<std::optional<RunPolicy>> RecordedPolicy(int64_t run_id);
   // The declared name of a stored blueprint (cached: blueprints never change).
   std::string BlueprintNameOf(const std::string& digest);
@@ -310,6 +345,18 @@ class Engine {
   std::mutex names_mu_;
   std::map<std::string, std::string> blueprint_names_;  // digest -> name, guarded by names_mu_
   std::vector<std::thread> workers_;
+
+  // Several replicas on one database (see EngineOptions::replica_id).
+  bool shared_queue_ = false;
+  std::string replica_id_;
+  std::condition_variable claim_cv_;  // wakes the claimer: a run was submitted or a worker freed
+  bool claim_poke_ = false;
+  bool heartbeat_stop_ = false;
+  int64_t claimed_ = 0;
+  int64_t taken_over_ = 0;
+  int64_t leases_lost_ = 0;
+  std::thread claimer_;
+  std::thread heartbeat_;
 
   EventBus events_;
 };

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +24,11 @@ struct Engine::RunControl {
   std::string principal;
   std::string blueprint;  // its declared name, for metrics
   std::vector<GenerationPoint> deferred;  // points to generate before executing
+  // Runs queued in the database: the run as claimed (already running, under this replica's
+  // lease), and whether the lease was lost (another replica took the run over, or it ended
+  // elsewhere): then nothing more of this attempt is recorded.
+  std::optional<store::RunRecord> claimed;
+  bool lease_lost = false;
 };
 
 // Artifacts of a generation point are stored under "{blueprint name}/{point name}".

@@ -155,6 +155,17 @@ absl::Status EventBus::Append(int64_t run_id, const std::vector<RunEvent>& event
   return seq.status();
 }
 
+store::NewRunEvent EventBus::Stored(const std::vector<RunEvent>& events) {
+  return store::NewRunEvent{std::string(kEventsKind), EncodeRunEvents(events)};
+}
+
+absl::StatusOr<store::RunRecord> EventBus::Finish(int64_t run_id, const store::RunOutcome& outcome,
+                                                  const std::vector<RunEvent>& events) {
+  absl::StatusOr<store::RunRecord> run = store_->FinishRunWithEvent(run_id, outcome, Stored(events));
+  Notify();
+  return run;
+}
+
 absl::Status EventBus::Requeue(int64_t run_id, std::string_view why) {
   absl::StatusOr<store::RunRecord> run = store_->RequeueRun(
       run_id, kEventsKind, EncodeRunEvents({RunEvent::Log(why), RunEvent::State(store::RunState::kPending)}));

@@ -45,6 +45,11 @@ class EventBus {
   explicit EventBus(store::Store* store) : store_(store) {}
 
   absl::Status Append(int64_t run_id, const std::vector<RunEvent>& events);
+  // The events as one stored event (for Store::CreateRunWithEvents and ClaimRuns).
+  static store::NewRunEvent Stored(const std::vector<RunEvent>& events);
+  // Store::FinishRunWithEvent with `events`, then wakes the watchers.
+  absl::StatusOr<store::RunRecord> Finish(int64_t run_id, const store::RunOutcome& outcome,
+                                          const std::vector<RunEvent>& events);
   // Store::RequeueRun with the events `why` (a log line) and the state pending, then wakes the
   // watchers.
   absl::Status Requeue(int64_t run_id, std::string_view why);

@@ -37,8 +37,10 @@ void Engine::WorkerLoop() {
       std::lock_guard lock(mu_);
       active_.erase(job.run_id);
       executing_.erase(job.run_id);
+      claim_poke_ = true;  // a free worker: the claimer takes the next run from the database
     }
     finished_cv_.notify_all();
+    claim_cv_.notify_all();
     events_.Notify();
   }
 }
@@ -63,6 +65,11 @@ void Engine::ExecuteRun(const Job& job) {
     {
       std::lock_guard lock(control.mu);
       requeue = control.requeue;
+      if (control.lease_lost) {
+        // Another replica runs it now (or it ended elsewhere); the store would refuse the write.
+        spdlog::warn("run {}: this replica lost its lease; the attempt ends unrecorded ({})", id, error);
+        return;
+      }
     }
     // A draining server stopped it: back to the queue, to run again from its start (a person's
     // cancel stays a cancel).
@@ -81,7 +88,9 @@ void Engine::ExecuteRun(const Job& job) {
     absl::Status s = FinishAndAnnounce(id, store::RunOutcome{state, "", RecordedError(error), interrupted});
     if (!s.ok()) spdlog::error("run {}: cannot record its end ({}): {}", id, StateWord(state), std::string(s.message()));
   };
-  absl::StatusOr<store::RunRecord> run = store_->StartRun(id);
+  // A run claimed from the database is running already, under this replica's lease.
+  absl::StatusOr<store::RunRecord> run =
+      control.claimed ? absl::StatusOr<store::RunRecord>(*control.claimed) : store_->StartRun(id);
   if (!run.ok()) {
     spdlog::warn("run {} did not start: {}", id, std::string(run.status().message()));
     return;
@@ -158,7 +167,11 @@ void Engine::ExecuteRun(const Job& job) {
     absl::StatusOr<store::BlobRef> blob = store_->PutBlob(output->json);
     if (!blob.ok()) return fail(store::RunState::kFailed, absl::StrCat("storing the output failed: ", blob.status().message()));
     absl::Status s = FinishAndAnnounce(id, store::RunOutcome{store::RunState::kSucceeded, output->digest, ""});
-    if (!s.ok()) spdlog::error("run {}: cannot record its success: {}", id, std::string(s.message()));
+    if (absl::IsAborted(s)) {
+      spdlog::warn("run {}: its output is not recorded here: {}", id, std::string(s.message()));
+    } else if (!s.ok()) {
+      spdlog::error("run {}: cannot record its success: {}", id, std::string(s.message()));
+    }
     return;
   }
   const absl::Status& st = output.status();

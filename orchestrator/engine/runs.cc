@@ -157,7 +157,11 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
   run.submitter = req.principal;
   run.request_id = req.request_id;
   if (req.policy.allow_pending) run.unreviewed_allowed_by = req.principal;
-  absl::StatusOr<store::CreateRunResult> created = store_->CreateRun(run);
+  // The run's first events are written with it: a replica that claims it at once finds them.
+  std::vector<store::NewRunEvent> first_events = {EventBus::Stored({RunEvent::State(store::RunState::kPending)})};
+  if (!deferred.empty()) first_events.push_back(PolicyEvent(req.policy));
+  absl::StatusOr<store::CreateRunResult> created = store_->CreateRunWithEvents(run, first_events);
+  events_.Notify();
   if (!created.ok()) return created.status();
   if (!created->created) return created->run;  // a concurrent retry made it first
   const int64_t id = created->run.id;
@@ -169,9 +173,14 @@ absl::StatusOr<store::RunRecord> Engine::SubmitRun(const SubmitRequest& req) {
     idem.response = RunName(id);
     if (absl::StatusOr<store::IdempotencyRecord> put = store_->PutIdempotency(idem); !put.ok()) return put.status();
   }
-  if (absl::Status s = events_.Append(id, {RunEvent::State(store::RunState::kPending)}); !s.ok()) return s;
-  if (!deferred.empty()) {
-    if (absl::Status s = RecordPolicy(id, req.policy); !s.ok()) return s;
+  if (shared_queue_) {
+    // Queued in the database: this replica's claimer, or another replica's, takes it.
+    {
+      std::lock_guard lock(mu_);
+      claim_poke_ = true;
+    }
+    claim_cv_.notify_all();
+    return created->run;
   }
   auto control = std::make_shared<RunControl>();
   control->policy = req.policy;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "orchestrator/engine/regex_artifact.h"
@@ -500,6 +501,49 @@ absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::StoreOutcome(const
   return engine::GeneratedArtifact{*cached, false};
 }
 
+// Keeps this replica's claims on the requests it generates (PipelineOptions::replica_id): renews
+// them while it lives, releases them when it goes.
+class GenerationPipeline::ClaimKeeper {
+ public:
+  ClaimKeeper(GenerationPipeline* pipeline, std::vector<std::string> digests)
+      : pipeline_(pipeline), digests_(std::move(digests)) {
+    if (!Shared()) return;
+    renewer_ = std::thread([this] {
+      std::unique_lock lock(mu_);
+      while (!cv_.wait_for(lock, pipeline_->options_.claim_lease / 3, [this] { return done_; })) {
+        for (const std::string& d : digests_) {
+          pipeline_->store_
+              ->ClaimGeneration(d, pipeline_->options_.replica_id, pipeline_->options_.claim_lease.count())
+              .IgnoreError();
+        }
+      }
+    });
+  }
+  ~ClaimKeeper() {
+    if (!Shared()) return;
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    renewer_.join();
+    for (const std::string& d : digests_) {
+      pipeline_->store_->ReleaseGeneration(d, pipeline_->options_.replica_id).IgnoreError();
+    }
+  }
+  ClaimKeeper(const ClaimKeeper&) = delete;
+  ClaimKeeper& operator=(const ClaimKeeper&) = delete;
+
+ private:
+  bool Shared() const { return !pipeline_->options_.replica_id.empty() && pipeline_->store_->SupportsRunLeases(); }
+  GenerationPipeline* const pipeline_;
+  const std::vector<std::string> digests_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread renewer_;
+};
+
 std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::GenerateAll(
     const std::vector<GenerationJob>& jobs) {
   std::vector<absl::StatusOr<engine::GeneratedArtifact>> results(jobs.size(),
@@ -551,7 +595,14 @@ std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::Gener
     }
   }
 
+  const std::vector<size_t> on_other_replicas = ClaimShared(chains, &to_run);
   if (!to_run.empty()) {
+    std::vector<std::string> claimed;
+    for (size_t i : to_run) claimed.push_back(chains[i].request_digest);
+    // Renews this replica's claims while the model works; releases them once the outcomes are
+    // stored (the identical requests waiting elsewhere are answered from those).
+    std::optional<ClaimKeeper> keeper;
+    keeper.emplace(this, std::move(claimed));
     std::vector<Chain*> running;
     for (size_t i : to_run) running.push_back(&chains[i]);
     // One run's points share its cancellation; the batch stops only when all of them are cancelled.
@@ -563,6 +614,7 @@ std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::Gener
     };
     RunChains(running, cancelled);
     for (size_t i : to_run) results[i] = StoreOutcome(jobs[i], chains[i]);
+    keeper.reset();
     {
       std::lock_guard lock(mu_);
       for (size_t i : to_run) in_flight_.erase(chains[i].request_digest);
@@ -593,7 +645,54 @@ std::vector<absl::StatusOr<engine::GeneratedArtifact>> GenerationPipeline::Gener
       results[i] = std::move(GenerateAll({job})[0]);
     }
   }
+  for (size_t i : on_other_replicas) results[i] = WaitForReplica(jobs[i], chains[i]);
   return results;
+}
+
+// ---- generations shared between replicas -----------------------------------------------------
+
+std::vector<size_t> GenerationPipeline::ClaimShared(std::vector<Chain>& chains, std::vector<size_t>* to_run) {
+  std::vector<size_t> elsewhere;
+  if (options_.replica_id.empty() || !store_->SupportsRunLeases()) return elsewhere;
+  std::vector<size_t> mine;
+  for (size_t i : *to_run) {
+    absl::StatusOr<bool> held =
+        store_->ClaimGeneration(chains[i].request_digest, options_.replica_id, options_.claim_lease.count());
+    // Without an answer from the database this replica generates: at worst the request reaches
+    // the model twice, and the first record stored wins.
+    if (!held.ok() || *held) {
+      mine.push_back(i);
+      continue;
+    }
+    elsewhere.push_back(i);
+    chains[i].Progress("the same request is being generated on another replica; waiting for its result");
+  }
+  if (!elsewhere.empty()) {
+    {
+      std::lock_guard lock(mu_);
+      for (size_t i : elsewhere) in_flight_.erase(chains[i].request_digest);
+    }
+    in_flight_cv_.notify_all();
+  }
+  *to_run = std::move(mine);
+  return elsewhere;
+}
+
+absl::StatusOr<engine::GeneratedArtifact> GenerationPipeline::WaitForReplica(const GenerationJob& job, Chain& chain) {
+  while (true) {
+    if (job.context.cancelled && job.context.cancelled()) {
+      return absl::CancelledError(absl::StrCat("the generation of '", chain.point.name, "' was cancelled"));
+    }
+    absl::StatusOr<std::optional<absl::StatusOr<engine::GeneratedArtifact>>> answered = Answered(job, chain);
+    if (!answered.ok()) return answered.status();
+    if (answered->has_value()) return **answered;
+    // No answer yet: the other replica still holds its claim, or it released (or lost) it
+    // without one (cancelled, died): then this replica generates.
+    absl::StatusOr<bool> held =
+        store_->ClaimGeneration(chain.request_digest, options_.replica_id, options_.claim_lease.count());
+    if (held.ok() && *held) return std::move(GenerateAll({job})[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 absl::StatusOr<std::optional<engine::GeneratedArtifact>> GenerationPipeline::Lookup(

@@ -17,6 +17,7 @@
 // without calling the model.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -58,6 +59,13 @@ struct PipelineOptions {
                      double seconds)>
       on_attempt;
   std::function<void(const std::string& kind)> on_answered;
+  // Several replicas on one database (docs/operations.md, "Several replicas on PostgreSQL"):
+  // with a store that shares generations, a request this replica generates is claimed in the
+  // database under `replica_id` (renewed while it generates, for `claim_lease` each time), and an
+  // identical request on another replica waits for its result instead of asking its own model;
+  // a claim whose replica died expires and is taken over. Empty: not shared.
+  std::string replica_id;
+  std::chrono::milliseconds claim_lease{10000};
 };
 
 // Live events of one generation, for the Generate RPC. Any may be empty.
@@ -142,6 +150,13 @@ class GenerationPipeline final : public engine::Generator {
   absl::StatusOr<engine::GeneratedArtifact> StoreOutcome(const GenerationJob& job, const Chain& chain);
   absl::StatusOr<std::optional<absl::StatusOr<engine::GeneratedArtifact>>> Answered(const GenerationJob& job,
                                                                                     const Chain& chain);
+  // Generations shared between replicas (PipelineOptions::replica_id): claims the requests of
+  // `to_run` in the database and returns those another replica is generating (taken out of
+  // `to_run` and of in_flight_); waits for one of those to be answered, or generates it here
+  // when its claim expired without an answer.
+  std::vector<size_t> ClaimShared(std::vector<Chain>& chains, std::vector<size_t>* to_run);
+  absl::StatusOr<engine::GeneratedArtifact> WaitForReplica(const GenerationJob& job, Chain& chain);
+  class ClaimKeeper;
 
   store::Store* const store_;
   CodeModel* const model_;
