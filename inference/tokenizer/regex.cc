@@ -8,8 +8,9 @@
 //       Rewritten to the explicit class.
 //   \h  Oniguruma (Ruby syntax): a hexadecimal digit. PCRE2: horizontal space. Rewritten.
 //   ^ $ Oniguruma (Ruby syntax): line anchors always. PCRE2: PCRE2_MULTILINE.
-// \d (Decimal_Number) and \p{..} general categories mean the same in both; both engines carry
-// Unicode 14.0 tables in the versions rote and tokenizers build with.
+//   \p{..} general categories, \d: tokenizers' Oniguruma carries Unicode 16.0 tables, PCRE2 10.42
+//       Unicode 14.0. The characters the newer tables add to a category are added to the class
+//       (onig_unicode_delta.inc); a category that lost characters (Mn, C) is refused.
 #include "inference/tokenizer/tokenizer_internal.h"
 #include "inference/tokenizer/utf8.h"
 
@@ -20,8 +21,45 @@ namespace {
 
 constexpr std::string_view kOnigSpace = R"(\p{White_Space})";
 constexpr std::string_view kOnigNotSpace = R"(\P{White_Space})";
-constexpr std::string_view kOnigWordItems = R"(\p{L}\p{M}\p{N}\p{Pc})";
 constexpr std::string_view kHexItems = "0-9a-fA-F";
+
+struct CategoryDelta {
+  const char* name;
+  const char* added;  // PCRE2 class items
+  int removed;        // code points PCRE2 has in the category and Oniguruma does not
+};
+
+constexpr CategoryDelta kCategoryDeltas[] = {
+#include "inference/tokenizer/onig_unicode_delta.inc"
+};
+
+const CategoryDelta* FindCategory(std::string_view name) {
+  for (const CategoryDelta& d : kCategoryDeltas) {
+    if (name == d.name) return &d;
+  }
+  return nullptr;
+}
+
+// Class items for a general category as Oniguruma's tables define it; empty when `name` is not
+// a general category (then PCRE2's own meaning stands).
+StatusOr<std::string> CategoryItems(std::string_view name, const std::string& field, const std::string& pattern) {
+  const CategoryDelta* d = FindCategory(name);
+  if (d == nullptr) return std::string();
+  if (d->removed > 0) {
+    return Unimplemented("tokenizer.json: field '" + field + "': \\p{" + std::string(name) +
+                         "} differs between Oniguruma's and PCRE2's Unicode tables and is not supported (pattern: " +
+                         pattern + ")");
+  }
+  return "\\p{" + std::string(name) + "}" + d->added;
+}
+
+std::string WordItems() {
+  std::string items;
+  for (const char* c : {"L", "M", "N"}) {
+    items += std::string("\\p{") + c + "}" + FindCategory(c)->added;
+  }
+  return items + "\\p{Pc}";
+}
 
 // The pattern with Oniguruma's class escapes spelled out for PCRE2; an error names an escape
 // that has no PCRE2 spelling where it stands.
@@ -58,16 +96,62 @@ StatusOr<std::string> TranslateOnig(const std::string& pattern, const std::strin
           out += kOnigNotSpace;
           break;
         case 'w':
-          if (in_class) out += kOnigWordItems;
-          else out += "[" + std::string(kOnigWordItems) + "]";
+          if (in_class) out += WordItems();
+          else out += "[" + WordItems() + "]";
           break;
         case 'W':
           if (in_class) {
             return Unimplemented("tokenizer.json: field '" + field +
                                  "': \\W inside a character class is not supported (pattern: " + pattern + ")");
           }
-          out += "[^" + std::string(kOnigWordItems) + "]";
+          out += "[^" + WordItems() + "]";
           break;
+        case 'd':
+        case 'D':
+        case 'p':
+        case 'P': {
+          // \d is Decimal_Number; \pX and \p{Name} name a property.
+          std::string name;
+          bool negated = e == 'D' || e == 'P';
+          size_t end = i;  // last character of the escape
+          if (e == 'd' || e == 'D') {
+            name = "Nd";
+          } else if (i + 1 < pattern.size() && pattern[i + 1] == '{') {
+            const size_t close = pattern.find('}', i + 2);
+            if (close == std::string::npos) {
+              out += '\\';
+              out += e;
+              break;
+            }
+            name = pattern.substr(i + 2, close - i - 2);
+            if (!name.empty() && name[0] == '^') {
+              negated = !negated;
+              name.erase(0, 1);
+            }
+            end = close;
+          } else if (i + 1 < pattern.size()) {
+            name = pattern.substr(i + 1, 1);
+            end = i + 1;
+          }
+          ROTE_ASSIGN_OR_RETURN(const std::string items, CategoryItems(name, field, pattern));
+          if (items.empty()) {  // not a general category: PCRE2's meaning
+            out += pattern.substr(i - 1, end - i + 2);
+            i = end;
+            break;
+          }
+          i = end;
+          if (!negated) {
+            if (in_class) out += items;
+            else out += "[" + items + "]";
+          } else if (!in_class) {
+            out += "[^" + items + "]";
+          } else {
+            return Unimplemented("tokenizer.json: field '" + field +
+                                 "': a negated category inside a character class is not supported (pattern: " +
+                                 pattern + ")");
+          }
+          break;
+        }
         case 'h':
           if (in_class) out += kHexItems;
           else out += "[" + std::string(kHexItems) + "]";

@@ -206,6 +206,13 @@ TEST(TokenizerRegex, ClassesMeanWhatOnigurumaMakesThem) {
   EXPECT_EQ(pieces_by(R"(\h+)", "xx 0fA9 zz"), "[0fA9]");
   // ^ and $ are line anchors.
   EXPECT_EQ(pieces_by(R"(^a)", "a\na"), "[a][a]");
+  // Categories follow Oniguruma's Unicode 16.0 tables: U+105C0 TODHRI LETTER A (16.0) is a
+  // letter, U+11F50 KAWI DIGIT ZERO (15.0) a decimal digit, U+0897 (16.0) a mark.
+  EXPECT_EQ(pieces_by(R"(\p{L}+)", "x\xF0\x90\x97\x80y"), "[x\xF0\x90\x97\x80y]");
+  EXPECT_EQ(pieces_by(R"([^\s\pL]+)", "x\xF0\x90\x97\x80-"), "[-]");
+  EXPECT_EQ(pieces_by(R"(\d+)", "1\xF0\x91\xBD\x90"), "[1\xF0\x91\xBD\x90]");
+  EXPECT_EQ(pieces_by(R"([\p{L}\p{M}]+)", "a\xE0\xA2\x97"), "[a\xE0\xA2\x97]");
+  EXPECT_EQ(pieces_by(R"(\P{N}+)", "a\xF0\x91\xBD\x90" "b"), "[a][b]");
   // An empty match right after a match is skipped, as Oniguruma's find_iter does.
   EXPECT_EQ(pieces_by(R"(a*)", "aab"), "[aa][]");
 }
@@ -280,7 +287,9 @@ TEST(TokenizerErrorsNamed, UnsupportedComponentsAreRefusedAtLoad) {
            {"decoder", {{"type", "CTC"}}, "CTC"},
            {"post_processor", {{"type", "BlahProcessing"}}, "BlahProcessing"},
            {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", "Sideways"}}, "Sideways"},
-           {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[^\\W]"}}}, {"behavior", "Isolated"}}, "\\W"}}) {
+           {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[^\\W]"}}}, {"behavior", "Isolated"}}, "\\W"},
+           {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "\\p{Mn}"}}}, {"behavior", "Isolated"}}, "Mn"},
+           {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[\\P{L}]"}}}, {"behavior", "Isolated"}}, "negated"}}) {
     Json bad = tj;
     bad[field] = node;
     StatusOr<Tokenizer> t = Tokenizer::FromJson(bad.dump(), "", "", "");
