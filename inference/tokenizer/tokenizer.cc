@@ -108,6 +108,7 @@ std::string StreamDecoder::Push(int32_t id) {
       tokenizer_internal::ByteFallbackValue(impl.id_token[id]) >= 0) {
     return {};
   }
+  if (impl.stream_holds_all) return {};
   const std::string text = impl.DecodeIds(window_, skip_special_, continuation_);
   size_t ready = text.size();
   if (impl.decoder_has_byte_level) {

@@ -227,6 +227,7 @@ struct Tokenizer::Impl {
   bool decoder_has_byte_fallback = false;
   bool decoder_has_byte_level = false;
   bool stream_restartable = false;  // no Strip at the end, no ByteLevel among other steps
+  bool stream_holds_all = false;    // a Replace over joined text: nothing is final before Finish
   // The BPE model's options.
   bool ignore_merges = false;
   bool byte_fallback = false;

@@ -384,6 +384,7 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
     impl->has_decoder = top.Find("decoder") != nullptr;
     impl->byte_level_decoder = !impl->decoder.empty();
     impl->stream_restartable = true;
+    bool joined = false;  // a step before joined the tokens into one string
     for (const auto& step : impl->decoder) {
       using Kind = tokenizer_internal::DecoderStep::Kind;
       impl->byte_level_decoder = impl->byte_level_decoder && step.kind == Kind::kByteLevel;
@@ -392,6 +393,10 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
       if (step.kind == Kind::kByteLevel || (step.kind == Kind::kStrip && step.strip_stop > 0)) {
         impl->stream_restartable = false;
       }
+      // A Replace over the joined text can match across tokens: later tokens may change text
+      // already decoded, so streaming holds everything back.
+      if (joined && step.kind == Kind::kReplace) impl->stream_holds_all = true;
+      joined = joined || step.kind == Kind::kFuse || step.kind == Kind::kByteLevel;
     }
     ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadModel(top, *impl));
     const Impl& loaded = *impl;

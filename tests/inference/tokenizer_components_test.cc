@@ -251,6 +251,23 @@ TEST(TokenizerNormalizer, LowercaseStripReplacePrependInOrder) {
   EXPECT_EQ(Pieces(t, t.Encode("  \xC4\xB0" "A12 \t")), "-|i|\xCC\x87|a|x");
 }
 
+TEST(TokenizerDecoder, StreamingEqualsDecodeWhateverTheDecoderOrder) {
+  Json tj = Base({"a", "b", "c", "<0x41>", "<0xC3>", "<0xA9>", " "}, {});
+  const std::vector<std::vector<int32_t>> seqs{{0, 1, 2}, {0, 1, 0, 1}, {3, 0, 1}, {4, 5, 1}, {4, 0}, {6, 0, 6, 6}};
+  const std::vector<Json> decoders{
+      {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, {{"type", "Replace"}, {"pattern", {{"String", "ab"}}}, {"content", "X"}}}}},
+      {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}, {{"type", "Strip"}, {"content", " "}, {"start", 2}, {"stop", 2}}}}},
+      {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"Regex", "b+"}}}, {"content", ""}}, {{"type", "ByteFallback"}}}}},
+      {{"type", "Sequence"}, {"decoders", {{{"type", "ByteLevel"}}, {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "\xC3\xA9"}}}}}};
+  for (const Json& d : decoders) {
+    tj["decoder"] = d;
+    const Tokenizer t = Make(tj);
+    for (const auto& seq : seqs) EXPECT_EQ(Streamed(t, seq), t.Decode(seq)) << d.dump();
+  }
+  tj["decoder"] = decoders[0];
+  EXPECT_EQ(Make(tj).Decode(std::vector<int32_t>{0, 1, 2}), "Xc");  // across tokens, as tokenizers
+}
+
 TEST(TokenizerPostProcessor, RobertaBertAndSequencesWrapTheSequence) {
   Json tj = Base({"<s>", "</s>", "a"}, {});
   tj["added_tokens"] = {Added(0, "<s>"), Added(1, "</s>")};
