@@ -11,21 +11,6 @@ namespace {
 // Rust's String::from_utf8: the bytes as a string when they are valid UTF-8.
 bool ValidUtf8(std::string_view bytes) { return utf8::IsValid(bytes); }
 
-std::string ReplaceChar(std::string_view token, std::string_view from, std::string_view to) {
-  std::string out;
-  out.reserve(token.size());
-  size_t pos = 0;
-  while (pos < token.size()) {
-    if (token.compare(pos, from.size(), from) == 0) {
-      out += to;
-      pos += from.size();
-    } else {
-      out += token[pos++];
-    }
-  }
-  return out;
-}
-
 void ByteFallbackChain(std::vector<std::string>& tokens) {
   std::vector<std::string> out;
   out.reserve(tokens.size());
@@ -56,27 +41,22 @@ void ByteFallbackChain(std::vector<std::string>& tokens) {
   tokens = std::move(out);
 }
 
+// Up to `start` leading and `stop` trailing `c` characters removed; only the ends are read.
 std::string StripToken(const std::string& token, char32_t c, size_t start, size_t stop) {
-  std::vector<std::pair<size_t, char32_t>> chars;  // (byte offset, code point)
-  size_t pos = 0;
-  while (pos < token.size()) {
-    const size_t at = pos;
-    chars.emplace_back(at, utf8::DecodeAt(token, pos));
+  size_t b0 = 0;
+  for (size_t n = 0; n < start && b0 < token.size(); ++n) {
+    size_t next = b0;
+    if (utf8::DecodeAt(token, next) != c) break;
+    b0 = next;
   }
-  size_t start_cut = 0;
-  for (size_t i = 0; i < chars.size() && i < start; ++i) {
-    if (chars[i].second != c) break;
-    start_cut = i + 1;
+  size_t b1 = token.size();
+  for (size_t n = 0; n < stop && b1 > b0; ++n) {
+    size_t at = b1 - 1;
+    while (at > b0 && (static_cast<unsigned char>(token[at]) & 0xC0) == 0x80) --at;
+    size_t probe = at;
+    if (utf8::DecodeAt(token, probe) != c) break;
+    b1 = at;
   }
-  size_t stop_cut = chars.size();
-  for (size_t i = 0; i < stop && i < chars.size(); ++i) {
-    const size_t index = chars.size() - i - 1;
-    if (chars[index].second != c) break;
-    stop_cut = index;
-  }
-  if (stop_cut <= start_cut) return {};
-  const size_t b0 = start_cut < chars.size() ? chars[start_cut].first : token.size();
-  const size_t b1 = stop_cut < chars.size() ? chars[stop_cut].first : token.size();
   return token.substr(b0, b1 - b0);
 }
 
@@ -92,11 +72,14 @@ void RunStep(const DecoderStep& step, std::vector<std::string>& tokens, bool con
     case Kind::kMetaspace:
       for (size_t i = 0; i < tokens.size(); ++i) {
         const bool drop = i == 0 && !step.prepend_never && !continuation;
-        tokens[i] = ReplaceChar(tokens[i], step.content, drop ? "" : " ");
+        tokens[i] = ReplaceLiteral(tokens[i], step.content, drop ? "" : " ");
       }
       break;
     case Kind::kReplace:
-      for (std::string& t : tokens) t = ReplaceAll(step.pattern.get(), t, step.content);
+      for (std::string& t : tokens) {
+        t = step.literal.empty() ? ReplaceAll(step.pattern.get(), t, step.content)
+                                 : ReplaceLiteral(t, step.literal, step.content);
+      }
       break;
     case Kind::kByteFallback:
       ByteFallbackChain(tokens);
@@ -157,7 +140,7 @@ std::string DecodeTokenAlone(const std::vector<DecoderStep>& steps, const std::s
     // Strip and Metaspace's first-token rule belong to the whole text, not one token.
     if (step.kind == DecoderStep::Kind::kStrip) continue;
     if (step.kind == DecoderStep::Kind::kMetaspace) {
-      for (std::string& t : tokens) t = ReplaceChar(t, step.content, " ");
+      for (std::string& t : tokens) t = ReplaceLiteral(t, step.content, " ");
       continue;
     }
     RunStep(step, tokens, /*continuation=*/true);
@@ -193,7 +176,7 @@ Status LoadDecoder(const Json& d, const std::string& field, std::vector<DecoderS
     step.prepend_never = scheme == "never" || !add_prefix_space;
   } else if (type == "Replace") {
     step.kind = Kind::kReplace;
-    ROTE_ASSIGN_OR_RETURN(step.pattern, CompilePatternNode(f.Find("pattern"), field + ".pattern"));
+    ROTE_ASSIGN_OR_RETURN(step.pattern, CompilePatternNode(f.Find("pattern"), field + ".pattern", &step.literal));
     ROTE_RETURN_IF_ERROR(f.String("content", "", &step.content));
   } else if (type == "ByteFallback") {
     step.kind = Kind::kByteFallback;

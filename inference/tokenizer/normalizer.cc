@@ -152,7 +152,10 @@ std::string Normalize(const std::vector<NormalizerStep>& steps, std::string_view
       case Kind::kNfkd: s = NormalizeUnicode(s, UnicodeForm::kNfkd); break;
       case Kind::kLowercase: s = Lowercase(s); break;
       case Kind::kStrip: s = std::string(StripWhitespace(s, step.strip_left, step.strip_right)); break;
-      case Kind::kReplace: s = ReplaceAll(step.pattern.get(), s, step.content); break;
+      case Kind::kReplace:
+        s = step.literal.empty() ? ReplaceAll(step.pattern.get(), s, step.content)
+                                 : ReplaceLiteral(s, step.literal, step.content);
+        break;
       case Kind::kPrepend:
         if (!s.empty()) s = step.content + s;
         break;
@@ -190,7 +193,7 @@ Status LoadNormalizer(const Json& n, const std::string& field, std::vector<Norma
     ROTE_RETURN_IF_ERROR(f.Bool("strip_right", false, &step.strip_right));
   } else if (type == "Replace") {
     step.kind = Kind::kReplace;
-    ROTE_ASSIGN_OR_RETURN(step.pattern, CompilePatternNode(f.Find("pattern"), field + ".pattern"));
+    ROTE_ASSIGN_OR_RETURN(step.pattern, CompilePatternNode(f.Find("pattern"), field + ".pattern", &step.literal));
     ROTE_RETURN_IF_ERROR(f.String("content", "", &step.content));
   } else if (type == "Prepend") {
     step.kind = Kind::kPrepend;

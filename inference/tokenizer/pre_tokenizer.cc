@@ -112,10 +112,13 @@ void Tokenizer::Impl::PreTokenizeAndBpe(std::string_view text, bool at_start, st
     bool at_start;  // begins where the input begins
   };
   std::deque<std::string> storage;  // pieces a step rewrote
-  std::vector<PieceText> pieces{{text, at_start}};
-  std::vector<PieceText> next;
-  std::vector<tokenizer_internal::Match> matches;
-  std::vector<std::pair<size_t, size_t>> kept;
+  // Scratch reused across calls (per thread): a long text has as many pieces as words, and
+  // growing these afresh each time costs more than the splitting itself.
+  thread_local std::vector<PieceText> pieces;
+  thread_local std::vector<PieceText> next;
+  thread_local std::vector<tokenizer_internal::Match> matches;
+  thread_local std::vector<std::pair<size_t, size_t>> kept;
+  pieces.assign(1, {text, at_start});
   auto split_into = [&](const PieceText& p, tokenizer_internal::SplitBehavior behavior) {
     tokenizer_internal::ApplySplitBehavior(matches, behavior, kept);
     for (const auto& [s, e] : kept) next.push_back({p.text.substr(s, e - s), p.at_start && s == 0});

@@ -203,7 +203,7 @@ StatusOr<Pcre2Code> CompileOnigRegex(const std::string& pattern, const std::stri
   return Pcre2Code(code);
 }
 
-StatusOr<Pcre2Code> CompilePatternNode(const Json* pattern, const std::string& field) {
+StatusOr<Pcre2Code> CompilePatternNode(const Json* pattern, const std::string& field, std::string* literal_out) {
   static const Json kNone;
   const JsonFields pf(pattern == nullptr ? kNone : *pattern, kTokenizerJson, field + ".");
   if (pf.Find("Regex") != nullptr) {
@@ -215,6 +215,7 @@ StatusOr<Pcre2Code> CompilePatternNode(const Json* pattern, const std::string& f
     std::string literal;
     ROTE_RETURN_IF_ERROR(pf.String("String", "", &literal));
     if (literal.empty()) return InvalidArgument("tokenizer.json: field '" + field + ".String' must not be empty");
+    if (literal_out != nullptr) *literal_out = literal;
     // \Q..\E quotes everything but a literal "\E", which is spelled outside the quote.
     std::string quoted = "\\Q";
     for (size_t i = 0; i < literal.size(); ++i) {
@@ -293,17 +294,22 @@ void FindCharMatches(std::string_view text, const std::function<bool(char32_t)>&
 void ApplySplitBehavior(const std::vector<Match>& matches, SplitBehavior behavior,
                         std::vector<std::pair<size_t, size_t>>& out) {
   out.clear();
+  if (behavior == SplitBehavior::kIsolated) {  // the common case, without the merging pass
+    for (const Match& m : matches) {
+      if (m.end > m.start) out.emplace_back(m.start, m.end);
+    }
+    return;
+  }
   struct Kept {
     size_t start, end;
     bool remove;
   };
-  std::vector<Kept> splits;
-  splits.reserve(matches.size());
+  thread_local std::vector<Kept> splits;  // scratch, reused across calls
+  splits.clear();
   bool previous_match = false;
   switch (behavior) {
     case SplitBehavior::kIsolated:
-      for (const Match& m : matches) splits.push_back({m.start, m.end, false});
-      break;
+      break;  // handled above
     case SplitBehavior::kRemoved:
       for (const Match& m : matches) splits.push_back({m.start, m.end, m.is_match});
       break;
@@ -356,6 +362,21 @@ std::string ReplaceAll(const pcre2_code* pattern, std::string_view text, std::st
       out += text.substr(m.start, m.end - m.start);
     }
   }
+  return out;
+}
+
+std::string ReplaceLiteral(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(text.size());
+  size_t pos = 0;
+  while (true) {
+    const size_t at = text.find(from, pos);
+    if (at == std::string_view::npos) break;
+    out.append(text.substr(pos, at - pos));
+    out.append(to);
+    pos = at + from.size();
+  }
+  out.append(text.substr(pos));
   return out;
 }
 

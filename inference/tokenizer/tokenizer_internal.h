@@ -82,6 +82,7 @@ struct NormalizerStep {
   bool strip_left = false;   // Strip
   bool strip_right = false;  // Strip
   Pcre2Code pattern;         // Replace
+  std::string literal;       // Replace with a String pattern: that string
   std::string content;       // Replace: the replacement; Prepend: the prefix
 };
 
@@ -105,6 +106,7 @@ struct DecoderStep {
   enum class Kind { kByteLevel, kMetaspace, kReplace, kByteFallback, kFuse, kStrip };
   Kind kind = Kind::kByteLevel;
   Pcre2Code pattern;        // Replace
+  std::string literal;      // Replace with a String pattern: that string
   std::string content;      // Replace: the replacement; Metaspace: the replacement character
   bool prepend_never = false;  // Metaspace
   char32_t strip_char = 0;  // Strip
@@ -153,8 +155,9 @@ int ByteFallbackValue(std::string_view token);
 // Compiles a tokenizer.json regex, written for Oniguruma (which tokenizers runs), for PCRE2 with
 // the classes meaning what they mean in Oniguruma (docs/tokenizer.md, "Regular expressions").
 StatusOr<Pcre2Code> CompileOnigRegex(const std::string& pattern, const std::string& field);
-// A {"Regex": ...} or {"String": ...} pattern node.
-StatusOr<Pcre2Code> CompilePatternNode(const Json* pattern, const std::string& field);
+// A {"Regex": ...} or {"String": ...} pattern node; for a String, `literal` (when given) receives
+// it, so callers can replace it without the regex engine.
+StatusOr<Pcre2Code> CompilePatternNode(const Json* pattern, const std::string& field, std::string* literal = nullptr);
 // find_matches of a regex, with Oniguruma's find_iter rules for empty matches.
 void FindRegexMatches(const pcre2_code* regex, std::string_view text, std::vector<Match>& out);
 // find_matches of a character predicate: every matching character is one match.
@@ -165,6 +168,8 @@ void ApplySplitBehavior(const std::vector<Match>& matches, SplitBehavior behavio
                         std::vector<std::pair<size_t, size_t>>& out);
 // Every match of `pattern` replaced by `content` (NormalizedString::replace).
 std::string ReplaceAll(const pcre2_code* pattern, std::string_view text, std::string_view content);
+// The same for a literal pattern: non-overlapping occurrences, left to right.
+std::string ReplaceLiteral(std::string_view text, std::string_view from, std::string_view to);
 
 // --- normalizer.cc
 enum class UnicodeForm { kNfc, kNfd, kNfkc, kNfkd };
