@@ -1,6 +1,7 @@
 // rote's tokenizer against Hugging Face `tokenizers` on published tokenizer files: the npm
 // packages of tests/tokenizer_files (installed by scripts/test.sh, pinned by package-lock.json)
-// hold the tokenizer.json of Qwen2.5, Qwen3, Llama 3, Llama 2, Gemma 2, Gemma 3 and DeepSeek V3;
+// hold the tokenizer.json of Qwen2.5, Qwen3, Llama 3, Mistral 7B (package llama2), Gemma 2,
+// Gemma 3 and DeepSeek V3;
 // tests/fixtures/tokenizer_real/<name>.json holds what tokenizers computed on them over the hard
 // corpus (tools/make_tokenizer_references.py). Every id and every decoded text must be equal.
 //
