@@ -60,7 +60,9 @@ std::string StripToken(const std::string& token, char32_t c, size_t start, size_
   return token.substr(b0, b1 - b0);
 }
 
-void RunStep(const DecoderStep& step, std::vector<std::string>& tokens, bool continuation) {
+// `continuation`: the tokens follow earlier ones whose text began. `joined`: an earlier step
+// (Fuse, ByteLevel) made the tokens one string, so "the first token" is the whole text.
+void RunStep(const DecoderStep& step, std::vector<std::string>& tokens, bool continuation, bool joined) {
   using Kind = DecoderStep::Kind;
   switch (step.kind) {
     case Kind::kByteLevel: {
@@ -71,7 +73,7 @@ void RunStep(const DecoderStep& step, std::vector<std::string>& tokens, bool con
     }
     case Kind::kMetaspace:
       for (size_t i = 0; i < tokens.size(); ++i) {
-        const bool drop = i == 0 && !step.prepend_never && !continuation;
+        const bool drop = i == 0 && !step.prepend_never && (joined || !continuation);
         tokens[i] = ReplaceLiteral(tokens[i], step.content, drop ? "" : " ");
       }
       break;
@@ -85,14 +87,14 @@ void RunStep(const DecoderStep& step, std::vector<std::string>& tokens, bool con
       ByteFallbackChain(tokens);
       break;
     case Kind::kFuse: {
-      std::string joined;
-      for (const std::string& t : tokens) joined += t;
-      tokens.assign(1, std::move(joined));
+      std::string all;
+      for (const std::string& t : tokens) all += t;
+      tokens.assign(1, std::move(all));
       break;
     }
     case Kind::kStrip:
       for (std::string& t : tokens) {
-        t = StripToken(t, step.strip_char, continuation ? 0 : step.strip_start, step.strip_stop);
+        t = StripToken(t, step.strip_char, continuation && joined ? 0 : step.strip_start, step.strip_stop);
       }
       break;
   }
@@ -117,7 +119,11 @@ int ByteFallbackValue(std::string_view token) {
 }
 
 std::string RunDecoder(const std::vector<DecoderStep>& steps, std::vector<std::string> tokens, bool continuation) {
-  for (const DecoderStep& step : steps) RunStep(step, tokens, continuation);
+  bool joined = false;
+  for (const DecoderStep& step : steps) {
+    RunStep(step, tokens, continuation, joined);
+    joined = joined || step.kind == DecoderStep::Kind::kFuse || step.kind == DecoderStep::Kind::kByteLevel;
+  }
   std::string out;
   for (const std::string& t : tokens) out += t;
   return out;
@@ -143,7 +149,7 @@ std::string DecodeTokenAlone(const std::vector<DecoderStep>& steps, const std::s
       for (std::string& t : tokens) t = ReplaceLiteral(t, step.content, " ");
       continue;
     }
-    RunStep(step, tokens, /*continuation=*/true);
+    RunStep(step, tokens, /*continuation=*/true, /*joined=*/false);
   }
   std::string out;
   for (const std::string& t : tokens) out += t;

@@ -258,7 +258,11 @@ TEST(TokenizerDecoder, StreamingEqualsDecodeWhateverTheDecoderOrder) {
       {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, {{"type", "Replace"}, {"pattern", {{"String", "ab"}}}, {"content", "X"}}}}},
       {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}, {{"type", "Strip"}, {"content", " "}, {"start", 2}, {"stop", 2}}}}},
       {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"Regex", "b+"}}}, {"content", ""}}, {{"type", "ByteFallback"}}}}},
-      {{"type", "Sequence"}, {"decoders", {{{"type", "ByteLevel"}}, {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "\xC3\xA9"}}}}}};
+      {{"type", "Sequence"}, {"decoders", {{{"type", "ByteLevel"}}, {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "\xC3\xA9"}}}}},
+      // Strip without Fuse strips every token; Metaspace after Fuse sees one token.
+      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}},
+      {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", " "}}, {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}},
+      {{"type", "Sequence"}, {"decoders", {{{"type", "Fuse"}}, {{"type", "Metaspace"}, {"replacement", "a"}, {"prepend_scheme", "always"}}}}}};
   for (const Json& d : decoders) {
     tj["decoder"] = d;
     const Tokenizer t = Make(tj);
