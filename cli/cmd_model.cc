@@ -1,6 +1,7 @@
-// `rote model info DIR` and `rote model synth ...`: the implementation lives in the inference
-// module (inference/commands.h) so the standalone rote-infer shares it; the CLI reaches it
-// through orchestrator/offline.h.
+// `rote model info DIR`, `rote model synth ...` and `rote model tokenize | detokenize | chat DIR`:
+// the implementation lives in the inference module (inference/commands.h,
+// inference/tokenizer/tokenizer_tool.h) so the standalone rote-infer shares it; the CLI reaches
+// it through orchestrator/offline.h.
 #include <iostream>
 #include <sstream>
 
@@ -39,9 +40,16 @@ std::string InferenceToolUsage(
 
 int CmdModel(const Args& args) {
   if (IsHelpRequest(args)) {
-    std::cout << "Usage: rote model info DIR | rote model synth ...\n"
-                 "Inspects a model directory (config, tokenizer, tensors) or writes a synthetic one.\n"
-              << InferenceToolUsage(orchestrator::offline::ModelTool, {});
+    std::cout << "Usage: rote model info DIR | rote model synth ... | rote model tokenize|detokenize|chat DIR ...\n"
+                 "Inspects a model directory (config, tokenizer, tensors) or writes a synthetic one;\n"
+                 "shows how its tokenizer encodes a text (ids and pieces), decodes ids, and renders a chat.\n"
+              << InferenceToolUsage(orchestrator::offline::ModelTool, {})
+              << "usage: model tokenize DIR [--text TEXT | --file PATH] [--add-special-tokens] [--special-as-text] [--json]\n"
+                 "       model detokenize DIR [--ids 1,2,3 | ID...] [--skip-special] [--json]\n"
+                 "       model chat DIR [--system TEXT] [--user TEXT] [--assistant TEXT] [--tool TEXT]... [--messages FILE]\n"
+                 "                  [--no-generation-prompt] [--json]\n"
+                 "Without --text/--file or ids the input is standard input. Exit codes: 0 ok, 2 usage,\n"
+                 "5 not found (no tokenizer.json), 6 invalid (bad ids, bad tokenizer files, bad message file).\n";
     return kExitOk;
   }
   return InferenceToolExitCode(orchestrator::offline::ModelTool(args, std::cout, std::cerr), "model");

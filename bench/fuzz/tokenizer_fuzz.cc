@@ -30,6 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (bool parse_special : {true, false}) {
     std::vector<int32_t> ids = tok.Encode(text, parse_special);
     for (int32_t id : ids) ROTE_FUZZ_CHECK(id >= 0 && id < tok.vocab_size());
+    // add_special_tokens puts the post-processor's ids around the same encoding.
+    const std::vector<int32_t> with = tok.Encode(text, Tokenizer::AddSpecialTokens::kYes, parse_special);
+    ROTE_FUZZ_CHECK(with.size() == tok.special_prefix_ids().size() + ids.size() + tok.special_suffix_ids().size());
+    for (int32_t id : with) ROTE_FUZZ_CHECK(id >= 0 && id < tok.vocab_size());
     for (bool skip_special : {false, true}) {
       const std::string decoded = tok.Decode(ids, skip_special);
       // Streaming gives the same text as decoding at once (tokenizer.h, StreamDecoder).

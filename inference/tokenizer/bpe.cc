@@ -1,5 +1,7 @@
-// Byte-level BPE: the merge table and the merge loop, lowest rank first, leftmost among equal
-// ranks, as tokenizers' BPE model applies them.
+// BPE: the merge table and the merge loop, lowest rank first, leftmost among equal ranks, as
+// tokenizers' BPE model applies them. Byte-level models start from one symbol per byte;
+// SentencePiece-style models from one per character, with byte_fallback and unk for characters
+// outside the vocabulary.
 #include <algorithm>
 
 #include "inference/tokenizer/tokenizer_internal.h"
@@ -8,12 +10,23 @@ namespace rote::inference {
 
 using tokenizer_internal::PairKey;
 
+int32_t Tokenizer::Impl::VocabId(std::string_view token) const {
+  auto it = token_to_id.find(token);
+  if (it == token_to_id.end() || !id_in_vocab[it->second]) return -1;
+  return it->second;
+}
+
 void Tokenizer::Impl::Bpe(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges) {
-    auto it = bytes_to_id.find(word);
-    if (it != bytes_to_id.end()) {
-      out.push_back(it->second);
+    if (byte_level) {
+      auto it = bytes_to_id.find(word);
+      if (it != bytes_to_id.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    } else if (const int32_t id = VocabId(word); id >= 0) {
+      out.push_back(id);
       return;
     }
   }
@@ -38,12 +51,49 @@ void Tokenizer::Impl::Bpe(std::string_view word, std::vector<int32_t>& out) cons
   thread_local std::vector<Candidate> heap;
   symbols.clear();
   heap.clear();
-  for (unsigned char b : word) {
-    const int32_t id = byte_id[b];
-    if (id < 0) continue;  // no token for this byte and no unk: tokenizers drops it too
+  auto add = [&](int32_t id) {
     const int index = static_cast<int>(symbols.size());
     symbols.push_back({id, index - 1, index + 1, true});
+  };
+  // tokenizers' merge_word: a unit (byte or character) found in the vocabulary is a symbol;
+  // otherwise its bytes' "<0xAB>" tokens when byte_fallback has them all; otherwise unk, a run
+  // of them fused into one with fuse_unk. A pending unk is added only before the next unit
+  // found in the vocabulary (or at the end), after any byte-fallback symbols, as tokenizers does.
+  int32_t pending_unk = -1;
+  auto unit = [&](std::string_view text, int32_t id) {
+    if (id >= 0) {
+      if (pending_unk >= 0) add(pending_unk);
+      pending_unk = -1;
+      add(id);
+      return;
+    }
+    if (byte_fallback) {
+      bool all = true;
+      for (unsigned char b : text) all = all && byte_fallback_id[b] >= 0;
+      if (all) {
+        for (unsigned char b : text) add(byte_fallback_id[b]);
+        return;
+      }
+    }
+    if (unk_id >= 0) {
+      if (pending_unk >= 0 && !fuse_unk) add(pending_unk);
+      pending_unk = unk_id;
+    }
+    // No token for this unit and no unk: tokenizers drops it too.
+  };
+  if (byte_level) {
+    for (size_t i = 0; i < word.size(); ++i) unit(word.substr(i, 1), byte_id[static_cast<unsigned char>(word[i])]);
+  } else {
+    size_t pos = 0;
+    while (pos < word.size()) {
+      const size_t start = pos;
+      ++pos;
+      while (pos < word.size() && (static_cast<unsigned char>(word[pos]) & 0xC0) == 0x80) ++pos;
+      const std::string_view ch = word.substr(start, pos - start);
+      unit(ch, VocabId(ch));
+    }
   }
+  if (pending_unk >= 0) add(pending_unk);
   if (symbols.empty()) return;
   symbols.back().next = -1;
 

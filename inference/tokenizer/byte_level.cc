@@ -1,5 +1,5 @@
 // The byte-level alphabet (GPT-2's bytes_to_unicode) and the ByteLevel decoder: how token text
-// maps to the bytes it stands for.
+// maps to the bytes it stands for (decoder.cc runs it as one decoder step).
 #include "inference/tokenizer/tokenizer_internal.h"
 #include "inference/tokenizer/utf8.h"
 
@@ -50,22 +50,6 @@ std::string ByteLevelDecodeToken(std::string_view token, bool* in_alphabet) {
   }
   if (in_alphabet) *in_alphabet = true;
   return bytes;
-}
-
-Status CheckDecoder(const Json& d, const std::string& field, bool& saw_byte_level) {
-  if (d.is_null()) return OkStatus();
-  ROTE_ASSIGN_OR_RETURN(const std::string type, ComponentType(d, field));
-  if (type == "ByteLevel") {
-    saw_byte_level = true;
-    return OkStatus();
-  }
-  if (type == "Sequence") {
-    ROTE_ASSIGN_OR_RETURN(const Json* children, Children(d, "decoders", field));
-    for (const Json& child : *children) ROTE_RETURN_IF_ERROR(CheckDecoder(child, field + ".decoders[]", saw_byte_level));
-    return OkStatus();
-  }
-  return Unimplemented("tokenizer.json: decoder type '" + type +
-                       "' is not supported (supported: ByteLevel, Sequence)");
 }
 
 }  // namespace tokenizer_internal

@@ -1,5 +1,8 @@
-// The pre-tokenizer: regex splits (PCRE2, with the pattern exactly as tokenizer.json writes it)
-// and ByteLevel's prefix space, applied in order before BPE runs on each piece.
+// The pre-tokenizer: Split (a regex or a string, any delimiter behavior, inverted or not),
+// ByteLevel's prefix space and GPT-2 split, Digits and Metaspace, applied in order before BPE
+// runs on each piece.
+#include <utf8proc.h>
+
 #include <deque>
 
 #include "inference/tokenizer/tokenizer_internal.h"
@@ -10,158 +13,184 @@ namespace tokenizer_internal {
 
 namespace {
 
-StatusOr<Pcre2Code> CompileRegex(const std::string& pattern) {
-  int error = 0;
-  PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
-  if (code == nullptr) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error, message, sizeof message);
-    return InvalidArgument("tokenizer.json: pre-tokenizer regex does not compile with PCRE2 at offset " +
-                           std::to_string(offset) + ": " + reinterpret_cast<char*>(message) +
-                           " (pattern: " + pattern + ")");
-  }
-  // JIT is only a speed-up; the interpreter gives the same matches where it is unavailable.
-  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
-  return Pcre2Code(code);
-}
-
-std::string EscapeRegexLiteral(std::string_view s) {
-  return "\\Q" + std::string(s) + "\\E";
-}
-
 // GPT-2's pattern, which ByteLevel(use_regex=true) applies.
-constexpr std::string_view kGpt2Pattern =
+constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+StatusOr<SplitBehavior> ReadBehavior(const JsonFields& f) {
+  std::string behavior;
+  ROTE_RETURN_IF_ERROR(f.String("behavior", "", &behavior));
+  if (behavior == "Isolated") return SplitBehavior::kIsolated;
+  if (behavior == "Removed") return SplitBehavior::kRemoved;
+  if (behavior == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
+  if (behavior == "MergedWithNext") return SplitBehavior::kMergedWithNext;
+  if (behavior == "Contiguous") return SplitBehavior::kContiguous;
+  return Unimplemented("tokenizer.json: Split behavior '" + behavior +
+                       "' is not supported (supported: Isolated, Removed, MergedWithPrevious, "
+                       "MergedWithNext, Contiguous)");
+}
+
+// Rust's char::is_numeric: general categories Nd, Nl and No.
+bool IsNumeric(char32_t cp) {
+  if (cp < 0x80) return cp >= '0' && cp <= '9';
+  const utf8proc_category_t c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+}
 
 }  // namespace
 
-void SplitIsolated(const pcre2_code* regex, std::string_view text, std::vector<std::string_view>& out) {
-  if (text.empty()) return;
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(regex, nullptr);
-  size_t last = 0;
-  size_t offset = 0;
-  std::vector<std::pair<size_t, size_t>> matches;
-  while (offset <= text.size()) {
-    // PCRE2 validates the whole subject on every call unless told not to; checking it once
-    // keeps splitting linear in the text length.
-    const uint32_t options = offset == 0 ? 0 : PCRE2_NO_UTF_CHECK;
-    const int rc = pcre2_match(regex, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
-                               offset, options, md, nullptr);
-    if (rc < 0) break;
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    const size_t s = ov[0];
-    const size_t e = ov[1];
-    if (e == s) {
-      // Step over one whole character so matching resumes on a boundary.
-      if (s >= text.size()) break;
-      size_t next = s;
-      utf8::DecodeAt(text, next);
-      offset = next;
-      continue;
-    }
-    matches.emplace_back(s, e);
-    offset = e;
-  }
-  pcre2_match_data_free(md);
-  for (const auto& [s, e] : matches) {
-    if (last < s) out.push_back(text.substr(last, s - last));
-    out.push_back(text.substr(s, e - s));
-    last = e;
-  }
-  if (last < text.size()) out.push_back(text.substr(last));
-}
-
-Status LoadPreTokenizer(const Json& p, const std::string& field, std::vector<SplitStep>& steps,
-                        bool& saw_byte_level) {
+Status LoadPreTokenizer(const Json& p, const std::string& field, std::vector<PreTokenizerStep>& steps) {
   if (p.is_null()) return OkStatus();
   ROTE_ASSIGN_OR_RETURN(const std::string type, ComponentType(p, field));
-  if (saw_byte_level) {
-    return Unimplemented("tokenizer.json: pre-tokenizer '" + type +
-                         "' after ByteLevel is not supported");
-  }
   const JsonFields f(p, kTokenizerJson, field + ".");
+  using Kind = PreTokenizerStep::Kind;
+  PreTokenizerStep step;
   if (type == "Sequence") {
     ROTE_ASSIGN_OR_RETURN(const Json* children, Children(p, "pretokenizers", field));
     for (const Json& child : *children) {
-      ROTE_RETURN_IF_ERROR(LoadPreTokenizer(child, field + ".pretokenizers[]", steps, saw_byte_level));
+      ROTE_RETURN_IF_ERROR(LoadPreTokenizer(child, field + ".pretokenizers[]", steps));
     }
     return OkStatus();
   }
   if (type == "Split") {
-    std::string behavior;
-    ROTE_RETURN_IF_ERROR(f.String("behavior", "", &behavior));
-    if (behavior != "Isolated") {
-      return Unimplemented("tokenizer.json: Split behavior '" + behavior +
-                           "' is not supported (supported: Isolated)");
-    }
-    static const Json kNone;
-    const Json* pattern = f.Find("pattern");
-    const JsonFields pf(pattern == nullptr ? kNone : *pattern, kTokenizerJson, field + ".pattern.");
-    std::string regex;
-    if (pf.Find("Regex") != nullptr) {
-      ROTE_RETURN_IF_ERROR(pf.String("Regex", "", &regex));
-    } else if (pf.Find("String") != nullptr) {
-      std::string literal;
-      ROTE_RETURN_IF_ERROR(pf.String("String", "", &literal));
-      regex = EscapeRegexLiteral(literal);
-    } else {
-      return InvalidArgument("tokenizer.json: Split pre-tokenizer without a Regex or String pattern");
-    }
-    ROTE_ASSIGN_OR_RETURN(Pcre2Code code, CompileRegex(regex));
-    bool invert = false;
-    ROTE_RETURN_IF_ERROR(f.Bool("invert", false, &invert));
-    if (invert) {
-      return Unimplemented("tokenizer.json: Split with invert=true is not supported");
-    }
-    SplitStep step;
-    step.regex = std::move(code);
-    steps.push_back(std::move(step));
-    return OkStatus();
-  }
-  if (type == "ByteLevel") {
-    saw_byte_level = true;
-    SplitStep step;
+    step.kind = Kind::kSplit;
+    ROTE_ASSIGN_OR_RETURN(step.behavior, ReadBehavior(f));
+    ROTE_ASSIGN_OR_RETURN(step.regex, CompilePatternNode(f.Find("pattern"), field + ".pattern"));
+    ROTE_RETURN_IF_ERROR(f.Bool("invert", false, &step.invert));
+  } else if (type == "ByteLevel") {
+    step.kind = Kind::kByteLevel;
     ROTE_RETURN_IF_ERROR(f.Bool("add_prefix_space", false, &step.add_prefix_space));
     bool use_regex = true;
     ROTE_RETURN_IF_ERROR(f.Bool("use_regex", true, &use_regex));
     if (use_regex) {
-      ROTE_ASSIGN_OR_RETURN(Pcre2Code code, CompileRegex(std::string(kGpt2Pattern)));
-      step.regex = std::move(code);
+      ROTE_ASSIGN_OR_RETURN(step.regex, CompileOnigRegex(kGpt2Pattern, field));
     }
-    if (step.add_prefix_space || step.regex) steps.push_back(std::move(step));
-    return OkStatus();
+  } else if (type == "Digits") {
+    step.kind = Kind::kDigits;
+    ROTE_RETURN_IF_ERROR(f.Bool("individual_digits", false, &step.individual_digits));
+  } else if (type == "Metaspace") {
+    step.kind = Kind::kMetaspace;
+    ROTE_RETURN_IF_ERROR(OneCharField(f, "replacement", "\xE2\x96\x81", &step.replacement));
+    std::string scheme;
+    ROTE_RETURN_IF_ERROR(f.String("prepend_scheme", "always", &scheme));
+    if (scheme == "always") {
+      step.prepend = PreTokenizerStep::Prepend::kAlways;
+    } else if (scheme == "first") {
+      step.prepend = PreTokenizerStep::Prepend::kFirst;
+    } else if (scheme == "never") {
+      step.prepend = PreTokenizerStep::Prepend::kNever;
+    } else {
+      return f.Error("prepend_scheme", "must be always, first or never");
+    }
+    // Older files say add_prefix_space instead; false means never.
+    bool add_prefix_space = true;
+    ROTE_RETURN_IF_ERROR(f.Bool("add_prefix_space", true, &add_prefix_space));
+    if (!add_prefix_space) {
+      if (step.prepend != PreTokenizerStep::Prepend::kNever && f.Find("prepend_scheme") != nullptr) {
+        return f.Error("add_prefix_space", "does not match prepend_scheme");
+      }
+      step.prepend = PreTokenizerStep::Prepend::kNever;
+    }
+    ROTE_RETURN_IF_ERROR(f.Bool("split", true, &step.split));
+  } else {
+    return Unimplemented("tokenizer.json: pre-tokenizer type '" + type +
+                         "' is not supported (supported: Sequence, Split, ByteLevel, Digits, Metaspace)");
   }
-  return Unimplemented("tokenizer.json: pre-tokenizer type '" + type +
-                       "' is not supported (supported: Sequence, Split, ByteLevel)");
+  steps.push_back(std::move(step));
+  return OkStatus();
 }
 
 }  // namespace tokenizer_internal
 
-using tokenizer_internal::SplitIsolated;
-using tokenizer_internal::SplitStep;
+using tokenizer_internal::PreTokenizerStep;
 
-void Tokenizer::Impl::PreTokenizeAndBpe(std::string_view text, std::vector<int32_t>& out) const {
+void Tokenizer::Impl::PreTokenizeAndBpe(std::string_view text, bool at_start, std::vector<int32_t>& out) const {
   if (text.empty()) return;
-  std::deque<std::string> prefixed;  // storage for pieces given a prefix space
-  std::vector<std::string_view> pieces{text};
-  for (const SplitStep& step : split_steps) {
-    std::vector<std::string_view> next;
-    for (std::string_view p : pieces) {
-      if (step.add_prefix_space && !p.empty() && p.front() != ' ') {
-        prefixed.push_back(" " + std::string(p));
-        p = prefixed.back();
-      }
-      if (step.regex) {
-        SplitIsolated(step.regex.get(), p, next);
-      } else if (!p.empty()) {
-        next.push_back(p);
+  using Kind = PreTokenizerStep::Kind;
+  struct PieceText {
+    std::string_view text;
+    bool at_start;  // begins where the input begins
+  };
+  std::deque<std::string> storage;  // pieces a step rewrote
+  // Scratch reused across calls (per thread): a long text has as many pieces as words, and
+  // growing these afresh each time costs more than the splitting itself.
+  thread_local std::vector<PieceText> pieces;
+  thread_local std::vector<PieceText> next;
+  thread_local std::vector<tokenizer_internal::Match> matches;
+  thread_local std::vector<std::pair<size_t, size_t>> kept;
+  pieces.assign(1, {text, at_start});
+  auto split_into = [&](const PieceText& p, tokenizer_internal::SplitBehavior behavior) {
+    tokenizer_internal::ApplySplitBehavior(matches, behavior, kept);
+    for (const auto& [s, e] : kept) next.push_back({p.text.substr(s, e - s), p.at_start && s == 0});
+  };
+  for (const PreTokenizerStep& step : pre_tokenizer) {
+    next.clear();
+    for (PieceText p : pieces) {
+      switch (step.kind) {
+        case Kind::kSplit:
+          tokenizer_internal::FindRegexMatches(step.regex.get(), p.text, matches);
+          if (step.invert) {
+            for (auto& m : matches) m.is_match = !m.is_match;
+          }
+          split_into(p, step.behavior);
+          break;
+        case Kind::kByteLevel:
+          if (step.add_prefix_space && p.text.front() != ' ') {
+            storage.push_back(" " + std::string(p.text));
+            p.text = storage.back();
+          }
+          if (step.regex) {
+            tokenizer_internal::FindRegexMatches(step.regex.get(), p.text, matches);
+            split_into(p, tokenizer_internal::SplitBehavior::kIsolated);
+          } else {
+            next.push_back(p);
+          }
+          break;
+        case Kind::kDigits:
+          tokenizer_internal::FindCharMatches(p.text, tokenizer_internal::IsNumeric, matches);
+          split_into(p, step.individual_digits ? tokenizer_internal::SplitBehavior::kIsolated
+                                               : tokenizer_internal::SplitBehavior::kContiguous);
+          break;
+        case Kind::kMetaspace: {
+          std::string s;
+          s.reserve(p.text.size() + 3);
+          for (char c : p.text) {
+            if (c == ' ') {
+              s += step.replacement;
+            } else {
+              s += c;
+            }
+          }
+          const bool starts = s.compare(0, step.replacement.size(), step.replacement) == 0;
+          if (!starts && (step.prepend == PreTokenizerStep::Prepend::kAlways ||
+                          (step.prepend == PreTokenizerStep::Prepend::kFirst && p.at_start))) {
+            s = step.replacement + s;
+          }
+          storage.push_back(std::move(s));
+          p.text = storage.back();
+          if (step.split) {
+            const std::string& rep = step.replacement;
+            matches.clear();
+            size_t last = 0;
+            size_t pos = 0;
+            while ((pos = p.text.find(rep, pos)) != std::string_view::npos) {
+              if (last < pos) matches.push_back({last, pos, false});
+              matches.push_back({pos, pos + rep.size(), true});
+              pos += rep.size();
+              last = pos;
+            }
+            if (last < p.text.size()) matches.push_back({last, p.text.size(), false});
+            split_into(p, tokenizer_internal::SplitBehavior::kMergedWithNext);
+          } else {
+            next.push_back(p);
+          }
+          break;
+        }
       }
     }
-    pieces = std::move(next);
+    std::swap(pieces, next);
   }
-  for (std::string_view p : pieces) Bpe(p, out);
+  for (const PieceText& p : pieces) Bpe(p.text, out);
 }
 
 }  // namespace rote::inference

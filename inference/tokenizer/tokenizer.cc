@@ -10,24 +10,20 @@ namespace rote::inference {
 using tokenizer_internal::Piece;
 using tokenizer_internal::SplitOnAddedTokens;
 
-void Tokenizer::Impl::EncodeNormalizedPiece(std::string_view normalized, bool parse_special,
-                                            std::vector<int32_t>& out) const {
+void Tokenizer::Impl::EncodePiece(std::string_view text, bool at_start, bool parse_special,
+                                  std::vector<int32_t>& out) const {
+  std::string normalized_storage;
+  std::string_view normalized = text;
+  if (!normalizer.empty()) {
+    normalized_storage = tokenizer_internal::Normalize(normalizer, text);
+    normalized = normalized_storage;
+  }
   for (const Piece& piece : SplitOnAddedTokens(normalized, normalized_added, !parse_special)) {
     if (piece.token_id >= 0) {
       out.push_back(piece.token_id);
     } else {
-      PreTokenizeAndBpe(piece.text, out);
+      PreTokenizeAndBpe(piece.text, at_start && piece.text.data() == normalized.data(), out);
     }
-  }
-}
-
-void Tokenizer::Impl::EncodePiece(std::string_view text, bool parse_special,
-                                  std::vector<int32_t>& out) const {
-  if (nfc) {
-    const std::string normalized = tokenizer_internal::NormalizeNfc(text);
-    EncodeNormalizedPiece(normalized, parse_special, out);
-  } else {
-    EncodeNormalizedPiece(text, parse_special, out);
   }
 }
 
@@ -38,20 +34,32 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special
     if (piece.token_id >= 0) {
       out.push_back(piece.token_id);
     } else {
-      impl_->EncodePiece(piece.text, parse_special, out);
+      impl_->EncodePiece(piece.text, piece.text.data() == valid.data(), parse_special, out);
     }
   }
   return out;
 }
 
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, AddSpecialTokens add_special_tokens,
+                                       bool parse_special) const {
+  if (add_special_tokens == AddSpecialTokens::kNo) return Encode(text, parse_special);
+  std::vector<int32_t> out = impl_->prefix_ids;
+  const std::vector<int32_t> body = Encode(text, parse_special);
+  out.insert(out.end(), body.begin(), body.end());
+  out.insert(out.end(), impl_->suffix_ids.begin(), impl_->suffix_ids.end());
+  return out;
+}
+
+const std::vector<int32_t>& Tokenizer::special_prefix_ids() const { return impl_->prefix_ids; }
+const std::vector<int32_t>& Tokenizer::special_suffix_ids() const { return impl_->suffix_ids; }
+
 std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
-  std::string bytes;
-  for (int32_t id : ids) {
-    if (id < 0 || static_cast<size_t>(id) >= impl_->id_known.size() || !impl_->id_known[id]) continue;
-    if (skip_special && impl_->id_special[id]) continue;
-    bytes += impl_->id_bytes[id];
-  }
-  return utf8::Sanitize(bytes);
+  return impl_->DecodeIds(ids, skip_special);
+}
+
+std::string Tokenizer::TokenText(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->id_token.size()) return {};
+  return impl_->id_token[id];
 }
 
 std::string Tokenizer::TokenBytes(int32_t id) const {
@@ -86,16 +94,52 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)
 
 std::string StreamDecoder::Push(int32_t id) {
   if (skip_special_ && tokenizer_.IsSpecial(id)) return {};
-  pending_ += tokenizer_.TokenBytes(id);
-  const size_t ready = utf8::StreamablePrefixLength(pending_);
-  std::string out = utf8::Sanitize(std::string_view(pending_).substr(0, ready));
-  pending_.erase(0, ready);
+  const Tokenizer::Impl& impl = *tokenizer_.impl_;
+  if (impl.byte_level_decoder) {
+    pending_ += tokenizer_.TokenBytes(id);
+    const size_t ready = utf8::StreamablePrefixLength(pending_);
+    std::string out = utf8::Sanitize(std::string_view(pending_).substr(0, ready));
+    pending_.erase(0, ready);
+    return out;
+  }
+  window_.push_back(id);
+  // A byte-fallback token's byte joins its run, which decodes only once the run ends.
+  if (impl.decoder_has_byte_fallback && id >= 0 && static_cast<size_t>(id) < impl.id_token.size() &&
+      tokenizer_internal::ByteFallbackValue(impl.id_token[id]) >= 0) {
+    return {};
+  }
+  if (impl.stream_holds_all) return {};
+  const std::string text = impl.DecodeIds(window_, skip_special_, continuation_);
+  size_t ready = text.size();
+  if (impl.decoder_has_byte_level) {
+    // A character cut between tokens reads as U+FFFD until its last byte arrives.
+    while (ready >= 3 && text.compare(ready - 3, 3, utf8::kReplacement) == 0) ready -= 3;
+  }
+  std::string out;
+  // The decoders extend the text of a window as tokens join it; what was emitted stays.
+  if (ready > window_emitted_) {
+    out = text.substr(window_emitted_, ready - window_emitted_);
+    window_emitted_ = ready;
+  }
+  // Decoding can restart after this token once the text has begun: the decoders' first-token
+  // rules (Metaspace's prefix, Strip at the start) are spent.
+  if (impl.stream_restartable && ready == text.size() && (continuation_ || window_emitted_ > 0)) {
+    window_.clear();
+    window_emitted_ = 0;
+    continuation_ = true;
+  }
   return out;
 }
 
 std::string StreamDecoder::Finish() {
   std::string out = utf8::Sanitize(pending_);
   pending_.clear();
+  if (!window_.empty()) {
+    const std::string text = tokenizer_.impl_->DecodeIds(window_, skip_special_, continuation_);
+    if (text.size() > window_emitted_) out += text.substr(window_emitted_);
+    window_.clear();
+    window_emitted_ = 0;
+  }
   return out;
 }
 

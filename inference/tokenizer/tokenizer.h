@@ -1,7 +1,8 @@
-// Byte-level BPE tokenizer read from a Hugging Face model directory (tokenizer.json,
-// tokenizer_config.json, generation_config.json, config.json), giving the same ids as the
-// Hugging Face `tokenizers` library for the Qwen2/Qwen2.5, Llama 3 and Qwen3 families, plus the
-// chat formats of those families. docs/tokenizer.md says what is supported and why.
+// BPE tokenizer read from a Hugging Face model directory (tokenizer.json, tokenizer_config.json,
+// generation_config.json, config.json), giving the same ids and text as the Hugging Face
+// `tokenizers` library: byte-level BPE (Qwen2/2.5/3, Llama 3, DeepSeek) and SentencePiece-style
+// BPE with byte fallback (Llama 2, Mistral, Gemma), plus the chat formats.
+// docs/tokenizer.md says what is supported and why.
 //
 // A Tokenizer is immutable after Load: every const method may be called from any number of
 // threads at once, and copies are cheap (they share the loaded tables).
@@ -46,19 +47,35 @@ class Tokenizer {
                                       std::string_view config_json,
                                       std::string_view generation_config_json);
 
-  // Text to ids. No post-processor template is applied (no BOS is added): chat formatting adds
-  // the family's markers itself. parse_special=false treats the text of special added tokens as
-  // plain text (like tokenizers' encode_special_tokens=True); non-special added tokens are still
-  // recognised either way, as in tokenizers. Invalid UTF-8 in `text` is replaced by U+FFFD.
+  // Text to ids, as tokenizers' encode(text, add_special_tokens=False): no post-processor ids
+  // (no BOS). This is how chat prompts are encoded (transformers' apply_chat_template with
+  // tokenize=True): the template writes its own markers. parse_special=false treats the text of
+  // special added tokens as plain text (like tokenizers' encode_special_tokens=True); non-special
+  // added tokens are still recognised either way, as in tokenizers. Invalid UTF-8 in `text` is
+  // replaced by U+FFFD.
   std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
 
-  // Ids to text, as tokenizers' decode: byte-level tokens become their bytes, the whole byte
-  // string is read as UTF-8 with invalid sequences replaced by U+FFFD. Unknown ids are skipped.
+  // Whether Encode adds the ids tokenizer.json's post-processor puts around a sequence.
+  enum class AddSpecialTokens : bool { kNo = false, kYes = true };
+  // tokenizers' encode(text, add_special_tokens=...): with kYes the post-processor's ids
+  // (TemplateProcessing's BOS for Llama 2, Gemma; RobertaProcessing's / BertProcessing's cls and
+  // sep) surround Encode(text, parse_special); with kNo it is Encode(text, parse_special).
+  std::vector<int32_t> Encode(std::string_view text, AddSpecialTokens add_special_tokens,
+                              bool parse_special = true) const;
+  // The ids the post-processor puts before and after a single sequence.
+  const std::vector<int32_t>& special_prefix_ids() const;
+  const std::vector<int32_t>& special_suffix_ids() const;
+
+  // Ids to text, as tokenizers' decode: the tokens' strings through tokenizer.json's decoder
+  // (ByteLevel: bytes read as UTF-8 with invalid sequences replaced by U+FFFD; SentencePiece
+  // style: Replace, ByteFallback, Fuse, Strip, Metaspace). Unknown ids are skipped.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
-  // The raw bytes one token stands for (may be part of a UTF-8 character); empty for an unknown
-  // id. Used by StreamDecoder.
+  // The raw bytes one token stands for alone (may be part of a UTF-8 character); empty for an
+  // unknown id.
   std::string TokenBytes(int32_t id) const;
+  // The token's own string (a vocabulary entry or an added token's content); empty if unknown.
+  std::string TokenText(int32_t id) const;
 
   // Ids are in [0, vocab_size()): the model vocabulary plus added tokens.
   int32_t vocab_size() const;
@@ -106,26 +123,33 @@ class Tokenizer {
   struct Impl;  // defined in tokenizer_internal.h
 
  private:
+  friend class StreamDecoder;
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<const Impl> impl_;
 };
 
-// Turns a stream of generated ids into text, emitting only complete UTF-8 characters: bytes of
-// a character split across tokens are held back until it completes. The concatenation of all
-// Push results and Finish equals Decode(all ids, skip_special). Not thread-safe (one per stream).
+// Turns a stream of generated ids into text, emitting only text no later token can change:
+// bytes of a character split across tokens (and a run of byte-fallback tokens) are held back
+// until complete. The concatenation of all Push results and Finish equals Decode(all ids,
+// skip_special). Not thread-safe (one per stream).
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = false);
 
   // Text completed by this token (possibly empty).
   std::string Push(int32_t id);
-  // Flushes held-back bytes at the end of the stream (an incomplete character becomes U+FFFD).
+  // Flushes held-back text at the end of the stream (an incomplete character becomes U+FFFD).
   std::string Finish();
 
  private:
   Tokenizer tokenizer_;
   bool skip_special_;
-  std::string pending_;  // bytes not yet emitted: a prefix of an unfinished UTF-8 character
+  std::string pending_;  // ByteLevel: bytes not yet emitted, a prefix of an unfinished character
+  // Other decoders: the ids since the last point where decoding can restart, and what of their
+  // text was emitted.
+  std::vector<int32_t> window_;
+  size_t window_emitted_ = 0;
+  bool continuation_ = false;  // the window does not start the text
 };
 
 }  // namespace rote::inference

@@ -9,12 +9,14 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -62,11 +64,54 @@ struct AddedTokenSet {
   }
 };
 
-// One step of the pre-tokenizer: a regex split with behavior Isolated (matches and the gaps
-// between them become pieces), optionally preceded by ByteLevel's add_prefix_space.
-struct SplitStep {
-  Pcre2Code regex;
-  bool add_prefix_space = false;  // ByteLevel(add_prefix_space) before splitting
+// tokenizers' Pattern::find_matches: the text cut into matches and the gaps between them, in
+// order, covering it whole. Empty matches are kept (they matter to some behaviors).
+struct Match {
+  size_t start = 0;
+  size_t end = 0;
+  bool is_match = false;
+};
+
+// Split's delimiter behaviors (tokenizers' SplitDelimiterBehavior).
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+// One normalizer of tokenizer.json, Sequences flattened.
+struct NormalizerStep {
+  enum class Kind { kNfc, kNfd, kNfkc, kNfkd, kLowercase, kStrip, kReplace, kPrepend };
+  Kind kind = Kind::kNfc;
+  bool strip_left = false;   // Strip
+  bool strip_right = false;  // Strip
+  Pcre2Code pattern;         // Replace
+  std::string literal;       // Replace with a String pattern: that string
+  std::string content;       // Replace: the replacement; Prepend: the prefix
+};
+
+// One pre-tokenizer of tokenizer.json, Sequences flattened.
+struct PreTokenizerStep {
+  enum class Kind { kSplit, kByteLevel, kDigits, kMetaspace };
+  enum class Prepend { kAlways, kFirst, kNever };
+  Kind kind = Kind::kSplit;
+  Pcre2Code regex;  // Split; ByteLevel with use_regex (GPT-2's pattern)
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool invert = false;             // Split
+  bool add_prefix_space = false;   // ByteLevel
+  bool individual_digits = false;  // Digits
+  std::string replacement;         // Metaspace (one character, UTF-8)
+  Prepend prepend = Prepend::kAlways;
+  bool split = true;               // Metaspace
+};
+
+// One decoder of tokenizer.json, Sequences flattened.
+struct DecoderStep {
+  enum class Kind { kByteLevel, kMetaspace, kReplace, kByteFallback, kFuse, kStrip };
+  Kind kind = Kind::kByteLevel;
+  Pcre2Code pattern;        // Replace
+  std::string literal;      // Replace with a String pattern: that string
+  std::string content;      // Replace: the replacement; Metaspace: the replacement character
+  bool prepend_never = false;  // Metaspace
+  char32_t strip_char = 0;  // Strip
+  size_t strip_start = 0;
+  size_t strip_stop = 0;
 };
 
 // Hash maps keyed by std::string that string_views can query without a copy.
@@ -91,22 +136,65 @@ struct Piece {
 // The ByteLevel decoder's rule for one token: if every character is in the alphabet, the
 // bytes they stand for; otherwise the token's own UTF-8. `in_alphabet` tells which.
 std::string ByteLevelDecodeToken(std::string_view token, bool* in_alphabet = nullptr);
-// Checks tokenizer.json's decoder (ByteLevel, or a Sequence of them); sets saw_byte_level.
-Status CheckDecoder(const Json& d, const std::string& field, bool& saw_byte_level);
+
+// --- decoder.cc
+// Reads tokenizer.json's decoder (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, a
+// Sequence of them, or null) into steps.
+Status LoadDecoder(const Json& d, const std::string& field, std::vector<DecoderStep>& steps);
+// tokenizers' Decoder::decode: the steps' decode_chain over the token strings, joined.
+// `continuation`: the tokens follow earlier ones whose text began, so Metaspace's first-token
+// rule and Strip's start do not apply.
+std::string RunDecoder(const std::vector<DecoderStep>& steps, std::vector<std::string> tokens,
+                       bool continuation = false);
+// The bytes one token stands for alone under the steps (a byte-fallback token: its byte).
+std::string DecodeTokenAlone(const std::vector<DecoderStep>& steps, const std::string& token);
+// "<0xAB>" -> 0xAB as tokenizers' ByteFallback decoder reads it; -1 otherwise.
+int ByteFallbackValue(std::string_view token);
+
+// --- regex.cc
+// Compiles a tokenizer.json regex, written for Oniguruma (which tokenizers runs), for PCRE2 with
+// the classes meaning what they mean in Oniguruma (docs/tokenizer.md, "Regular expressions").
+StatusOr<Pcre2Code> CompileOnigRegex(const std::string& pattern, const std::string& field);
+// A {"Regex": ...} or {"String": ...} pattern node; for a String, `literal` (when given) receives
+// it, so callers can replace it without the regex engine.
+StatusOr<Pcre2Code> CompilePatternNode(const Json* pattern, const std::string& field, std::string* literal = nullptr);
+// find_matches of a regex, with Oniguruma's find_iter rules for empty matches.
+void FindRegexMatches(const pcre2_code* regex, std::string_view text, std::vector<Match>& out);
+// find_matches of a character predicate: every matching character is one match.
+void FindCharMatches(std::string_view text, const std::function<bool(char32_t)>& pred, std::vector<Match>& out);
+// NormalizedString::split: the pieces `behavior` keeps, as [start, end) offsets, empty ones
+// dropped.
+void ApplySplitBehavior(const std::vector<Match>& matches, SplitBehavior behavior,
+                        std::vector<std::pair<size_t, size_t>>& out);
+// Every match of `pattern` replaced by `content` (NormalizedString::replace).
+std::string ReplaceAll(const pcre2_code* pattern, std::string_view text, std::string_view content);
+// The same for a literal pattern: non-overlapping occurrences, left to right.
+std::string ReplaceLiteral(std::string_view text, std::string_view from, std::string_view to);
 
 // --- normalizer.cc
+enum class UnicodeForm { kNfc, kNfd, kNfkc, kNfkd };
+// The normalization form with tokenizers' Unicode 9.0 tables: code points assigned after 9.0
+// are left alone and stop composition and reordering across them.
+std::string NormalizeUnicode(std::string_view text, UnicodeForm form);
 std::string NormalizeNfc(std::string_view text);
-// Reads tokenizer.json's normalizer (NFC, a Sequence of them, or null); sets nfc.
-Status LoadNormalizer(const Json& n, const std::string& field, bool& nfc);
+// Every step in order.
+std::string Normalize(const std::vector<NormalizerStep>& steps, std::string_view text);
+// Reads tokenizer.json's normalizer (NFC, NFD, NFKC, NFKD, Lowercase, Strip, Replace, Prepend,
+// a Sequence of them, or null).
+Status LoadNormalizer(const Json& n, const std::string& field, std::vector<NormalizerStep>& steps);
+// Whether Unicode 9.0 assigned the code point.
+bool InUnicode9(char32_t cp);
 
 // --- pre_tokenizer.cc
-// Splits `text` by `regex` with behavior Isolated: every match and every gap between matches is
-// a piece. Empty matches produce nothing.
-void SplitIsolated(const pcre2_code* regex, std::string_view text, std::vector<std::string_view>& out);
-// Reads tokenizer.json's pre_tokenizer (Sequence, Split, ByteLevel) into split steps; sets
-// saw_byte_level once a ByteLevel step is read.
-Status LoadPreTokenizer(const Json& p, const std::string& field, std::vector<SplitStep>& steps,
-                        bool& saw_byte_level);
+// Reads tokenizer.json's pre_tokenizer (Sequence, Split, ByteLevel, Digits, Metaspace) into steps.
+Status LoadPreTokenizer(const Json& p, const std::string& field, std::vector<PreTokenizerStep>& steps);
+
+// --- post_processor.cc
+// Reads tokenizer.json's post_processor (TemplateProcessing, ByteLevel, RobertaProcessing,
+// BertProcessing, a Sequence of them, or null): the ids add_special_tokens puts around a single
+// sequence. `known_id` tells which ids name tokens.
+Status LoadPostProcessor(const Json& p, const std::string& field, const std::function<bool(uint64_t)>& known_id,
+                         std::vector<int32_t>& prefix, std::vector<int32_t>& suffix);
 
 // --- added_tokens.cc
 // tokenizers' AddedVocabulary::find_matches: leftmost-longest matches of the added tokens,
@@ -121,6 +209,9 @@ Status ReadAddedToken(const Json& a, size_t index, int64_t entries, AddedToken* 
 // A component's "type" (normalizer, pre_tokenizer, decoder): the node must be an object holding
 // a string "type".
 StatusOr<std::string> ComponentType(const Json& node, const std::string& field);
+// A string field that must hold exactly one character (Metaspace's replacement, Strip's
+// content); absent: `fallback`.
+Status OneCharField(const JsonFields& f, const char* key, const std::string& fallback, std::string* out);
 // A Sequence's children: `key` must be an array.
 StatusOr<const Json*> Children(const Json& node, const char* key, const std::string& field);
 
@@ -131,9 +222,26 @@ struct Tokenizer::Impl {
   template <typename V>
   using StringMap = tokenizer_internal::StringMap<V>;
 
-  bool nfc = false;
-  std::vector<tokenizer_internal::SplitStep> split_steps;
+  std::vector<tokenizer_internal::NormalizerStep> normalizer;
+  std::vector<tokenizer_internal::PreTokenizerStep> pre_tokenizer;
+  std::vector<tokenizer_internal::DecoderStep> decoder;
+  bool has_decoder = false;        // without one, decode joins the tokens with spaces
+  bool byte_level_decoder = false;  // the decoder is ByteLevel alone: id_bytes decodes
+  bool byte_level = false;          // a ByteLevel pre-tokenizer: BPE runs over bytes
+  // What StreamDecoder needs to know of the decoder (tokenizer.cc).
+  bool decoder_has_byte_fallback = false;
+  bool decoder_has_byte_level = false;
+  bool stream_restartable = false;  // no Strip at the end, no ByteLevel among other steps
+  bool stream_holds_all = false;    // a Replace over joined text: nothing is final before Finish
+  // The BPE model's options.
   bool ignore_merges = false;
+  bool byte_fallback = false;
+  bool fuse_unk = false;
+  int32_t unk_id = -1;
+  std::array<int32_t, 256> byte_fallback_id{};  // "<0xAB>" tokens; -1: absent
+  // The post-processor's ids around a single sequence (add_special_tokens).
+  std::vector<int32_t> prefix_ids;
+  std::vector<int32_t> suffix_ids;
 
   // The model vocabulary: token text (in the byte-level alphabet) and the bytes it stands for.
   StringMap<int32_t> token_to_id;  // vocab and added tokens
@@ -141,8 +249,10 @@ struct Tokenizer::Impl {
   std::array<int32_t, 256> byte_id{};                     // -1: byte not in vocab
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // pair -> (rank, new id)
 
-  std::vector<std::string> id_bytes;  // decoded bytes per id (ByteLevel decoder rule)
+  std::vector<std::string> id_bytes;  // the bytes each id stands for alone (DecodeTokenAlone)
+  std::vector<std::string> id_token;  // token text per id (vocab entry or added token)
   std::vector<uint8_t> id_known;      // 1 if the id names a token
+  std::vector<uint8_t> id_in_vocab;   // 1 if the id is a model vocabulary entry
   std::vector<uint8_t> id_special;
 
   // Added tokens matched on the raw text (normalized=false) and after normalization.
@@ -154,11 +264,15 @@ struct Tokenizer::Impl {
   std::optional<int32_t> eos;
   ChatFormat chat;
 
-  void EncodePiece(std::string_view text, bool parse_special, std::vector<int32_t>& out) const;
-  void EncodeNormalizedPiece(std::string_view normalized, bool parse_special,
-                             std::vector<int32_t>& out) const;
-  void PreTokenizeAndBpe(std::string_view text, std::vector<int32_t>& out) const;  // pre_tokenizer.cc
+  // `at_start`: the text begins at the start of the input (Metaspace's prepend_scheme "first").
+  void EncodePiece(std::string_view text, bool at_start, bool parse_special, std::vector<int32_t>& out) const;
+  void PreTokenizeAndBpe(std::string_view text, bool at_start, std::vector<int32_t>& out) const;  // pre_tokenizer.cc
   void Bpe(std::string_view word, std::vector<int32_t>& out) const;                // bpe.cc
+  // The vocabulary id of a token's text, or -1 (added tokens not in the vocabulary excluded).
+  int32_t VocabId(std::string_view token) const;
+  // tokenizers' decode over known ids (decoder.cc). `continuation`: the ids follow earlier ones
+  // whose text began (no first-token rules; without a decoder, a separating space first).
+  std::string DecodeIds(std::span<const int32_t> ids, bool skip_special, bool continuation = false) const;
   // tokenizer.json's model.merges ("a b" strings or ["a", "b"] pairs; null: absent) into
   // `merges` (bpe.cc).
   Status LoadMerges(const tokenizer_internal::Json* merges_list);

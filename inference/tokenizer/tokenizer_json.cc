@@ -6,6 +6,7 @@
 
 #include "inference/model/model_files.h"
 #include "inference/tokenizer/tokenizer_internal.h"
+#include "inference/tokenizer/utf8.h"
 
 namespace rote::inference {
 namespace tokenizer_internal {
@@ -15,6 +16,15 @@ StatusOr<std::string> ComponentType(const Json& node, const std::string& field) 
   std::string type;
   ROTE_RETURN_IF_ERROR(JsonFields(node, kTokenizerJson, field + ".").String("type", "", &type));
   return type;
+}
+
+Status OneCharField(const JsonFields& f, const char* key, const std::string& fallback, std::string* out) {
+  ROTE_RETURN_IF_ERROR(f.String(key, fallback, out));
+  size_t one = 0;
+  if (out->empty() || !utf8::IsValid(*out)) return f.Error(key, "must be one character");
+  utf8::DecodeAt(*out, one);
+  if (one != out->size()) return f.Error(key, "must be one character");
+  return OkStatus();
 }
 
 StatusOr<const Json*> Children(const Json& node, const char* key, const std::string& field) {
@@ -69,32 +79,35 @@ StatusOr<ChatFamily> FamilyFor(const Json& config, const Tokenizer::Impl& impl) 
   if (model_type == "qwen2") return ChatFamily::kQwen2;
   if (model_type == "llama") return ChatFamily::kLlama3;
   if (model_type == "qwen3") return ChatFamily::kQwen3;
-  if (!model_type.empty()) {
+  // Families whose tokenizers rote reads, chatting through their own templates: the built-in
+  // format is only a fallback, chosen by the added tokens below.
+  static constexpr std::string_view kOtherFamilies[] = {
+      "mistral", "mixtral", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "starcoder2",
+      "granite", "deepseek_v3", "qwen3_moe"};
+  const bool other = std::find(std::begin(kOtherFamilies), std::end(kOtherFamilies), model_type) !=
+                     std::end(kOtherFamilies);
+  if (!model_type.empty() && !other) {
     return Unimplemented("config.json: model_type '" + model_type +
-                         "' is not supported (supported: qwen2, llama, qwen3)");
+                         "' is not supported (supported: qwen2, llama, qwen3, mistral, mixtral, gemma, "
+                         "gemma2, gemma3, gemma3_text, phi3, starcoder2, granite, deepseek_v3, qwen3_moe)");
   }
-  // No config.json: the added tokens tell the family apart.
+  // No config.json (or a family without a built-in format): the added tokens tell the format.
   if (impl.token_to_id.count("<|start_header_id|>")) return ChatFamily::kLlama3;
   if (impl.token_to_id.count("<think>")) return ChatFamily::kQwen3;
-  if (impl.token_to_id.count("<|im_start|>")) return ChatFamily::kQwen2;
-  return FailedPrecondition(
-      "tokenizer.json: cannot tell the model family: no config.json model_type and no family "
-      "markers among the added tokens");
+  return ChatFamily::kQwen2;
 }
 
-// The BPE model's options: only plain byte-level BPE is supported.
-Status CheckBpeModel(const JsonFields& mf, Tokenizer::Impl& impl) {
+// The BPE model's options (unk_token is resolved once the vocabulary is read).
+Status CheckBpeModel(const JsonFields& mf, Tokenizer::Impl& impl, std::string* unk_token) {
   std::string model_type;
   ROTE_RETURN_IF_ERROR(mf.String("type", "BPE", &model_type));
   if (model_type != "BPE") {
     return Unimplemented("tokenizer.json: model type '" + model_type +
                          "' is not supported (supported: BPE)");
   }
-  bool byte_fallback = false;
-  ROTE_RETURN_IF_ERROR(mf.Bool("byte_fallback", false, &byte_fallback));
-  if (byte_fallback) {
-    return Unimplemented("tokenizer.json: BPE byte_fallback is not supported");
-  }
+  ROTE_RETURN_IF_ERROR(mf.Bool("byte_fallback", false, &impl.byte_fallback));
+  ROTE_RETURN_IF_ERROR(mf.Bool("fuse_unk", false, &impl.fuse_unk));
+  ROTE_RETURN_IF_ERROR(mf.String("unk_token", "", unk_token));
   double dropout = 0.0;
   ROTE_RETURN_IF_ERROR(mf.Number("dropout", 0.0, 0.0, /*open_lo=*/false, 1.0, &dropout));
   if (dropout != 0.0) {
@@ -167,37 +180,65 @@ Status LoadAddedTokens(const Json& added_list, int64_t entries, const Tokenizer:
   return OkStatus();
 }
 
-// The per-id tables (bytes, known, special) and the byte -> id table for `n` ids.
+// The per-id tables (token text, bytes, known, in vocabulary, special) and the byte -> id
+// tables for `n` ids.
 void BuildIdTables(const Json& vocab, size_t n, Tokenizer::Impl& impl) {
   impl.id_bytes.assign(n, std::string());
+  impl.id_token.assign(n, std::string());
   impl.id_known.assign(n, 0);
+  impl.id_in_vocab.assign(n, 0);
   impl.id_special.assign(n, 0);
   impl.byte_id.fill(-1);
+  impl.byte_fallback_id.fill(-1);
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     const auto id = static_cast<int32_t>(it.value().get<uint64_t>());
-    bool in_alphabet = false;
-    std::string bytes = ByteLevelDecodeToken(it.key(), &in_alphabet);
     impl.id_known[id] = 1;
-    // Only tokens written wholly in the alphabet can come out of byte-level BPE.
-    if (in_alphabet) {
-      if (bytes.size() == 1) impl.byte_id[static_cast<unsigned char>(bytes[0])] = id;
-      impl.bytes_to_id.emplace(bytes, id);
+    impl.id_in_vocab[id] = 1;
+    impl.id_token[id] = it.key();
+    if (const int b = ByteFallbackValue(it.key()); b >= 0 && it.key()[3] != '+' && impl.byte_fallback_id[b] < 0) {
+      // merge_word looks up format!("<{b:#04X}>"): upper-case digits.
+      static constexpr char kHex[] = "0123456789ABCDEF";
+      const std::string canonical = std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+      if (canonical == it.key()) impl.byte_fallback_id[b] = id;
     }
-    impl.id_bytes[id] = std::move(bytes);
+    if (impl.byte_level) {
+      bool in_alphabet = false;
+      std::string bytes = ByteLevelDecodeToken(it.key(), &in_alphabet);
+      // Only tokens written wholly in the alphabet can come out of byte-level BPE.
+      if (in_alphabet) {
+        if (bytes.size() == 1) impl.byte_id[static_cast<unsigned char>(bytes[0])] = id;
+        impl.bytes_to_id.emplace(bytes, id);
+      }
+    }
+  }
+}
+
+// The bytes each id stands for alone, once the added tokens are in the tables.
+void BuildIdBytes(Tokenizer::Impl& impl) {
+  for (size_t id = 0; id < impl.id_token.size(); ++id) {
+    if (!impl.id_known[id]) continue;
+    const std::string& token = impl.id_token[id];
+    if (impl.byte_level_decoder) {
+      impl.id_bytes[id] = ByteLevelDecodeToken(token);
+    } else if (impl.decoder.empty()) {
+      impl.id_bytes[id] = token;
+    } else {
+      impl.id_bytes[id] = DecodeTokenAlone(impl.decoder, token);
+    }
   }
 }
 
 // Added tokens join the id tables and the matching pass they belong to.
 void InstallAddedTokens(std::vector<AddedToken>& added, Tokenizer::Impl& impl) {
   for (AddedToken& t : added) {
-    impl.id_bytes[t.id] = ByteLevelDecodeToken(t.content);
+    impl.id_token[t.id] = t.content;
     impl.id_known[t.id] = 1;
     impl.id_special[t.id] = t.special ? 1 : 0;
     impl.token_to_id[t.content] = t.id;
     if (t.normalized) {
       // Matched after normalization, so match the normalized form.
-      if (impl.nfc) t.content = NormalizeNfc(t.content);
-      impl.normalized_added.Add(t);
+      t.content = Normalize(impl.normalizer, t.content);
+      if (!t.content.empty()) impl.normalized_added.Add(t);
     } else {
       impl.raw_added.Add(t);
     }
@@ -256,7 +297,8 @@ Status LoadModel(const JsonFields& top, Tokenizer::Impl& impl) {
   }
   const Json& model = *model_node;
   const JsonFields mf(model, kTokenizerJson, "model.");
-  ROTE_RETURN_IF_ERROR(CheckBpeModel(mf, impl));
+  std::string unk_token;
+  ROTE_RETURN_IF_ERROR(CheckBpeModel(mf, impl, &unk_token));
 
   // nlohmann keeps object keys sorted, so this walk (and every table built from it) has one
   // order whatever the file's.
@@ -285,6 +327,13 @@ Status LoadModel(const JsonFields& top, Tokenizer::Impl& impl) {
   BuildIdTables(vocab, static_cast<size_t>(max_id + 1), impl);
   ROTE_RETURN_IF_ERROR(impl.LoadMerges(mf.Find("merges")));
   InstallAddedTokens(added, impl);
+  BuildIdBytes(impl);
+  if (!unk_token.empty()) {
+    impl.unk_id = impl.VocabId(unk_token);
+    if (impl.unk_id < 0) {
+      return InvalidArgument("tokenizer.json: field 'model.unk_token' = '" + unk_token + "' is not in the vocabulary");
+    }
+  }
   return OkStatus();
 }
 
@@ -326,17 +375,35 @@ StatusOr<Tokenizer> Tokenizer::FromJson(std::string_view tokenizer_json,
   const JsonFields top(tj, kTokenizerJson);
   auto member = [&](const char* key) { return top.Find(key) == nullptr ? Json() : *top.Find(key); };
   try {
-    ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadNormalizer(member("normalizer"), "normalizer", impl->nfc));
-    bool pre_byte_level = false;
-    ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadPreTokenizer(member("pre_tokenizer"), "pre_tokenizer", impl->split_steps, pre_byte_level));
-    bool dec_byte_level = false;
-    ROTE_RETURN_IF_ERROR(tokenizer_internal::CheckDecoder(member("decoder"), "decoder", dec_byte_level));
-    if (!pre_byte_level || !dec_byte_level) {
-      return Unimplemented(
-          "tokenizer.json: only byte-level BPE is supported (needs a ByteLevel pre-tokenizer and "
-          "decoder)");
+    ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadNormalizer(member("normalizer"), "normalizer", impl->normalizer));
+    ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadPreTokenizer(member("pre_tokenizer"), "pre_tokenizer", impl->pre_tokenizer));
+    for (const auto& step : impl->pre_tokenizer) {
+      impl->byte_level = impl->byte_level || step.kind == tokenizer_internal::PreTokenizerStep::Kind::kByteLevel;
+    }
+    ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadDecoder(member("decoder"), "decoder", impl->decoder));
+    impl->has_decoder = top.Find("decoder") != nullptr;
+    impl->byte_level_decoder = !impl->decoder.empty();
+    impl->stream_restartable = true;
+    bool joined = false;  // a step before joined the tokens into one string
+    for (const auto& step : impl->decoder) {
+      using Kind = tokenizer_internal::DecoderStep::Kind;
+      impl->byte_level_decoder = impl->byte_level_decoder && step.kind == Kind::kByteLevel;
+      impl->decoder_has_byte_fallback = impl->decoder_has_byte_fallback || step.kind == Kind::kByteFallback;
+      impl->decoder_has_byte_level = impl->decoder_has_byte_level || step.kind == Kind::kByteLevel;
+      if (step.kind == Kind::kByteLevel || (step.kind == Kind::kStrip && step.strip_stop > 0)) {
+        impl->stream_restartable = false;
+      }
+      // A Replace over the joined text can match across tokens: later tokens may change text
+      // already decoded, so streaming holds everything back.
+      if (joined && step.kind == Kind::kReplace) impl->stream_holds_all = true;
+      joined = joined || step.kind == Kind::kFuse || step.kind == Kind::kByteLevel;
     }
     ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadModel(top, *impl));
+    const Impl& loaded = *impl;
+    ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadPostProcessor(
+        member("post_processor"), "post_processor",
+        [&loaded](uint64_t id) { return id < loaded.id_known.size() && loaded.id_known[id]; }, impl->prefix_ids,
+        impl->suffix_ids));
     ROTE_RETURN_IF_ERROR(tokenizer_internal::LoadSpecialIds(tc, cj, gc, *impl));
   } catch (const Json::exception& e) {
     // Every access above is typed; this is a second line against an exception escaping as an abort.

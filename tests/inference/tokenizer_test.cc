@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "inference/tokenizer/utf8.h"
+#include "tests/inference/tokenizer_test_util.h"
 
 namespace rote::inference {
 namespace {
@@ -29,12 +30,8 @@ std::string FixtureDir(const std::string& family) {
   return std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/" + family;
 }
 
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using tokenizer_test::CaseInput;
+using tokenizer_test::ReadText;
 
 Json ReadJson(const std::string& path) {
   const std::string text = ReadText(path);
@@ -42,18 +39,6 @@ Json ReadJson(const std::string& path) {
   return Json::parse(text);
 }
 
-std::string FromHex(const std::string& hex) {
-  std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
-  }
-  return out;
-}
-
-// The input a corpus case stands for: raw bytes for invalid-UTF-8 cases.
-std::string CaseInput(const Json& c) {
-  return c.contains("hex") ? FromHex(c["hex"].get<std::string>()) : c["text"].get<std::string>();
-}
 
 std::vector<int32_t> Ids(const Json& v) { return v.get<std::vector<int32_t>>(); }
 
@@ -347,16 +332,34 @@ TEST(TokenizerErrors, NameWhatIsWrong) {
 
   Json tj = ReadJson(FixtureDir("qwen2") + "/tokenizer.json");
   Json bad_normalizer = tj;
-  bad_normalizer["normalizer"] = {{"type", "Lowercase"}};
+  bad_normalizer["normalizer"] = {{"type", "BertNormalizer"}};
   StatusOr<Tokenizer> t = Tokenizer::FromJson(bad_normalizer.dump(), "", "", "");
   ASSERT_FALSE(t.ok());
-  EXPECT_THAT(t.status().message(), HasSubstr("Lowercase"));
+  EXPECT_THAT(t.status().message(), HasSubstr("BertNormalizer"));
 
   Json bad_pre = tj;
-  bad_pre["pre_tokenizer"] = {{"type", "Metaspace"}};
+  bad_pre["pre_tokenizer"] = {{"type", "WhitespaceSplit"}};
   t = Tokenizer::FromJson(bad_pre.dump(), "", "", "");
   ASSERT_FALSE(t.ok());
-  EXPECT_THAT(t.status().message(), HasSubstr("Metaspace"));
+  EXPECT_THAT(t.status().message(), HasSubstr("WhitespaceSplit"));
+
+  Json bad_decoder = tj;
+  bad_decoder["decoder"] = {{"type", "WordPiece"}};
+  t = Tokenizer::FromJson(bad_decoder.dump(), "", "", "");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("WordPiece"));
+
+  Json bad_post = tj;
+  bad_post["post_processor"] = {{"type", "TemplateProcessing"}, {"single", Json::array()}};
+  t = Tokenizer::FromJson(bad_post.dump(), "", "", "");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("post_processor.single"));
+
+  Json bad_unk = tj;
+  bad_unk["model"]["unk_token"] = "<nosuchunk>";
+  t = Tokenizer::FromJson(bad_unk.dump(), "", "", "");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("<nosuchunk>"));
 
   Json bad_regex = tj;
   bad_regex["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
