@@ -1,18 +1,20 @@
 #include "inference/commands.h"
 
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <set>
 #include <thread>
 
 #include "inference/engine.h"
 #include "inference/model/synth.h"
+#include "inference/tokenizer/tokenizer_tool.h"
 
 namespace rote::inference::tool {
 namespace {
 
 constexpr const char* kModelUsage =
-    "usage: model info DIR | model synth --family FAMILY --shape tiny|small|0.5b|1.5b --out DIR "
+    "usage: model info DIR | model tokenize|detokenize|chat DIR ... | model synth --family FAMILY --shape tiny|small|0.5b|1.5b --out DIR "
     "[--dtype bf16|f16|f32] [--seed N] (FAMILY: a supported config.json model_type)";
 constexpr const char* kGenerateUsage =
     "usage: generate --model DIR (--prompt TEXT | --chat TEXT | --tokens 1,2,3) [--system TEXT] [--max-tokens N] "
@@ -178,6 +180,7 @@ bool IsUsageError(const Status& status) {
 Status ModelCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   (void)err;
   if (args.empty()) return Usage(kModelUsage, "missing subcommand");
+  if (IsTokenizerSubcommand(args[0])) return TokenizerCommand(args, std::cin, out);
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (args[0] == "info") {
     ROTE_ASSIGN_OR_RETURN(Flags f, Parse(rest, {}, {}, kModelUsage));

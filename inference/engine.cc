@@ -359,14 +359,20 @@ StatusOr<std::shared_ptr<Sequence>> Engine::Impl::Prepare(GenerationRequest requ
   if (!request.prompt_tokens.empty()) {
     seq->all = std::move(request.prompt_tokens);
   } else {
-    const std::string text = request.messages.empty()
-                                 ? request.prompt
-                                 : tokenizer.ApplyChatTemplate(request.messages, /*add_generation_prompt=*/true);
-    // A raw prompt starts with the family's BOS when it has one (Llama 3), as HF's encode does;
-    // the chat template writes its own markers.
-    if (request.messages.empty() && tokenizer.bos_id().has_value()) seq->all.push_back(*tokenizer.bos_id());
-    const std::vector<int32_t> ids = tokenizer.Encode(text, /*parse_special=*/true);
-    seq->all.insert(seq->all.end(), ids.begin(), ids.end());
+    if (request.messages.empty()) {
+      // A raw prompt gets what tokenizers' encode(text) adds: the tokenizer.json post-processor's
+      // special tokens (Llama 2's BOS, ...).
+      seq->all = tokenizer.Encode(request.prompt, Tokenizer::AddSpecialTokens::kYes, /*parse_special=*/true);
+    } else {
+      // The model's chat template writes its own markers, so its text is encoded without added
+      // specials (transformers' apply_chat_template(tokenize=True)). A template that fails is
+      // the request's error, not a silent fallback to another format.
+      Tokenizer::ChatRequest chat;
+      chat.messages = request.messages;
+      chat.add_generation_prompt = true;
+      ROTE_ASSIGN_OR_RETURN(const std::string text, tokenizer.RenderChat(chat));
+      seq->all = tokenizer.Encode(text, /*parse_special=*/true);
+    }
   }
   if (seq->all.empty()) return InvalidArgument("the prompt encodes to no tokens");
   const int32_t vocab = model->config().vocab_size;

@@ -79,18 +79,10 @@ StatusOr<ChatFamily> FamilyFor(const Json& config, const Tokenizer::Impl& impl) 
   if (model_type == "qwen2") return ChatFamily::kQwen2;
   if (model_type == "llama") return ChatFamily::kLlama3;
   if (model_type == "qwen3") return ChatFamily::kQwen3;
-  // Families whose tokenizers rote reads, chatting through their own templates: the built-in
-  // format is only a fallback, chosen by the added tokens below.
-  static constexpr std::string_view kOtherFamilies[] = {
-      "mistral", "mixtral", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3", "starcoder2",
-      "granite", "deepseek_v3", "qwen3_moe"};
-  const bool other = std::find(std::begin(kOtherFamilies), std::end(kOtherFamilies), model_type) !=
-                     std::end(kOtherFamilies);
-  if (!model_type.empty() && !other) {
-    return Unimplemented("config.json: model_type '" + model_type +
-                         "' is not supported (supported: qwen2, llama, qwen3, mistral, mixtral, gemma, "
-                         "gemma2, gemma3, gemma3_text, phi3, starcoder2, granite, deepseek_v3, qwen3_moe)");
-  }
+  // Any other model_type: tokenization does not depend on it, and chats go through the model's
+  // own template; whether the model itself is supported is the model loader's question
+  // (ParseModelConfig, INVALID_ARGUMENT naming the supported families). The built-in format,
+  // a fallback for a directory without a template, is chosen by the added tokens.
   // No config.json (or a family without a built-in format): the added tokens tell the format.
   if (impl.token_to_id.count("<|start_header_id|>")) return ChatFamily::kLlama3;
   if (impl.token_to_id.count("<think>")) return ChatFamily::kQwen3;
@@ -266,6 +258,11 @@ Status LoadSpecialIds(const Json& tc, const Json& cj, const Json& gc, Tokenizer:
     if (!impl.bos) impl.bos = id_of(std::string("<|begin_of_text|>"));
     if (bos_token) impl.chat.bos_text = *bos_token;
   }
+  // The special tokens transformers passes to the template by name (bos_token, eos_token, ...).
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    ROTE_ASSIGN_OR_RETURN(const std::optional<std::string> token, TokenField(tc, key));
+    if (token) impl.chat.special_tokens[key] = *token;
+  }
 
   // Stop ids need not name a tokenizer entry (a model's vocabulary may be larger), but must
   // be token ids.
@@ -346,6 +343,17 @@ StatusOr<Tokenizer> Tokenizer::Load(const std::string& model_dir) {
   ROTE_ASSIGN_OR_RETURN(std::string tokenizer_config, ReadModelFile(dir + "tokenizer_config.json", false));
   ROTE_ASSIGN_OR_RETURN(std::string config, ReadModelFile(dir + "config.json", false));
   ROTE_ASSIGN_OR_RETURN(std::string generation_config, ReadModelFile(dir + "generation_config.json", false));
+  // Newer transformers saves the template beside the config as chat_template.jinja; like
+  // transformers, that file wins over tokenizer_config.json's chat_template.
+  ROTE_ASSIGN_OR_RETURN(std::string template_file, ReadModelFile(dir + "chat_template.jinja", false));
+  if (!template_file.empty()) {
+    nlohmann::json tc = tokenizer_config.empty() ? nlohmann::json::object()
+                                                 : nlohmann::json::parse(tokenizer_config, nullptr, /*allow_exceptions=*/false);
+    if (tc.is_object()) {
+      tc["chat_template"] = template_file;
+      tokenizer_config = tc.dump();
+    }  // a malformed tokenizer_config.json is FromJson's to report
+  }
   StatusOr<Tokenizer> t = FromJson(tokenizer_json, tokenizer_config, config, generation_config);
   // FromJson's messages start with the file's name; put the directory in front of it.
   if (!t.ok()) return Status(t.status().code(), dir + t.status().message());

@@ -2,6 +2,7 @@
 // (tests/fixtures/chat_templates, references from tools/make_chat_fixtures.py), the Tokenizer's
 // chat API over it, and the limits that keep an untrusted template from crashing or hanging.
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -341,6 +342,39 @@ TEST(JinjaLimits, TemplateSizeAndMalformedInput) {
       EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << bad;
     }
   }
+}
+
+}  // namespace
+}  // namespace rote::inference
+
+namespace rote::inference {
+namespace {
+
+// A directory's chat_template.jinja wins over tokenizer_config.json's chat_template, as in
+// transformers, and the template sees the special tokens by name.
+TEST(ChatTemplateFile, WinsOverTheConfigAndSeesTheSpecialTokens) {
+  const std::string dir = ::testing::TempDir() + "/rote_chat_template_file";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json"})
+    std::filesystem::copy_file(FixturePath(std::string("llama3/") + f), dir + "/" + f,
+                               std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir + "/chat_template.jinja")
+      << "[{{ bos_token }}|{{ eos_token }}|{{ pad_token is defined }}]"
+         "{% for m in messages %}{{ m.role }}={{ m.content }};{% endfor %}";
+  auto tok = Tokenizer::Load(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  Tokenizer::ChatRequest chat;
+  chat.messages = {{"user", "hi"}};
+  auto text = tok->RenderChat(chat);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text, "[<|begin_of_text|>|<|eot_id|>|False]user=hi;");
+  // Without the file, the config's own template renders again.
+  std::filesystem::remove(dir + "/chat_template.jinja");
+  auto plain = Tokenizer::Load(dir);
+  ASSERT_TRUE(plain.ok());
+  auto llama = plain->RenderChat(chat);
+  ASSERT_TRUE(llama.ok());
+  EXPECT_THAT(*llama, HasSubstr("<|start_header_id|>user<|end_header_id|>"));
 }
 
 }  // namespace

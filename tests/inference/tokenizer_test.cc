@@ -373,9 +373,11 @@ TEST(TokenizerErrors, NameWhatIsWrong) {
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(t.status().message(), HasSubstr("nosuchtoken"));
 
+  // Tokenizing does not depend on the model type: a family rote cannot run is refused by the
+  // model loader (ParseModelConfig), not here, so `model tokenize` works on any directory.
   t = Tokenizer::FromJson(tj.dump(), "", R"({"model_type": "gpt2"})", "");
-  ASSERT_FALSE(t.ok());
-  EXPECT_THAT(t.status().message(), HasSubstr("gpt2"));
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_FALSE(t->Encode("hello").empty());
 
   t = Tokenizer::FromJson("{not json", "", "", "");
   ASSERT_FALSE(t.ok());
