@@ -2127,6 +2127,24 @@ TEST_P(CudaFamilyTest, ExactEqualsCpuPastTheWindow) {
   ExpectCpuEqualsCuda(model, prompt, 30);
 }
 
+// The families' fixtures made with transformers (tools/make_fixtures.py; their configs as published,
+// every feature acting), where the checkout has them: every logit of a prefill and greedy decode
+// steps equal to the CPU's.
+TEST(CudaFamilies, FixturesEqualCpuEveryStep) {
+  SKIP_WITHOUT_GPU();
+  int32_t found = 0;
+  for (const char* family : {"mistral", "gemma2", "gemma3", "phi3", "starcoder2", "granite", "deepseek_coder"}) {
+    const std::string dir = std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/" + family;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    SCOPED_TRACE(family);
+    ++found;
+    auto model = LoadOrDie(dir);
+    ASSERT_TRUE(model);
+    ExpectCpuEqualsCuda(model, 40, 24);
+  }
+  if (found == 0) GTEST_SKIP() << "no family fixtures in this checkout";
+}
+
 // DeepSeek-Coder is the Llama layout with HF's "linear" rope scaling: the ordinary path, its own
 // rotary table.
 TEST(CudaFamilies, DeepSeekLinearRopeEqualsCpu) {
