@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Makes the reference fixtures under tests/fixtures/<family>/ with the real Hugging Face libraries.
 
-For each family (qwen2, llama3, qwen3, and the model families mistral, gemma2, gemma3, phi3,
-starcoder2, granite, deepseek_coder) it writes a tiny model directory that rote loads as it would a
+For each family (qwen2, llama3, qwen3, and the model families mistral, gemma, gemma2, gemma3,
+phi3, starcoder2, granite, deepseek_coder) it writes a tiny model directory that rote loads as it would a
 published one, plus what the real libraries computed from it:
 
   config.json, generation_config.json   fields of the published configs, shrunk
@@ -690,21 +690,42 @@ def make_family(family, spec, corpus, out_root):
     prompts.append(("chat", tok.encode(chat_text, add_special_tokens=False).ids))
     prompts.append(("one_token", [tok.encode("Hello", add_special_tokens=False).ids[0]]))
 
+    # The incremental reference feeds one token per call through transformers' KV cache: a
+    # position's rotary then depends on that position alone (longrope switches to its long
+    # factors from original_max_position_embeddings on, as in a decode that crosses it).
+    incremental = spec.get("incremental_reference", False)
+
+    def step(token, past):
+        out = ref(input_ids=torch.tensor([[token]], dtype=torch.long), past_key_values=past, use_cache=True)
+        return out.logits[0, -1], out.past_key_values
+
     logits_tensors = {}
     ref_prompts = []
     with torch.no_grad():
         for i, (name, pids) in enumerate(prompts):
-            x = torch.tensor([pids], dtype=torch.long)
-            logits = ref(input_ids=x).logits[0].to(torch.float32).contiguous()
+            past = None
+            if incremental:
+                rows = []
+                for t in pids:
+                    row, past = step(t, past)
+                    rows.append(row)
+                logits = torch.stack(rows).to(torch.float32).contiguous()
+            else:
+                x = torch.tensor([pids], dtype=torch.long)
+                logits = ref(input_ids=x).logits[0].to(torch.float32).contiguous()
             assert logits.shape == (len(pids), vocab_rows), logits.shape
             logits_tensors[f"logits.{i}"] = logits
             seq = list(pids)
             greedy = []
+            last = logits[-1]
             for _ in range(16):
-                step = ref(input_ids=torch.tensor([seq], dtype=torch.long)).logits[0, -1]
-                nxt = int(torch.argmax(step).item())
+                if not incremental:
+                    last = ref(input_ids=torch.tensor([seq], dtype=torch.long)).logits[0, -1]
+                nxt = int(torch.argmax(last).item())
                 greedy.append(nxt)
                 seq.append(nxt)
+                if incremental:
+                    last, past = step(nxt, past)
             top2 = torch.topk(logits[-1], 2).values
             ref_prompts.append(dict(name=name, ids=pids, logits_tensor=f"logits.{i}",
                                     greedy_ids=greedy,
@@ -716,6 +737,7 @@ def make_family(family, spec, corpus, out_root):
     write_json(out_dir / "reference.json", dict(
         family=family, stored_dtype=spec["dtype"], reference_dtype="float32",
         attn_implementation="eager", device="cpu", greedy_tokens=16,
+        reference_run="one token per call, KV cache" if incremental else "whole sequence per call",
         versions=dict(torch=torch.__version__, transformers=transformers.__version__,
                       tokenizers=tokenizers.__version__),
         tokenizer_size=n_tok, config_vocab_size=vocab_rows, prompts=ref_prompts))
@@ -857,16 +879,18 @@ def model_families(base):
             attn_logit_softcapping=None, final_logit_softcapping=None,
             cache_implementation="hybrid", tie_word_embeddings=True, **q_ids), norm_offset=True),
         # Phi-4-mini, shrunk: fused qkv_proj and gate_up_proj, partial rotary (0.75 of head_dim),
-        # longrope factors (the prompts stay below original_max_position_embeddings, so the short
-        # factors apply, scaled by the attention factor), a sliding window, tied.
+        # longrope factors with original_max_position_embeddings (24) inside the prompts, so the
+        # reference runs token by token through the cache (short factors below 24, long ones from
+        # there on, both scaled by the attention factor); Phi-3-mini's window of 2047, tied.
         "phi3": family("llama3", 14, "bfloat16", dict(
             common, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_act="silu",
             embd_pdrop=0.0, resid_pdrop=0.0, max_position_embeddings=8192,
-            original_max_position_embeddings=256, num_hidden_layers=2, partial_rotary_factor=0.75,
+            original_max_position_embeddings=24, num_hidden_layers=2, partial_rotary_factor=0.75,
             rms_norm_eps=1e-5, rope_theta=10000.0,
             rope_scaling=dict(type="longrope", short_factor=factors(100, 6, 1.0, 3.0),
                               long_factor=factors(200, 6, 2.0, 40.0)),
-            sliding_window=9, tie_word_embeddings=True, **l_ids)),
+            sliding_window=2047, tie_word_embeddings=True, pad_token_id="id:<|end_of_text|>",
+            **l_ids), incremental_reference=True),
         # StarCoder2-3b, shrunk: LayerNorm with bias, biases on every projection, the GELU-tanh
         # c_fc/c_proj MLP, a sliding window, tied (the class default: the key is left out).
         "starcoder2": family("qwen2", 15, "float16", dict(
@@ -882,6 +906,14 @@ def model_families(base):
             rope_theta=10000000.0, attention_bias=True, mlp_bias=True, embedding_multiplier=3.0,
             residual_multiplier=0.5, attention_multiplier=0.1, logits_scaling=4.0,
             tie_word_embeddings=False, **l_ids)),
+        # CodeGemma-7b, shrunk: Gemma 1's (1 + w) norms, sqrt(hidden) embedding scale and GELU-tanh
+        # MLP, a head_dim unlike hidden_size / heads, tied.
+        "gemma": family("qwen2", 18, "bfloat16", dict(
+            common, architectures=["GemmaForCausalLM"], model_type="gemma", head_dim=24,
+            hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+            max_position_embeddings=8192, num_hidden_layers=2, rms_norm_eps=1e-6,
+            rope_theta=10000.0, attention_bias=False, tie_word_embeddings=True, **q_ids),
+            norm_offset=True),
         # DeepSeek-Coder-6.7B, shrunk: the Llama architecture with linear rope scaling.
         "deepseek_coder": family("llama3", 17, "bfloat16", dict(
             common, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",

@@ -21,6 +21,7 @@ std::string_view ModelFamilyName(ModelFamily family) {
     case ModelFamily::kPhi3: return "phi3";
     case ModelFamily::kStarcoder2: return "starcoder2";
     case ModelFamily::kGranite: return "granite";
+    case ModelFamily::kGemma: return "gemma";
   }
   return "unknown";
 }
@@ -29,7 +30,7 @@ const std::vector<ModelFamily>& AllModelFamilies() {
   static const std::vector<ModelFamily> all = {
       ModelFamily::kQwen2,  ModelFamily::kLlama, ModelFamily::kQwen3,      ModelFamily::kMistral,
       ModelFamily::kGemma2, ModelFamily::kGemma3, ModelFamily::kPhi3, ModelFamily::kStarcoder2,
-      ModelFamily::kGranite};
+      ModelFamily::kGranite, ModelFamily::kGemma};
   return all;
 }
 
@@ -86,12 +87,46 @@ std::string GenerationConfigSource(std::string_view config_source) {
 }
 
 StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std::string_view generation_config_json,
+                                              std::string_view source);
+
+// Gemma 3 4B-27B are published as Gemma3ForConditionalGeneration (model_type "gemma3"): the text
+// model's config is "text_config", which leaves out what equals Gemma3TextConfig's defaults. rote
+// runs the text model (the vision tower's tensors are not read).
+StatusOr<ModelConfig> ParseGemma3Multimodal(const Json& outer, std::string_view generation_config_json,
+                                            std::string_view source) {
+  const JsonFields f(outer, source);
+  const Json* tc = f.Find("text_config");
+  if (tc == nullptr || !tc->is_object()) {
+    return f.Error("text_config", "is missing: a model_type 'gemma3' checkpoint without a text model");
+  }
+  Json text = *tc;
+  const Json defaults = {{"vocab_size", 262208},      {"hidden_size", 2304},         {"intermediate_size", 9216},
+                         {"num_hidden_layers", 26},   {"num_attention_heads", 8},    {"num_key_value_heads", 4},
+                         {"head_dim", 256},           {"max_position_embeddings", 131072},
+                         {"rope_theta", 1000000.0},   {"rms_norm_eps", 1e-6},       {"tie_word_embeddings", true}};
+  for (const auto& [key, value] : defaults.items()) {
+    if (!text.contains(key) || text[key].is_null()) text[key] = value;
+  }
+  for (const char* key : {"bos_token_id", "eos_token_id", "torch_dtype", "dtype"}) {
+    if ((!text.contains(key) || text[key].is_null()) && outer.contains(key)) text[key] = outer[key];
+  }
+  text["model_type"] = "gemma3_text";
+  ROTE_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfigChecked(text.dump(), generation_config_json, source));
+  c.model_type = "gemma3";
+  if (const Json* a = f.Find("architectures"); a != nullptr && a->is_array() && !a->empty() && (*a)[0].is_string()) {
+    c.architecture = (*a)[0].get<std::string>();
+  }
+  return c;
+}
+
+StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std::string_view generation_config_json,
                                               std::string_view source) {
   ROTE_ASSIGN_OR_RETURN(Json j, ParseJsonObject(config_json, source));
   const JsonFields f(j, source);
   ModelConfig c;
   std::string model_type;
   ROTE_RETURN_IF_ERROR(f.String("model_type", "", &model_type));
+  if (model_type == "gemma3") return ParseGemma3Multimodal(j, generation_config_json, source);
   if (const Json* a = f.Find("architectures")) {
     if (!a->is_array()) return f.Error("architectures", "must be a list of strings");
     for (const Json& name : *a) {
@@ -108,7 +143,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       {ModelFamily::kQwen3, "Qwen3ForCausalLM"},         {ModelFamily::kMistral, "MistralForCausalLM"},
       {ModelFamily::kGemma2, "Gemma2ForCausalLM"},       {ModelFamily::kGemma3, "Gemma3ForCausalLM"},
       {ModelFamily::kPhi3, "Phi3ForCausalLM"},           {ModelFamily::kStarcoder2, "Starcoder2ForCausalLM"},
-      {ModelFamily::kGranite, "GraniteForCausalLM"},
+      {ModelFamily::kGranite, "GraniteForCausalLM"},     {ModelFamily::kGemma, "GemmaForCausalLM"},
   };
   bool found = false;
   for (const Known& k : kKnown) {  // model_type decides; the architecture only when it is absent
@@ -132,7 +167,8 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
   }
   c.model_type = model_type.empty() ? std::string(ModelFamilyName(c.family)) : model_type;
   const ModelFamily fam = c.family;
-  const bool gemma = fam == ModelFamily::kGemma2 || fam == ModelFamily::kGemma3;
+  const bool gemma = fam == ModelFamily::kGemma2 || fam == ModelFamily::kGemma3;  // Gemma 2 and 3
+  const bool any_gemma = gemma || fam == ModelFamily::kGemma;                     // and Gemma 1
   // A feature config.json asks for that this family's loader cannot honour.
   auto refuse = [&](const std::string& what) {
     return InvalidArgument(std::string(source) + ": " + what + " is not supported for model_type '" + c.model_type +
@@ -189,7 +225,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
   }
   c.rms_norm_eps = static_cast<float>(eps);
   // Each family's class default where config.json says nothing (HF's *Config constructors).
-  const bool tie_default = gemma || fam == ModelFamily::kStarcoder2;
+  const bool tie_default = any_gemma || fam == ModelFamily::kStarcoder2;
   ROTE_RETURN_IF_ERROR(f.Bool("tie_word_embeddings", tie_default, &c.tie_word_embeddings));
 
   bool bias = false;
@@ -208,6 +244,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       c.mlp_bias = mlp_bias;
       break;
     case ModelFamily::kQwen3:
+    case ModelFamily::kGemma:
     case ModelFamily::kGemma2:
     case ModelFamily::kGemma3:
       c.attention_bias = c.attention_out_bias = bias;
@@ -225,14 +262,18 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       break;
   }
   c.qk_norm = fam == ModelFamily::kQwen3 || fam == ModelFamily::kGemma3;
-  c.norm = gemma ? NormKind::kRmsOffset : fam == ModelFamily::kStarcoder2 ? NormKind::kLayerNorm : NormKind::kRms;
+  c.norm = any_gemma ? NormKind::kRmsOffset : fam == ModelFamily::kStarcoder2 ? NormKind::kLayerNorm : NormKind::kRms;
   c.mlp = fam == ModelFamily::kStarcoder2 ? MlpKind::kPlain : MlpKind::kGated;
   c.sandwich_norms = gemma;
 
   std::string act;
-  const std::string act_default = gemma || fam == ModelFamily::kStarcoder2 ? "gelu_pytorch_tanh" : "silu";
-  ROTE_RETURN_IF_ERROR(f.String("hidden_act", act_default, &act));
-  if (gemma) ROTE_RETURN_IF_ERROR(f.String("hidden_activation", act, &act));  // Gemma's own key wins
+  if (any_gemma) {
+    // Gemma's MLP reads hidden_activation only (gelu_pytorch_tanh when absent or null); the
+    // hidden_act of early Gemma configs ("gelu") is ignored by transformers.
+    ROTE_RETURN_IF_ERROR(f.String("hidden_activation", "gelu_pytorch_tanh", &act));
+  } else {
+    ROTE_RETURN_IF_ERROR(f.String("hidden_act", fam == ModelFamily::kStarcoder2 ? "gelu_pytorch_tanh" : "silu", &act));
+  }
   if (act == "silu" || act == "swish") {
     c.activation = Activation::kSilu;
   } else if (act == "gelu_pytorch_tanh") {
@@ -256,6 +297,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
     }
     case ModelFamily::kLlama:
     case ModelFamily::kGranite:
+    case ModelFamily::kGemma:
       window = 0;  // their attention takes no window
       break;
     case ModelFamily::kMistral:
@@ -299,11 +341,13 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
     ROTE_RETURN_IF_ERROR(f.Number("final_logit_softcapping", fam == ModelFamily::kGemma2 ? 30.0 : 0.0, 0.0,
                                   /*open_lo=*/false, 1e9, &cap));
     c.final_logit_softcap = static_cast<float>(cap);
-    // HF: embeddings * tensor(hidden_size ** 0.5) in the activations' dtype (fp32 here).
-    c.embedding_multiplier = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
     if (fam == ModelFamily::kGemma3) {
       ROTE_RETURN_IF_ERROR(f.Number("rope_local_base_freq", 10000.0, 0.0, /*open_lo=*/true, 1e30, &c.rope_local_theta));
     }
+  }
+  if (any_gemma) {
+    // HF: embeddings * tensor(hidden_size ** 0.5) in the activations' dtype (fp32 here).
+    c.embedding_multiplier = static_cast<float>(std::sqrt(static_cast<double>(c.hidden_size)));
   }
   if (fam == ModelFamily::kGranite) {
     double m = 0;

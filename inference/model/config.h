@@ -20,6 +20,7 @@ enum class ModelFamily {
   kPhi3,        // "phi3": Phi-3 / 3.5-mini, Phi-4-mini: fused qkv and gate_up, longrope, partial rotary
   kStarcoder2,  // "starcoder2": LayerNorm with bias, biases everywhere, GELU c_fc/c_proj MLP
   kGranite,     // "granite": Llama layout with embedding/residual/attention/logits multipliers
+  kGemma,       // "gemma": Gemma 1, CodeGemma: (1 + w) RMSNorm, sqrt(hidden) embedding scale, GELU-tanh
 };
 
 // The config.json model_type spelling of a family ("qwen2", "llama", "gemma3_text", ...).

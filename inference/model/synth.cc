@@ -299,7 +299,8 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
   Json cfg;
   static const char* kArchitectures[] = {"Qwen2ForCausalLM",  "LlamaForCausalLM",      "Qwen3ForCausalLM",
                                          "MistralForCausalLM", "Gemma2ForCausalLM",     "Gemma3ForCausalLM",
-                                         "Phi3ForCausalLM",    "Starcoder2ForCausalLM", "GraniteForCausalLM"};
+                                         "Phi3ForCausalLM",    "Starcoder2ForCausalLM", "GraniteForCausalLM",
+                                         "GemmaForCausalLM"};
   cfg["architectures"] = {kArchitectures[static_cast<int>(fam)]};
   cfg["model_type"] = std::string(ModelFamilyName(fam));
   cfg["vocab_size"] = c.vocab_size;
@@ -366,7 +367,7 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
         longs.push_back(1.0 + 1.5 * i);
       }
       cfg["partial_rotary_factor"] = 0.75;
-      cfg["original_max_position_embeddings"] = small ? 64 : 4096;
+      cfg["original_max_position_embeddings"] = small ? 32 : 4096;
       cfg["max_position_embeddings"] = small ? 4096 : 131072;
       cfg["rope_scaling"] = {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", longs}};
       cfg["sliding_window"] = small ? window : 262144;
@@ -380,6 +381,11 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
       cfg["hidden_act"] = "gelu_pytorch_tanh";
       cfg["use_bias"] = true;
       cfg["sliding_window"] = window;
+      cfg["tie_word_embeddings"] = true;
+      break;
+    case ModelFamily::kGemma:
+      cfg["hidden_act"] = "gelu";  // as CodeGemma's config.json: ignored, hidden_activation decides
+      cfg["hidden_activation"] = "gelu_pytorch_tanh";
       cfg["tie_word_embeddings"] = true;
       break;
     case ModelFamily::kGranite:

@@ -17,7 +17,10 @@ struct SynthOptions {
   // "tiny" (2 layers, dim 64, head_dim 16, vocab 384), "small" (4 layers, dim 256,
   // head_dim 64, vocab 1024), "0.5b" (Qwen2.5-0.5B / Qwen3-0.6B dimensions), "1.5b"
   // (Qwen2.5-1.5B / Qwen3-1.7B dimensions). Llama uses the Qwen2.5 dimensions with Llama 3's
-  // vocabulary size, rope_theta and llama3 rope scaling.
+  // vocabulary size, rope_theta and llama3 rope scaling; the other families the Qwen2.5
+  // dimensions with their own features (windows of 24 at tiny / small, 4096 above; Gemma 3 with
+  // a global layer every second layer at tiny / small; Phi-3's long factors from position 32 at
+  // tiny / small), written as the family's published config.json keys.
   std::string shape = "tiny";
   DType dtype = DType::kBF16;
   uint64_t seed = 0;

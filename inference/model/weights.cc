@@ -163,14 +163,25 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const
   WeightBinder b(all, dir);
   ModelWeights& w = m->weights_;
   const int64_t dim = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), hid = c.intermediate_size;
-  ROTE_RETURN_IF_ERROR(b.Bind("model.embed_tokens.weight", {c.vocab_size, dim}, true, &w.embed));
+  // The text model's tensors: "model." as causal LMs publish them; Gemma 3's multimodal
+  // checkpoints nest it ("language_model.model." as published, "model.language_model." as newer
+  // transformers saves them).
+  std::string mp = "model.", head = "lm_head.weight";
+  for (const auto& [prefix, lm_head] : {std::pair<const char*, const char*>{"language_model.model.", "language_model.lm_head.weight"},
+                                        {"model.language_model.", "lm_head.weight"}}) {
+    if (c.model_type == "gemma3" && all.count(std::string(prefix) + "embed_tokens.weight") != 0) {
+      mp = prefix;
+      head = lm_head;
+    }
+  }
+  ROTE_RETURN_IF_ERROR(b.Bind(mp + "embed_tokens.weight", {c.vocab_size, dim}, true, &w.embed));
   const bool layer_norm = c.norm == NormKind::kLayerNorm;
-  ROTE_RETURN_IF_ERROR(b.Bind("model.norm.weight", {dim}, true, &w.final_norm));
-  if (layer_norm) ROTE_RETURN_IF_ERROR(b.Bind("model.norm.bias", {dim}, true, &w.final_norm_bias));
+  ROTE_RETURN_IF_ERROR(b.Bind(mp + "norm.weight", {dim}, true, &w.final_norm));
+  if (layer_norm) ROTE_RETURN_IF_ERROR(b.Bind(mp + "norm.bias", {dim}, true, &w.final_norm_bias));
   if (c.tie_word_embeddings) {
     w.lm_head = w.embed;
   } else {
-    ROTE_RETURN_IF_ERROR(b.Bind("lm_head.weight", {c.vocab_size, dim}, true, &w.lm_head));
+    ROTE_RETURN_IF_ERROR(b.Bind(head, {c.vocab_size, dim}, true, &w.lm_head));
   }
   const bool fused = c.family == ModelFamily::kPhi3;  // qkv_proj and gate_up_proj
   const bool plain_mlp = c.mlp == MlpKind::kPlain;
@@ -180,7 +191,7 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const
   // not the count config.json claims: a layer that is not there stops the load at its first tensor.
   w.layers.reserve(std::min<size_t>(static_cast<size_t>(c.num_layers), all.size()));
   for (int i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string p = mp + "layers." + std::to_string(i) + ".";
     LayerWeights& l = w.layers.emplace_back();
     ROTE_RETURN_IF_ERROR(b.Bind(p + "input_layernorm.weight", {dim}, true, &l.attn_norm));
     if (layer_norm) ROTE_RETURN_IF_ERROR(b.Bind(p + "input_layernorm.bias", {dim}, true, &l.attn_norm_bias));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <iostream>
 #include <cstring>
 #include <random>
 #include <string>
@@ -223,6 +224,112 @@ TEST(HostMathTest, RopeInvFreqDefaultAndLlama3) {
   EXPECT_EQ(t.cos[0], 1.0f);
   EXPECT_EQ(t.sin[0], 0.0f);
   EXPECT_NEAR(t.cos[99 * 32 + 0], std::cos(99.0), 1e-6);
+}
+
+TEST(CanonicalTest, TanhIsAccurateOddAndSaturates) {
+  double worst = 0;
+  for (float x = -30.0f; x < 30.0f; x += 0.00173f) {
+    const float got = numerics::canonical_tanh(x);
+    const double want = std::tanh(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(got - want) / std::max(std::fabs(want), 1e-30));
+    EXPECT_EQ(numerics::canonical_tanh(-x), -got) << x;  // odd, bit for bit
+  }
+  for (float x = 1e-30f; x < 1.0f; x *= 1.37f) {  // tiny arguments keep full relative accuracy
+    const double want = std::tanh(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(numerics::canonical_tanh(x) - want) / want);
+  }
+  std::cout << "canonical_tanh worst relative error " << worst << "\n";
+  EXPECT_LT(worst, 6e-7);  // a few ulp
+  EXPECT_EQ(numerics::canonical_tanh(60.0f), 1.0f);
+  EXPECT_EQ(numerics::canonical_tanh(-1e30f), -1.0f);
+  EXPECT_EQ(numerics::canonical_tanh(INFINITY), 1.0f);
+  EXPECT_EQ(numerics::canonical_tanh(0.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(numerics::canonical_tanh(NAN)));
+}
+
+TEST(CanonicalTest, SoftcapCapsAndKeepsSmallValues) {
+  EXPECT_EQ(numerics::canonical_softcap(1e9f, 30.0f), 30.0f);
+  EXPECT_EQ(numerics::canonical_softcap(-1e9f, 30.0f), -30.0f);
+  for (float x : {-100.0f, -3.0f, -0.01f, 0.0f, 0.5f, 29.0f, 1000.0f}) {
+    EXPECT_EQ(numerics::canonical_softcap(x, 30.0f), numerics::canonical_tanh(x / 30.0f) * 30.0f);
+    EXPECT_NEAR(numerics::canonical_softcap(x, 30.0f), 30.0 * std::tanh(x / 30.0), 3e-5) << x;
+  }
+}
+
+TEST(CanonicalTest, GeluTanhMatchesTheFormula) {
+  double worst = 0;
+  for (float x = -8.0f; x < 12.0f; x += 0.0037f) {
+    // 0.5 x (1 + tanh(u)) written as x / (1 + e^(-2u)), which double evaluates without the
+    // cancellation of 1 + tanh(u) in the negative tail.
+    const double xd = x;
+    const double u = std::sqrt(2.0 / 3.141592653589793) * (xd + 0.044715 * xd * xd * xd);
+    const double want = xd / (1.0 + std::exp(-2.0 * u));
+    const double err = std::fabs(numerics::canonical_gelu_tanh(x) - want);
+    worst = std::max(worst, err / std::max(std::fabs(want), 1e-30));
+  }
+  std::cout << "canonical_gelu_tanh worst relative error " << worst << "\n";
+  EXPECT_LT(worst, 1e-5);  // relative, into the negative tail (gelu(-8) ~ 1e-21)
+  EXPECT_EQ(numerics::canonical_gelu_tanh(0.0f), 0.0f);
+  EXPECT_EQ(numerics::canonical_gelu_tanh(100.0f), 100.0f);
+  EXPECT_EQ(numerics::canonical_gelu_tanh(-100.0f), 0.0f);
+}
+
+TEST(CanonicalTest, ExpIsUnchangedBySharingItsPolynomial) {
+  // canonical_expf = fmaf(canonical_expm1_poly(r), r, 1) scaled: the same operations as the
+  // degree-7 Horner form written out, so the bits of every earlier result stand.
+  for (float x = -100.0f; x < 88.0f; x += 0.0371f) {
+    const float k = floorf(x * 1.44269502925872802734375f + 0.5f);
+    float r = fmaf(-k, 0.693145751953125f, x);
+    r = fmaf(-k, 1.428606765330187045e-06f, r);
+    float p = 1.0f / 5040.0f;
+    for (float coef : {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) p = fmaf(p, r, coef);
+    const int32_t ki = static_cast<int32_t>(k), k1 = ki / 2, k2 = ki - k1;
+    const float want = (p * numerics::float_from_bits(static_cast<uint32_t>(k1 + 127) << 23)) *
+                       numerics::float_from_bits(static_cast<uint32_t>(k2 + 127) << 23);
+    ASSERT_EQ(numerics::bits_from_float(numerics::canonical_expf(x)), numerics::bits_from_float(want)) << x;
+  }
+}
+
+TEST(HostMathTest, RopeLinearPartialLocalAndLongrope) {
+  ModelConfig c;
+  c.head_dim = 16;
+  c.rope_theta = 100000.0;
+  const std::vector<float> plain = numerics::RopeInvFreq(c);
+  c.rope_scaling.type = RopeScaling::Type::kLinear;
+  c.rope_scaling.factor = 4.0;
+  std::vector<float> inv = numerics::RopeInvFreq(c);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(inv[i], plain[i] / 4.0, plain[i] * 1e-7) << i;
+
+  // Partial rotary: 12 of 16 dimensions, exponents over 12; the local table ignores scaling.
+  c.rotary_dim = 12;
+  c.rope_local_theta = 10000.0;
+  inv = numerics::RopeInvFreq(c, /*local=*/true);
+  ASSERT_EQ(inv.size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(inv[i], std::pow(10000.0, -(2.0 * i) / 12.0), inv[i] * 1e-7) << i;
+  EXPECT_EQ(numerics::BuildRopeTable(c, 4, /*local=*/true).half_dim, 6);
+
+  // Longrope: short factors below original_max_position_embeddings, long from there on, cos and
+  // sin scaled by fp32(attention_factor).
+  c.rope_scaling.type = RopeScaling::Type::kLongRope;
+  c.rope_scaling.original_max_position_embeddings = 8;
+  c.rope_scaling.short_factor = {1.0, 1.5, 2.0, 2.5, 3.0, 3.5};
+  c.rope_scaling.long_factor = {4.0, 8.0, 16.0, 32.0, 64.0, 128.0};
+  c.rope_scaling.attention_factor = 1.25;
+  const std::vector<float> s = numerics::RopeInvFreq(c, false, false), l = numerics::RopeInvFreq(c, false, true);
+  for (int i = 0; i < 6; ++i) {
+    const double base = std::pow(100000.0, -(2.0 * i) / 12.0);
+    EXPECT_NEAR(s[i], base / c.rope_scaling.short_factor[i], s[i] * 1e-7) << i;
+    EXPECT_NEAR(l[i], base / c.rope_scaling.long_factor[i], l[i] * 1e-7) << i;
+  }
+  const numerics::RopeTable t = numerics::BuildRopeTable(c, 12);
+  for (int p : {1, 7, 8, 11}) {
+    const std::vector<float>& f = p < 8 ? s : l;
+    for (int i = 0; i < 6; ++i) {
+      const float angle = static_cast<float>(p) * f[i];
+      EXPECT_NEAR(t.cos[p * 6 + i], 1.25 * std::cos(static_cast<double>(angle)), 2e-7) << p << " " << i;
+      EXPECT_NEAR(t.sin[p * 6 + i], 1.25 * std::sin(static_cast<double>(angle)), 2e-7) << p << " " << i;
+    }
+  }
 }
 
 TEST(ThreadPoolTest, CoversEveryIndexExactlyOnce) {
