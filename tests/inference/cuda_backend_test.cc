@@ -2088,6 +2088,7 @@ struct FamilyCase {
   const char* name;
   ModelFamily family;
   DType dtype;
+  const char* shape = "tiny";  // synth.h: "tiny" has head_dim 16, "small" head_dim 64 over dim 256
 };
 void PrintTo(const FamilyCase& c, std::ostream* os) { *os << c.name; }
 
@@ -2095,7 +2096,7 @@ std::shared_ptr<const Model> FamilyModel(const FamilyCase& fc) {
   const std::string dir = TempDir(std::string("family_") + fc.name);
   SynthOptions o;
   o.family = fc.family;
-  o.shape = "tiny";
+  o.shape = fc.shape;
   o.dtype = fc.dtype;
   o.seed = 5;
   Status s = SynthesizeModel(o, dir);
@@ -2273,7 +2274,16 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaFamilyTest,
                                            FamilyCase{"gemma2_bf16", ModelFamily::kGemma2, DType::kBF16},
                                            FamilyCase{"gemma3_bf16", ModelFamily::kGemma3, DType::kBF16},
                                            FamilyCase{"gemma3_f16", ModelFamily::kGemma3, DType::kF16},
-                                           FamilyCase{"phi3_bf16", ModelFamily::kPhi3, DType::kBF16}),
+                                           FamilyCase{"phi3_bf16", ModelFamily::kPhi3, DType::kBF16},
+                                           // Heads of 64 dims (two rounds of the dot's 32 classes),
+                                           // widths that are multiples of 128, four layers.
+                                           FamilyCase{"mistral_small", ModelFamily::kMistral, DType::kBF16, "small"},
+                                           FamilyCase{"gemma2_small", ModelFamily::kGemma2, DType::kBF16, "small"},
+                                           FamilyCase{"gemma3_small", ModelFamily::kGemma3, DType::kBF16, "small"},
+                                           FamilyCase{"starcoder2_small", ModelFamily::kStarcoder2, DType::kBF16,
+                                                      "small"},
+                                           FamilyCase{"phi3_small", ModelFamily::kPhi3, DType::kBF16, "small"},
+                                           FamilyCase{"granite_small", ModelFamily::kGranite, DType::kBF16, "small"}),
                          [](const ::testing::TestParamInfo<FamilyCase>& p) { return std::string(p.param.name); });
 
 }  // namespace
