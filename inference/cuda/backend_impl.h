@@ -203,6 +203,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   int64_t WeightBytes() const override { return weight_bytes_; }
   CudaLaunchStats launch_stats() const override { return stats_; }
+  bool family_path() const override { return family_path_; }
 
   std::vector<int64_t> StepTrace(int32_t* blocks, int32_t* slots) const override;
 
@@ -360,11 +361,12 @@ class CudaBackendImpl final : public CudaBackend {
   Status Launch(const StepLayout& lay, bool greedy, const cuda::DecodeStepArgs* decode_step);
 
   // The family path (family_launch.cc): models whose layers need more than the Qwen2/Llama 3/
-  // Qwen3 forward pass (config_.family beyond those, or any of its operations: sliding windows,
-  // LayerNorm, biases beyond q|k|v, GELU, multipliers, soft caps, partial rotary, a local rope).
+  // Qwen3 forward pass (a sliding window shorter than max_positions, LayerNorm, Gemma's norms,
+  // biases beyond q|k|v, GELU, multipliers, soft caps, partial rotary, a local rope), whatever
+  // their family: a Mistral without a window (Codestral, Mistral 7B v0.3) is the Llama layout.
   // Their steps run the matrix products of either profile between the plain kernels of
   // family_ops.h, never the one-launch step, the MLP block or the fused rotary epilogue.
-  static bool NeedsFamilyPath(const ModelConfig& c);
+  static bool NeedsFamilyPath(const ModelConfig& c, int32_t max_positions);
   Status InitFamilyLayers();
   Status LaunchFamily(const StepLayout& lay, bool greedy);
   // A norm of the family's kind (weights uploaded with Gemma's 1 + w folded in) of `rows` rows.

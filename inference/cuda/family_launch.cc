@@ -13,13 +13,12 @@
 
 namespace rote::inference::cuda_impl {
 
-bool CudaBackendImpl::NeedsFamilyPath(const ModelConfig& c) {
-  if (c.family != ModelFamily::kQwen2 && c.family != ModelFamily::kLlama && c.family != ModelFamily::kQwen3)
-    return true;
+bool CudaBackendImpl::NeedsFamilyPath(const ModelConfig& c, int32_t max_positions) {
+  // A window of at least max_positions keys never hides one (FirstVisibleKey is 0 below it).
   bool local = false;
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerPlan p = c.plan(l);
-    local = local || p.sliding_window > 0 || p.local_rope;
+    local = local || (p.sliding_window > 0 && p.sliding_window < max_positions) || p.local_rope;
   }
   return local || c.norm != NormKind::kRms || c.activation != Activation::kSilu || c.mlp != MlpKind::kGated ||
          c.attention_out_bias || c.mlp_bias || c.sandwich_norms || c.embedding_multiplier != 1.0f ||

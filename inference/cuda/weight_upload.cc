@@ -35,7 +35,7 @@ Status CudaBackendImpl::Init() {
       static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 32u)));
   const int64_t dim = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hidden = c.intermediate_size;
   layers_.resize(c.num_layers);
-  family_path_ = NeedsFamilyPath(c);
+  family_path_ = NeedsFamilyPath(c, max_positions_);
   if (family_path_) ROTE_RETURN_IF_ERROR(InitFamilyLayers());
   for (int32_t i = 0; i < (family_path_ ? 0 : c.num_layers); ++i) {
     const LayerWeights& lw = w.layers[i];

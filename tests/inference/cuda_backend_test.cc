@@ -8,12 +8,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "inference/backend.h"
 #include "inference/engine.h"
@@ -2126,6 +2129,40 @@ TEST_P(CudaFamilyTest, ExactEqualsCpuPastTheWindow) {
   }
   // 30 steps: past position 64 too, where the synthesized Phi-3's longrope turns to its long factors.
   ExpectCpuEqualsCuda(model, prompt, 30);
+  auto gpu = Cuda(model);
+  ASSERT_TRUE(gpu);
+  EXPECT_TRUE(gpu->family_path());
+}
+
+// A window of at least max_positions keys hides none: such a Mistral is the Llama layout and runs
+// the ordinary kernels (one key fewer, and it runs the family path); equal to the CPU either way.
+TEST(CudaFamilies, WindowsThatHideNothingRunTheOrdinaryPath) {
+  SKIP_WITHOUT_GPU();
+  for (const int32_t window : {4096, 4095}) {
+    SCOPED_TRACE(window);
+    const std::string dir = TempDir("mistral_window_" + std::to_string(window));
+    SynthOptions o;
+    o.family = ModelFamily::kMistral;
+    o.shape = "tiny";
+    ASSERT_TRUE(SynthesizeModel(o, dir).ok());
+    nlohmann::json cfg;
+    {
+      std::ifstream in(dir + "/config.json");
+      in >> cfg;
+    }
+    cfg["sliding_window"] = window;
+    {
+      std::ofstream out(dir + "/config.json");
+      out << cfg.dump();
+    }
+    auto model = LoadOrDie(dir);
+    ASSERT_TRUE(model);
+    ASSERT_EQ(model->config().plan(0).sliding_window, window);
+    auto gpu = Cuda(model);  // max_positions 4096, as ExpectCpuEqualsCuda's
+    ASSERT_TRUE(gpu);
+    EXPECT_EQ(gpu->family_path(), window < 4096);
+    ExpectCpuEqualsCuda(model, 40, 8);
+  }
 }
 
 // The families' fixtures made with transformers (tools/make_fixtures.py; their configs as published,
@@ -2165,6 +2202,9 @@ TEST(CudaFamilies, DeepSeekLinearRopeEqualsCpu) {
   ASSERT_TRUE(model);
   ASSERT_EQ(model->config().rope_scaling.type, RopeScaling::Type::kLinear);
   ExpectCpuEqualsCuda(model, 40, 12);
+  auto gpu = Cuda(model);
+  ASSERT_TRUE(gpu);
+  EXPECT_FALSE(gpu->family_path());
 }
 
 TEST_P(CudaFamilyTest, ExactBatchOfMixedLengthsEqualsCpu) {
