@@ -296,6 +296,44 @@ TEST(ModelFamiliesTest, UnsupportedIsInvalidArgumentNamingTheSupportedTypes) {
   EXPECT_EQ(ParseModelConfig(q.dump(), "", "c").status().code(), StatusCode::kInvalidArgument);
 }
 
+// The new fields are typed and range-checked like the rest: each error names its field.
+TEST(ModelFamiliesTest, NewFieldsAreChecked) {
+  const Json small = {{"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4}, {"vocab_size", 100}};
+  struct Bad {
+    const char* model_type;
+    Json edit;
+    const char* field;
+  };
+  Json shorts = Json::array({1.0, 1.0, 1.0, "x", 1.0, 1.0, 1.0, 1.0});
+  const Bad cases[] = {
+      {"mistral", {{"sliding_window", "4096"}}, "sliding_window"},
+      {"mistral", {{"sliding_window", 0}}, "sliding_window"},
+      {"gemma2", {{"query_pre_attn_scalar", "x"}}, "query_pre_attn_scalar"},
+      {"gemma2", {{"attn_logit_softcapping", -1}}, "attn_logit_softcapping"},
+      {"gemma2", {{"layer_types", {"full_attention"}}}, "layer_types"},
+      {"gemma2", {{"layer_types", {"full_attention", "chunked_attention"}}}, "chunked_attention"},
+      {"gemma3_text", {{"sliding_window_pattern", 0}}, "sliding_window_pattern"},
+      {"gemma3_text", {{"rope_local_base_freq", -5}}, "rope_local_base_freq"},
+      {"phi3", {{"partial_rotary_factor", 0.1}}, "partial_rotary_factor"},
+      {"phi3", {{"rope_scaling", {{"type", "longrope"}, {"short_factor", shorts}, {"long_factor", shorts}}}},
+       "short_factor"},
+      {"starcoder2", {{"use_bias", "yes"}}, "use_bias"},
+      {"starcoder2", {{"norm_epsilon", 2.0}}, "norm_epsilon"},
+      {"granite", {{"embedding_multiplier", "12"}}, "embedding_multiplier"},
+      {"granite", {{"logits_scaling", 0}}, "logits_scaling"},
+      {"llama", {{"rope_scaling", {{"type", "linear"}}}}, "factor"},
+  };
+  for (const Bad& b : cases) {
+    Json j = small;
+    j["model_type"] = b.model_type;
+    j.update(b.edit);
+    const Status s = ParseModelConfig(j.dump(), "", "dir/config.json").status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << b.model_type << " " << b.edit.dump();
+    EXPECT_THAT(s.message(), HasSubstr(b.field)) << b.edit.dump();
+  }
+}
+
 // Every family synthesizes (its published tensor names), loads and runs.
 TEST(ModelFamiliesTest, EveryFamilySynthesizesLoadsAndRuns) {
   for (ModelFamily f : AllModelFamilies()) {
