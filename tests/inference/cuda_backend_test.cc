@@ -2171,7 +2171,8 @@ TEST(CudaFamilies, WindowsThatHideNothingRunTheOrdinaryPath) {
 TEST(CudaFamilies, FixturesEqualCpuEveryStep) {
   SKIP_WITHOUT_GPU();
   int32_t found = 0;
-  for (const char* family : {"mistral", "gemma2", "gemma3", "phi3", "starcoder2", "granite", "deepseek_coder"}) {
+  for (const char* family :
+       {"mistral", "gemma", "gemma2", "gemma3", "phi3", "starcoder2", "granite", "deepseek_coder"}) {
     const std::string dir = std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/" + family;
     if (!std::filesystem::exists(dir + "/config.json")) continue;
     SCOPED_TRACE(family);
