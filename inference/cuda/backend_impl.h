@@ -98,6 +98,19 @@ struct DeviceLayer {
   const float* mlp_norm = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
+  // The family path only (CudaBackendImpl::family_path_; null where the family has none): the
+  // norms' biases (LayerNorm), the o, gate|up (or up) and down biases, Gemma's norms of the
+  // attention and MLP outputs, this layer's rotary table and sliding window.
+  const float* attn_norm_bias = nullptr;
+  const float* mlp_norm_bias = nullptr;
+  const float* bo = nullptr;
+  const float* bgu = nullptr;
+  const float* bdown = nullptr;
+  const float* post_attn_norm = nullptr;
+  const float* post_mlp_norm = nullptr;
+  const float* rope_cos = nullptr;
+  const float* rope_sin = nullptr;
+  int32_t window = 0;
 };
 
 // A captured decode step: what it computes (the tuning and instruments are the backend's, fixed
@@ -190,6 +203,7 @@ class CudaBackendImpl final : public CudaBackend {
 
   int64_t WeightBytes() const override { return weight_bytes_; }
   CudaLaunchStats launch_stats() const override { return stats_; }
+  bool family_path() const override { return family_path_; }
 
   std::vector<int64_t> StepTrace(int32_t* blocks, int32_t* slots) const override;
 
@@ -243,7 +257,8 @@ class CudaBackendImpl final : public CudaBackend {
                                       const std::vector<int64_t>* order = nullptr);
 
   // A 1-D tensor as a lane row (kernels.h): permuted, zero-padded, fp32.
-  StatusOr<const float*> UploadLaneRow(const TensorView& view);
+  // offset != 0: offset + w (Gemma's norms multiply by fp32(1 + w), the CPU's value).
+  StatusOr<const float*> UploadLaneRow(const TensorView& view, float offset = 0.0f);
 
   StatusOr<const float*> UploadFloats(const std::vector<float>& host);
 
@@ -345,6 +360,19 @@ class CudaBackendImpl final : public CudaBackend {
   // or, for one token, all of it as one DecodeStepKernel (decode_step set).
   Status Launch(const StepLayout& lay, bool greedy, const cuda::DecodeStepArgs* decode_step);
 
+  // The family path (family_launch.cc): models whose layers need more than the Qwen2/Llama 3/
+  // Qwen3 forward pass (a sliding window shorter than max_positions, LayerNorm, Gemma's norms,
+  // biases beyond q|k|v, GELU, multipliers, soft caps, partial rotary, a local rope), whatever
+  // their family: a Mistral without a window (Codestral, Mistral 7B v0.3) is the Llama layout.
+  // Their steps run the matrix products of either profile between the plain kernels of
+  // family_ops.h, never the one-launch step, the MLP block or the fused rotary epilogue.
+  static bool NeedsFamilyPath(const ModelConfig& c, int32_t max_positions);
+  Status InitFamilyLayers();
+  Status LaunchFamily(const StepLayout& lay, bool greedy);
+  // A norm of the family's kind (weights uploaded with Gemma's 1 + w folded in) of `rows` rows.
+  Status FamilyNormInto(const float* x, int32_t rows, const float* weight, const float* bias, float* y,
+                        const int32_t* x_rows = nullptr);
+
   DeviceScope destruction_device_;  // first: destroyed after every buffer (~CudaBackendImpl)
   std::shared_ptr<const Model> model_;
   CudaBackendOptions options_;
@@ -362,6 +390,9 @@ class CudaBackendImpl final : public CudaBackend {
   std::vector<DeviceLayer> layers_;
   DeviceMatrix embed_, lm_head_;
   const float* final_norm_ = nullptr;
+  const float* final_norm_bias_ = nullptr;  // the family path's LayerNorm
+  bool family_path_ = false;                // NeedsFamilyPath(config_)
+  DeviceBuffer o_, mlp_tmp_;                // the family path: a product's output (lane rows), the up product's rows
   const float* rope_cos_ = nullptr;
   const float* rope_sin_ = nullptr;
 

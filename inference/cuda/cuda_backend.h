@@ -104,6 +104,10 @@ class CudaBackend : public Backend {
 
   // What this backend launched so far (tuning.h, CudaLaunchStats).
   virtual CudaLaunchStats launch_stats() const = 0;
+  // Whether the model's steps run the family path (docs/cuda.md): the operations of Mistral's
+  // sliding windows, Gemma, Phi-3's partial rotary, StarCoder2, Granite. Models without them
+  // (whatever their family's name) run the ordinary kernels.
+  virtual bool family_path() const = 0;
 
   // CudaInstruments::step_trace: the last traced step's readings, (blocks, slots, 2) values;
   // empty when none was traced.

@@ -99,6 +99,10 @@ Status CudaBackendImpl::EnsureCapacity(int32_t tokens, int32_t logit_rows, int32
     ROTE_RETURN_IF_ERROR(q_.Allocate(static_cast<size_t>(cap) * c.q_dim() * 4));
     ROTE_RETURN_IF_ERROR(AllocateZeroed(&att_, static_cast<size_t>(cap) * AttStride() * 4));
     ROTE_RETURN_IF_ERROR(AllocateZeroed(&act_, static_cast<size_t>(cap) * ActStride() * 4));
+    if (family_path_) {
+      ROTE_RETURN_IF_ERROR(AllocateZeroed(&o_, static_cast<size_t>(cap) * HiddenStride() * 4));
+      ROTE_RETURN_IF_ERROR(mlp_tmp_.Allocate(static_cast<size_t>(cap) * 2 * c.intermediate_size * 4));
+    }
     token_capacity_ = cap;
   }
   if (logit_rows > logit_capacity_) {

@@ -136,6 +136,7 @@ LinearArgs CudaBackendImpl::LmHeadArgs(const StepLayout& lay) const {
 
 StatusOr<bool> CudaBackendImpl::PrepareDecodeStep(const StepLayout& lay, cuda::DecodeStepArgs* f) {
   if (fast_) return false;  // the one-launch step runs the exact profile's products
+  if (family_path_) return false;  // (LaunchFamily's kernels)
   if (lay.tokens != 1 || lay.logit_rows != 1 || options_.instruments.skip_kernels != 0) return false;
   const ModelConfig& c = config_;
   const StepTokens step = StepOf(lay);
@@ -222,6 +223,7 @@ cuda::AttentionParts CudaBackendImpl::AttentionPartsScratch() {
 }
 
 Status CudaBackendImpl::Launch(const StepLayout& lay, bool greedy, const cuda::DecodeStepArgs* decode_step) {
+  if (family_path_) return LaunchFamily(lay, greedy);
   const ModelConfig& c = config_;
   const int32_t* meta = meta_.as<int32_t>();
   const StepTokens step = StepOf(lay);

@@ -35,7 +35,9 @@ Status CudaBackendImpl::Init() {
       static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1u, 32u)));
   const int64_t dim = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hidden = c.intermediate_size;
   layers_.resize(c.num_layers);
-  for (int32_t i = 0; i < c.num_layers; ++i) {
+  family_path_ = NeedsFamilyPath(c, max_positions_);
+  if (family_path_) ROTE_RETURN_IF_ERROR(InitFamilyLayers());
+  for (int32_t i = 0; i < (family_path_ ? 0 : c.num_layers); ++i) {
     const LayerWeights& lw = w.layers[i];
     DeviceLayer& dl = layers_[i];
     // q|k|v in rotary pair order (kernels.h, RopePairRow), biases likewise.
@@ -89,9 +91,11 @@ Status CudaBackendImpl::Init() {
     lm_head_ = *l;
   }
   upload_pool_.reset();
-  auto fn = UploadLaneRow(w.final_norm);
-  if (!fn.ok()) return fn.status();
-  final_norm_ = *fn;
+  if (!family_path_) {  // (InitFamilyLayers uploaded the family's)
+    auto fn = UploadLaneRow(w.final_norm);
+    if (!fn.ok()) return fn.status();
+    final_norm_ = *fn;
+  }
   if (fast_) {
     bool bf16 = lm_head_.type == cuda::WeightType::kBF16;
     for (const DeviceLayer& dl : layers_)
@@ -108,7 +112,7 @@ Status CudaBackendImpl::Init() {
   auto rs = UploadFloats(rope.sin);
   if (!rs.ok()) return rs.status();
   rope_sin_ = *rs;
-  scale_ = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  scale_ = family_path_ ? c.scale() : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ROTE_RETURN_IF_ERROR(AllocateZeroed(&mlp_barrier_, 2 * sizeof(uint32_t)));
   ROTE_RETURN_IF_ERROR(AllocateZeroed(&step_barrier_, sizeof(unsigned long long)));
   ROTE_RETURN_IF_ERROR(split_scratch_.Allocate(static_cast<size_t>(kSplitScratchFloats) * sizeof(float)));
@@ -201,10 +205,11 @@ StatusOr<const float*> CudaBackendImpl::UploadVector(std::vector<const TensorVie
   return UploadFloats(host);
 }
 
-StatusOr<const float*> CudaBackendImpl::UploadLaneRow(const TensorView& view) {
+StatusOr<const float*> CudaBackendImpl::UploadLaneRow(const TensorView& view, float offset) {
   if (!view.present()) return InvalidArgument("CUDA backend: missing norm weight");
   std::vector<float> host(static_cast<size_t>(cuda::PaddedCols(view.numel())), 0.0f);
-  for (int64_t i = 0; i < view.numel(); ++i) host[cuda::PermutedIndex(i)] = view.At(i);
+  for (int64_t i = 0; i < view.numel(); ++i)
+    host[cuda::PermutedIndex(i)] = offset != 0.0f ? offset + view.At(i) : view.At(i);
   return UploadFloats(host);
 }
 

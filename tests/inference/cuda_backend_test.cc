@@ -8,12 +8,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "inference/backend.h"
 #include "inference/engine.h"
@@ -22,6 +25,7 @@
 #include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/fast_tiles.h"
 #include "inference/cuda/host_layout.h"
+#include "inference/model/synth.h"
 #include "inference/model/weights.h"
 #include "tests/inference/cuda_synth_model.h"
 
@@ -2073,6 +2077,255 @@ TEST(CudaEngine, DeviceSampledRequestAloneEqualsAmongOthers) {
     EXPECT_GE(std::set<int32_t>(alone[0].begin(), alone[0].end()).size(), 5u);
   }
 }
+
+// ---- The families beyond Qwen2/Llama 3/Qwen3 (the backend's family path) ----
+//
+// Each family's synthesized model (inference/model/synth.cc: tiny shape, padded widths, its
+// sliding window shorter than the prompts here, its multipliers and soft caps away from 1 and
+// infinity) on the exact profile against the CPU backend, every logit bit: a prefill longer than
+// the window with every position's logits, greedy decode steps past it, a batch of mixed lengths
+// (one of them over the window) prefilled together and decoded together, and a chunked prefill.
+// The fast profile runs them: close to the CPU, and a request alone equal to it among others.
+
+struct FamilyCase {
+  const char* name;
+  ModelFamily family;
+  DType dtype;
+  const char* shape = "tiny";  // synth.h: "tiny" has head_dim 16, "small" head_dim 64 over dim 256
+};
+void PrintTo(const FamilyCase& c, std::ostream* os) { *os << c.name; }
+
+std::shared_ptr<const Model> FamilyModel(const FamilyCase& fc) {
+  const std::string dir = TempDir(std::string("family_") + fc.name);
+  SynthOptions o;
+  o.family = fc.family;
+  o.shape = fc.shape;
+  o.dtype = fc.dtype;
+  o.seed = 5;
+  Status s = SynthesizeModel(o, dir);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return s.ok() ? LoadOrDie(dir) : nullptr;
+}
+
+int32_t LargestWindow(const ModelConfig& c) {
+  int32_t w = 0;
+  for (int32_t l = 0; l < c.num_layers; ++l) w = std::max(w, c.plan(l).sliding_window);
+  return w;
+}
+
+class CudaFamilyTest : public ::testing::TestWithParam<FamilyCase> {};
+
+TEST_P(CudaFamilyTest, ExactEqualsCpuPastTheWindow) {
+  SKIP_WITHOUT_GPU();
+  auto model = FamilyModel(GetParam());
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  ASSERT_EQ(c.family, GetParam().family);
+  const int32_t window = LargestWindow(c);
+  // The prompt crosses the window, and the decode steps go on past it.
+  const int32_t prompt = std::max<int32_t>(40, window + 9);
+  if (window > 0) {
+    ASSERT_LT(window, prompt);
+  }
+  // 30 steps: past position 64 too, where the synthesized Phi-3's longrope turns to its long factors.
+  ExpectCpuEqualsCuda(model, prompt, 30);
+  auto gpu = Cuda(model);
+  ASSERT_TRUE(gpu);
+  EXPECT_TRUE(gpu->family_path());
+}
+
+// A window of at least max_positions keys hides none: such a Mistral is the Llama layout and runs
+// the ordinary kernels (one key fewer, and it runs the family path); equal to the CPU either way.
+TEST(CudaFamilies, WindowsThatHideNothingRunTheOrdinaryPath) {
+  SKIP_WITHOUT_GPU();
+  for (const int32_t window : {4096, 4095}) {
+    SCOPED_TRACE(window);
+    const std::string dir = TempDir("mistral_window_" + std::to_string(window));
+    SynthOptions o;
+    o.family = ModelFamily::kMistral;
+    o.shape = "tiny";
+    ASSERT_TRUE(SynthesizeModel(o, dir).ok());
+    nlohmann::json cfg;
+    {
+      std::ifstream in(dir + "/config.json");
+      in >> cfg;
+    }
+    cfg["sliding_window"] = window;
+    {
+      std::ofstream out(dir + "/config.json");
+      out << cfg.dump();
+    }
+    auto model = LoadOrDie(dir);
+    ASSERT_TRUE(model);
+    ASSERT_EQ(model->config().plan(0).sliding_window, window);
+    auto gpu = Cuda(model);  // max_positions 4096, as ExpectCpuEqualsCuda's
+    ASSERT_TRUE(gpu);
+    EXPECT_EQ(gpu->family_path(), window < 4096);
+    ExpectCpuEqualsCuda(model, 40, 8);
+  }
+}
+
+// The families' fixtures made with transformers (tools/make_fixtures.py; their configs as published,
+// every feature acting), where the checkout has them: every logit of a prefill and greedy decode
+// steps equal to the CPU's.
+TEST(CudaFamilies, FixturesEqualCpuEveryStep) {
+  SKIP_WITHOUT_GPU();
+  int32_t found = 0;
+  for (const char* family :
+       {"mistral", "gemma", "gemma2", "gemma3", "phi3", "starcoder2", "granite", "deepseek_coder"}) {
+    const std::string dir = std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/" + family;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    SCOPED_TRACE(family);
+    ++found;
+    auto model = LoadOrDie(dir);
+    ASSERT_TRUE(model);
+    ExpectCpuEqualsCuda(model, 40, 24);
+  }
+  if (found == 0) GTEST_SKIP() << "no family fixtures in this checkout";
+}
+
+// DeepSeek-Coder is the Llama layout with HF's "linear" rope scaling: the ordinary path, its own
+// rotary table.
+TEST(CudaFamilies, DeepSeekLinearRopeEqualsCpu) {
+  SKIP_WITHOUT_GPU();
+  SynthSpec s;
+  s.family = ModelFamily::kLlama;
+  s.dtype = DType::kBF16;
+  s.vocab = 1000;
+  s.hidden = 160;
+  s.intermediate = 416;
+  s.heads = 5;
+  s.kv_heads = 1;
+  s.head_dim = 32;
+  s.tied = false;
+  s.linear_rope_factor = 4.0;
+  auto model = SynthModel("deepseek_linear", s);
+  ASSERT_TRUE(model);
+  ASSERT_EQ(model->config().rope_scaling.type, RopeScaling::Type::kLinear);
+  ExpectCpuEqualsCuda(model, 40, 12);
+  auto gpu = Cuda(model);
+  ASSERT_TRUE(gpu);
+  EXPECT_FALSE(gpu->family_path());
+}
+
+TEST_P(CudaFamilyTest, ExactBatchOfMixedLengthsEqualsCpu) {
+  SKIP_WITHOUT_GPU();
+  auto model = FamilyModel(GetParam());
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  const int32_t long_len = std::max<int32_t>(45, LargestWindow(model->config()) + 13);
+  auto cpu = Cpu(model);
+  auto gpu = Cuda(model);
+  ASSERT_TRUE(cpu && gpu);
+  Driver dc(cpu.get(), 256), dg(gpu.get(), 256);
+  const std::vector<int32_t> lens = {7, long_len, 1, 29};
+  std::vector<Seq> sc(lens.size()), sg(lens.size());
+  for (size_t i = 0; i < lens.size(); ++i) sc[i].tokens = sg[i].tokens = Prompt(lens[i], vocab, 300 + i);
+  std::vector<Driver::Part> pc, pg;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    pc.push_back({&sc[i], lens[i], lens[i]});
+    pg.push_back({&sg[i], lens[i], lens[i]});
+  }
+  std::vector<float> lc = dc.Step(pc), lg = dg.Step(pg);
+  ASSERT_TRUE(SameBits(lc, lg)) << "batched prefill";
+  for (int32_t step = 0; step < 12; ++step) {
+    // Every sequence's last logits row is at the end of its rows; take the CPU's argmax.
+    std::vector<int32_t> next;
+    if (step == 0) {
+      int64_t row = 0;
+      for (int32_t len : lens) {
+        row += len;
+        next.push_back(Argmax(lc.data() + (row - 1) * vocab, vocab));
+      }
+    } else {
+      for (size_t i = 0; i < lens.size(); ++i) next.push_back(Argmax(lc.data() + i * vocab, vocab));
+    }
+    pc.clear();
+    pg.clear();
+    for (size_t i = 0; i < lens.size(); ++i) {
+      sc[i].tokens.push_back(next[i]);
+      sg[i].tokens.push_back(next[i]);
+      pc.push_back({&sc[i], 1, 1});
+      pg.push_back({&sg[i], 1, 1});
+    }
+    lc = dc.Step(pc);
+    lg = dg.Step(pg);
+    ASSERT_TRUE(SameBits(lc, lg)) << "batched decode step " << step;
+  }
+}
+
+TEST_P(CudaFamilyTest, ExactChunkedPrefillEqualsCpuWhole) {
+  SKIP_WITHOUT_GPU();
+  auto model = FamilyModel(GetParam());
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  const int32_t len = std::max<int32_t>(50, LargestWindow(model->config()) + 17);
+  auto cpu = Cpu(model);
+  auto gpu = Cuda(model, /*graphs=*/false);
+  ASSERT_TRUE(cpu && gpu);
+  Driver dc(cpu.get(), 64), dg(gpu.get(), 64);
+  Seq sc, sg;
+  sc.tokens = sg.tokens = Prompt(len, vocab, 77);
+  const std::vector<float> whole = dc.Step({{&sc, len, len}});
+  std::vector<float> chunked;
+  for (int32_t at = 0; at < len;) {
+    const int32_t n = std::min<int32_t>(at == 0 ? 5 : 13, len - at);
+    const std::vector<float> l = dg.Step({{&sg, n, n}});
+    chunked.insert(chunked.end(), l.begin(), l.end());
+    at += n;
+  }
+  EXPECT_TRUE(SameBits(whole, chunked));
+}
+
+TEST_P(CudaFamilyTest, FastProfileRunsCloseAndInvariant) {
+  SKIP_WITHOUT_GPU();
+  if (GetParam().dtype != DType::kBF16) GTEST_SKIP() << "the fast profile takes bf16 weights";
+  auto model = FamilyModel(GetParam());
+  ASSERT_TRUE(model);
+  const int32_t vocab = model->config().vocab_size;
+  const int32_t len = std::max<int32_t>(40, LargestWindow(model->config()) + 9);
+  const std::vector<int32_t> prompt = Prompt(len, vocab, 23);
+  auto cpu = Cpu(model);
+  auto fast = Fast(model);
+  ASSERT_TRUE(cpu && fast);
+  Driver dc(cpu.get(), 64), dg(fast.get(), 64);
+  Seq sc, sg;
+  sc.tokens = sg.tokens = prompt;
+  const std::vector<float> lc = dc.Step({{&sc, len, len}});
+  const std::vector<float> lg = dg.Step({{&sg, len, len}});
+  for (float v : lg) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LT(RelativeMaxDiff(lc, lg), 1e-3) << "prefill";
+  EXPECT_GT(fast->launch_stats().fast_linear_launches, 0);
+  std::vector<std::vector<float>> alone_logits, batched_logits;
+  std::vector<int32_t> alone_tokens, batched_tokens;
+  auto alone = Fast(model);
+  RunNeedle(alone.get(), prompt, vocab, 0, 1, &alone_logits, &alone_tokens);
+  auto batched = Fast(model);
+  RunNeedle(batched.get(), prompt, vocab, 6, 77, &batched_logits, &batched_tokens);
+  ASSERT_EQ(alone_tokens, batched_tokens);
+  for (size_t i = 0; i < alone_logits.size(); ++i)
+    ASSERT_TRUE(SameBits(alone_logits[i], batched_logits[i])) << "step " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaFamilyTest,
+                         ::testing::Values(FamilyCase{"mistral_bf16", ModelFamily::kMistral, DType::kBF16},
+                                           FamilyCase{"granite_bf16", ModelFamily::kGranite, DType::kBF16},
+                                           FamilyCase{"starcoder2_bf16", ModelFamily::kStarcoder2, DType::kBF16},
+                                           FamilyCase{"starcoder2_f32", ModelFamily::kStarcoder2, DType::kF32},
+                                           FamilyCase{"gemma2_bf16", ModelFamily::kGemma2, DType::kBF16},
+                                           FamilyCase{"gemma3_bf16", ModelFamily::kGemma3, DType::kBF16},
+                                           FamilyCase{"gemma3_f16", ModelFamily::kGemma3, DType::kF16},
+                                           FamilyCase{"phi3_bf16", ModelFamily::kPhi3, DType::kBF16},
+                                           // Heads of 64 dims (two rounds of the dot's 32 classes),
+                                           // widths that are multiples of 128, four layers.
+                                           FamilyCase{"mistral_small", ModelFamily::kMistral, DType::kBF16, "small"},
+                                           FamilyCase{"gemma2_small", ModelFamily::kGemma2, DType::kBF16, "small"},
+                                           FamilyCase{"gemma3_small", ModelFamily::kGemma3, DType::kBF16, "small"},
+                                           FamilyCase{"starcoder2_small", ModelFamily::kStarcoder2, DType::kBF16,
+                                                      "small"},
+                                           FamilyCase{"phi3_small", ModelFamily::kPhi3, DType::kBF16, "small"},
+                                           FamilyCase{"granite_small", ModelFamily::kGranite, DType::kBF16, "small"}),
+                         [](const ::testing::TestParamInfo<FamilyCase>& p) { return std::string(p.param.name); });
 
 }  // namespace
 }  // namespace rote::inference

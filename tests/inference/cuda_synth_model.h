@@ -28,6 +28,8 @@ struct SynthSpec {
   int32_t head_dim = 32;
   bool tied = true;
   uint64_t seed = 1;
+  // Llama only: HF's "linear" rope scaling of this factor instead of "llama3" (DeepSeek-Coder).
+  double linear_rope_factor = 0.0;
 };
 
 inline uint64_t SplitMix(uint64_t& state) {
@@ -92,7 +94,10 @@ inline bool WriteSynthModel(const std::string& dir, const SynthSpec& s) {
                        ", \"max_position_embeddings\": 32768, \"rms_norm_eps\": 1e-06" +
                        ", \"tie_word_embeddings\": " + (s.tied ? "true" : "false") + ", \"torch_dtype\": \"" +
                        DTypeTorchName(s.dtype) + "\"";
-  if (s.family == ModelFamily::kLlama) {
+  if (s.family == ModelFamily::kLlama && s.linear_rope_factor > 0) {
+    config += ", \"rope_theta\": 100000.0, \"rope_scaling\": {\"type\": \"linear\", \"factor\": " +
+              std::to_string(s.linear_rope_factor) + "}";
+  } else if (s.family == ModelFamily::kLlama) {
     config += ", \"rope_theta\": 500000.0, \"rope_scaling\": {\"factor\": 32.0, \"low_freq_factor\": 1.0, "
               "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}";
   } else {

@@ -1,0 +1,212 @@
+// The family path of the CUDA backend (backend_impl.h, NeedsFamilyPath): the weights of models
+// whose layers go beyond the Qwen2/Llama 3/Qwen3 forward pass, and their steps. Per layer:
+//   norm(x) -> h; q|k|v = W h (+ b); per-head q/k norms, rotary on the first rotary_dim dims
+//   (the layer's table), k and v into the cache; attention (the layer's window, the soft cap,
+//   the family's scale); o = Wo att (+ bo); x = x + [norm](o) [* residual multiplier];
+//   norm(x) -> h; gate|up (or up) = W h (+ b); act; o = Wdown act (+ b); x = x + [norm](o) [* m];
+// then the final norm of the logits rows, the lm_head, and the logits' soft cap or divisor. The
+// products are the profile's own kernels (exact: the canonical dot product of every output), the
+// rest the plain kernels of family_ops.h, each in the CPU backend's order: the exact profile's
+// logits are the CPU's, bit for bit (tests/inference/cuda_family_test.cc).
+#include "inference/cuda/backend_impl.h"
+#include "inference/cuda/family_ops.h"
+
+namespace rote::inference::cuda_impl {
+
+bool CudaBackendImpl::NeedsFamilyPath(const ModelConfig& c, int32_t max_positions) {
+  // A window of at least max_positions keys never hides one (FirstVisibleKey is 0 below it).
+  bool local = false;
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const LayerPlan p = c.plan(l);
+    local = local || (p.sliding_window > 0 && p.sliding_window < max_positions) || p.local_rope;
+  }
+  return local || c.norm != NormKind::kRms || c.activation != Activation::kSilu || c.mlp != MlpKind::kGated ||
+         c.attention_out_bias || c.mlp_bias || c.sandwich_norms || c.embedding_multiplier != 1.0f ||
+         c.residual_multiplier != 1.0f || c.attn_logit_softcap > 0.0f || c.final_logit_softcap > 0.0f ||
+         c.logits_divisor != 1.0f || c.rope_dim() != c.head_dim ||
+         c.scale() != 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+}
+
+Status CudaBackendImpl::InitFamilyLayers() {
+  const ModelConfig& c = config_;
+  const ModelWeights& w = model_->weights();
+  const int64_t dim = c.hidden_size, q_dim = c.q_dim(), kv_dim = c.kv_dim(), hidden = c.intermediate_size;
+  const bool gated = c.mlp == MlpKind::kGated;
+  const float offset = c.norm == NormKind::kRmsOffset ? 1.0f : 0.0f;
+  const bool layer_norm = c.norm == NormKind::kLayerNorm;
+  if (c.rope_dim() > c.head_dim || c.rope_dim() % 2 != 0)
+    return InvalidArgument("CUDA backend: rotary_dim " + std::to_string(c.rope_dim()) + " does not fit head_dim " +
+                           std::to_string(c.head_dim));
+  // Rotary tables: the global one, and the local one of Gemma 3's sliding layers.
+  if (c.qk_norm && c.norm == NormKind::kLayerNorm)
+    return InvalidArgument("CUDA backend: per-head LayerNorm of q and k is not supported");
+  const numerics::RopeTable global = numerics::BuildRopeTable(c, max_positions_);
+  ROTE_ASSIGN_OR_RETURN(const float* global_cos, UploadFloats(global.cos));
+  ROTE_ASSIGN_OR_RETURN(const float* global_sin, UploadFloats(global.sin));
+  const float* local_cos = global_cos;
+  const float* local_sin = global_sin;
+  if (c.has_local_rope()) {
+    const numerics::RopeTable local = numerics::BuildRopeTable(c, max_positions_, /*local=*/true);
+    ROTE_ASSIGN_OR_RETURN(local_cos, UploadFloats(local.cos));
+    ROTE_ASSIGN_OR_RETURN(local_sin, UploadFloats(local.sin));
+  }
+  for (int32_t i = 0; i < c.num_layers; ++i) {
+    const LayerWeights& lw = w.layers[i];
+    DeviceLayer& dl = layers_[i];
+    // q|k|v in their own row order (the family's rotary kernel reads heads as they are).
+    ROTE_ASSIGN_OR_RETURN(dl.wqkv, UploadMatrix({{&lw.wq, 0, 1}, {&lw.wk, q_dim, 1}, {&lw.wv, q_dim + kv_dim, 1}},
+                                                q_dim + 2 * kv_dim, dim));
+    ROTE_ASSIGN_OR_RETURN(dl.wo, UploadMatrix({{&lw.wo, 0, 1}}, dim, q_dim));
+    if (gated) {
+      // gate row n -> 2n, up row n -> 2n + 1 (the activation kernel reads them in pairs).
+      ROTE_ASSIGN_OR_RETURN(dl.wgu, UploadMatrix({{&lw.w_gate, 0, 2}, {&lw.w_up, 1, 2}}, 2 * hidden, dim));
+    } else {
+      ROTE_ASSIGN_OR_RETURN(dl.wgu, UploadMatrix({{&lw.w_up, 0, 1}}, hidden, dim));
+    }
+    ROTE_ASSIGN_OR_RETURN(dl.wdown, UploadMatrix({{&lw.w_down, 0, 1}}, dim, hidden));
+    if (lw.bq.present()) {
+      ROTE_ASSIGN_OR_RETURN(dl.bqkv, UploadVector({&lw.bq, &lw.bk, &lw.bv}));
+    }
+    if (lw.bo.present()) {
+      ROTE_ASSIGN_OR_RETURN(dl.bo, UploadVector({&lw.bo}));
+    }
+    if (gated && lw.b_gate.present()) {
+      std::vector<int64_t> order(static_cast<size_t>(2 * hidden));
+      for (int64_t n = 0; n < 2 * hidden; ++n) order[n] = n < hidden ? 2 * n : 2 * (n - hidden) + 1;
+      ROTE_ASSIGN_OR_RETURN(dl.bgu, UploadVector({&lw.b_gate, &lw.b_up}, &order));
+    } else if (!gated && lw.b_up.present()) {
+      ROTE_ASSIGN_OR_RETURN(dl.bgu, UploadVector({&lw.b_up}));
+    }
+    if (lw.b_down.present()) {
+      ROTE_ASSIGN_OR_RETURN(dl.bdown, UploadVector({&lw.b_down}));
+    }
+    ROTE_ASSIGN_OR_RETURN(dl.attn_norm, UploadLaneRow(lw.attn_norm, offset));
+    ROTE_ASSIGN_OR_RETURN(dl.mlp_norm, UploadLaneRow(lw.mlp_norm, offset));
+    if (layer_norm) {
+      ROTE_ASSIGN_OR_RETURN(dl.attn_norm_bias, UploadLaneRow(lw.attn_norm_bias));
+      ROTE_ASSIGN_OR_RETURN(dl.mlp_norm_bias, UploadLaneRow(lw.mlp_norm_bias));
+    }
+    if (c.sandwich_norms) {
+      ROTE_ASSIGN_OR_RETURN(dl.post_attn_norm, UploadLaneRow(lw.attn_post_norm, offset));
+      ROTE_ASSIGN_OR_RETURN(dl.post_mlp_norm, UploadLaneRow(lw.mlp_post_norm, offset));
+    }
+    if (c.qk_norm) {
+      // Per-head norms read plain vectors; Gemma 3's are (1 + w) like its other norms.
+      std::vector<float> qn(static_cast<size_t>(c.head_dim)), kn(static_cast<size_t>(c.head_dim));
+      for (int32_t d = 0; d < c.head_dim; ++d) {
+        qn[d] = offset != 0.0f ? offset + lw.q_norm.At(d) : lw.q_norm.At(d);
+        kn[d] = offset != 0.0f ? offset + lw.k_norm.At(d) : lw.k_norm.At(d);
+      }
+      ROTE_ASSIGN_OR_RETURN(dl.q_norm, UploadFloats(qn));
+      ROTE_ASSIGN_OR_RETURN(dl.k_norm, UploadFloats(kn));
+    }
+    const LayerPlan plan = c.plan(i);
+    dl.window = plan.sliding_window;
+    dl.rope_cos = plan.local_rope ? local_cos : global_cos;
+    dl.rope_sin = plan.local_rope ? local_sin : global_sin;
+  }
+  ROTE_ASSIGN_OR_RETURN(final_norm_, UploadLaneRow(w.final_norm, offset));
+  if (layer_norm) {
+    ROTE_ASSIGN_OR_RETURN(final_norm_bias_, UploadLaneRow(w.final_norm_bias));
+  }
+  int device = 0, optin = 0;
+  ROTE_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (cuda::FamilyAttentionSharedBytes(max_positions_) > optin - 4096)
+    return InvalidArgument("CUDA backend: max_positions " + std::to_string(max_positions_) +
+                           " exceeds what the family attention holds in shared memory");
+  ROTE_CUDA_RETURN_IF_ERROR(cuda::PrepareFamilyAttention(max_positions_));
+  return OkStatus();
+}
+
+Status CudaBackendImpl::FamilyNormInto(const float* x, int32_t rows, const float* weight, const float* bias, float* y,
+                                       const int32_t* x_rows) {
+  const cuda::FamilyNorm kind = config_.norm == NormKind::kLayerNorm ? cuda::FamilyNorm::kLayer : cuda::FamilyNorm::kRms;
+  ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchFamilyNorm(kind, x, HiddenStride(), rows, config_.hidden_size, weight, bias,
+                                                   config_.rms_norm_eps, y, stream_, x_rows));
+  return OkStatus();
+}
+
+Status CudaBackendImpl::LaunchFamily(const StepLayout& lay, bool greedy) {
+  const ModelConfig& c = config_;
+  const int32_t* meta = meta_.as<int32_t>();
+  const StepTokens step = StepOf(lay);
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, kKvBlockSize};
+  float* x = x_.as<float>();
+  float* h = h_.as<float>();
+  float* o = o_.as<float>();
+  const int32_t xs = HiddenStride();
+  const int64_t layer_floats = static_cast<int64_t>(num_blocks_) * kKvBlockSize * c.kv_dim();
+  ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchEmbed(embed_, meta + lay.tokens_off, lay.tokens, x, xs, stream_));
+  if (c.embedding_multiplier != 1.0f)
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchScaleRows(x, xs, lay.tokens, c.embedding_multiplier, stream_));
+  auto product = [&](const DeviceMatrix& w, const float* in, int32_t in_stride, const float* bias, float* out,
+                     int32_t out_stride, bool lane_rows) {
+    LinearArgs a;
+    a.w = w;
+    a.x = in;
+    a.x_stride = in_stride;
+    a.tokens = lay.tokens;
+    a.epilogue = bias != nullptr ? LinearEpilogue::kAddBias : LinearEpilogue::kStore;
+    a.bias = bias;
+    a.out = out;
+    a.out_stride = out_stride;
+    a.out_lane_rows = lane_rows;
+    WithSplitScratch(&a);
+    return Product(a);
+  };
+  const bool has_mult = c.residual_multiplier != 1.0f;
+  const cuda::FamilyActivation act = c.mlp == MlpKind::kPlain ? cuda::FamilyActivation::kGelu
+                                     : c.activation == Activation::kGeluTanh ? cuda::FamilyActivation::kGeluMul
+                                                                             : cuda::FamilyActivation::kSiluMul;
+  float* kv_base = kv_.as<float>();
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const DeviceLayer& dl = layers_[l];
+    const LayerKv kv{kv_base + (2 * l) * layer_floats, kv_base + (2 * l + 1) * layer_floats};
+    ROTE_RETURN_IF_ERROR(FamilyNormInto(x, lay.tokens, dl.attn_norm, dl.attn_norm_bias, h));
+    ROTE_RETURN_IF_ERROR(product(dl.wqkv, h, xs, dl.bqkv, qkv_.as<float>(), dl.wqkv.rows, false));
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchFamilyRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
+                                                          c.rms_norm_eps, c.rope_dim(), dl.rope_cos, dl.rope_sin,
+                                                          q_.as<float>(), kv, stream_));
+    cuda::FamilyAttention fa;
+    fa.scale = scale_;
+    fa.softcap = c.attn_logit_softcap;
+    fa.window = dl.window;
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchFamilyAttention(q_.as<float>(), step, shape, kv, fa, lay.context,
+                                                          att_.as<float>(), AttStride(), stream_));
+    ROTE_RETURN_IF_ERROR(product(dl.wo, att_.as<float>(), AttStride(), dl.bo, o, xs, true));
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchResidualAdd(x, o, xs, lay.tokens, c.hidden_size, dl.post_attn_norm,
+                                                      c.rms_norm_eps, has_mult, c.residual_multiplier, stream_));
+    ROTE_RETURN_IF_ERROR(FamilyNormInto(x, lay.tokens, dl.mlp_norm, dl.mlp_norm_bias, h));
+    ROTE_RETURN_IF_ERROR(product(dl.wgu, h, xs, dl.bgu, mlp_tmp_.as<float>(), dl.wgu.rows, false));
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchFamilyActivation(act, mlp_tmp_.as<float>(), dl.wgu.rows, lay.tokens,
+                                                           c.intermediate_size, act_.as<float>(), ActStride(),
+                                                           stream_));
+    ROTE_RETURN_IF_ERROR(product(dl.wdown, act_.as<float>(), ActStride(), dl.bdown, o, xs, true));
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchResidualAdd(x, o, xs, lay.tokens, c.hidden_size, dl.post_mlp_norm,
+                                                      c.rms_norm_eps, has_mult, c.residual_multiplier, stream_));
+  }
+  if (lay.logit_rows > 0) {
+    ROTE_RETURN_IF_ERROR(FamilyNormInto(x, lay.logit_rows, final_norm_, final_norm_bias_, h, meta + lay.logit_rows_off));
+    LinearArgs a;
+    a.w = lm_head_;
+    a.x = h;
+    a.x_stride = xs;
+    a.tokens = lay.logit_rows;
+    a.epilogue = LinearEpilogue::kStore;
+    a.out = logits_.as<float>();
+    a.out_stride = c.vocab_size;
+    WithSplitScratch(&a);
+    ROTE_RETURN_IF_ERROR(Product(a));
+    if (c.final_logit_softcap > 0.0f || c.logits_divisor != 1.0f)
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLogitsPost(logits_.as<float>(), lay.logit_rows, c.vocab_size,
+                                                       c.final_logit_softcap, c.logits_divisor, stream_));
+    if (greedy)
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchArgmax(logits_.as<float>(), lay.logit_rows, c.vocab_size,
+                                                   greedy_.as<int32_t>(), argmax_scratch_.as<void>(), logit_capacity_,
+                                                   stream_));
+  }
+  return OkStatus();
+}
+
+}  // namespace rote::inference::cuda_impl

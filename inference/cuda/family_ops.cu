@@ -1,0 +1,361 @@
+// The new families' kernels (family_ops.h). Built with the exact profile's flags (-fmad=false
+// -prec-div=true -prec-sqrt=true): every fma is written as fmaf and every other operation rounds
+// once, in the order written, which is the CPU backend's order (inference/cpu/cpu_backend.cc).
+#include "inference/cuda/family_ops.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "inference/cuda/launch.cuh"
+#include "inference/numerics/canonical.h"
+
+namespace rote::inference::cuda {
+namespace {
+
+using numerics::canonical_expf;
+using numerics::canonical_rms_scale;
+using numerics::canonical_rotate;
+
+constexpr int kFamWarps = 8;
+constexpr int kFamThreads = kFamWarps * 32;
+constexpr int kFamMaxHeadDim = 256;
+
+__device__ __forceinline__ float FamWarpTree(float v) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+__device__ __forceinline__ float FamWarpMax(float v) {
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// The canonical tree over 32 class accumulators held by one thread (acc[0] holds the result).
+__device__ __forceinline__ void FamClassTree(float (&acc)[32]) {
+#pragma unroll
+  for (int level = 0; level < 5; ++level)
+#pragma unroll
+    for (int l = 0; l < 16; ++l)
+      if (l < (16 >> level)) acc[l] = acc[l] + acc[l + (16 >> level)];
+}
+
+// Lane `lane`'s terms of a lane row in increasing column: group g's float4 (g * 32 + lane) holds
+// columns 128 g + 32 i + lane, i = 0..3. f(value, column) for each term of a column below cols.
+template <typename F>
+__device__ __forceinline__ void ForLaneTerms(const float* row, int cols, int lane, F f) {
+  const int groups = (cols + kGroupCols - 1) / kGroupCols;
+  const float4* r4 = reinterpret_cast<const float4*>(row) + lane;
+  for (int g = 0; g < groups; ++g) {
+    const float4 v = r4[g * 32];
+    const int k0 = g * kGroupCols + lane;
+    if (k0 < cols) f(v.x, k0);
+    if (k0 + 32 < cols) f(v.y, k0 + 32);
+    if (k0 + 64 < cols) f(v.z, k0 + 64);
+    if (k0 + 96 < cols) f(v.w, k0 + 96);
+  }
+}
+
+// One warp per row.
+__global__ void __launch_bounds__(kFamThreads)
+    FamilyNormKernel(int kind, const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,
+                     const float* bias, float eps, float* y, const int32_t* x_rows) {
+  LetNextStart();
+  WaitForPrevious();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m = blockIdx.x * kFamWarps + warp;
+  if (m >= tokens) return;
+  const float* xm = x + static_cast<int64_t>(x_rows != nullptr ? x_rows[m] : m) * stride;
+  float* ym = y + static_cast<int64_t>(m) * stride;
+  const int padded = static_cast<int>(PaddedCols(cols));
+  if (kind == static_cast<int>(FamilyNorm::kRms)) {
+    float ss = 0.0f;
+    ForLaneTerms(xm, cols, lane, [&](float v, int) { ss = fmaf(v, v, ss); });
+    const float r = canonical_rms_scale(FamWarpTree(ss), cols, eps);
+    for (int p = lane; p < padded; p += 32) ym[p] = (xm[p] * r) * weight[p];
+    return;
+  }
+  float s = 0.0f;
+  ForLaneTerms(xm, cols, lane, [&](float v, int) { s = s + v; });
+  const float mean = numerics::canonical_mean(FamWarpTree(s), cols);
+  float ss = 0.0f;
+  ForLaneTerms(xm, cols, lane, [&](float v, int) {
+    const float d = v - mean;
+    ss = fmaf(d, d, ss);
+  });
+  const float r = canonical_rms_scale(FamWarpTree(ss), cols, eps);
+  // Lane rows: the physical index p holds column k; padding (k >= cols) stays zero.
+  for (int p = lane; p < padded; p += 32) {
+    const int g = p / kGroupCols, w = p % kGroupCols;
+    const int k = g * kGroupCols + (w % 4) * 32 + w / 4;
+    ym[p] = k < cols ? ((xm[p] - mean) * r) * weight[p] + bias[p] : 0.0f;
+  }
+}
+
+__global__ void __launch_bounds__(kFamThreads) ScaleRowsKernel(float* x, int64_t n, float m) {
+  LetNextStart();
+  WaitForPrevious();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kFamThreads) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kFamThreads)
+    x[i] = x[i] * m;
+}
+
+// One warp per row.
+__global__ void __launch_bounds__(kFamThreads)
+    ResidualAddKernel(float* x, const float* y, int32_t stride, int32_t tokens, int32_t cols, const float* norm_weight,
+                      float eps, bool has_multiplier, float multiplier) {
+  LetNextStart();
+  WaitForPrevious();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m = blockIdx.x * kFamWarps + warp;
+  if (m >= tokens) return;
+  const float* ym = y + static_cast<int64_t>(m) * stride;
+  float* xm = x + static_cast<int64_t>(m) * stride;
+  float r = 0.0f;
+  if (norm_weight != nullptr) {
+    float ss = 0.0f;
+    ForLaneTerms(ym, cols, lane, [&](float v, int) { ss = fmaf(v, v, ss); });
+    r = canonical_rms_scale(FamWarpTree(ss), cols, eps);
+  }
+  const int padded = static_cast<int>(PaddedCols(cols));
+  for (int p = lane; p < padded; p += 32) {
+    float t = ym[p];
+    if (norm_weight != nullptr) t = (t * r) * norm_weight[p];
+    if (has_multiplier) t = t * multiplier;
+    xm[p] = xm[p] + t;
+  }
+}
+
+__global__ void __launch_bounds__(kFamThreads)
+    ActivationKernel(int kind, const float* in, int32_t in_stride, int32_t n, float* out, int32_t out_stride) {
+  LetNextStart();
+  WaitForPrevious();
+  const int m = blockIdx.y;
+  const int k = blockIdx.x * kFamThreads + threadIdx.x;
+  if (k >= n) return;
+  const float* row = in + static_cast<int64_t>(m) * in_stride;
+  float v;
+  if (kind == static_cast<int>(FamilyActivation::kSiluMul)) {
+    v = numerics::canonical_silu(row[2 * k]) * row[2 * k + 1];
+  } else if (kind == static_cast<int>(FamilyActivation::kGeluMul)) {
+    v = numerics::canonical_gelu_tanh(row[2 * k]) * row[2 * k + 1];
+  } else {
+    v = numerics::canonical_gelu_tanh(row[k]);
+  }
+  out[static_cast<int64_t>(m) * out_stride + PermutedIndex(k)] = v;
+}
+
+// One warp per head of q and k (grid.x: groups of kFamWarps heads, grid.y: tokens); the block with
+// blockIdx.x == 0 also copies v.
+__global__ void __launch_bounds__(kFamThreads)
+    FamilyRopeStoreKernel(const float* qkv, StepTokens step, AttentionShape shape, const float* q_norm,
+                          const float* k_norm, float norm_eps, int32_t rotary_dim, const float* rope_cos,
+                          const float* rope_sin, float* q_out, LayerKv kv) {
+  __shared__ float head_buf[kFamWarps][kFamMaxHeadDim];
+  LetNextStart();
+  WaitForPrevious();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m = blockIdx.y;
+  const int hd = shape.head_dim, half = rotary_dim / 2;
+  const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+  const int pos = step.pos[m];
+  const int64_t slot_row = CacheRow(step.block_table + static_cast<int64_t>(m) * step.max_blocks, pos, shape.block_size);
+  const float* cos_row = rope_cos + static_cast<int64_t>(pos) * half;
+  const float* sin_row = rope_sin + static_cast<int64_t>(pos) * half;
+  const float* row = qkv + static_cast<int64_t>(m) * (q_dim + 2 * kv_dim);
+  float* buf = head_buf[warp];
+  const int h = blockIdx.x * kFamWarps + warp;
+  if (h < shape.num_heads + shape.num_kv_heads) {
+    const bool is_q = h < shape.num_heads;
+    const float* src = is_q ? row + h * hd : row + q_dim + (h - shape.num_heads) * hd;
+    for (int d = lane; d < hd; d += 32) buf[d] = src[d];
+    __syncwarp();
+    const float* nw = is_q ? q_norm : k_norm;
+    if (nw != nullptr) {
+      float acc = 0.0f;
+      for (int d = lane; d < hd; d += 32) acc = fmaf(buf[d], buf[d], acc);
+      const float r = canonical_rms_scale(FamWarpTree(acc), hd, norm_eps);
+      __syncwarp();
+      for (int d = lane; d < hd; d += 32) buf[d] = (buf[d] * r) * nw[d];
+      __syncwarp();
+    }
+    float* dst = is_q ? q_out + static_cast<int64_t>(m) * q_dim + h * hd
+                      : kv.k + slot_row * kv_dim + (h - shape.num_heads) * hd;
+    for (int i = lane; i < half; i += 32) {
+      float x0 = buf[i], x1 = buf[i + half];
+      canonical_rotate(x0, x1, cos_row[i], sin_row[i]);
+      dst[i] = x0;
+      dst[i + half] = x1;
+    }
+    for (int d = rotary_dim + lane; d < hd; d += 32) dst[d] = buf[d];
+  }
+  if (blockIdx.x == 0)
+    for (int i = threadIdx.x; i < kv_dim; i += kFamThreads) kv.v[slot_row * kv_dim + i] = row[q_dim + kv_dim + i];
+}
+
+// One block per (query head, token). Scores: a thread per position, the 32 classes of the
+// canonical dot in registers (term d to class d mod 32, increasing d), the tree, times scale, the
+// soft cap. Weights: max (exact in any order), canonical_expf, the denominator by warp 0 (lane t
+// sums the window indices i = t mod 32 in increasing i, the tree). V: a thread per dim, the 32
+// classes by window index, the tree, one divide.
+__global__ void __launch_bounds__(kFamThreads)
+    FamilyAttentionKernel(const float* q, StepTokens step, AttentionShape shape, LayerKv kv, FamilyAttention attn,
+                          float* out, int32_t out_stride) {
+  extern __shared__ float fam_att_smem[];
+  float* scores = fam_att_smem;  // (n)
+  __shared__ float q_s[kFamMaxHeadDim];
+  __shared__ float red[kFamWarps];
+  __shared__ float denom_s;
+  LetNextStart();
+  WaitForPrevious();
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int h = blockIdx.x, m = blockIdx.y;
+  const int hd = shape.head_dim, bs = shape.block_size;
+  const int g = h / (shape.num_heads / shape.num_kv_heads);
+  const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+  const int L = step.pos[m] + 1;
+  const int lo = attn.window > 0 && L > attn.window ? L - attn.window : 0;
+  const int n = L - lo;
+  const int32_t* bt = step.block_table + static_cast<int64_t>(m) * step.max_blocks;
+  for (int d = tid; d < hd; d += kFamThreads) q_s[d] = q[static_cast<int64_t>(m) * q_dim + h * hd + d];
+  __syncthreads();
+
+  for (int i = tid; i < n; i += kFamThreads) {
+    const float* kr = kv.k + CacheRow(bt, lo + i, bs) * kv_dim + g * hd;
+    float acc[32];
+#pragma unroll
+    for (int c = 0; c < 32; ++c) acc[c] = 0.0f;
+    for (int d0 = 0; d0 < hd; d0 += 32) {
+#pragma unroll
+      for (int c = 0; c < 32; ++c)
+        if (d0 + c < hd) acc[c] = fmaf(q_s[d0 + c], kr[d0 + c], acc[c]);
+    }
+    FamClassTree(acc);
+    float s = acc[0] * attn.scale;
+    if (attn.softcap > 0.0f) s = numerics::canonical_softcap(s, attn.softcap);
+    scores[i] = s;
+  }
+  __syncthreads();
+
+  float mx = -INFINITY;
+  for (int i = tid; i < n; i += kFamThreads) mx = fmaxf(mx, scores[i]);
+  mx = FamWarpMax(mx);
+  if (lane == 0) red[warp] = mx;
+  __syncthreads();
+  mx = red[0];
+#pragma unroll
+  for (int w = 1; w < kFamWarps; ++w) mx = fmaxf(mx, red[w]);
+  for (int i = tid; i < n; i += kFamThreads) scores[i] = canonical_expf(scores[i] - mx);
+  __syncthreads();
+  if (warp == 0) {
+    float den = 0.0f;
+    for (int i = lane; i < n; i += 32) den = den + scores[i];
+    den = FamWarpTree(den);
+    if (lane == 0) denom_s = den;
+  }
+  __syncthreads();
+  const float denom = denom_s;
+
+  float* o = out + static_cast<int64_t>(m) * out_stride;
+  for (int d = tid; d < hd; d += kFamThreads) {
+    const float* vbase = kv.v + g * hd + d;
+    float acc[32];
+#pragma unroll
+    for (int c = 0; c < 32; ++c) acc[c] = 0.0f;
+    for (int i0 = 0; i0 < n; i0 += 32) {
+#pragma unroll
+      for (int c = 0; c < 32; ++c)
+        if (i0 + c < n) acc[c] = fmaf(scores[i0 + c], vbase[CacheRow(bt, lo + i0 + c, bs) * kv_dim], acc[c]);
+    }
+    FamClassTree(acc);
+    o[PermutedIndex(h * hd + d)] = acc[0] / denom;
+  }
+}
+
+__global__ void __launch_bounds__(kFamThreads)
+    LogitsPostKernel(float* logits, int64_t n, float softcap, float divisor) {
+  LetNextStart();
+  WaitForPrevious();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kFamThreads) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kFamThreads) {
+    float v = logits[i];
+    if (softcap > 0.0f) v = numerics::canonical_softcap(v, softcap);
+    if (divisor != 1.0f) v = v / divisor;
+    logits[i] = v;
+  }
+}
+
+int GridFor(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kFamThreads - 1) / kFamThreads, 4096)); }
+
+}  // namespace
+
+cudaError_t LaunchFamilyNorm(FamilyNorm kind, const float* x, int32_t stride, int32_t tokens, int32_t cols,
+                             const float* weight, const float* bias, float eps, float* y, cudaStream_t stream,
+                             const int32_t* x_rows) {
+  if (tokens <= 0) return cudaSuccess;
+  return LaunchChained(FamilyNormKernel, dim3((tokens + kFamWarps - 1) / kFamWarps), dim3(kFamThreads), 0, stream,
+                       static_cast<int>(kind), x, stride, tokens, cols, weight, bias, eps, y, x_rows);
+}
+
+cudaError_t LaunchScaleRows(float* x, int32_t stride, int32_t tokens, float m, cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(stride) * tokens;
+  if (n <= 0) return cudaSuccess;
+  return LaunchChained(ScaleRowsKernel, dim3(GridFor(n)), dim3(kFamThreads), 0, stream, x, n, m);
+}
+
+cudaError_t LaunchResidualAdd(float* x, const float* y, int32_t stride, int32_t tokens, int32_t cols,
+                              const float* norm_weight, float norm_eps, bool has_multiplier, float multiplier,
+                              cudaStream_t stream) {
+  if (tokens <= 0) return cudaSuccess;
+  return LaunchChained(ResidualAddKernel, dim3((tokens + kFamWarps - 1) / kFamWarps), dim3(kFamThreads), 0, stream, x,
+                       y, stride, tokens, cols, norm_weight, norm_eps, has_multiplier, multiplier);
+}
+
+cudaError_t LaunchFamilyActivation(FamilyActivation kind, const float* in, int32_t in_stride, int32_t tokens, int32_t n,
+                                   float* out, int32_t out_stride, cudaStream_t stream) {
+  if (tokens <= 0) return cudaSuccess;
+  return LaunchChained(ActivationKernel, dim3((n + kFamThreads - 1) / kFamThreads, tokens), dim3(kFamThreads), 0,
+                       stream, static_cast<int>(kind), in, in_stride, n, out, out_stride);
+}
+
+cudaError_t LaunchFamilyRopeStore(const float* qkv, const StepTokens& step, const AttentionShape& shape,
+                                  const float* q_norm, const float* k_norm, float norm_eps, int32_t rotary_dim,
+                                  const float* rope_cos, const float* rope_sin, float* q_out, LayerKv kv,
+                                  cudaStream_t stream) {
+  if (shape.head_dim > kFamMaxHeadDim || rotary_dim > shape.head_dim || rotary_dim % 2 != 0)
+    return cudaErrorInvalidValue;
+  if (step.tokens <= 0) return cudaSuccess;
+  const dim3 grid((shape.num_heads + shape.num_kv_heads + kFamWarps - 1) / kFamWarps, step.tokens);
+  return LaunchChained(FamilyRopeStoreKernel, grid, dim3(kFamThreads), 0, stream, qkv, step, shape, q_norm, k_norm,
+                       norm_eps, rotary_dim, rope_cos, rope_sin, q_out, kv);
+}
+
+int64_t FamilyAttentionSharedBytes(int32_t max_context) { return static_cast<int64_t>(max_context) * 4; }
+
+cudaError_t PrepareFamilyAttention(int32_t max_context) {
+  return cudaFuncSetAttribute(FamilyAttentionKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(FamilyAttentionSharedBytes(max_context)));
+}
+
+cudaError_t LaunchFamilyAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
+                                  const FamilyAttention& attn, int32_t max_context, float* out, int32_t out_stride,
+                                  cudaStream_t stream) {
+  if (shape.head_dim > kFamMaxHeadDim) return cudaErrorInvalidValue;
+  if (step.tokens <= 0) return cudaSuccess;
+  const dim3 grid(shape.num_heads, step.tokens);
+  return LaunchChained(FamilyAttentionKernel, grid, dim3(kFamThreads),
+                       static_cast<size_t>(FamilyAttentionSharedBytes(max_context)), stream, q, step, shape, kv, attn,
+                       out, out_stride);
+}
+
+cudaError_t LaunchLogitsPost(float* logits, int32_t rows, int32_t cols, float softcap, float divisor,
+                             cudaStream_t stream) {
+  const int64_t n = static_cast<int64_t>(rows) * cols;
+  if (n <= 0) return cudaSuccess;
+  return LaunchChained(LogitsPostKernel, dim3(GridFor(n)), dim3(kFamThreads), 0, stream, logits, n, softcap, divisor);
+}
+
+}  // namespace rote::inference::cuda
