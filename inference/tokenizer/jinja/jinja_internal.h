@@ -164,6 +164,20 @@ struct Node {
 };
 using NodeP = std::shared_ptr<const Node>;
 
+// ---- Lexing (lex.cc) and parsing (parse.cc) ----
+
+enum class Tok { kData, kVarBegin, kBlockBegin, kVarEnd, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEof };
+
+struct Token {
+  Tok type;
+  std::string text;
+  int line;
+  Value value;  // numbers and strings
+};
+
+// The template's tokens, ending with kEof; line breaks are normalized first as Jinja's lexer does.
+std::vector<Token> Lex(std::string_view source);
+
 NodeP ParseTemplate(std::string_view source, const Limits& limits);
 
 }  // namespace rote::inference::jinja

@@ -1,5 +1,5 @@
-// The evaluator's state shared by render.cc (statements and operators) and builtins.cc
-// (filters, tests, methods, globals).
+// The evaluator's state shared by render.cc (statements and operators), builtins.cc (tests,
+// methods, globals) and filters.cc (filters).
 #pragma once
 
 #include <memory>
@@ -94,9 +94,30 @@ class Renderer {
 // builtins.cc
 Value GetAttr(Renderer& r, const Value& obj, const std::string& name);
 Value GetItem(Renderer& r, const Value& obj, const Value& key);
-Value ApplyFilter(Renderer& r, const std::string& name, const Value& input, CallArgs& args);
 bool ApplyTest(Renderer& r, const std::string& name, const Value& v, CallArgs& args);
 void AddGlobals(Scope& globals);
 [[noreturn]] void FailUndefined(const Value& v);
+
+// builtins.cc: Python's str operations on code points, for the methods and the filters alike.
+char32_t Upper(char32_t c);
+char32_t Lower(char32_t c);
+bool IsWordChar(char32_t c);  // letters, numbers, marks, connector punctuation (wordcount)
+std::string MapChars(const std::string& s, char32_t (*f)(char32_t));
+// str.strip/lstrip/rstrip: `chars` a string of code points to strip, else whitespace.
+std::string Strip(const std::string& s, const Value& chars, bool left, bool right);
+std::string Capitalize(const std::string& s);
+// Jinja's title filter (words begin after '-', whitespace and opening brackets).
+std::string JinjaTitle(const std::string& s);
+// str.replace; count < 0 replaces all.
+std::string Replace(Renderer& r, const std::string& s, const std::string& old, const std::string& repl, int64_t count);
+std::vector<std::string> SplitLines(const std::string& s);
+// An argument that must be an int (dflt when undefined or none) or a string; fails naming `what`.
+int64_t IntArg(const Value& v, int64_t dflt, const char* what);
+std::string StrArg(const Value& v, const char* what);
+// dict.items(): (key, value) tuples in insertion order.
+Value DictItems(const Value& d);
+
+// filters.cc
+Value ApplyFilter(Renderer& r, const std::string& name, const Value& input, CallArgs& args);
 
 }  // namespace rote::inference::jinja
