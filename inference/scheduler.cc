@@ -142,6 +142,8 @@ void Scheduler::Remove(const std::shared_ptr<Sequence>& s) {
 }
 
 void Scheduler::Preempt(const std::shared_ptr<Sequence>& s) {
+  // Readmitted, it reads its prompt again: what it reuses then is counted afresh.
+  s->result.prompt_tokens_reused = 0;
   Remove(s);
   std::lock_guard<std::mutex> lock(*mu_);
   waiting_.push_front(s);
@@ -162,7 +164,8 @@ void Scheduler::ExtendSharedPrefix(Sequence& s) {
   blocks_->ShareCachedPrefix(s.all, shareable, &s.blocks);
   const int32_t gained = static_cast<int32_t>(s.blocks.size() - before) * kKvBlockSize;
   s.computed += gained;
-  s.result.prompt_tokens_reused += gained;
+  s.result.prompt_tokens_reused =
+      std::min<int32_t>(static_cast<int32_t>(s.prompt_len), s.result.prompt_tokens_reused + gained);
 }
 
 bool Scheduler::WaitsForLeader(const Sequence& s, size_t index) const {
@@ -189,7 +192,8 @@ void Scheduler::ShareCachedPrefix(Sequence& s) {
   const size_t shareable = (s.all.size() - 1) / kKvBlockSize;
   blocks_->ShareCachedPrefix(s.all, shareable, &s.blocks);
   s.computed = static_cast<int32_t>(s.blocks.size()) * kKvBlockSize;
-  s.result.prompt_tokens_reused = std::max(s.result.prompt_tokens_reused, s.computed);
+  // Prompt positions only: a preempted sequence readmitted may also find its generated tokens.
+  s.result.prompt_tokens_reused = std::min<int32_t>(static_cast<int32_t>(s.prompt_len), s.computed);
 }
 
 }  // namespace rote::inference

@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
   eo.max_step_tokens = std::stoi(args["max-step-tokens"]);
   eo.threads = std::stoi(args["threads"]);
   eo.max_context = 8192;
-  if (eo.device == Device::kCpu) eo.kv_cache_bytes = 4ll << 30;
+  // As `rote serve` sizes it: on CUDA every block free memory holds after the weights.
+  eo.kv_cache_bytes = eo.device == Device::kCpu ? 4ll << 30 : 0;
   std::ofstream replay;
   if (!args["replay"].empty()) replay.open(args["replay"], std::ios::trunc);
 

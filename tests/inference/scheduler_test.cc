@@ -145,6 +145,31 @@ TEST(SchedulerTest, AFullCachePreemptsTheLatestAdmittedEvenTheAsker) {
   EXPECT_EQ(f.manager.num_free(), 1);
 }
 
+TEST(SchedulerTest, ReusedPositionsCountOnlyTheLastReadingOfThePrompt) {
+  Fixture f(3);
+  auto first = Seq(33);
+  f.Admit({first});
+  while (first->computed < 33) f.Run(f.scheduler.Schedule());
+  f.scheduler.Remove(first);  // blocks holding tokens 0..31 stay cached
+  auto other = Seq(20, 500), again = Seq(33);
+  f.Admit({other, again});
+  EXPECT_EQ(again->result.prompt_tokens_reused, 32);
+  // other needs 2 blocks, again 1 more: 3 of 3, but again holds 2 shared ones; it goes back.
+  f.Run(f.scheduler.Schedule());
+  ASSERT_EQ(f.scheduler.waiting().size(), 1u);
+  ASSERT_EQ(f.scheduler.waiting().front(), again);
+  EXPECT_EQ(again->result.prompt_tokens_reused, 0);
+  while (other->computed < 20) f.Run(f.scheduler.Schedule());
+  f.scheduler.Remove(other);
+  {
+    std::lock_guard<std::mutex> lock(f.mu);
+    f.scheduler.Admit();
+  }
+  // Whatever the cache still held at readmission is what counts, never more than the prompt.
+  EXPECT_EQ(again->result.prompt_tokens_reused, again->computed);
+  EXPECT_LE(again->result.prompt_tokens_reused, 32);
+}
+
 TEST(SchedulerTest, AnEarlierPartPreemptsALaterOne) {
   Fixture f(2);
   auto a = Seq(17), b = Seq(16);
