@@ -166,7 +166,7 @@ TEST(ModelDirHardening, WrongJsonTypesInTokenizerJsonAreErrors) {
       {[](Json& j) { j["normalizer"] = {{"type", "Sequence"}}; }, "normalizer.normalizers"},
       {[](Json& j) { j["normalizer"] = {{"type", 3}}; }, "normalizer.type"},
       {[](Json& j) { j["pre_tokenizer"]["pretokenizers"] = "x"; }, "pre_tokenizer.pretokenizers"},
-      {[](Json& j) { j["pre_tokenizer"]["pretokenizers"][0].erase("pattern"); }, "Regex or String"},
+      {[](Json& j) { j["pre_tokenizer"]["pretokenizers"][0].erase("pattern"); }, "a Regex or a String"},
       {[](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = 1; },
        "pre_tokenizer.pretokenizers[].pattern.Regex"},
       {[](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["invert"] = "no"; }, "pre_tokenizer.pretokenizers[].invert"},
