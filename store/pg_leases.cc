@@ -144,7 +144,10 @@ absl::StatusOr<std::vector<int64_t>> PgStore::RenewRunLeases(int64_t lease_ms) {
     by_owner[lease.owner].second.push_back(lease.epoch);
   }
   std::vector<int64_t> lost;
-  for (const auto& [owner, runs] : by_owner) {
+  for (const auto& entry : by_owner) {
+    // Named references, not structured bindings: the lambda below captures them.
+    const std::string& owner = entry.first;
+    const auto& runs = entry.second;
     std::set<int64_t> kept;
     RETURN_IF_ERROR(db_.Write([&](PgConn& conn) -> absl::Status {
       kept.clear();
