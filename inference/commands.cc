@@ -14,7 +14,7 @@ namespace rote::inference::tool {
 namespace {
 
 constexpr const char* kModelUsage =
-    "usage: model info DIR | model tokenize|detokenize|chat DIR ... | model synth --family FAMILY --shape tiny|small|0.5b|1.5b --out DIR "
+    "usage: model info DIR | model tokenize|detokenize|chat DIR ... | model synth --family FAMILY --shape tiny|small|0.5b|1.5b|7b|14b|32b --out DIR "
     "[--dtype bf16|f16|f32] [--seed N] (FAMILY: a supported config.json model_type)";
 constexpr const char* kGenerateUsage =
     "usage: generate --model DIR (--prompt TEXT | --chat TEXT | --tokens 1,2,3) [--system TEXT] [--max-tokens N] "

@@ -8,7 +8,7 @@
 // host), --engine-sampling T:K:P adds sampled runs (on the device, on the host, and on the device
 // with every column sorted, compared).
 //
-//   cuda_bench [--shape 0.5b|1.5b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
+//   cuda_bench [--shape 0.5b|1.5b|7b|14b|32b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
 //              [--prefill 0|1] [--tiles -1,0,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,2,5 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2]
 //              [--one-token-kernels 0,1,2] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
@@ -16,6 +16,8 @@
 //              [--fast-merge 0|2|3[:STEPS]] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K]
 //              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
+//              [--kv-capacity 4096:4,4096:32 --card-mib 81559] [--decode 0] [--prefill-reps 4]
+//              [--one-token-plain-from 3072]
 // Settings compared side by side each run on a backend of their own (CudaBackendOptions::tuning
 // is fixed per backend); the flags that set one CudaTuning field apply to every backend.
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
@@ -33,11 +35,13 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "inference/cuda/cuda_backend.h"
 #include "rote_source_revision.h"  // generated at build time (cmake/source_revision.cmake)
 #include "inference/engine.h"
+#include "inference/model/synth.h"
 #include "inference/model/weights.h"
 #include "bench/inference/call_times.h"
 #include "tests/inference/cuda_synth_model.h"
@@ -45,6 +49,9 @@
 namespace rote::bench {
 double MeasureCopyBandwidth();  // cuda_ceilings.cu
 double MeasureFmaRate();
+void DeviceMemory(int64_t* free_bytes, int64_t* total_bytes);
+void* AllocateBallast(int64_t bytes);
+void FreeBallast(void* p);
 }  // namespace rote::bench
 
 namespace {
@@ -68,6 +75,19 @@ std::vector<int32_t> IntList(const std::string& s) {
     size_t q = s.find(',', p);
     if (q == std::string::npos) q = s.size();
     out.push_back(std::stoi(s.substr(p, q - p)));
+    p = q + 1;
+  }
+  return out;
+}
+
+// "a,b" -> {"a", "b"}; "" -> {}.
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t p = 0;
+  while (p < s.size()) {
+    size_t q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    out.push_back(s.substr(p, q - p));
     p = q + 1;
   }
   return out;
@@ -255,6 +275,7 @@ class Bench {
   bool Timeline();
   bool Ablate();
   bool DecodeAndPrefill(CudaBackend* base);
+  bool KvCapacity(CudaBackend* b);
   bool EngineDecode(std::unique_ptr<CudaBackend> backend);
 
   const CudaTuning& base() const { return base_; }
@@ -272,6 +293,7 @@ class Bench {
   CudaTuning base_;
   int32_t stride_ = 0, blocks_ = 0;
   static constexpr int32_t kPrefillLen = 1000, kPrefillSeqs = 4;
+  static constexpr int32_t kCapacityDecodeSteps = 16;
   int32_t prefill_stride_ = 0;
   int64_t matrix_params_ = 0, kv_bytes_per_position_ = 0;
   double synth_s_ = 0, load_s_ = 0;
@@ -303,6 +325,9 @@ bool Bench::Init() {
   std::fflush(stdout);
 
   options_.max_positions = 2048;
+  for (const std::string& entry : Split(Flag("--kv-capacity", ""))) {
+    options_.max_positions = std::max(options_.max_positions, std::stoi(entry) + kCapacityDecodeSteps + 1);
+  }
   const std::string numerics = Flag("--numerics", "exact");
   if (numerics == "fast") {
     options_.profile = NumericsProfile::kFast;
@@ -334,18 +359,31 @@ bool Bench::Init() {
   // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
   // epilogue (same bits).
   if (const std::string r = Flag("--fast-rope-fused", ""); !r.empty()) base_.fast_rope_fused = r != "0";
+  // --one-token-plain-from H: CudaTuning::one_token_plain_from_hidden (0: the size rule never
+  // takes the plain tile; same bits).
+  if (const std::string r = Flag("--one-token-plain-from", ""); !r.empty()) base_.one_token_plain_from_hidden = std::stoi(r);
   // --attention-variant V: every backend with attention variant V (same bits).
   if (const std::string av = Flag("--attention-variant", ""); !av.empty()) base_.attention_variant = std::stoi(av);
 
   auto t0 = Clock::now();
-  if (!std::filesystem::exists(dir + "/model.safetensors")) {
+  // The Qwen2.5-Coder sizes are built in memory (inference/model/synth.h): 32b's 65.5 GB would not
+  // fit the disk of every GPU machine, and no file is faster. The small shapes keep their file.
+  const bool in_memory = shape_ == "7b" || shape_ == "14b" || shape_ == "32b";
+  if (!in_memory && !std::filesystem::exists(dir + "/model.safetensors")) {
     if (!rote::inference::cuda_test::WriteSynthModel(dir, rote::inference::cuda_test::Qwen25Shape(shape_))) {
       PrintError("cannot write " + dir);
       return false;
     }
   }
   auto t1 = Clock::now();
-  auto model = Model::Load(dir);
+  StatusOr<std::shared_ptr<const Model>> model = in_memory ? StatusOr<std::shared_ptr<const Model>>(InvalidArgument(""))
+                                                           : Model::Load(dir);
+  if (in_memory) {
+    SynthOptions so;
+    so.shape = shape_;
+    so.seed = 1;
+    model = SynthesizeModelInMemory(so, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
   if (!model.ok()) {
     PrintError(model.status().ToString());
     return false;
@@ -729,11 +767,13 @@ bool Bench::DecodeAndPrefill(CudaBackend* base) {
     }
 
     const bool prefill = Flag("--prefill", "1") == "1";
+    // --prefill-reps R: R runs of each prefill, the first untimed (its figure is the median of the rest).
+    const int prefill_reps = std::max(2, std::stoi(Flag("--prefill-reps", "4")));
     for (int32_t n : {1, kPrefillSeqs}) {
       if (!prefill) continue;
       std::vector<double> times;
       std::vector<int32_t> first_tokens;
-      for (int rep = 0; rep < 4; ++rep) {
+      for (int rep = 0; rep < prefill_reps; ++rep) {
         std::vector<Seq> seqs(n);
         for (int32_t i = 0; i < n; ++i) {
           seqs[i].tokens = RandomTokens(kPrefillLen, c.vocab_size, 77 + i);
@@ -760,6 +800,98 @@ bool Bench::DecodeAndPrefill(CudaBackend* base) {
     }
   }
   return true;
+}
+
+// --kv-capacity L:N[,L:N]: whether N sequences of L tokens fit the KV cache beside the weights when
+// it is sized as `rote serve` sizes it on CUDA (free device memory less 1 GiB, engine.cc), and the
+// run that shows it: each sequence prefilled in chunks of --kv-chunk tokens (1024), then
+// kCapacityDecodeSteps greedy steps of all N together. --card-mib M first takes memory away (a
+// ballast allocation) until the card holds M MiB in all, as a smaller card of the same
+// architecture would: 81559 is an 80 GB H100's total. The KV cache is fp32 in both profiles (the
+// exact profile's bits need it), so the figures hold for both.
+bool Bench::KvCapacity(CudaBackend* b) {
+  const std::vector<std::string> entries = Split(Flag("--kv-capacity", ""));
+  if (entries.empty()) return true;
+  const ModelConfig& c = model_->config();
+  int64_t free_bytes = 0, total_bytes = 0;
+  rote::bench::DeviceMemory(&free_bytes, &total_bytes);
+  const int64_t card_mib = std::stoll(Flag("--card-mib", "0"));
+  void* ballast = nullptr;
+  const int64_t ballast_bytes = card_mib > 0 ? total_bytes - (card_mib << 20) : 0;
+  if (ballast_bytes > 0 && (ballast = rote::bench::AllocateBallast(ballast_bytes)) == nullptr) {
+    PrintError("cannot take " + std::to_string(ballast_bytes) + " bytes away for --card-mib");
+    return false;
+  }
+  const int32_t chunk = std::max(1, std::stoi(Flag("--kv-chunk", "1024")));
+  bool ok = true;
+  for (const std::string& entry : entries) {
+    const size_t colon = entry.find(':');
+    const int32_t len = std::stoi(entry.substr(0, colon));
+    const int32_t n = colon == std::string::npos ? 1 : std::stoi(entry.substr(colon + 1));
+    const int32_t per_seq = (len + kCapacityDecodeSteps + 1 + kKvBlockSize - 1) / kKvBlockSize;
+    const int32_t needed = n * per_seq;
+    const int32_t fitting = b->KvBlocksForFreeMemory(0, int64_t{1} << 30);
+    const int64_t card_bytes = ballast_bytes > 0 ? (card_mib << 20) : total_bytes;
+    std::printf("{\"what\":\"kv_capacity\",\"shape\":\"%s\",\"numerics\":\"%s\",\"card_GiB\":%.1f,"
+                "\"weight_GiB\":%.2f,\"kv_bytes_per_token\":%lld,\"sequences\":%d,\"tokens_each\":%d,"
+                "\"kv_GiB_needed\":%.2f,\"tokens_fitting\":%lld,\"fits\":%s}\n",
+                shape_.c_str(), b->numerics_profile().c_str(), card_bytes / 1073741824.0,
+                b->WeightBytes() / 1073741824.0, static_cast<long long>(kv_bytes_per_position_), n, len,
+                static_cast<double>(needed) * b->KvBytesPerBlock() / 1073741824.0,
+                static_cast<long long>(fitting) * kKvBlockSize, fitting >= needed ? "true" : "false");
+    std::fflush(stdout);
+    if (fitting < needed) continue;
+    if (Status s = b->AllocateKvCache(needed); !s.ok()) {
+      PrintError(s.ToString());
+      ok = false;
+      break;
+    }
+    std::vector<Seq> seqs(n);
+    const auto p0 = Clock::now();
+    for (int32_t i = 0; ok && i < n; ++i) {
+      seqs[i].tokens = RandomTokens(len, c.vocab_size, 500 + i);
+      for (int32_t k = 0; k < per_seq; ++k) seqs[i].blocks.push_back(i * per_seq + k);
+      for (int32_t at = 0; ok && at < len; at += chunk) {
+        const int32_t count = std::min(chunk, len - at);
+        BatchPlan plan;
+        SequenceStep st;
+        st.tokens = std::span<const int32_t>(seqs[i].tokens.data() + at, count);
+        st.start_pos = at;
+        st.block_table = seqs[i].blocks;
+        st.num_logits = 1;
+        plan.sequences.push_back(st);
+        std::vector<int32_t> next;
+        Status s = b->ForwardGreedy(plan, &next);
+        if (!s.ok()) {
+          PrintError(s.ToString());
+          ok = false;
+        } else if (at + count == len) {
+          seqs[i].cached = len;
+          seqs[i].tokens.push_back(next[0]);
+        }
+      }
+    }
+    const auto p1 = Clock::now();
+    ok = ok && Steps(b, seqs, kCapacityDecodeSteps, 1);
+    const auto p2 = Clock::now();
+    if (!ok) break;
+    int64_t left = 0, total = 0;
+    rote::bench::DeviceMemory(&left, &total);
+    std::printf("{\"what\":\"kv_capacity_run\",\"shape\":\"%s\",\"numerics\":\"%s\",\"sequences\":%d,"
+                "\"tokens_each\":%d,\"prefill_tokens_per_s\":%.1f,\"decode_tokens_per_s\":%.1f,"
+                "\"decode_ms_per_step\":%.2f,\"device_GiB_free_after\":%.2f}\n",
+                shape_.c_str(), b->numerics_profile().c_str(), n, len, static_cast<double>(n) * len / Seconds(p0, p1),
+                static_cast<double>(n) * kCapacityDecodeSteps / Seconds(p1, p2),
+                1e3 * Seconds(p1, p2) / kCapacityDecodeSteps, left / 1073741824.0);
+    std::fflush(stdout);
+  }
+  // The bench's own cache back, whatever happened above, for the runs after this one.
+  if (Status s = b->AllocateKvCache(blocks_); !s.ok()) {
+    PrintError(s.ToString());
+    ok = false;
+  }
+  rote::bench::FreeBallast(ballast);
+  return ok;
 }
 
 // --engine-batches 8,32: the same decode through the engine (scheduler, paged-KV allocator,
@@ -952,6 +1084,7 @@ int main(int argc, char** argv) {
     return 1;
   if (!bench.TraceStep() || !bench.Timeline()) return 1;
   if (!bench.Flag("--ablate", "").empty()) return bench.Ablate() ? 0 : 1;
-  if (!bench.DecodeAndPrefill(backend.get())) return 1;
+  if (bench.Flag("--decode", "1") != "0" && !bench.DecodeAndPrefill(backend.get())) return 1;
+  if (!bench.KvCapacity(backend.get())) return 1;
   return bench.EngineDecode(std::move(backend)) ? 0 : 1;
 }

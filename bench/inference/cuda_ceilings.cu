@@ -87,4 +87,23 @@ double MeasureFmaRate() {
   return static_cast<double>(blocks) * threads * iters * 8 / (MedianMs(times) * 1e-3);
 }
 
+// Free and total bytes of the current device (0, 0 on an error).
+void DeviceMemory(int64_t* free_bytes, int64_t* total_bytes) {
+  size_t f = 0, t = 0;
+  if (cudaMemGetInfo(&f, &t) != cudaSuccess) f = t = 0;
+  *free_bytes = static_cast<int64_t>(f);
+  *total_bytes = static_cast<int64_t>(t);
+}
+
+// Takes `bytes` of device memory away (a smaller card's worth left); nullptr on failure.
+void* AllocateBallast(int64_t bytes) {
+  void* p = nullptr;
+  if (bytes <= 0 || cudaMalloc(&p, static_cast<size_t>(bytes)) != cudaSuccess) return nullptr;
+  return p;
+}
+
+void FreeBallast(void* p) {
+  if (p != nullptr) cudaFree(p);
+}
+
 }  // namespace rote::bench

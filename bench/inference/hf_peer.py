@@ -3,9 +3,10 @@
 
 What a user gets from transformers on the same card, on a Qwen2.5-shaped model with random bf16
 weights (no model download): the shapes are cuda_bench's --shape (tests/inference/cuda_synth_model.h,
-Qwen25Shape), vocabulary 151,936, tied embedding, 64-token prompts.
+Qwen25Shape; 7b/14b/32b: inference/model/synth.cc), vocabulary 151,936 (152,064 from 7b), tied
+embedding below 7b, 64-token prompts; prefill of 1 and 4 prompts of 1,000 tokens.
 
-  python3 bench/inference/hf_peer.py [--shape 0.5b|1.5b]
+  python3 bench/inference/hf_peer.py [--shape 0.5b|1.5b|7b|14b|32b] [--quick]
 
 Run it on the GPU machine (its python3 has torch and transformers), on the same card and in the
 same run as cuda_bench; bench/inference/side_by_side.sh alternates the two and prints the ratio of
@@ -35,10 +36,19 @@ SHAPES = {
                  num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True),
     "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                  num_attention_heads=12, num_key_value_heads=2, tie_word_embeddings=True),
+    # Qwen2.5-Coder-7B / 14B / 32B (inference/model/synth.cc, the same dimensions), untied,
+    # vocabulary 152,064.
+    "7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+               num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False, vocab_size=152064),
+    "14b": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=48,
+                num_attention_heads=40, num_key_value_heads=8, tie_word_embeddings=False, vocab_size=152064),
+    "32b": dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
+                num_attention_heads=40, num_key_value_heads=8, tie_word_embeddings=False, vocab_size=152064),
 }
 VOCAB = 151936
 PROMPT = 64
 STEPS = 128
+PREFILL_LEN = 1000  # cuda_bench's prefill prompts
 DEV = "cuda"
 
 
@@ -81,14 +91,18 @@ def load_model(shape):
     import transformers
     from transformers import Qwen2Config, Qwen2ForCausalLM
     emit(what="transformers", version=transformers.__version__)
-    cfg = Qwen2Config(vocab_size=VOCAB, max_position_embeddings=32768, rope_theta=1000000.0,
-                      rms_norm_eps=1e-6, **SHAPES[shape])
+    dims = dict(SHAPES[shape])
+    vocab = dims.pop("vocab_size", VOCAB)
+    cfg = Qwen2Config(vocab_size=vocab, max_position_embeddings=32768, rope_theta=1000000.0,
+                      rms_norm_eps=1e-6, **dims)
     torch.manual_seed(0)
-    try:
-        model = Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.bfloat16)
-    except TypeError:  # transformers before the `dtype` argument
-        model = Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa",
-                                              torch_dtype=torch.bfloat16)
+    # Built on the GPU: random initialisation of 32B parameters on the host would take minutes.
+    with torch.device(DEV):
+        try:
+            model = Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.bfloat16)
+        except TypeError:  # transformers before the `dtype` argument
+            model = Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa",
+                                                  torch_dtype=torch.bfloat16)
     model = model.to(DEV).eval()
     nparams = sum(p.numel() for p in model.parameters())
     emit(what="model", shape=shape, params=nparams, bytes_bf16=2 * nparams)
@@ -142,6 +156,21 @@ def throughput(greedy, prompts, mode):
         emit(what="decode_throughput", mode=mode, batch=bs, tokens_per_s=bs * STEPS / dt, seconds=dt)
 
 
+def prefill(model, cfg):
+    """Prefill of 1 and 4 prompts of PREFILL_LEN tokens (eager SDPA, as cuda_bench's prefill)."""
+    g = torch.Generator(device="cpu").manual_seed(2)
+    for n in (1, 4):
+        ids = torch.randint(0, cfg.vocab_size, (n, PREFILL_LEN), generator=g).to(DEV)
+
+        @torch.no_grad()
+        def run():
+            return model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+
+        t = timed(run, reps=3, warm=1)
+        emit(what="prefill", mode="default", prompts=n, prompt_tokens=PREFILL_LEN,
+             tokens_per_s=n * PREFILL_LEN / t, seconds=t)
+
+
 def compiled_throughput(cfg, model, prompts):
     """A static cache and torch.compile: the strongest easy PyTorch setup (gpt-fast style)."""
     from transformers import StaticCache
@@ -181,6 +210,8 @@ def compiled_throughput(cfg, model, prompts):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
+    parser.add_argument("--quick", action="store_true",
+                        help="ceilings, prefill and decode throughput only (no invariance runs)")
     args = parser.parse_args()
     if os.environ.get("BIO_PATH"):
         sys.path.insert(0, os.environ["BIO_PATH"])
@@ -193,6 +224,14 @@ def main():
     g = torch.Generator(device="cpu").manual_seed(1)
     prompts = torch.randint(0, cfg.vocab_size, (32, PROMPT), generator=g).to(DEV)
 
+    prefill(model, cfg)
+    if args.quick:
+        throughput(greedy, prompts, "default")
+        try:
+            compiled_throughput(cfg, model, prompts)
+        except Exception as ex:
+            emit(what="compiled_failed", error=repr(ex)[:800])
+        return 0
     invariance(greedy, prompts, "default")
     throughput(greedy, prompts, "default")
     try:

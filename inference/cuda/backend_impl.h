@@ -161,8 +161,16 @@ class CudaBackendImpl final : public CudaBackend {
       : model_(std::move(model)),
         options_(options),
         config_(model_->config()),
-        tuning_(options.tuning),
+        tuning_(ResolveTuning(options.tuning, model_->config())),
         fast_(options.profile == NumericsProfile::kFast) {}
+
+  // The tuning with its model-dependent defaults decided: from one_token_plain_from_hidden on,
+  // the default one-token choice (0) is the plain register tile (1). Same bits either way.
+  static CudaTuning ResolveTuning(CudaTuning t, const ModelConfig& c) {
+    if (t.one_token_kernel == 0 && t.one_token_plain_from_hidden > 0 && c.hidden_size >= t.one_token_plain_from_hidden)
+      t.one_token_kernel = 1;
+    return t;
+  }
 
   ~CudaBackendImpl() override {
     // The members' buffers are freed after this body, with the device still current:

@@ -22,6 +22,11 @@ struct CudaTuning {
   // one launch wherever it can run; 8: as 0 but never one launch; 9: as 7 with the fire-and-forget
   // grid barrier; 10: as 7 with the producer copying through grid barriers.
   int one_token_kernel = 0;
+  // Models of at least this hidden size take the plain register tile (1) where one_token_kernel
+  // is 0 (0: never). The one-launch step does not run at these sizes, and the bulk-copy paths
+  // stream the larger rows slower: Qwen2.5-Coder-7B batch 1 on an H200, 0.37 of copy bandwidth
+  // with every bulk-copy variant against 0.66 with the plain tile (docs/performance.md, "Sizes").
+  int one_token_plain_from_hidden = 3072;
   // The most warps per block of the one-token o/gate|up/down launch (16, 8 or 4): 16, the most
   // the ring allows, fewer being used where a warp would not get two ring slots.
   int mlp_block_max_warps = 16;

@@ -38,6 +38,24 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
   return f;
 }
 
+StatusOr<std::unique_ptr<MappedFile>> MappedFile::Anonymous(size_t size, const std::string& label,
+                                                            const std::function<Status(uint8_t*)>& fill) {
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->path_ = label;
+  f->size_ = size;
+  if (size == 0) return f;
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return ResourceExhausted(label + ": cannot map " + std::to_string(size) + " bytes: " + std::strerror(errno));
+  }
+  f->data_ = static_cast<const uint8_t*>(p);  // unmapped by the destructor on any return below
+  ROTE_RETURN_IF_ERROR(fill(static_cast<uint8_t*>(p)));
+  if (::mprotect(p, size, PROT_READ) != 0) {
+    return FailedPrecondition(label + ": cannot make read-only: " + std::strerror(errno));
+  }
+  return f;
+}
+
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
@@ -159,8 +177,12 @@ StatusOr<std::vector<SafetensorsTensor>> ParseSafetensors(const uint8_t* data, s
 
 StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   ROTE_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, MappedFile::Open(path));
+  return FromMapping(std::move(mapped));
+}
+
+StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromMapping(std::unique_ptr<MappedFile> mapped) {
   ROTE_ASSIGN_OR_RETURN(std::vector<SafetensorsTensor> tensors,
-                        ParseSafetensors(mapped->data(), mapped->size(), path));
+                        ParseSafetensors(mapped->data(), mapped->size(), mapped->path()));
   auto f = std::make_unique<SafetensorsFile>();
   f->file_ = std::move(mapped);
   f->tensors_ = std::move(tensors);

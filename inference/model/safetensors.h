@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +22,10 @@ namespace rote::inference {
 class MappedFile {
  public:
   static StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  // `size` bytes of anonymous memory that `fill` writes, then made read-only; `label` is its
+  // path() in messages. An error from `fill` is returned (the memory is released).
+  static StatusOr<std::unique_ptr<MappedFile>> Anonymous(size_t size, const std::string& label,
+                                                         const std::function<Status(uint8_t*)>& fill);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -63,6 +68,8 @@ StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(std::string_v
 class SafetensorsFile {
  public:
   static StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // The same checks over a mapping already made (MappedFile::Anonymous).
+  static StatusOr<std::unique_ptr<SafetensorsFile>> FromMapping(std::unique_ptr<MappedFile> mapped);
   const std::vector<SafetensorsTensor>& tensors() const { return tensors_; }
   const SafetensorsTensor* Find(std::string_view name) const;
   const std::string& path() const { return file_->path(); }

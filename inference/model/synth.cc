@@ -2,14 +2,18 @@
 
 #include <sys/stat.h>  // mkdir
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>  // header-only JSON writer
 #include <vector>
 
 #include "inference/model/safetensors.h"
+#include "inference/util/sha256.h"
 
 namespace rote::inference {
 
@@ -264,8 +268,25 @@ StatusOr<ModelConfig> BaseConfig(const SynthOptions& o) {
       c.head_dim = 128;
     }
     c.vocab_size = llama ? 128256 : 151936; c.max_position_embeddings = 32768; c.tie_word_embeddings = true;
+  } else if (o.shape == "7b" || o.shape == "14b" || o.shape == "32b") {
+    // Qwen2.5-Coder-7B / 14B / 32B (every family but Qwen3, which takes Qwen3-8B / 14B / 32B).
+    const int s = o.shape == "7b" ? 0 : o.shape == "14b" ? 1 : 2;
+    if (qwen3) {
+      static constexpr int32_t kDim[] = {4096, 5120, 5120}, kHid[] = {12288, 17408, 25600}, kLayers[] = {36, 40, 64},
+                               kHeads[] = {32, 40, 64};
+      c.hidden_size = kDim[s]; c.intermediate_size = kHid[s]; c.num_layers = kLayers[s]; c.num_heads = kHeads[s];
+      c.num_kv_heads = 8;
+    } else {
+      static constexpr int32_t kDim[] = {3584, 5120, 5120}, kHid[] = {18944, 13824, 27648}, kLayers[] = {28, 48, 64},
+                               kHeads[] = {28, 40, 40}, kKv[] = {4, 8, 8};
+      c.hidden_size = kDim[s]; c.intermediate_size = kHid[s]; c.num_layers = kLayers[s]; c.num_heads = kHeads[s];
+      c.num_kv_heads = kKv[s];
+    }
+    c.head_dim = 128;
+    c.vocab_size = llama ? 128256 : qwen3 ? 151936 : 152064; c.max_position_embeddings = 32768;
+    c.tie_word_embeddings = false;
   } else {
-    return InvalidArgument("unknown synth shape '" + o.shape + "' (tiny, small, 0.5b, 1.5b)");
+    return InvalidArgument("unknown synth shape '" + o.shape + "' (tiny, small, 0.5b, 1.5b, 7b, 14b, 32b)");
   }
   if (llama) {
     c.architecture = "LlamaForCausalLM";
@@ -403,6 +424,56 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
   return std::make_pair(cfg, gen);
 }
 
+// A safetensors image of `c`'s tensors: the length-prefixed header (padded to 8 bytes), then
+// the tensors in spec order at `offset` bytes past the header.
+struct SynthImage {
+  std::vector<Spec> specs;
+  std::vector<int64_t> numel, offset;
+  std::string header;  // the 8-byte length and the JSON header
+  uint64_t bytes = 0;  // header plus data
+};
+
+SynthImage LayOut(const ModelConfig& c) {
+  SynthImage image;
+  image.specs = TensorSpecs(c);
+  const int elem = DTypeSize(c.dtype);
+  Json header = Json::object();
+  uint64_t offset = 0;
+  for (const Spec& s : image.specs) {
+    int64_t n = 1;
+    for (int64_t d : s.shape) n *= d;
+    image.numel.push_back(n);
+    image.offset.push_back(static_cast<int64_t>(offset));
+    header[s.name] = {{"dtype", std::string(DTypeName(c.dtype))}, {"shape", s.shape},
+                      {"data_offsets", {offset, offset + static_cast<uint64_t>(n) * elem}}};
+    offset += static_cast<uint64_t>(n) * elem;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string h = header.dump();
+  while (h.size() % 8 != 0) h.push_back(' ');
+  image.header.resize(8);
+  for (int i = 0; i < 8; ++i) image.header[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  image.header += h;
+  image.bytes = image.header.size() + offset;
+  return image;
+}
+
+// Elements [first, last) of tensor `s`, in c.dtype, to `out` (element `first` first).
+void FillTensor(const ModelConfig& c, uint64_t seed, const Spec& s, int64_t first, int64_t last, uint8_t* out) {
+  const uint64_t key = SplitMix64(seed ^ NameKey(s.name));
+  const bool offset_norm = c.norm == NormKind::kRmsOffset;
+  for (int64_t i = first; i < last; ++i) {
+    const float v = SynthValue(s, key, i, offset_norm);
+    uint8_t* dst = out + (i - first) * DTypeSize(c.dtype);
+    if (c.dtype == DType::kF32) {
+      std::memcpy(dst, &v, 4);
+    } else {
+      const uint16_t b = c.dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
+      std::memcpy(dst, &b, 2);
+    }
+  }
+}
+
 }  // namespace
 
 StatusOr<ModelConfig> SynthConfig(const SynthOptions& o) {
@@ -428,47 +499,64 @@ Status SynthesizeModel(const SynthOptions& o, const std::string& dir) {
   ROTE_RETURN_IF_ERROR(WriteText(dir + "/tokenizer_config.json", tok_cfg.dump(2) + "\n"));
 
   // model.safetensors, streamed: header first, then each tensor generated and written.
-  const std::vector<Spec> specs = TensorSpecs(c);
-  const int elem = DTypeSize(c.dtype);
-  Json header = Json::object();
-  uint64_t offset = 0;
-  for (const Spec& s : specs) {
-    uint64_t n = 1;
-    for (int64_t d : s.shape) n *= static_cast<uint64_t>(d);
-    header[s.name] = {{"dtype", std::string(DTypeName(c.dtype))}, {"shape", s.shape},
-                      {"data_offsets", {offset, offset + n * elem}}};
-    offset += n * elem;
-  }
-  header["__metadata__"] = {{"format", "pt"}};
-  std::string h = header.dump();
-  while (h.size() % 8 != 0) h.push_back(' ');
+  const SynthImage image = LayOut(c);
   const std::string path = dir + "/model.safetensors";
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return FailedPrecondition(path + ": cannot create");
-  char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
-  out.write(len, 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  std::vector<char> buf;
-  for (const Spec& s : specs) {
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    const uint64_t key = SplitMix64(o.seed ^ NameKey(s.name));
-    buf.resize(static_cast<size_t>(n) * elem);
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = SynthValue(s, key, i, c.norm == NormKind::kRmsOffset);
-      if (c.dtype == DType::kF32) {
-        std::memcpy(buf.data() + 4 * i, &v, 4);
-      } else {
-        const uint16_t b = c.dtype == DType::kBF16 ? F32ToBf16(v) : F32ToF16(v);
-        std::memcpy(buf.data() + 2 * i, &b, 2);
-      }
-    }
-    out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+  out.write(image.header.data(), static_cast<std::streamsize>(image.header.size()));
+  std::vector<uint8_t> buf;
+  for (size_t t = 0; t < image.specs.size(); ++t) {
+    buf.resize(static_cast<size_t>(image.numel[t]) * DTypeSize(c.dtype));
+    FillTensor(c, o.seed, image.specs[t], 0, image.numel[t], buf.data());
+    out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
   }
   out.close();
   if (!out) return DataLoss(path + ": write failed");
   return OkStatus();
+}
+
+StatusOr<std::shared_ptr<const Model>> SynthesizeModelInMemory(const SynthOptions& o, int threads) {
+  ROTE_ASSIGN_OR_RETURN(auto json, SynthJson(o));
+  ROTE_ASSIGN_OR_RETURN(ModelConfig c, SynthConfig(o));
+  ModelTexts texts;
+  texts.config_json = json.first.dump(2) + "\n";
+  texts.generation_json = json.second.dump(2) + "\n";
+  const SynthImage image = LayOut(c);
+  const std::string label = "synth:" + std::string(ModelFamilyName(c.family)) + ":" + o.shape;
+  // Work in chunks of at most 16 Mi elements, claimed in order by `threads` workers: every byte
+  // is a function of (seed, tensor name, index) alone, so the split never changes the image.
+  struct Chunk {
+    size_t tensor;
+    int64_t first, last;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t t = 0; t < image.specs.size(); ++t)
+    for (int64_t f = 0; f < image.numel[t]; f += int64_t{1} << 24)
+      chunks.push_back({t, f, std::min(image.numel[t], f + (int64_t{1} << 24))});
+  auto fill = [&](uint8_t* base) -> Status {
+    std::memcpy(base, image.header.data(), image.header.size());
+    uint8_t* data = base + image.header.size();
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t k; (k = next.fetch_add(1)) < chunks.size();) {
+        const Chunk& ch = chunks[k];
+        FillTensor(c, o.seed, image.specs[ch.tensor], ch.first, ch.last,
+                   data + image.offset[ch.tensor] + ch.first * DTypeSize(c.dtype));
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int i = 1; i < std::max(1, threads); ++i) pool.emplace_back(work);
+    work();
+    for (std::thread& th : pool) th.join();
+    return OkStatus();
+  };
+  ROTE_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> mapped, MappedFile::Anonymous(image.bytes, label, fill));
+  // The digest names what decides every byte: the configs, the dtype (in config.json) and the seed.
+  Sha256 h;
+  const std::string identity = "rote-synth-model-v1\n" + texts.config_json + texts.generation_json + o.shape + "\n" +
+                               std::to_string(o.seed);
+  h.Update(identity.data(), identity.size());
+  return Model::FromImage(label, texts, std::move(mapped), h.FinishHex());
 }
 
 }  // namespace rote::inference

@@ -114,13 +114,11 @@ class WeightBinder {
 }  // namespace
 
 StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const std::string& known_digest) {
-  std::shared_ptr<Model> m(new Model());
-  m->dir_ = dir;
-  ROTE_ASSIGN_OR_RETURN(std::string config_json, ReadModelFile(dir + "/config.json", true));
-  ROTE_ASSIGN_OR_RETURN(std::string gen_json, ReadModelFile(dir + "/generation_config.json", false));
-  ROTE_ASSIGN_OR_RETURN(std::string tok_json, ReadModelFile(dir + "/tokenizer.json", false));
-  ROTE_ASSIGN_OR_RETURN(std::string tok_config_json, ReadModelFile(dir + "/tokenizer_config.json", false));
-  ROTE_ASSIGN_OR_RETURN(m->config_, ParseModelConfig(config_json, gen_json, dir + "/config.json"));
+  ModelTexts texts;
+  ROTE_ASSIGN_OR_RETURN(texts.config_json, ReadModelFile(dir + "/config.json", true));
+  ROTE_ASSIGN_OR_RETURN(texts.generation_json, ReadModelFile(dir + "/generation_config.json", false));
+  ROTE_ASSIGN_OR_RETURN(texts.tokenizer_json, ReadModelFile(dir + "/tokenizer.json", false));
+  ROTE_ASSIGN_OR_RETURN(texts.tokenizer_config_json, ReadModelFile(dir + "/tokenizer_config.json", false));
 
   // Weight files: one model.safetensors, or the shards an index names.
   std::vector<std::string> files;
@@ -135,12 +133,38 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const
   } else {
     files.push_back("model.safetensors");
   }
-
   std::vector<std::unique_ptr<SafetensorsFile>> opened;
-  std::map<std::string, TensorSource> all;
   for (const std::string& f : files) {
-    const std::string path = dir + "/" + f;
-    ROTE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> st, SafetensorsFile::Open(path));
+    ROTE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> st, SafetensorsFile::Open(dir + "/" + f));
+    opened.push_back(std::move(st));
+  }
+  return Assemble(dir, texts, std::move(opened), index_map, known_digest);
+}
+
+StatusOr<std::shared_ptr<const Model>> Model::FromImage(const std::string& label, const ModelTexts& texts,
+                                                        std::unique_ptr<MappedFile> image, const std::string& digest) {
+  ROTE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> st, SafetensorsFile::FromMapping(std::move(image)));
+  std::vector<std::unique_ptr<SafetensorsFile>> opened;
+  opened.push_back(std::move(st));
+  return Assemble(label, texts, std::move(opened), {}, digest);
+}
+
+StatusOr<std::shared_ptr<const Model>> Model::Assemble(const std::string& dir, const ModelTexts& texts,
+                                                       std::vector<std::unique_ptr<SafetensorsFile>>&& opened,
+                                                       const std::map<std::string, std::string>& index_map,
+                                                       const std::string& known_digest) {
+  std::shared_ptr<Model> m(new Model());
+  m->dir_ = dir;
+  const std::string& config_json = texts.config_json;
+  const std::string& gen_json = texts.generation_json;
+  const std::string& tok_json = texts.tokenizer_json;
+  const std::string& tok_config_json = texts.tokenizer_config_json;
+  ROTE_ASSIGN_OR_RETURN(m->config_, ParseModelConfig(config_json, gen_json, dir + "/config.json"));
+
+  std::map<std::string, TensorSource> all;
+  for (const std::unique_ptr<SafetensorsFile>& st : opened) {
+    const std::string& path = st->path();
+    const std::string f = path.substr(path.find_last_of('/') + 1);
     for (const SafetensorsTensor& t : st->tensors()) {
       if (!index_map.empty()) {
         auto it = index_map.find(t.name);
@@ -151,7 +175,6 @@ StatusOr<std::shared_ptr<const Model>> Model::Load(const std::string& dir, const
       auto [pos, inserted] = all.emplace(t.name, TensorSource{&t, path});
       if (!inserted) return DataLoss(path + ": tensor '" + t.name + "' also appears in " + pos->second.file);
     }
-    opened.push_back(std::move(st));
   }
   for (const auto& [name, file] : index_map) {
     if (all.find(name) == all.end()) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,7 +86,16 @@ struct ModelWeights {
   }
 };
 
-class MappedFile;  // inference/model/safetensors.h
+class MappedFile;       // inference/model/safetensors.h
+class SafetensorsFile;  // inference/model/safetensors.h
+
+// The JSON files of a model directory (an absent optional file: empty text).
+struct ModelTexts {
+  std::string config_json;
+  std::string generation_json;
+  std::string tokenizer_json;
+  std::string tokenizer_config_json;
+};
 
 // A model directory loaded and checked: config, generation config, tokenizer file paths,
 // weights mapped read-only. Immutable after Load; shared by the engine and its backend.
@@ -103,6 +113,12 @@ class Model {
   // Two equal identities mean the files were not rewritten (short of someone restoring an
   // mtime), so a digest cached under the identity can stand in for re-hashing.
   static StatusOr<std::string> FileIdentity(const std::string& dir);
+  // A model whose weights are one safetensors image in memory (synthesized models too large for
+  // a file: inference/model/synth.h), checked and bound as Load does. `label` stands for the
+  // directory in dir() and in errors; `digest` is taken as the model's digest (not computed).
+  static StatusOr<std::shared_ptr<const Model>> FromImage(const std::string& label, const ModelTexts& texts,
+                                                          std::unique_ptr<MappedFile> image,
+                                                          const std::string& digest);
 
   ~Model();
   const std::string& dir() const { return dir_; }
@@ -117,6 +133,12 @@ class Model {
 
  private:
   Model() = default;
+  // Parses the config, binds every tensor of `opened` (the shards `index_map` assigns, when
+  // sharded) and computes the digest unless `known_digest` is given.
+  static StatusOr<std::shared_ptr<const Model>> Assemble(const std::string& dir, const ModelTexts& texts,
+                                                         std::vector<std::unique_ptr<SafetensorsFile>>&& opened,
+                                                         const std::map<std::string, std::string>& index_map,
+                                                         const std::string& known_digest);
   std::string dir_;
   ModelConfig config_;
   ModelWeights weights_;

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -262,6 +264,97 @@ TEST(ModelLoadTest, DigestCoversWeightsTokenizerAndConfig) {
   o.seed = 8;
   ASSERT_TRUE(SynthesizeModel(o, again).ok());
   EXPECT_NE(Model::Load(again).value()->digest(), d0);
+}
+
+// A model built in memory holds the same tensors, byte for byte, as the file of the same options,
+// whatever the number of threads that built it; it is read-only and bound like a loaded model.
+TEST(ModelLoadTest, InMemorySynthesisEqualsTheFile) {
+  for (ModelFamily family : {ModelFamily::kQwen2, ModelFamily::kGemma2, ModelFamily::kPhi3}) {
+    SynthOptions o;
+    o.family = family;
+    o.shape = "tiny";
+    o.seed = 3;
+    const std::string dir = testing::FreshDir("in_memory_" + std::string(ModelFamilyName(family)));
+    ASSERT_TRUE(SynthesizeModel(o, dir).ok());
+    auto file = Model::Load(dir);
+    ASSERT_TRUE(file.ok()) << file.status().ToString();
+    for (int threads : {1, 3}) {
+      auto mem = SynthesizeModelInMemory(o, threads);
+      ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+      EXPECT_EQ((*mem)->dir(), "synth:" + std::string(ModelFamilyName(family)) + ":tiny");
+      EXPECT_EQ((*mem)->config().num_layers, (*file)->config().num_layers);
+      const ModelWeights& a = (*file)->weights();
+      const ModelWeights& b = (*mem)->weights();
+      ASSERT_EQ(a.layers.size(), b.layers.size());
+      auto same = [](const TensorView& x, const TensorView& y) {
+        if (x.present() != y.present()) return false;
+        if (!x.present()) return true;
+        return x.shape == y.shape && x.dtype == y.dtype &&
+               std::memcmp(x.data, y.data, static_cast<size_t>(x.numel()) * DTypeSize(x.dtype)) == 0;
+      };
+      EXPECT_TRUE(same(a.embed, b.embed));
+      EXPECT_TRUE(same(a.lm_head, b.lm_head));
+      EXPECT_TRUE(same(a.final_norm, b.final_norm));
+      for (size_t l = 0; l < a.layers.size(); ++l) {
+        const auto ta = a.layers[l].all(), tb = b.layers[l].all();
+        for (size_t t = 0; t < ta.size(); ++t) EXPECT_TRUE(same(*ta[t], *tb[t])) << "layer " << l << " tensor " << t;
+      }
+      EXPECT_EQ((*mem)->weight_bytes_per_token(), (*file)->weight_bytes_per_token());
+    }
+    // The digest names the options: another seed is another model.
+    SynthOptions other = o;
+    other.seed = 4;
+    EXPECT_NE(SynthesizeModelInMemory(other, 2).value()->digest(), SynthesizeModelInMemory(o, 2).value()->digest());
+    EXPECT_EQ(SynthesizeModelInMemory(o, 1).value()->digest(), SynthesizeModelInMemory(o, 2).value()->digest());
+  }
+}
+
+// The published sizes' configs: Qwen2.5-Coder-7B / 14B / 32B (untied, vocabulary 152,064).
+TEST(ModelLoadTest, SynthesizedCoderSizes) {
+  struct Want {
+    const char* shape;
+    int32_t dim, hidden, layers, heads, kv;
+    double params_b;
+  };
+  for (const Want& w : {Want{"7b", 3584, 18944, 28, 28, 4, 7.6}, Want{"14b", 5120, 13824, 48, 40, 8, 14.8},
+                        Want{"32b", 5120, 27648, 64, 40, 8, 32.8}}) {
+    SynthOptions o;
+    o.shape = w.shape;
+    auto c = SynthConfig(o);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->hidden_size, w.dim);
+    EXPECT_EQ(c->intermediate_size, w.hidden);
+    EXPECT_EQ(c->num_layers, w.layers);
+    EXPECT_EQ(c->num_heads, w.heads);
+    EXPECT_EQ(c->num_kv_heads, w.kv);
+    EXPECT_EQ(c->vocab_size, 152064);
+    EXPECT_FALSE(c->tie_word_embeddings);
+    const double d = c->hidden_size, h = c->intermediate_size, q = c->q_dim(), kv = c->kv_dim();
+    const double params = c->num_layers * (d * (q + 2 * kv) + q + 2 * kv + q * d + 3 * d * h + 2 * d) +
+                          2.0 * c->vocab_size * d + d;
+    EXPECT_NEAR(params / 1e9, w.params_b, 0.05) << w.shape;
+  }
+  SynthOptions bad;
+  bad.shape = "70b";
+  EXPECT_EQ(SynthConfig(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+// An anonymous image that is not a safetensors image is refused with the label in the message.
+TEST(ModelLoadTest, AnonymousImageIsChecked) {
+  auto junk = MappedFile::Anonymous(64, "synth:junk", [](uint8_t* p) {
+    std::memset(p, 0xff, 64);
+    return OkStatus();
+  });
+  ASSERT_TRUE(junk.ok());
+  EXPECT_TRUE(std::all_of((*junk)->data(), (*junk)->data() + 64, [](uint8_t b) { return b == 0xff; }));
+  ModelTexts texts;
+  texts.config_json = R"({"model_type":"qwen2","architectures":["Qwen2ForCausalLM"]})";
+  auto m = Model::FromImage("synth:junk", texts, std::move(junk).value(), "d");
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("synth:junk"));
+  // A fill that fails returns its error.
+  auto failed = MappedFile::Anonymous(64, "synth:fail", [](uint8_t*) { return ResourceExhausted("no"); });
+  EXPECT_EQ(failed.status().code(), StatusCode::kResourceExhausted);
 }
 
 TEST(ModelLoadTest, BadConfigValues) {
