@@ -75,6 +75,8 @@ const char kUsage[] =
     "  --kv-cache-mb N             KV cache memory: on CUDA a cap (default: all the free device\n"
     "                              memory after the weights, less 1 GiB); on the CPU the size\n"
     "                              (default 256)\n"
+    "  --max-batch N               sequences the engine advances in one step, 1..256 (default\n"
+    "                              16); outputs do not depend on it, throughput does\n"
     "  --attempts N                attempts per generation point, 1..10 (default 3)\n"
     "  --max-tokens N              tokens per attempt (default 512)\n"
     "  --retry-temperature T       temperature of attempts 2 and later (attempt 1 is greedy;\n"
@@ -198,7 +200,7 @@ bool ParseReplicaFlags(const ParsedFlags& flags, orchestrator::ServerOptions* op
 
 int CmdServe(const Args& args) {
   FlagSpec spec{{"listen", "data", "store", "keys", "metrics-listen", "http-listen", "max-message-bytes", "tls-cert",
-                 "tls-key", "drain-ms", "grace-ms", "drain-grace-ms", "log-level", "log-format", "model", "device", "numerics", "kv-cache-mb",
+                 "tls-key", "drain-ms", "grace-ms", "drain-grace-ms", "log-level", "log-format", "model", "device", "numerics", "kv-cache-mb", "max-batch",
                  "attempts", "max-tokens", "retry-temperature", "grammar", "review-policy", "review-policy-for", "allow-unreviewed", "promotion",
                  "replica-id", "lease-ms", "heartbeat-ms"},
                 {"help"}};
@@ -246,7 +248,10 @@ int CmdServe(const Args& args) {
   const std::optional<int64_t> attempts = IntFlag(*flags, "attempts", opt.generation_attempts, 1, 10);
   const std::optional<int64_t> max_tokens = IntFlag(*flags, "max-tokens", opt.generation_max_tokens, 1, 1 << 20);
   const std::optional<int64_t> kv_cache_mb = IntFlag(*flags, "kv-cache-mb", 0, 1, int64_t{1} << 30);
-  if (!max_message_bytes || !drain_ms || !grace_ms || !drain_grace_ms || !attempts || !max_tokens || !kv_cache_mb) return kExitUsage;
+  const std::optional<int64_t> max_batch = IntFlag(*flags, "max-batch", 0, 1, 256);
+  if (!max_message_bytes || !drain_ms || !grace_ms || !drain_grace_ms || !attempts || !max_tokens || !kv_cache_mb ||
+      !max_batch)
+    return kExitUsage;
   opt.max_message_bytes = static_cast<int>(*max_message_bytes);
   opt.tls_cert_file = flags->GetOr("tls-cert", "");
   opt.tls_key_file = flags->GetOr("tls-key", "");
@@ -257,6 +262,7 @@ int CmdServe(const Args& args) {
   opt.device = flags->GetOr("device", opt.device);
   opt.numerics = flags->GetOr("numerics", opt.numerics);
   opt.kv_cache_mb = *kv_cache_mb;
+  opt.max_batch = static_cast<int32_t>(*max_batch);
   opt.generation_attempts = static_cast<int>(*attempts);
   opt.generation_max_tokens = static_cast<int>(*max_tokens);
   if (auto t = flags->Get("retry-temperature")) {
@@ -298,9 +304,9 @@ int CmdServe(const Args& args) {
     opt.review_policy_per_blueprint = absl::StrSplit(*per_blueprint, ',', absl::SkipEmpty());
   }
   if (opt.model_dir.empty() && (flags->Has("device") || flags->Has("numerics") || flags->Has("kv-cache-mb") ||
-                                 flags->Has("attempts") || flags->Has("max-tokens") ||
+                                 flags->Has("max-batch") || flags->Has("attempts") || flags->Has("max-tokens") ||
                                  flags->Has("retry-temperature") || flags->Has("grammar"))) {
-    std::cerr << "rote serve: --device, --numerics, --kv-cache-mb, --attempts, --max-tokens, --retry-temperature "
+    std::cerr << "rote serve: --device, --numerics, --kv-cache-mb, --max-batch, --attempts, --max-tokens, --retry-temperature "
                  "and --grammar "
                  "need --model DIR\n\n"
               << kUsage;

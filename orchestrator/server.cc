@@ -112,6 +112,8 @@ const char* const kServiceNames[] = {"rote.v1.BlueprintService", "rote.v1.RunSer
 
 // Store key-value namespace: sha256 of Model::FileIdentity -> model digest (hex).
 constexpr char kModelDigestNamespace[] = "model-digest/by-file-identity";
+// The largest --max-batch: a step's metadata and, on CUDA, a graph per batch size stay small.
+constexpr int32_t kMaxServeBatch = 256;
 
 absl::StatusOr<bool> IsLoopbackAddress(const std::string& host_port) {
   const std::string host = HostOf(host_port);
@@ -366,6 +368,14 @@ absl::StatusOr<std::unique_ptr<generate::InferenceCodeModel>> LoadModel(const Se
   }
   if (opt.kv_cache_mb < 0 || opt.kv_cache_mb > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("kv_cache_mb ", opt.kv_cache_mb, " is out of range (0 to 2^30)"));
+  }
+  if (opt.max_batch < 0 || opt.max_batch > kMaxServeBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch ", opt.max_batch, " is out of range (1 to ", kMaxServeBatch, ", 0 for the default)"));
+  }
+  if (opt.max_batch > 0) {
+    load_options.max_batch = opt.max_batch;
+    load_options.max_step_tokens = std::max(load_options.max_step_tokens, 32 * opt.max_batch);
   }
   if (opt.kv_cache_mb > 0) {
     load_options.kv_cache_bytes = opt.kv_cache_mb << 20;

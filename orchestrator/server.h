@@ -60,6 +60,10 @@ struct ServerOptions {
   // KV cache memory in MiB. 0: on CUDA every block free device memory holds after the weights
   // (less 1 GiB), on the CPU 256 MiB; positive: on CUDA a cap, on the CPU the size.
   int64_t kv_cache_mb = 0;
+  // Sequences the engine advances in one step (1..256); 0: the engine's default (16). Each step
+  // then takes up to max(512, 32 x max_batch) tokens. Outputs do not depend on it (batch
+  // invariance); throughput does (docs/performance.md, "The generation workload").
+  int32_t max_batch = 0;
   // Attempts per generation point (1..10) and tokens per attempt.
   int generation_attempts = 3;
   int generation_max_tokens = 512;

@@ -109,8 +109,17 @@ TEST(ServerModelOptionsTest, NumericsAndKvCacheAreCheckedAndReported) {
     ASSERT_FALSE(server.ok());
     EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
   }
+  for (int32_t bad : {-1, 257}) {
+    ServerOptions wrong_batch = o;
+    wrong_batch.max_batch = bad;
+    auto server = Server::Start(wrong_batch);
+    ASSERT_FALSE(server.ok());
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+    EXPECT_NE(std::string(server.status().message()).find("max_batch"), std::string::npos) << server.status();
+  }
   ServerOptions small_kv = o;
   small_kv.kv_cache_mb = 8;
+  small_kv.max_batch = 32;
   auto server = Server::Start(small_kv);
   ASSERT_TRUE(server.ok()) << server.status();
   auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string((*server)->port()), grpc::InsecureChannelCredentials());
