@@ -414,6 +414,41 @@ TEST_P(CudaTileShapes, GiveIdenticalLogits) {
 
 INSTANTIATE_TEST_SUITE_P(LargeBatchTile, CudaTileShapes, ::testing::Values(0, 1, 2, 4, 10, 12, 15));
 
+// The quad tiles of prefill-sized batches (CudaTuning::prefill_tile; 0: never) equal the CPU at
+// every step: widths that need padding (320, 4,100), a row count that is not whole tiles
+// (gate|up's 8,200), bf16, fp16 and fp32 weights, a 150-token prompt
+// (its products run 150 tokens: whole 32- and 16-token tiles and a tail of each).
+class CudaPrefillTiles : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaPrefillTiles, EqualCpu) {
+  SKIP_WITHOUT_GPU();
+  const int tile = GetParam();
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    SynthSpec spec;
+    spec.dtype = dtype;
+    spec.vocab = 640;
+    spec.hidden = 320;
+    spec.intermediate = 4100;
+    spec.heads = 5;
+    spec.kv_heads = 1;
+    spec.head_dim = 64;
+    auto model = SynthModel("prefill_tiles_" + std::to_string(static_cast<int>(dtype)), spec);
+    ASSERT_TRUE(model);
+    SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)));
+    CudaTuning tuning;
+    tuning.prefill_tile = tile;
+    CudaLaunchStats stats;
+    ExpectCpuEqualsCuda(model, 150, 3, tuning, &stats);
+    if (tile > 0) {
+      EXPECT_GT(stats.quad_linear_launches, 0);
+    } else {
+      EXPECT_EQ(stats.quad_linear_launches, 0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PrefillTile, CudaPrefillTiles, ::testing::Values(0, 1, 2, 3, 4));
+
 // One-token products have several kernels (weights brought into shared memory by bulk copies, the
 // plain register tile, a register ring, a persistent stream, the o/gate|up/down products as one
 // persistent launch); which one runs changes only speed. A model whose MLP is
