@@ -4,7 +4,7 @@
 // the first variant listed (whole outputs) and against the scalar canonical order of
 // docs/numerics.md on sampled outputs. One JSON object per line.
 //
-//   exact_products_bench [--shapes 0.5b,1.5b,7b] [--tokens 256,1000,4096] [--variants 0,-1,1,2,3,4]
+//   exact_products_bench [--shapes 0.5b,1.5b,7b] [--tokens 256,1000,4096] [--variants 0,1,2,3,4,5,6,7]
 //                        [--products qkv,o,gate_up,down] [--reps 10] [--samples 256]
 //
 // A variant is a CudaTuning::prefill_tile value (0: the tiles without the quad tile; -1: the
@@ -187,7 +187,7 @@ int RefMismatches(const Operands& o, const std::vector<float>& out, int samples)
 int main(int argc, char** argv) {
   const std::vector<std::string> shapes = Split(Arg(argc, argv, "--shapes", "0.5b,1.5b,7b"));
   const std::vector<std::string> tokens_list = Split(Arg(argc, argv, "--tokens", "256,1000,4096"));
-  const std::vector<std::string> variants = Split(Arg(argc, argv, "--variants", "0,-1,1,2,3,4"));
+  const std::vector<std::string> variants = Split(Arg(argc, argv, "--variants", "0,1,2,3,4,5,6,7"));
   const std::vector<std::string> products = Split(Arg(argc, argv, "--products", "qkv,o,gate_up,down"));
   const int reps = std::stoi(Arg(argc, argv, "--reps", "10"));
   const int samples = std::stoi(Arg(argc, argv, "--samples", "256"));

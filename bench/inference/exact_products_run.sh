@@ -4,14 +4,14 @@
 # prefill end to end with and without the quad tile, then the whole equality suite. Logs go to
 # OUT; summary.txt has each part's exit status.
 #
-#   bench/inference/exact_products_run.sh OUT [BUILD] [VARIANTS]   (BUILD: build-cuda; VARIANTS: 0,1,2,3,4)
+#   bench/inference/exact_products_run.sh OUT [BUILD] [VARIANTS]   (BUILD: build-cuda; VARIANTS: 0,1,2,3,4,5,6,7)
 #
 # Needs BUILD/tests/inference/inference_cuda_backend_test, BUILD/bench/inference/exact_products_bench
 # and BUILD/bench/inference/cuda_bench. About 5 minutes on an H200.
 set -u
 out=${1:?usage: exact_products_run.sh OUT [BUILD] [VARIANTS]}
 build=${2:-build-cuda}
-variants=${3:-0,1,2,3,4}
+variants=${3:-0,1,2,3,4,5,6,7}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv > "$out/card.txt" 2>&1
 

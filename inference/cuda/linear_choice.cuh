@@ -53,10 +53,13 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, const LaunchContext& ctx, cud
     // shared-memory reads for the same 32 x 32 tile; by default (-1) only where measured faster.
     const int pv = ctx.tuning->prefill_tile;
     if (a.tokens > 16) {
-      if (pv == 1) return LaunchQuadLinear<WT, 8, 16, 4, 1>(a, ctx.stats, stream);
-      if (pv == 2) return LaunchQuadLinear<WT, 8, 8, 4, 1>(a, ctx.stats, stream);
-      if (pv == 3) return LaunchQuadLinear<WT, 8, 16, 6, 1>(a, ctx.stats, stream);
-      if (pv == 4) return LaunchQuadLinear<WT, 8, 16, 3, 2>(a, ctx.stats, stream);
+      if (pv == 1) return LaunchQuadLinear<WT, 8, 16, 4, 1, false>(a, ctx.stats, stream);
+      if (pv == 2) return LaunchQuadLinear<WT, 8, 8, 4, 1, false>(a, ctx.stats, stream);
+      if (pv == 3) return LaunchQuadLinear<WT, 8, 16, 6, 1, false>(a, ctx.stats, stream);
+      if (pv == 4) return LaunchQuadLinear<WT, 8, 16, 3, 2, false>(a, ctx.stats, stream);
+      if (pv == 5) return LaunchQuadLinear<WT, 8, 16, 4, 1, true>(a, ctx.stats, stream);
+      if (pv == 6) return LaunchQuadLinear<WT, 8, 16, 3, 2, true>(a, ctx.stats, stream);
+      if (pv == 7) return LaunchQuadLinear<WT, 8, 8, 4, 1, true>(a, ctx.stats, stream);
     }
     if (a.tokens <= 8 && v != 10 && TiledBlocks<WT, 8, 8, 8, 1, 1>(a) >= sms)
       return LaunchTiledLinear<WT, 8, 8, 8, 1, 1>(a, ctx.stats, stream);

@@ -30,22 +30,29 @@
 // warp's read of rows p .. p + 3 is one contiguous run); activations as 8 quad regions of BT
 // tokens x 4 classes x 4 terms, token position t x 2 + ts. Each quad region is padded by one
 // row so that a warp's 16-byte copies into it spread over all banks.
-template <WeightType WT, int R, int T, int STAGES, int G>
+template <WeightType WT, int R, int T, int STAGES, int G, bool SP>
 struct QuadShape {
   static constexpr int kThreadsN = 256;
   static constexpr int kRS = 4, kTS = 2;
   static constexpr int kRows = R * kRS;  // BR
   static constexpr int kToks = T * kTS;  // BT
-  static constexpr int kWQuadRow = 16 * kWeightBytes<WT>;          // one row's 4 classes x 4 terms
+  static constexpr int kClassBytes = 4 * kWeightBytes<WT>;         // one class's 4 terms of a row
+  static constexpr int kWQuadRow = 4 * kClassBytes;                // one row's 4 classes x 4 terms
   static constexpr int kWQuadBytes = (kRows + 1) * kWQuadRow;      // padded by one row
   static constexpr int kAQuadBytes = (kToks + 1) * 64;
-  static constexpr int kWeightBytesG = 8 * kWQuadBytes;
-  static constexpr int kGroupBytes = kWeightBytesG + 8 * kAQuadBytes;
+  static constexpr int kWRowBytes = 32 * kClassBytes;              // SP: a whole row's group slice
+  static constexpr int kWeightBytesG = SP ? kRows * kWRowBytes : 8 * kWQuadBytes;
+  static constexpr int kActBytesG = SP ? kToks * 512 : 8 * kAQuadBytes;
+  static constexpr int kGroupBytes = kWeightBytesG + kActBytesG;
+  // Bytes between a lane's weights of register rows r and r + 1, and float4s between its
+  // activations of register tokens t and t + 1.
+  static constexpr int kWStrideR = SP ? 4 * kWRowBytes : 4 * kWQuadRow;
+  static constexpr int kAStrideT = SP ? 2 * 512 / 16 : 2 * 64 / 16;
   static constexpr int kStages = STAGES;
   static constexpr int kStageBytes = G * kGroupBytes;  // a stage holds G consecutive groups
   static constexpr int kN = R * T;
   static constexpr int kPer = kN / 32;  // outputs a lane stores
-  static constexpr int kExchangeBytes = kThreadsN * (kN / 2) * 4;
+  static constexpr int kExchangeBytes = kThreadsN * (SP ? kN / 8 : kN / 2) * 4;
   static constexpr int kSmemBytes =
       kStages * kStageBytes > kExchangeBytes ? kStages * kStageBytes : kExchangeBytes;
   static constexpr int kWeightRowChunks = kGroupCols * kWeightBytes<WT> / 16;  // 16-byte copies per row
@@ -71,32 +78,54 @@ template <int N, int WBIT>
 __device__ __forceinline__ void QuadWarpLevel(float* v, float4* buf, int tid, int warp) {
   // Selects between values, never indices chosen at run time (which would put v in local memory).
   const bool upper = (warp & WBIT) != 0;
-#pragma unroll
-  for (int i = 0; i < N / 2; i += 4) {
-    buf[(i / 4) * 256 + tid] =
-        make_float4(upper ? v[i] : v[i + N / 2], upper ? v[i + 1] : v[i + 1 + N / 2],
-                    upper ? v[i + 2] : v[i + 2 + N / 2], upper ? v[i + 3] : v[i + 3 + N / 2]);
-  }
-  __syncthreads();
   const int partner = tid ^ (WBIT * 32);
+  if constexpr (N / 2 < 4) {
+    float* fbuf = reinterpret_cast<float*>(buf);
 #pragma unroll
-  for (int i = 0; i < N / 2; i += 4) {
-    const float4 o = buf[(i / 4) * 256 + partner];
-    v[i] = (upper ? v[i + N / 2] : v[i]) + o.x;
-    v[i + 1] = (upper ? v[i + 1 + N / 2] : v[i + 1]) + o.y;
-    v[i + 2] = (upper ? v[i + 2 + N / 2] : v[i + 2]) + o.z;
-    v[i + 3] = (upper ? v[i + 3 + N / 2] : v[i + 3]) + o.w;
+    for (int i = 0; i < N / 2; ++i) fbuf[i * 256 + tid] = upper ? v[i] : v[i + N / 2];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) v[i] = (upper ? v[i + N / 2] : v[i]) + fbuf[i * 256 + partner];
+  } else {
+#pragma unroll
+    for (int i = 0; i < N / 2; i += 4) {
+      buf[(i / 4) * 256 + tid] =
+          make_float4(upper ? v[i] : v[i + N / 2], upper ? v[i + 1] : v[i + 1 + N / 2],
+                      upper ? v[i + 2] : v[i + 2 + N / 2], upper ? v[i + 3] : v[i + 3 + N / 2]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < N / 2; i += 4) {
+      const float4 o = buf[(i / 4) * 256 + partner];
+      v[i] = (upper ? v[i + N / 2] : v[i]) + o.x;
+      v[i + 1] = (upper ? v[i + 1 + N / 2] : v[i + 1]) + o.y;
+      v[i + 2] = (upper ? v[i + 2 + N / 2] : v[i + 2]) + o.z;
+      v[i + 3] = (upper ? v[i + 3 + N / 2] : v[i + 3]) + o.w;
+    }
   }
   __syncthreads();
 }
 
 constexpr int kQuadBand = 8;
 
+// SP layouts (warp q holds classes q + 8 cq): the 8-byte or 16-byte slot of class c in a
+// weight row at position p, and in an activation row at position m. Each is c with some of its
+// low bits flipped by bits of c above them and by the position (a permutation of the row's
+// slots), chosen so that a warp's 16 weight or 8 activation addresses of one read fall on
+// distinct banks (two wavefronts for a weight read, the fewest 256 bytes of fp32 take; one for
+// an activation read) and its copies of whole rows spread over all banks.
+template <WeightType WT>
+__device__ __forceinline__ int QuadWeightSlot(int c, int p) {
+  if constexpr (WT == WeightType::kF32) return c ^ ((c >> 4) & 1) ^ (2 * (p & 3));
+  return c ^ (2 * (p & 3));  // even flips: a 16-byte copy's two classes stay in order
+}
+__device__ __forceinline__ int QuadActSlot(int c, int m) { return c ^ (((c >> 3) & 3) | ((m & 1) << 2)); }
+
 // Tiles of 64 accumulators a lane leave registers for two blocks per multiprocessor.
-template <WeightType WT, int R, int T, int STAGES, int G>
+template <WeightType WT, int R, int T, int STAGES, int G, bool SP>
 __global__ void __launch_bounds__(256, (R * T <= 64 ? 2 : 1)) QuadLinearKernel(LinearArgs a) {
   TimelineScope timeline(TimelineKind::kTiled);
-  using S = QuadShape<WT, R, T, STAGES, G>;
+  using S = QuadShape<WT, R, T, STAGES, G, SP>;
   using W4 = Weights4<WT>;
   using Raw = typename W4::Raw;
   constexpr int N = S::kN;
@@ -106,6 +135,7 @@ __global__ void __launch_bounds__(256, (R * T <= 64 ? 2 : 1)) QuadLinearKernel(L
   LetNextStart();
   const int tid = threadIdx.x, q = tid / 32, lane = tid % 32;
   const int cq = lane % 4, rs = (lane / 4) % 4, ts = lane / 16;
+  const int cls = SP ? q + 8 * cq : 4 * q + cq;  // this lane's class
   // Blocks in bands of kQuadBand token tiles: inside a band token tiles fastest, then row tiles,
   // so that the blocks resident together (a wave: 8 token tiles by about 16 row tiles) share
   // their activations and weights in L2. In plain order a wave at 4,096 tokens would read every
@@ -133,8 +163,12 @@ __global__ void __launch_bounds__(256, (R * T <= 64 ? 2 : 1)) QuadLinearKernel(L
     const int row = min(row0 + QuadBlockRow<R>(p), a.w.rows - 1);
     wsrc[u] = static_cast<const char*>(a.w.data) + static_cast<int64_t>(row) * a.w.cols_padded * kWeightBytes<WT> +
               ch * 16;
-    const int byte = ch * 16;  // within the row's group slice: quad byte / kWQuadRow
-    wdst[u] = (byte / S::kWQuadRow) * S::kWQuadBytes + p * S::kWQuadRow + byte % S::kWQuadRow;
+    const int byte = ch * 16;  // within the row's group slice
+    if constexpr (SP) {
+      wdst[u] = p * S::kWRowBytes + QuadWeightSlot<WT>(byte / S::kClassBytes, p) * S::kClassBytes;
+    } else {
+      wdst[u] = (byte / S::kWQuadRow) * S::kWQuadBytes + p * S::kWQuadRow + byte % S::kWQuadRow;
+    }
   }
   const int pstages = (groups + G - 1) / G;
   // Stage p holds groups p G .. p G + G - 1 (those below `groups`).
@@ -163,7 +197,8 @@ __global__ void __launch_bounds__(256, (R * T <= 64 ? 2 : 1)) QuadLinearKernel(L
     const int mm = m0 + (m < mt ? m : 0);
     const int src = a.x_rows != nullptr ? a.x_rows[mm] : mm;
     xsrc[u] = a.x + static_cast<int64_t>(src) * a.x_stride + ch * 4;
-    xdst[u] = S::kWeightBytesG + (ch / 4) * S::kAQuadBytes + m * 64 + (ch % 4) * 16;
+    xdst[u] = S::kWeightBytesG +
+              (SP ? m * 512 + QuadActSlot(ch, m) * 16 : (ch / 4) * S::kAQuadBytes + m * 64 + (ch % 4) * 16);
   }
   auto issue_acts = [&](int p, int buf) {
 #pragma unroll
@@ -183,8 +218,9 @@ __global__ void __launch_bounds__(256, (R * T <= 64 ? 2 : 1)) QuadLinearKernel(L
   float acc[N];  // acc[t * R + r]: position r x 4 + rs, token t x 2 + ts, class 4 q + cq
 #pragma unroll
   for (int i = 0; i < N; ++i) acc[i] = 0.0f;
-  const int wofs = q * S::kWQuadBytes + rs * S::kWQuadRow + cq * 4 * kWeightBytes<WT>;
-  const int aofs = S::kWeightBytesG + q * S::kAQuadBytes + ts * 64 + cq * 16;
+  const int wofs = SP ? rs * S::kWRowBytes + QuadWeightSlot<WT>(cls, rs) * S::kClassBytes
+                     : q * S::kWQuadBytes + rs * S::kWQuadRow + cq * S::kClassBytes;
+  const int aofs = S::kWeightBytesG + (SP ? ts * 512 + QuadActSlot(cls, ts) * 16 : q * S::kAQuadBytes + ts * 64 + cq * 16);
 
   for (int p = 0; p < pstages; ++p) {
     CpAsyncWait<S::kStages - 2>();
@@ -202,33 +238,30 @@ __global__ void __launch_bounds__(256, (R * T <= 64 ? 2 : 1)) QuadLinearKernel(L
       float wf[R][4];
 #pragma unroll
       for (int r = 0; r < R; ++r)
-        W4::ToF32(*reinterpret_cast<const Raw*>(st + wofs + r * 4 * S::kWQuadRow), wf[r]);
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        const float4 xv = *reinterpret_cast<const float4*>(st + aofs + t * 2 * 64);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          float& c = acc[t * R + r];
-          c = fmaf(wf[r][0], xv.x, c);
-          c = fmaf(wf[r][1], xv.y, c);
-          c = fmaf(wf[r][2], xv.z, c);
-          c = fmaf(wf[r][3], xv.w, c);
-        }
-      }
+        W4::ToF32(*reinterpret_cast<const Raw*>(st + wofs + r * S::kWStrideR), wf[r]);
+      FmaGroup<R, T, S::kAStrideT>(acc, wf, reinterpret_cast<const float4*>(st + aofs));  // positions t x 2 + ts
     }
   }
   CpAsyncWait<0>();
   __syncthreads();
 
   float4* xbuf = reinterpret_cast<float4*>(quad_smem);
-  QuadWarpLevel<N, 4>(acc, xbuf, tid, q);      // classes c, c + 16
-  QuadWarpLevel<N / 2, 2>(acc, xbuf, tid, q);  // c, c + 8
-  QuadWarpLevel<N / 4, 1>(acc, xbuf, tid, q);  // c, c + 4
-  ReduceScatter<N / 8, 2>(acc, lane);          // c, c + 2 and c, c + 1
+  if constexpr (SP) {
+    ReduceScatter<N, 2>(acc, lane);               // classes c, c + 16 and c, c + 8: lanes L ^ 2, L ^ 1
+    QuadWarpLevel<N / 4, 4>(acc, xbuf, tid, q);   // c, c + 4
+    QuadWarpLevel<N / 8, 2>(acc, xbuf, tid, q);   // c, c + 2
+    QuadWarpLevel<N / 16, 1>(acc, xbuf, tid, q);  // c, c + 1
+  } else {
+    QuadWarpLevel<N, 4>(acc, xbuf, tid, q);      // classes c, c + 16
+    QuadWarpLevel<N / 2, 2>(acc, xbuf, tid, q);  // c, c + 8
+    QuadWarpLevel<N / 4, 1>(acc, xbuf, tid, q);  // c, c + 4
+    ReduceScatter<N / 8, 2>(acc, lane);          // c, c + 2 and c, c + 1
+  }
+  const int kept = SP ? 8 * cq + q : 4 * q + cq;  // which N / 32 outputs the lane kept
 
 #pragma unroll
   for (int j = 0; j < S::kPer; ++j) {
-    const int i = (4 * q + cq) * S::kPer + j;
+    const int i = kept * S::kPer + j;
     const int t = i / R, r = i % R;
     const int m = t * 2 + ts;
     const int row = row0 + (r / 2) * 8 + rs * 2 + (r % 2);
@@ -254,25 +287,25 @@ __global__ void __launch_bounds__(256, (R * T <= 64 ? 2 : 1)) QuadLinearKernel(L
   }
 }
 
-template <WeightType WT, int R, int T, int STAGES, int G>
+template <WeightType WT, int R, int T, int STAGES, int G, bool SP>
 int64_t QuadBlocks(const LinearArgs& a) {
-  using S = QuadShape<WT, R, T, STAGES, G>;
+  using S = QuadShape<WT, R, T, STAGES, G, SP>;
   return static_cast<int64_t>((a.w.rows + S::kRows - 1) / S::kRows) * ((a.tokens + S::kToks - 1) / S::kToks);
 }
 
-template <WeightType WT, int R, int T, int STAGES, int G>
+template <WeightType WT, int R, int T, int STAGES, int G, bool SP>
 cudaError_t LaunchQuadLinear(const LinearArgs& a, CudaLaunchStats* stats, cudaStream_t stream) {
-  using S = QuadShape<WT, R, T, STAGES, G>;
+  using S = QuadShape<WT, R, T, STAGES, G, SP>;
   if (a.norm_weight != nullptr || a.epilogue == LinearEpilogue::kRopeStore) return cudaErrorInvalidValue;
   static PerDevice<cudaError_t> prepared_on;
   const cudaError_t prepared = prepared_on.Get([] {
-    return cudaFuncSetAttribute(QuadLinearKernel<WT, R, T, STAGES, G>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(QuadLinearKernel<WT, R, T, STAGES, G, SP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 S::kSmemBytes);
   });
   if (prepared != cudaSuccess) return prepared;
-  const int64_t blocks = QuadBlocks<WT, R, T, STAGES, G>(a);
+  const int64_t blocks = QuadBlocks<WT, R, T, STAGES, G, SP>(a);
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   if (stats != nullptr) ++stats->quad_linear_launches;
-  return LaunchChained(QuadLinearKernel<WT, R, T, STAGES, G>, dim3(static_cast<unsigned>(blocks)), dim3(S::kThreadsN),
+  return LaunchChained(QuadLinearKernel<WT, R, T, STAGES, G, SP>, dim3(static_cast<unsigned>(blocks)), dim3(S::kThreadsN),
                        S::kSmemBytes, stream, a);
 }

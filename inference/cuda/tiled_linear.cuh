@@ -83,6 +83,24 @@ __device__ __forceinline__ void ReduceScatter(float* v, int lane) {
   }
 }
 
+// One 128-column group of a lane's register tile: acc[t R + r] takes its four terms in increasing
+// k (the canonical chain), weights wf[r], activations xs[t XSTRIDE].
+template <int R, int T, int XSTRIDE>
+__device__ __forceinline__ void FmaGroup(float* acc, const float (&wf)[R][4], const float4* xs) {
+#pragma unroll
+  for (int t = 0; t < T; ++t) {
+    const float4 xv = xs[t * XSTRIDE];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      float& c = acc[t * R + r];
+      c = fmaf(wf[r][0], xv.x, c);
+      c = fmaf(wf[r][1], xv.y, c);
+      c = fmaf(wf[r][2], xv.z, c);
+      c = fmaf(wf[r][3], xv.w, c);
+    }
+  }
+}
+
 // Small tiles (R x T <= 32) leave registers for more than one block per multiprocessor.
 template <WeightType WT, int R, int T, int WRW, int WTW, int KS>
 __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4 ? 3 : 2) : 1))
@@ -223,18 +241,7 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
       float wf[R][4];
 #pragma unroll
       for (int r = 0; r < R; ++r) W4::ToF32(ws[r * (S::kWeightSliceBytes / static_cast<int>(sizeof(Raw)))], wf[r]);
-#pragma unroll
-      for (int t = 0; t < T; ++t) {
-        const float4 xv = xs[t * kCpb];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          float& c = acc[t * R + r];
-          c = fmaf(wf[r][0], xv.x, c);
-          c = fmaf(wf[r][1], xv.y, c);
-          c = fmaf(wf[r][2], xv.z, c);
-          c = fmaf(wf[r][3], xv.w, c);
-        }
-      }
+      FmaGroup<R, T, kCpb>(acc, wf, xs);
     }
   }
   CpAsyncWait<0>();

@@ -40,9 +40,10 @@ struct CudaTuning {
   int large_batch_tile = -1;
   // Prefill-sized batches (kernels.h, LaunchLinear; quad_linear.cuh): -1: LaunchLinearTyped's
   // rule, else as large_batch_tile; 0: never the quad tile; wherever it can run (more than 16
-  // tokens): 1 the 32 x 32 quad tile, 2 the 32 x 16 quad tile, 3 the 32 x 32 one with 6 stages,
-  // 4 with 3 stages of 2 groups. large_batch_tile values other than -1 and >= 5 (the register
-  // tiles, "never the shared-memory tile") turn it off too.
+  // tokens): the quad tile in contiguous quads of classes, 1: 32 x 32, 2: 32 x 16, 3: 32 x 32
+  // with 6 stages, 4: with 3 stages of 2 groups; in spread quads (the tree's first levels in the
+  // warp), 5: 32 x 32, 6: 32 x 32 with 3 stages of 2 groups, 7: 32 x 16. large_batch_tile values
+  // other than -1 and >= 5 (the register tiles, "never the shared-memory tile") turn it off too.
   int prefill_tile = -1;
 
   // --- Attention (kernels.h, LaunchAttention), both profiles.
