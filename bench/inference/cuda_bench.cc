@@ -12,8 +12,7 @@
 //              [--prefill 0|1] [--tiles -1,0,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,2,5 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2]
 //              [--one-token-kernels 0,1,2] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
-//              [--attention-parts 0,4,2] [--attention-variant V] [--prefill-tile V] [--numerics exact|fast]
-//              [--fast-rope-fused 0]
+//              [--attention-parts 0,4,2] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0]
 //              [--fast-merge 0|2|3[:STEPS]] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K]
 //              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
@@ -335,8 +334,6 @@ bool Bench::Init() {
   // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
   // epilogue (same bits).
   if (const std::string r = Flag("--fast-rope-fused", ""); !r.empty()) base_.fast_rope_fused = r != "0";
-  // --prefill-tile V: every backend with CudaTuning::prefill_tile V (0: never the quad tile).
-  if (const std::string r = Flag("--prefill-tile", ""); !r.empty()) base_.prefill_tile = std::stoi(r);
   // --attention-variant V: every backend with attention variant V (same bits).
   if (const std::string av = Flag("--attention-variant", ""); !av.empty()) base_.attention_variant = std::stoi(av);
 

@@ -4,9 +4,7 @@
 //
 // One translation unit, by operation: the device helpers every family shares (below), then
 //   linear.cuh        one-token products (register tile, register ring, bulk copies, MLP block)
-//   tiled_linear.cuh  batched products in shared-memory tiles
-//   quad_linear.cuh   batched products of prefill-sized batches, warps owning quads of lanes
-//   linear_choice.cuh the choice among all products
+//   tiled_linear.cuh  batched products in shared-memory tiles, and the choice among all products
 //   small_ops.cuh     RMSNorm, the embedding, rotary and the KV store
 //   attention.cuh     attention of a step's tokens, and of a KV head's query heads together
 //   step.cuh          the one-launch decode step, and attention over parts of a long context
@@ -154,8 +152,6 @@ __device__ __forceinline__ float LaneRowSumSquares(const float4* row, int groups
 
 #include "inference/cuda/linear.cuh"
 #include "inference/cuda/tiled_linear.cuh"
-#include "inference/cuda/quad_linear.cuh"
-#include "inference/cuda/linear_choice.cuh"
 #include "inference/cuda/small_ops.cuh"
 #include "inference/cuda/attention.cuh"
 #include "inference/cuda/step.cuh"

@@ -38,13 +38,6 @@ struct CudaTuning {
   // 1: 4 x 8, 2: 4 x 16; 4: never the shared-memory tile; 10: the default without its 64 x 8
   // tile, 12: without the 2-way split 16 x 8 tile, 15: without the 8-way split 32 x 8 tile.
   int large_batch_tile = -1;
-  // Prefill-sized batches (kernels.h, LaunchLinear; quad_linear.cuh): -1: LaunchLinearTyped's
-  // rule, else as large_batch_tile; 0: never the quad tile; wherever it can run (more than 16
-  // tokens): the quad tile in contiguous quads of classes, 1: 32 x 32, 2: 32 x 16, 3: 32 x 32
-  // with 6 stages, 4: with 3 stages of 2 groups; in spread quads (the tree's first levels in the
-  // warp), 5: 32 x 32, 6: 32 x 32 with 3 stages of 2 groups, 7: 32 x 16. large_batch_tile values
-  // other than -1 and >= 5 (the register tiles, "never the shared-memory tile") turn it off too.
-  int prefill_tile = -1;
 
   // --- Attention (kernels.h, LaunchAttention), both profiles.
   // -1: by grid size (LaunchAttention's rule); 0: plain loops, rows of earlier steps prefetched
@@ -104,7 +97,6 @@ struct CudaLaunchStats {
   int64_t decode_steps = 0;               // steps run as one DecodeStepKernel
   int64_t decode_steps_in_parts = 0;      // of those, launched with the attention-in-parts code
   int64_t tiled_linear_launches = 0;      // TiledLinearKernel launches
-  int64_t quad_linear_launches = 0;       // QuadLinearKernel launches
   int64_t attention_parts_launches = 0;   // LaunchAttentionParts launches
   int64_t late_prefetch_launches = 0;     // launches whose first blocks prefetched for late ones
   int64_t fast_linear_launches = 0;       // fast-profile products

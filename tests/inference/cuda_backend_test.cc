@@ -414,47 +414,6 @@ TEST_P(CudaTileShapes, GiveIdenticalLogits) {
 
 INSTANTIATE_TEST_SUITE_P(LargeBatchTile, CudaTileShapes, ::testing::Values(0, 1, 2, 4, 10, 12, 15));
 
-// Widths that need padding (320, 4,100) and an MLP wide enough for four-rows-per-warp tiles.
-SynthSpec WideSpec(DType dtype) {
-  SynthSpec spec;
-  spec.dtype = dtype;
-  spec.vocab = 640;
-  spec.hidden = 320;
-  spec.intermediate = 4100;
-  spec.heads = 5;
-  spec.kv_heads = 1;
-  spec.head_dim = 64;
-  return spec;
-}
-
-// The quad tiles of prefill-sized batches (CudaTuning::prefill_tile; 0: never) equal the CPU at
-// every step: widths that need padding (320, 4,100), a row count that is not whole tiles
-// (gate|up's 8,200), bf16, fp16 and fp32 weights, a 150-token prompt
-// (its products run 150 tokens: whole 32- and 16-token tiles and a tail of each).
-class CudaPrefillTiles : public ::testing::TestWithParam<int> {};
-
-TEST_P(CudaPrefillTiles, EqualCpu) {
-  SKIP_WITHOUT_GPU();
-  const int tile = GetParam();
-  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-    const SynthSpec spec = WideSpec(dtype);
-    auto model = SynthModel("prefill_tiles_" + std::to_string(static_cast<int>(dtype)), spec);
-    ASSERT_TRUE(model);
-    SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)));
-    CudaTuning tuning;
-    tuning.prefill_tile = tile;
-    CudaLaunchStats stats;
-    ExpectCpuEqualsCuda(model, 150, 3, tuning, &stats);
-    if (tile > 0) {
-      EXPECT_GT(stats.quad_linear_launches, 0);
-    } else {
-      EXPECT_EQ(stats.quad_linear_launches, 0);
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(PrefillTile, CudaPrefillTiles, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7));
-
 // One-token products have several kernels (weights brought into shared memory by bulk copies, the
 // plain register tile, a register ring, a persistent stream, the o/gate|up/down products as one
 // persistent launch); which one runs changes only speed. A model whose MLP is
@@ -481,7 +440,14 @@ TEST_P(CudaOneTokenKernels, EqualCpu) {
   SKIP_WITHOUT_GPU();
   const OneTokenCase& c = GetParam();
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    const SynthSpec spec = WideSpec(dtype);
+    SynthSpec spec;
+    spec.dtype = dtype;
+    spec.vocab = 640;
+    spec.hidden = 320;
+    spec.intermediate = 4100;
+    spec.heads = 5;
+    spec.kv_heads = 1;
+    spec.head_dim = 64;
     auto model = SynthModel(dtype == DType::kBF16 ? "wide_bf16" : "wide_f16", spec);
     ASSERT_TRUE(model);
     SCOPED_TRACE("dtype=" + std::to_string(static_cast<int>(dtype)));
