@@ -136,12 +136,14 @@ TEST(EngineGroupTest, SpreadsRequestsAndGivesTheTokensOneEngineGives) {
   EXPECT_EQ(group->stats().kv_blocks_in_use, 0);
 
   // Single submissions go to the engine with the fewest outstanding requests.
+  // The counts are read before submitting: an engine starts generating as soon as it is given a
+  // request, so a count read after Submit may already include some of its tokens.
   std::mt19937 rng(11);
+  const int64_t before0 = group->engine(0).stats().generated_tokens;
+  const int64_t before1 = group->engine(1).stats().generated_tokens;
   auto a = group->Submit(Request(rng, 20, 4, 0, 1));
   auto b = group->Submit(Request(rng, 20, 4, 0, 2));
   ASSERT_TRUE(a.ok() && b.ok());
-  const int64_t before0 = group->engine(0).stats().generated_tokens;
-  const int64_t before1 = group->engine(1).stats().generated_tokens;
   ASSERT_TRUE(group->Wait(*a).ok());
   ASSERT_TRUE(group->Wait(*b).ok());
   EXPECT_EQ(group->engine(0).stats().generated_tokens - before0, 4);
