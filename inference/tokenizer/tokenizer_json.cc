@@ -311,9 +311,13 @@ Status LoadModel(const JsonFields& top, Tokenizer::Impl& impl) {
   const Json no_added = Json::array();
   const Json& added_list = added_node == nullptr ? no_added : *added_node;
 
-  // Ids index dense tables, so every id must lie below the number of entries the file holds:
-  // the tables then take memory in proportion to the file, whatever ids it claims.
-  const int64_t entries = static_cast<int64_t>(vocab.size() + added_list.size());
+  // Ids index dense tables, so every id must lie below the number of entries the file holds
+  // plus kUnusedIds: the tables then take memory in proportion to the file, whatever ids it
+  // claims. The allowance is for ids no token has, which tokenizers accepts: files converted
+  // from tiktoken leave some below their special tokens (GPT-4o's <|endofprompt|> is 200018
+  // in a file of 200000 tokens); decoding skips such ids.
+  constexpr int64_t kUnusedIds = 65536;
+  const int64_t entries = static_cast<int64_t>(vocab.size() + added_list.size()) + kUnusedIds;
   std::vector<const std::string*> vocab_token(static_cast<size_t>(entries), nullptr);
   int32_t max_id = -1;
   impl.token_to_id.reserve(vocab.size() + added_list.size());
