@@ -199,7 +199,7 @@ Status LoadNormalizer(const Json& n, const std::string& field, std::vector<Norma
     step.kind = Kind::kPrepend;
     ROTE_RETURN_IF_ERROR(f.String("prepend", "", &step.content));
   } else {
-    return Unimplemented("tokenizer.json: normalizer type '" + type +
+    return InvalidArgument("tokenizer.json: normalizer type '" + type +
                          "' is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Strip, "
                          "Replace, Prepend, Sequence)");
   }

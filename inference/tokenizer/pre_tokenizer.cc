@@ -25,7 +25,7 @@ StatusOr<SplitBehavior> ReadBehavior(const JsonFields& f) {
   if (behavior == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (behavior == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (behavior == "Contiguous") return SplitBehavior::kContiguous;
-  return Unimplemented("tokenizer.json: Split behavior '" + behavior +
+  return InvalidArgument("tokenizer.json: Split behavior '" + behavior +
                        "' is not supported (supported: Isolated, Removed, MergedWithPrevious, "
                        "MergedWithNext, Contiguous)");
 }
@@ -93,7 +93,7 @@ Status LoadPreTokenizer(const Json& p, const std::string& field, std::vector<Pre
     }
     ROTE_RETURN_IF_ERROR(f.Bool("split", true, &step.split));
   } else {
-    return Unimplemented("tokenizer.json: pre-tokenizer type '" + type +
+    return InvalidArgument("tokenizer.json: pre-tokenizer type '" + type +
                          "' is not supported (supported: Sequence, Split, ByteLevel, Digits, Metaspace)");
   }
   steps.push_back(std::move(step));

@@ -94,7 +94,7 @@ Status CheckBpeModel(const JsonFields& mf, Tokenizer::Impl& impl, std::string* u
   std::string model_type;
   ROTE_RETURN_IF_ERROR(mf.String("type", "BPE", &model_type));
   if (model_type != "BPE") {
-    return Unimplemented("tokenizer.json: model type '" + model_type +
+    return InvalidArgument("tokenizer.json: model type '" + model_type +
                          "' is not supported (supported: BPE)");
   }
   ROTE_RETURN_IF_ERROR(mf.Bool("byte_fallback", false, &impl.byte_fallback));
@@ -103,13 +103,13 @@ Status CheckBpeModel(const JsonFields& mf, Tokenizer::Impl& impl, std::string* u
   double dropout = 0.0;
   ROTE_RETURN_IF_ERROR(mf.Number("dropout", 0.0, 0.0, /*open_lo=*/false, 1.0, &dropout));
   if (dropout != 0.0) {
-    return Unimplemented("tokenizer.json: BPE dropout is not supported (it is random)");
+    return InvalidArgument("tokenizer.json: BPE dropout is not supported (it is random)");
   }
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     std::string value;
     ROTE_RETURN_IF_ERROR(mf.String(affix, "", &value));
     if (!value.empty()) {
-      return Unimplemented(std::string("tokenizer.json: BPE ") + affix + " is not supported");
+      return InvalidArgument(std::string("tokenizer.json: BPE ") + affix + " is not supported");
     }
   }
   ROTE_RETURN_IF_ERROR(mf.Bool("ignore_merges", false, &impl.ignore_merges));

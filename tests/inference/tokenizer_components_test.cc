@@ -310,18 +310,45 @@ TEST(TokenizerErrorsNamed, UnsupportedComponentsAreRefusedAtLoad) {
            {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", "Sideways"}}, "Sideways"},
            {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[^\\W]"}}}, {"behavior", "Isolated"}}, "\\W"},
            {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "\\p{Mn}"}}}, {"behavior", "Isolated"}}, "Mn"},
-           {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[\\P{L}]"}}}, {"behavior", "Isolated"}}, "negated"}}) {
+           {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[\\P{L}]"}}}, {"behavior", "Isolated"}}, "negated"},
+           // What BERT, T5 and other published files use, alone and inside sequences.
+           {"normalizer", {{"type", "BertNormalizer"}, {"lowercase", true}}, "BertNormalizer"},
+           {"normalizer", {{"type", "StripAccents"}}, "StripAccents"},
+           {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}, {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA"}}}}}, "Precompiled"},
+           {"pre_tokenizer", {{"type", "Whitespace"}}, "Whitespace"},
+           {"pre_tokenizer", {{"type", "WhitespaceSplit"}}, "WhitespaceSplit"},
+           {"pre_tokenizer", {{"type", "Punctuation"}, {"behavior", "Isolated"}}, "Punctuation"},
+           {"pre_tokenizer", {{"type", "UnicodeScripts"}}, "UnicodeScripts"},
+           {"pre_tokenizer", {{"type", "CharDelimiterSplit"}, {"delimiter", " "}}, "CharDelimiterSplit"},
+           {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {{{"type", "WhitespaceSplit"}}, {{"type", "Metaspace"}, {"replacement", "_"}}}}}, "WhitespaceSplit"},
+           {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}}, "WordPiece"},
+           {"decoder", {{"type", "BPEDecoder"}, {"suffix", "</w>"}}, "BPEDecoder"},
+           {"post_processor", {{"type", "Sequence"}, {"processors", {{{"type", "Whatever"}}}}}, "Whatever"}}) {
     Json bad = tj;
     bad[field] = node;
     StatusOr<Tokenizer> t = Tokenizer::FromJson(bad.dump(), "", "", "");
     ASSERT_FALSE(t.ok()) << name;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << name;
     EXPECT_THAT(t.status().message(), HasSubstr(name));
   }
-  Json wordpiece = tj;
-  wordpiece["model"]["type"] = "WordPiece";
-  StatusOr<Tokenizer> t = Tokenizer::FromJson(wordpiece.dump(), "", "", "");
-  ASSERT_FALSE(t.ok());
-  EXPECT_THAT(t.status().message(), HasSubstr("WordPiece"));
+  // Models other than BPE, with their own vocabulary layouts (Unigram's is a list of pairs).
+  for (const auto& [model, name] : std::vector<std::pair<Json, std::string>>{
+           {{{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"}, {"vocab", {{"[UNK]", 0}}}}, "WordPiece"},
+           {{{"type", "Unigram"}, {"unk_id", 0}, {"vocab", {{"<unk>", 0.0}, {"\u2581a", -1.5}}}}, "Unigram"},
+           {{{"type", "WordLevel"}, {"unk_token", "<unk>"}, {"vocab", {{"<unk>", 0}}}}, "WordLevel"},
+           {{{"vocab", {{"a", 0}}}, {"merges", Json::array()}, {"continuing_subword_prefix", "##"}}, "continuing_subword_prefix"}}) {
+    Json bad = tj;
+    bad["model"] = model;
+    StatusOr<Tokenizer> t = Tokenizer::FromJson(bad.dump(), "", "", "");
+    ASSERT_FALSE(t.ok()) << name;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(t.status().message(), HasSubstr(name));
+  }
+  // An empty prefix or suffix is none (GPT-2's and tiktoken conversions' files write "").
+  Json empty_affix = tj;
+  empty_affix["model"]["continuing_subword_prefix"] = "";
+  empty_affix["model"]["end_of_word_suffix"] = "";
+  EXPECT_TRUE(Tokenizer::FromJson(empty_affix.dump(), "", "", "").ok());
 }
 
 }  // namespace
