@@ -32,6 +32,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ["qwen2_5", "qwen3", "llama3", "llama2", "gemma2", "gemma3", "deepseek_v3",
          "llama3_1", "mistral_nemo", "gpt2", "gpt4o", "claude", "command_r_plus"]
+# Published vocabularies with other pipelines: the layouts newer conversions write (Metaspace
+# instead of Prepend/Replace normalizers) and the normalizers no published file here uses. A
+# variant's reference names its base and the top-level fields it replaces; the test applies them
+# to the installed base file.
+VARIANTS = {
+    "llama2_metaspace_first": ("llama2", {"normalizer": None, "pre_tokenizer": {
+        "type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}}),
+    "llama2_metaspace_legacy": ("llama2", {"normalizer": None, "pre_tokenizer": {
+        "type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}}),
+    "gemma2_metaspace_never": ("gemma2", {"normalizer": None, "pre_tokenizer": {
+        "type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": True}}),
+    "gpt2_nfkd_lowercase_strip": ("gpt2", {"normalizer": {"type": "Sequence", "normalizers": [
+        {"type": "NFKD"}, {"type": "Lowercase"}, {"type": "Strip", "strip_left": True, "strip_right": True},
+        {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}]}}),
+}
 # (file, prefix of its case names): the prefixes keep names unique across the corpora.
 CORPORA = [(ROOT / "tests/fixtures/tokenizer_real/corpus.json", ""),
            (ROOT / "tools/tokenizer_corpus.json", "fixture_"),
@@ -102,7 +117,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=ROOT / "tests/fixtures/tokenizer_real")
-    ap.add_argument("--names", default=",".join(NAMES))
+    ap.add_argument("--names", default=",".join(NAMES + list(VARIANTS)))
     args = ap.parse_args()
     import tokenizers
     from tokenizers import Tokenizer
@@ -110,9 +125,15 @@ def main():
     corpus = load_corpus()
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.names.split(","):
-        raw = read_tokenizer_json(args.files, name)
-        tok = Tokenizer.from_str(raw.decode("utf-8"))
-        plain = Tokenizer.from_str(raw.decode("utf-8"))
+        base, edits = VARIANTS.get(name, (name, None))
+        raw = read_tokenizer_json(args.files, base)
+        text = raw.decode("utf-8")
+        if edits is not None:
+            j = json.loads(text)
+            j.update(edits)
+            text = json.dumps(j, ensure_ascii=False)
+        tok = Tokenizer.from_str(text)
+        plain = Tokenizer.from_str(text)
         plain.encode_special_tokens = True
         cases = []
         for c in corpus:
@@ -132,7 +153,7 @@ def main():
         decode_cases = [dict(ids=ids, decoded=tok.decode(ids, skip_special_tokens=False),
                              decoded_skip=tok.decode(ids, skip_special_tokens=True))
                         for ids in random_sequences(tok, raw, n_total)]
-        doc = dict(name=name, tokenizers_version=tokenizers.__version__,
+        doc = dict(name=name, base=base, edits=edits, tokenizers_version=tokenizers.__version__,
                    tokenizer_json_sha256=hashlib.sha256(raw).hexdigest(), vocab_size=n_total,
                    cases=cases, decode_cases=decode_cases)
         path = args.out / f"{name}.json"
