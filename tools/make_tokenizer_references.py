@@ -43,10 +43,21 @@ VARIANTS = {
         "type": "Metaspace", "replacement": "\u2581", "add_prefix_space": True}}),
     "gemma2_metaspace_never": ("gemma2", {"normalizer": None, "pre_tokenizer": {
         "type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "never", "split": True}}),
+    # Phi-3's added tokens (rstrip, not normalized) on a Llama 2 layout, and lstrip/single_word ones.
+    "llama2_phi3_added": ("llama2", {"added_tokens": "PHI3"}),
     "gpt2_nfkd_lowercase_strip": ("gpt2", {"normalizer": {"type": "Sequence", "normalizers": [
         {"type": "NFKD"}, {"type": "Lowercase"}, {"type": "Strip", "strip_left": True, "strip_right": True},
         {"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "}]}}),
 }
+def phi3_added_tokens(first_id):
+    names = [("<|endoftext|>", False, False, False, True), ("<|assistant|>", True, False, False, True),
+             ("<|system|>", True, False, False, True), ("<|end|>", True, False, False, True),
+             ("<|user|>", True, False, False, True), ("<|lstrip|>", False, True, False, True),
+             ("[word]", False, False, True, False), ("<|both|>", True, True, False, False)]
+    return [dict(id=first_id + i, content=c, single_word=w, lstrip=l, rstrip=r, normalized=False, special=sp)
+            for i, (c, r, l, w, sp) in enumerate(names)]
+
+
 # (file, prefix of its case names): the prefixes keep names unique across the corpora.
 CORPORA = [(ROOT / "tests/fixtures/tokenizer_real/corpus.json", ""),
            (ROOT / "tools/tokenizer_corpus.json", "fixture_"),
@@ -130,6 +141,8 @@ def main():
         text = raw.decode("utf-8")
         if edits is not None:
             j = json.loads(text)
+            if edits.get("added_tokens") == "PHI3":
+                edits = dict(added_tokens=j["added_tokens"] + phi3_added_tokens(len(j["model"]["vocab"])))
             j.update(edits)
             text = json.dumps(j, ensure_ascii=False)
         tok = Tokenizer.from_str(text)
