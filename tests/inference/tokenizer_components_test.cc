@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -249,6 +251,20 @@ TEST(TokenizerNormalizer, LowercaseStripReplacePrependInOrder) {
   const Tokenizer t = Make(tj);
   // U+0130 lowercases to i + U+0307, as Rust's char::to_lowercase.
   EXPECT_EQ(Pieces(t, t.Encode("  \xC4\xB0" "A12 \t")), "-|i|\xCC\x87|a|x");
+  // Case pairs of Unicode 16 and 17 (Garay, Beria Erfe, Latin additions) lowercase as the Rust
+  // standard library does, though utf8proc's tables predate them.
+  Json bytes = Base({"a"}, {});
+  bytes["normalizer"] = {{"type", "Lowercase"}};
+  bytes["model"]["byte_fallback"] = true;
+  bytes["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    bytes["model"]["vocab"][name] = 1 + b;
+  }
+  const Tokenizer lower = Make(bytes);
+  const std::string upper = "\U00010D50\U00016EA0\uA7CB\uA7CE\u1C89\u0130";
+  EXPECT_EQ(lower.Decode(lower.Encode(upper)), "\U00010D70\U00016EBB\u0264\uA7CF\u1C8Ai\u0307");
 }
 
 TEST(TokenizerDecoder, StreamingEqualsDecodeWhateverTheDecoderOrder) {
