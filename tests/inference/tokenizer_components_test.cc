@@ -184,6 +184,11 @@ TEST(TokenizerSplit, DigitsIsolateOrJoinNumbers) {
   tj["pre_tokenizer"]["individual_digits"] = false;
   t = Make(tj);
   EXPECT_EQ(Pieces(t, t.Encode("a12")), "a|12");
+  // Digits of Unicode 16 (Garay) and 17 (Tolong Siki) are numeric to Rust's standard library.
+  Json nj = Base({"\U00010D40", "\U00011DE0", "\U00010D40\U00011DE0"}, {"\U00010D40 \U00011DE0"});
+  nj["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", true}};
+  t = Make(nj);
+  EXPECT_EQ(Pieces(t, t.Encode("\U00010D40\U00011DE0")), "\U00010D40|\U00011DE0");
 }
 
 TEST(TokenizerRegex, ClassesMeanWhatOnigurumaMakesThem) {
