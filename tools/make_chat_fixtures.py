@@ -78,10 +78,12 @@ def render_jinja2():
 
     def render(template, special, conv):
         compiled = env.from_string(template)
-        kwargs = dict(conv.get("extra", {}))
-        # transformers always passes tools and documents, None when absent.
-        return compiled.render(messages=conv["messages"], tools=conv.get("tools"), documents=None,
-                               add_generation_prompt=conv["add_generation_prompt"], **special, **kwargs)
+        # transformers always passes tools and documents, None when absent; extra (documents
+        # included) overrides the special tokens.
+        kwargs = dict(special, documents=None)
+        kwargs.update(conv.get("extra", {}))
+        return compiled.render(messages=conv["messages"], tools=conv.get("tools"),
+                               add_generation_prompt=conv["add_generation_prompt"], **kwargs)
 
     return render, "jinja2 " + jinja2.__version__
 

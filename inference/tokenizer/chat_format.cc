@@ -309,7 +309,8 @@ StatusOr<std::string> RenderChat(const ChatFormat& format, const nlohmann::order
   }
   context["messages"] = messages;
   context["tools"] = tools.is_array() && !tools.empty() ? tools : nlohmann::ordered_json(nullptr);
-  context["documents"] = nullptr;
+  // transformers' `documents` argument (RAG templates such as Command R's); None unless given.
+  context["documents"] = extra.is_object() && extra.contains("documents") ? extra["documents"] : nlohmann::ordered_json(nullptr);
   context["add_generation_prompt"] = add_generation_prompt;
   return format.jinja_template->Render(context, date);
 }

@@ -200,7 +200,7 @@ Status LoadDecoder(const Json& d, const std::string& field, std::vector<DecoderS
     step.strip_start = static_cast<size_t>(start);
     step.strip_stop = static_cast<size_t>(stop);
   } else {
-    return Unimplemented("tokenizer.json: decoder type '" + type +
+    return InvalidArgument("tokenizer.json: decoder type '" + type +
                          "' is not supported (supported: ByteLevel, Metaspace, Replace, ByteFallback, "
                          "Fuse, Strip, Sequence)");
   }

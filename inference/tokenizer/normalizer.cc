@@ -60,6 +60,24 @@ std::string Utf8procMap(std::string_view text, UnicodeForm form) {
   return result;
 }
 
+// The lowercase mappings Unicode 16.0 and 17.0 added: utf8proc 2.8 has Unicode 15.0's tables,
+// the Rust standard library tokenizers is built with has 17.0's.
+char32_t LowercaseAddedAfter15(char32_t cp) {
+  if (cp >= 0x10D50 && cp <= 0x10D65) return cp + 0x20;  // Garay capital letters (16.0)
+  if (cp >= 0x16EA0 && cp <= 0x16EB8) return cp + 0x1B;  // Beria Erfe capital letters (17.0)
+  switch (cp) {
+    case 0xA7CE: return 0xA7CF;  // Latin capital letter pharyngeal voiced fricative (17.0)
+    case 0xA7D2: return 0xA7D3;  // Latin capital letter double thorn (17.0)
+    case 0xA7D4: return 0xA7D5;  // Latin capital letter double wynn (17.0)
+    case 0x1C89: return 0x1C8A;  // Cyrillic capital letter tje
+    case 0xA7CB: return 0x0264;  // Latin capital letter ram's horn
+    case 0xA7CC: return 0xA7CD;  // Latin capital letter s with diagonal stroke
+    case 0xA7DA: return 0xA7DB;  // Latin capital letter lambda
+    case 0xA7DC: return 0x019B;  // Latin capital letter lambda with stroke
+    default: return 0;
+  }
+}
+
 // Rust's char::to_lowercase: the simple mapping, except U+0130, whose full lowercase is two
 // characters (the one unconditional multi-character lowercase in SpecialCasing.txt).
 std::string Lowercase(std::string_view text) {
@@ -72,6 +90,8 @@ std::string Lowercase(std::string_view text) {
       out += static_cast<char>(cp >= 'A' && cp <= 'Z' ? cp + 32 : cp);
     } else if (cp == 0x130) {
       out += "i\xCC\x87";
+    } else if (const char32_t added = LowercaseAddedAfter15(cp); added != 0) {
+      utf8::Append(out, added);
     } else {
       utf8::Append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
     }
@@ -199,7 +219,7 @@ Status LoadNormalizer(const Json& n, const std::string& field, std::vector<Norma
     step.kind = Kind::kPrepend;
     ROTE_RETURN_IF_ERROR(f.String("prepend", "", &step.content));
   } else {
-    return Unimplemented("tokenizer.json: normalizer type '" + type +
+    return InvalidArgument("tokenizer.json: normalizer type '" + type +
                          "' is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, Strip, "
                          "Replace, Prepend, Sequence)");
   }

@@ -97,7 +97,7 @@ Status LoadPostProcessor(const Json& p, const std::string& field,
     suffix.push_back(sep);
     return OkStatus();
   }
-  return Unimplemented("tokenizer.json: post-processor type '" + type +
+  return InvalidArgument("tokenizer.json: post-processor type '" + type +
                        "' is not supported (supported: TemplateProcessing, ByteLevel, RobertaProcessing, "
                        "BertProcessing, Sequence)");
 }

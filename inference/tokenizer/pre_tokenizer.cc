@@ -25,16 +25,28 @@ StatusOr<SplitBehavior> ReadBehavior(const JsonFields& f) {
   if (behavior == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (behavior == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (behavior == "Contiguous") return SplitBehavior::kContiguous;
-  return Unimplemented("tokenizer.json: Split behavior '" + behavior +
+  return InvalidArgument("tokenizer.json: Split behavior '" + behavior +
                        "' is not supported (supported: Isolated, Removed, MergedWithPrevious, "
                        "MergedWithNext, Contiguous)");
 }
 
-// Rust's char::is_numeric: general categories Nd, Nl and No.
+// Rust's char::is_numeric: general categories Nd, Nl and No. utf8proc 2.8 has Unicode 15.0's
+// categories; the Rust standard library tokenizers is built with has 17.0's, which add these.
+bool NumericAddedAfter15(char32_t cp) {
+  static constexpr char32_t kRanges[][2] = {
+      {0x10D40, 0x10D49}, {0x116D0, 0x116E3}, {0x11BF0, 0x11BF9}, {0x11DE0, 0x11DE9}, {0x16130, 0x16139},
+      {0x16D70, 0x16D79}, {0x16FF4, 0x16FF6}, {0x1CCF0, 0x1CCF9}, {0x1E5F1, 0x1E5FA}};
+  for (const auto& r : kRanges) {
+    if (cp >= r[0] && cp <= r[1]) return true;
+  }
+  return false;
+}
+
 bool IsNumeric(char32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
   const utf8proc_category_t c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
-  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO ||
+         NumericAddedAfter15(cp);
 }
 
 }  // namespace
@@ -93,7 +105,7 @@ Status LoadPreTokenizer(const Json& p, const std::string& field, std::vector<Pre
     }
     ROTE_RETURN_IF_ERROR(f.Bool("split", true, &step.split));
   } else {
-    return Unimplemented("tokenizer.json: pre-tokenizer type '" + type +
+    return InvalidArgument("tokenizer.json: pre-tokenizer type '" + type +
                          "' is not supported (supported: Sequence, Split, ByteLevel, Digits, Metaspace)");
   }
   steps.push_back(std::move(step));

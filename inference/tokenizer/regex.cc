@@ -46,7 +46,7 @@ StatusOr<std::string> CategoryItems(std::string_view name, const std::string& fi
   const CategoryDelta* d = FindCategory(name);
   if (d == nullptr) return std::string();
   if (d->removed > 0) {
-    return Unimplemented("tokenizer.json: field '" + field + "': \\p{" + std::string(name) +
+    return InvalidArgument("tokenizer.json: field '" + field + "': \\p{" + std::string(name) +
                          "} differs between Oniguruma's and PCRE2's Unicode tables and is not supported (pattern: " +
                          pattern + ")");
   }
@@ -101,7 +101,7 @@ StatusOr<std::string> TranslateOnig(const std::string& pattern, const std::strin
           break;
         case 'W':
           if (in_class) {
-            return Unimplemented("tokenizer.json: field '" + field +
+            return InvalidArgument("tokenizer.json: field '" + field +
                                  "': \\W inside a character class is not supported (pattern: " + pattern + ")");
           }
           out += "[^" + WordItems() + "]";
@@ -146,7 +146,7 @@ StatusOr<std::string> TranslateOnig(const std::string& pattern, const std::strin
           } else if (!in_class) {
             out += "[^" + items + "]";
           } else {
-            return Unimplemented("tokenizer.json: field '" + field +
+            return InvalidArgument("tokenizer.json: field '" + field +
                                  "': a negated category inside a character class is not supported (pattern: " +
                                  pattern + ")");
           }
@@ -158,7 +158,7 @@ StatusOr<std::string> TranslateOnig(const std::string& pattern, const std::strin
           break;
         case 'H':
           if (in_class) {
-            return Unimplemented("tokenizer.json: field '" + field +
+            return InvalidArgument("tokenizer.json: field '" + field +
                                  "': \\H inside a character class is not supported (pattern: " + pattern + ")");
           }
           out += "[^" + std::string(kHexItems) + "]";

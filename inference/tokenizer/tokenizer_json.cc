@@ -94,7 +94,7 @@ Status CheckBpeModel(const JsonFields& mf, Tokenizer::Impl& impl, std::string* u
   std::string model_type;
   ROTE_RETURN_IF_ERROR(mf.String("type", "BPE", &model_type));
   if (model_type != "BPE") {
-    return Unimplemented("tokenizer.json: model type '" + model_type +
+    return InvalidArgument("tokenizer.json: model type '" + model_type +
                          "' is not supported (supported: BPE)");
   }
   ROTE_RETURN_IF_ERROR(mf.Bool("byte_fallback", false, &impl.byte_fallback));
@@ -103,13 +103,13 @@ Status CheckBpeModel(const JsonFields& mf, Tokenizer::Impl& impl, std::string* u
   double dropout = 0.0;
   ROTE_RETURN_IF_ERROR(mf.Number("dropout", 0.0, 0.0, /*open_lo=*/false, 1.0, &dropout));
   if (dropout != 0.0) {
-    return Unimplemented("tokenizer.json: BPE dropout is not supported (it is random)");
+    return InvalidArgument("tokenizer.json: BPE dropout is not supported (it is random)");
   }
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     std::string value;
     ROTE_RETURN_IF_ERROR(mf.String(affix, "", &value));
     if (!value.empty()) {
-      return Unimplemented(std::string("tokenizer.json: BPE ") + affix + " is not supported");
+      return InvalidArgument(std::string("tokenizer.json: BPE ") + affix + " is not supported");
     }
   }
   ROTE_RETURN_IF_ERROR(mf.Bool("ignore_merges", false, &impl.ignore_merges));
@@ -311,9 +311,13 @@ Status LoadModel(const JsonFields& top, Tokenizer::Impl& impl) {
   const Json no_added = Json::array();
   const Json& added_list = added_node == nullptr ? no_added : *added_node;
 
-  // Ids index dense tables, so every id must lie below the number of entries the file holds:
-  // the tables then take memory in proportion to the file, whatever ids it claims.
-  const int64_t entries = static_cast<int64_t>(vocab.size() + added_list.size());
+  // Ids index dense tables, so every id must lie below the number of entries the file holds
+  // plus kUnusedIds: the tables then take memory in proportion to the file, whatever ids it
+  // claims. The allowance is for ids no token has, which tokenizers accepts: files converted
+  // from tiktoken leave some below their special tokens (GPT-4o's <|endofprompt|> is 200018
+  // in a file of 200000 tokens); decoding skips such ids.
+  constexpr int64_t kUnusedIds = 65536;
+  const int64_t entries = static_cast<int64_t>(vocab.size() + added_list.size()) + kUnusedIds;
   std::vector<const std::string*> vocab_token(static_cast<size_t>(entries), nullptr);
   int32_t max_id = -1;
   impl.token_to_id.reserve(vocab.size() + added_list.size());

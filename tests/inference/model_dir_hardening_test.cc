@@ -102,13 +102,35 @@ TEST(ModelDirHardening, NegativeAddedTokenIdIsAnError) {
 
 // 2^40 was truncated to an int32 (0); 2^31 - 1 sized the tables to 2^31 strings (bad_alloc).
 TEST(ModelDirHardening, AddedTokenIdBeyondTheFileIsAnError) {
-  for (int64_t id : {int64_t{1} << 40, int64_t{2147483647}, int64_t{841}}) {
+  // 841 entries plus 65536 ids no token may have (tiktoken conversions leave a few).
+  for (int64_t id : {int64_t{1} << 40, int64_t{2147483647}, int64_t{841 + 65536}}) {
     const std::string dir = CopyFixture("added_huge");
     EditJson(dir, "tokenizer.json", [&](Json& j) { j["added_tokens"][3]["id"] = id; });
     const Status s = LoadDir(dir);
     ExpectNamed(s, StatusCode::kInvalidArgument, dir + "/tokenizer.json", "added_tokens[3].id");
-    EXPECT_THAT(s.message(), HasSubstr("out of range [0, 840]"));
+    EXPECT_THAT(s.message(), HasSubstr("out of range [0, 66376]"));
   }
+}
+
+// As tokenizers: ids may leave gaps (GPT-4o's file has no token 199998 or 200000-200017); an
+// id in a gap decodes to nothing.
+TEST(ModelDirHardening, IdsNoTokenHasAreAcceptedAndDecodeToNothing) {
+  const std::string dir = CopyFixture("added_gap");
+  int32_t moved = -1;
+  std::string content;
+  EditJson(dir, "tokenizer.json", [&](Json& j) {
+    Json& tok = j["added_tokens"][j["added_tokens"].size() - 3];  // <|rstrip_test|>, 838
+    moved = tok["id"].get<int32_t>() + 20;
+    tok["id"] = moved;
+    content = tok["content"].get<std::string>();
+  });
+  StatusOr<Tokenizer> t = Tokenizer::Load(dir);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->vocab_size(), moved + 1);
+  EXPECT_EQ(t->Encode(content), std::vector<int32_t>{moved});
+  const std::vector<int32_t> gap = {838, moved - 1}, token = {moved};
+  EXPECT_EQ(t->Decode(gap), "");
+  EXPECT_EQ(t->Decode(token), content);
 }
 
 TEST(ModelDirHardening, VocabularyIdsOutOfRangeOrRepeatedAreErrors) {

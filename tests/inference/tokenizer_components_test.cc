@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -182,6 +184,11 @@ TEST(TokenizerSplit, DigitsIsolateOrJoinNumbers) {
   tj["pre_tokenizer"]["individual_digits"] = false;
   t = Make(tj);
   EXPECT_EQ(Pieces(t, t.Encode("a12")), "a|12");
+  // Digits of Unicode 16 (Garay) and 17 (Tolong Siki) are numeric to Rust's standard library.
+  Json nj = Base({"\U00010D40", "\U00011DE0", "\U00010D40\U00011DE0"}, {"\U00010D40 \U00011DE0"});
+  nj["pre_tokenizer"] = {{"type", "Digits"}, {"individual_digits", true}};
+  t = Make(nj);
+  EXPECT_EQ(Pieces(t, t.Encode("\U00010D40\U00011DE0")), "\U00010D40|\U00011DE0");
 }
 
 TEST(TokenizerRegex, ClassesMeanWhatOnigurumaMakesThem) {
@@ -249,6 +256,20 @@ TEST(TokenizerNormalizer, LowercaseStripReplacePrependInOrder) {
   const Tokenizer t = Make(tj);
   // U+0130 lowercases to i + U+0307, as Rust's char::to_lowercase.
   EXPECT_EQ(Pieces(t, t.Encode("  \xC4\xB0" "A12 \t")), "-|i|\xCC\x87|a|x");
+  // Case pairs of Unicode 16 and 17 (Garay, Beria Erfe, Latin additions) lowercase as the Rust
+  // standard library does, though utf8proc's tables predate them.
+  Json bytes = Base({"a"}, {});
+  bytes["normalizer"] = {{"type", "Lowercase"}};
+  bytes["model"]["byte_fallback"] = true;
+  bytes["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, {{"type", "Fuse"}}}}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    bytes["model"]["vocab"][name] = 1 + b;
+  }
+  const Tokenizer lower = Make(bytes);
+  const std::string upper = "\U00010D50\U00016EA0\uA7CB\uA7CE\u1C89\u0130";
+  EXPECT_EQ(lower.Decode(lower.Encode(upper)), "\U00010D70\U00016EBB\u0264\uA7CF\u1C8Ai\u0307");
 }
 
 TEST(TokenizerDecoder, StreamingEqualsDecodeWhateverTheDecoderOrder) {
@@ -310,18 +331,45 @@ TEST(TokenizerErrorsNamed, UnsupportedComponentsAreRefusedAtLoad) {
            {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", "Sideways"}}, "Sideways"},
            {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[^\\W]"}}}, {"behavior", "Isolated"}}, "\\W"},
            {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "\\p{Mn}"}}}, {"behavior", "Isolated"}}, "Mn"},
-           {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[\\P{L}]"}}}, {"behavior", "Isolated"}}, "negated"}}) {
+           {"pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "[\\P{L}]"}}}, {"behavior", "Isolated"}}, "negated"},
+           // What BERT, T5 and other published files use, alone and inside sequences.
+           {"normalizer", {{"type", "BertNormalizer"}, {"lowercase", true}}, "BertNormalizer"},
+           {"normalizer", {{"type", "StripAccents"}}, "StripAccents"},
+           {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}, {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA"}}}}}, "Precompiled"},
+           {"pre_tokenizer", {{"type", "Whitespace"}}, "Whitespace"},
+           {"pre_tokenizer", {{"type", "WhitespaceSplit"}}, "WhitespaceSplit"},
+           {"pre_tokenizer", {{"type", "Punctuation"}, {"behavior", "Isolated"}}, "Punctuation"},
+           {"pre_tokenizer", {{"type", "UnicodeScripts"}}, "UnicodeScripts"},
+           {"pre_tokenizer", {{"type", "CharDelimiterSplit"}, {"delimiter", " "}}, "CharDelimiterSplit"},
+           {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", {{{"type", "WhitespaceSplit"}}, {{"type", "Metaspace"}, {"replacement", "_"}}}}}, "WhitespaceSplit"},
+           {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}}, "WordPiece"},
+           {"decoder", {{"type", "BPEDecoder"}, {"suffix", "</w>"}}, "BPEDecoder"},
+           {"post_processor", {{"type", "Sequence"}, {"processors", {{{"type", "Whatever"}}}}}, "Whatever"}}) {
     Json bad = tj;
     bad[field] = node;
     StatusOr<Tokenizer> t = Tokenizer::FromJson(bad.dump(), "", "", "");
     ASSERT_FALSE(t.ok()) << name;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << name;
     EXPECT_THAT(t.status().message(), HasSubstr(name));
   }
-  Json wordpiece = tj;
-  wordpiece["model"]["type"] = "WordPiece";
-  StatusOr<Tokenizer> t = Tokenizer::FromJson(wordpiece.dump(), "", "", "");
-  ASSERT_FALSE(t.ok());
-  EXPECT_THAT(t.status().message(), HasSubstr("WordPiece"));
+  // Models other than BPE, with their own vocabulary layouts (Unigram's is a list of pairs).
+  for (const auto& [model, name] : std::vector<std::pair<Json, std::string>>{
+           {{{"type", "WordPiece"}, {"unk_token", "[UNK]"}, {"continuing_subword_prefix", "##"}, {"vocab", {{"[UNK]", 0}}}}, "WordPiece"},
+           {{{"type", "Unigram"}, {"unk_id", 0}, {"vocab", {{"<unk>", 0.0}, {"\u2581a", -1.5}}}}, "Unigram"},
+           {{{"type", "WordLevel"}, {"unk_token", "<unk>"}, {"vocab", {{"<unk>", 0}}}}, "WordLevel"},
+           {{{"vocab", {{"a", 0}}}, {"merges", Json::array()}, {"continuing_subword_prefix", "##"}}, "continuing_subword_prefix"}}) {
+    Json bad = tj;
+    bad["model"] = model;
+    StatusOr<Tokenizer> t = Tokenizer::FromJson(bad.dump(), "", "", "");
+    ASSERT_FALSE(t.ok()) << name;
+    EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(t.status().message(), HasSubstr(name));
+  }
+  // An empty prefix or suffix is none (GPT-2's and tiktoken conversions' files write "").
+  Json empty_affix = tj;
+  empty_affix["model"]["continuing_subword_prefix"] = "";
+  empty_affix["model"]["end_of_word_suffix"] = "";
+  EXPECT_TRUE(Tokenizer::FromJson(empty_affix.dump(), "", "", "").ok());
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // rote's tokenizer against Hugging Face `tokenizers` on published tokenizer files: the npm
 // packages of tests/tokenizer_files (installed by scripts/test.sh, pinned by package-lock.json)
-// hold the tokenizer.json of Qwen2.5, Qwen3, Llama 3, Mistral 7B (package llama2), Gemma 2,
-// Gemma 3 and DeepSeek V3;
+// hold the tokenizer.json of Qwen2.5, Qwen3, Llama 3, Llama 3.1, Mistral 7B (package llama2),
+// Mistral Nemo, Gemma 2, Gemma 3, DeepSeek V3, GPT-2, GPT-4o, Claude and Command R+;
 // tests/fixtures/tokenizer_real/<name>.json holds what tokenizers computed on them over the hard
 // corpus (tools/make_tokenizer_references.py). Every id and every decoded text must be equal.
 //
@@ -55,30 +55,46 @@ struct Loaded {
   std::string tokenizer_json_sha256;
 };
 
-// Loads a package's tokenizer and its reference once per process; nullptr means skip.
+// The package whose tokenizer.json a reference was computed from: its own, or for a variant
+// the `base` it names (with `edits` replacing top-level fields).
+std::string BaseOf(const std::string& name) {
+  const std::string ref = ReadText(ReferencePath(name));
+  if (ref.empty()) return name;
+  const Json j = Json::parse(ref);
+  return j.contains("base") && j["base"].is_string() ? j["base"].get<std::string>() : name;
+}
+
+// Loads a package's tokenizer (a variant's edited copy) and its reference once per process;
+// nullptr means skip.
 const Loaded* Load(const std::string& name) {
   static auto* cache = new std::map<std::string, Loaded>();
   auto it = cache->find(name);
   if (it != cache->end()) return &it->second;
   Loaded l;
-  const std::string json = ReadText(PackageDir(name) + "/tokenizer.json");
-  if (json.empty()) return nullptr;
-  StatusOr<Tokenizer> t = Tokenizer::Load(PackageDir(name));
-  EXPECT_TRUE(t.ok()) << name << ": " << t.status().ToString();
-  if (!t.ok()) return nullptr;
-  l.tokenizer = std::move(*t);
-  l.tokenizer_json_sha256 = Sha256Hex(json);
   const std::string ref = ReadText(ReferencePath(name));
   EXPECT_FALSE(ref.empty()) << "missing " << ReferencePath(name);
   if (ref.empty()) return nullptr;
   l.reference = Json::parse(ref);
+  const std::string dir = PackageDir(BaseOf(name));
+  const std::string json = ReadText(dir + "/tokenizer.json");
+  if (json.empty()) return nullptr;
+  l.tokenizer_json_sha256 = Sha256Hex(json);
+  StatusOr<Tokenizer> t = Tokenizer::Load(dir);
+  if (const Json& edits = l.reference.value("edits", Json()); edits.is_object()) {
+    Json edited = Json::parse(json);
+    for (const auto& [field, value] : edits.items()) edited[field] = value;
+    t = Tokenizer::FromJson(edited.dump(), ReadText(dir + "/tokenizer_config.json"), "", "");
+  }
+  EXPECT_TRUE(t.ok()) << name << ": " << t.status().ToString();
+  if (!t.ok()) return nullptr;
+  l.tokenizer = std::move(*t);
   return &cache->emplace(name, std::move(l)).first->second;
 }
 
 class RealTokenizerTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::string dir = PackageDir(GetParam());
+    const std::string dir = PackageDir(BaseOf(GetParam()));
     if (ReadText(dir + "/tokenizer.json").empty()) {
       if (FilesRequired()) {
         FAIL() << dir << "/tokenizer.json is missing although ROTE_TOKENIZER_FILES_REQUIRED=1 "
@@ -154,7 +170,8 @@ TEST_P(RealTokenizerTest, DecodingsEqualTokenizers) {
 
 INSTANTIATE_TEST_SUITE_P(Published, RealTokenizerTest,
                          ::testing::Values("qwen2_5", "qwen3", "llama3", "llama2", "gemma2", "gemma3",
-                                           "deepseek_v3"));
+                                           "deepseek_v3", "llama3_1", "mistral_nemo", "gpt2", "gpt4o", "claude",
+                                           "command_r_plus"));
 
 }  // namespace
 }  // namespace rote::inference

@@ -16,15 +16,6 @@ namespace rote::inference::jinja {
 namespace {
 
 bool IsPySpace(char32_t c) { return utf8::IsPythonSpace(c); }
-bool IsCased(char32_t c) {
-  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
-}
-bool IsAlnum(char32_t c) {
-  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-  return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
-         (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
-}
 
 }  // namespace
 
@@ -33,13 +24,6 @@ bool IsAlnum(char32_t c) {
 
 char32_t Upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
 char32_t Lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
-bool IsWordChar(char32_t c) { return c == '_' || IsAlnum(c) || utf8::IsWordChar(c); }
-
-std::string MapChars(const std::string& s, char32_t (*f)(char32_t)) {
-  std::u32string u = Decode(s);
-  for (char32_t& c : u) c = f(c);
-  return Encode(u);
-}
 
 std::string Strip(const std::string& s, const Value& chars, bool left, bool right) {
   const std::u32string u = Decode(s);
@@ -51,25 +35,6 @@ std::string Strip(const std::string& s, const Value& chars, bool left, bool righ
   if (left) while (b < e && strip(u[b])) ++b;
   if (right) while (e > b && strip(u[e - 1])) --e;
   return Encode(std::u32string_view(u).substr(b, e - b));
-}
-
-std::string Capitalize(const std::string& s) {
-  std::u32string u = Decode(s);
-  for (size_t k = 0; k < u.size(); ++k) u[k] = k == 0 ? Upper(u[k]) : Lower(u[k]);
-  return Encode(u);
-}
-
-// Jinja's title filter: words begin after runs of '-', whitespace, '(', '{', '[', '<'.
-std::string JinjaTitle(const std::string& s) {
-  std::u32string u = Decode(s);
-  bool start = true;
-  for (char32_t& c : u) {
-    const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsPySpace(c);
-    if (sep) { start = true; continue; }
-    c = start ? Upper(c) : Lower(c);
-    start = false;
-  }
-  return Encode(u);
 }
 
 std::string Replace(Renderer& r, const std::string& s, const std::string& old, const std::string& repl, int64_t count) {
@@ -137,17 +102,6 @@ Value DictItems(const Value& d) {
 }
 
 namespace {
-
-std::string PyTitle(const std::string& s) {
-  std::u32string u = Decode(s);
-  bool prev_cased = false;
-  for (char32_t& c : u) {
-    const bool cased = IsCased(c);
-    c = prev_cased ? Lower(c) : Upper(c);
-    prev_cased = cased;
-  }
-  return Encode(u);
-}
 
 std::vector<Value> Split(const std::string& s, const Value& sep, int64_t maxsplit) {
   std::vector<Value> out;
@@ -231,8 +185,8 @@ Value StringMethod(Renderer& r, const Value& self, const std::string& name) {
     const bool left = name != "rstrip", right = name != "lstrip";
     return m([s, left, right](Renderer&, CallArgs& a) { return Value::String(Strip(s, a.Get(0, "chars"), left, right)); });
   }
-  if (name == "upper") return m([s](Renderer&, CallArgs&) { return Value::String(MapChars(s, Upper)); });
-  if (name == "lower") return m([s](Renderer&, CallArgs&) { return Value::String(MapChars(s, Lower)); });
+  if (name == "upper") return m([s](Renderer&, CallArgs&) { return Value::String(PyUpper(s)); });
+  if (name == "lower") return m([s](Renderer&, CallArgs&) { return Value::String(PyLower(s)); });
   if (name == "title") return m([s](Renderer&, CallArgs&) { return Value::String(PyTitle(s)); });
   if (name == "capitalize") return m([s](Renderer&, CallArgs&) { return Value::String(Capitalize(s)); });
   if (name == "split" || name == "rsplit") {
@@ -320,20 +274,15 @@ Value StringMethod(Renderer& r, const Value& self, const std::string& name) {
     return m([s, name](Renderer&, CallArgs&) {
       const std::u32string u = Decode(s);
       if (u.empty()) return Value::Bool(false);
-      if (name == "islower" || name == "isupper") {
-        bool any = false;
-        for (char32_t c : u) {
-          if (!IsCased(c)) continue;
-          any = true;
-          if (name == "islower" ? Lower(c) != c : Upper(c) != c) return Value::Bool(false);
-        }
-        return Value::Bool(any);
-      }
+      if (name == "islower") return Value::Bool(PyIsLower(s));
+      if (name == "isupper") return Value::Bool(PyIsUpper(s));
       for (char32_t c : u) {
-        const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
-        const bool digit = cat == UTF8PROC_CATEGORY_ND;
-        const bool alpha = cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
-        bool ok = name == "isspace" ? IsPySpace(c) : name == "isalpha" ? alpha : name == "isalnum" ? (alpha || IsAlnum(c)) : digit;
+        const bool ok = name == "isspace"     ? IsPySpace(c)
+                        : name == "isalpha"   ? IsPyAlpha(c)
+                        : name == "isalnum"   ? IsPyAlnum(c)
+                        : name == "isnumeric" ? IsPyNumeric(c)
+                        : name == "isdigit"   ? IsPyDigit(c)
+                                              : utf8proc_category(static_cast<utf8proc_int32_t>(c)) == UTF8PROC_CATEGORY_ND;
         if (!ok) return Value::Bool(false);
       }
       return Value::Bool(true);

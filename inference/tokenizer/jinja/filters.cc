@@ -54,7 +54,7 @@ std::string Escape(const std::string& s) {
 std::vector<Value> SortValues(Renderer& r, std::vector<Value> items, bool reverse, bool case_sensitive, const Value& attribute) {
   auto key = [&](const Value& v) {
     Value k = attribute.is_undefined() || attribute.is_none() ? v : AttrPath(r, v, Str(attribute));
-    if (!case_sensitive && k.is_string()) k = Value::String(MapChars(k.s(), Lower));
+    if (!case_sensitive && k.is_string()) k = Value::String(PyLower(k.s()));
     return k;
   };
   std::vector<std::pair<Value, Value>> keyed;
@@ -69,8 +69,10 @@ std::vector<Value> SortValues(Renderer& r, std::vector<Value> items, bool revers
 }
 
 // select/reject/selectattr/rejectattr: the test named by args[first] with the rest as its args.
+// Like map, they give nothing for a false input (None, 0, ''), as Jinja's `if value:` does.
 std::vector<Value> SelectItems(Renderer& r, const Value& input, CallArgs& args, bool attr, bool keep) {
   std::vector<Value> out;
+  if (!input.Truthy()) return out;
   size_t first = 0;
   std::string attribute;
   if (attr) {
@@ -153,8 +155,8 @@ std::string Indent(const std::string& in, const Value& width, bool first, bool b
 std::optional<Value> StringFilter(Renderer& r, const std::string& name, const Value& in, CallArgs& a) {
   auto str_in = [&]() { return in.is_string() ? in.s() : Str(in); };
   if (name == "trim") return Value::String(Strip(str_in(), a.Get(0, "chars"), true, true));
-  if (name == "upper") return Value::String(MapChars(str_in(), Upper));
-  if (name == "lower") return Value::String(MapChars(str_in(), Lower));
+  if (name == "upper") return Value::String(PyUpper(str_in()));
+  if (name == "lower") return Value::String(PyLower(str_in()));
   if (name == "title") return Value::String(JinjaTitle(str_in()));
   if (name == "capitalize") return Value::String(Capitalize(str_in()));
   if (name == "string") return in.is_string() ? in : Value::String(Str(in));
@@ -246,7 +248,7 @@ std::optional<Value> SequenceFilter(Renderer& r, const std::string& name, const 
     const bool rev = BoolArg(a.Get(2, "reverse"), false);
     auto key = [&](const Value& kv) {
       Value k = kv.list().items[by_value ? 1 : 0];
-      if (!cs && k.is_string()) k = Value::String(MapChars(k.s(), Lower));
+      if (!cs && k.is_string()) k = Value::String(PyLower(k.s()));
       return k;
     };
     std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) { return rev ? Less(key(y), key(x)) : Less(key(x), key(y)); });
@@ -254,6 +256,7 @@ std::optional<Value> SequenceFilter(Renderer& r, const std::string& name, const 
   }
   if (name == "map") {
     std::vector<Value> out;
+    if (!in.Truthy()) return Value::List(std::move(out));  // Jinja's `if value:`: None maps to nothing
     const Value attr = a.Get(SIZE_MAX, "attribute");
     if (!attr.is_undefined()) {
       const Value dflt = a.Get(SIZE_MAX, "default");
@@ -280,7 +283,7 @@ std::optional<Value> SequenceFilter(Renderer& r, const std::string& name, const 
     std::vector<Value> out, seen;
     for (const Value& item : r.Iterate(in)) {
       Value k = attr.is_undefined() ? item : AttrPath(r, item, Str(attr));
-      if (!cs && k.is_string()) k = Value::String(MapChars(k.s(), Lower));
+      if (!cs && k.is_string()) k = Value::String(PyLower(k.s()));
       bool dup = false;
       for (const Value& s : seen) {
         r.Work(1);

@@ -101,13 +101,24 @@ void AddGlobals(Scope& globals);
 // builtins.cc: Python's str operations on code points, for the methods and the filters alike.
 char32_t Upper(char32_t c);
 char32_t Lower(char32_t c);
-bool IsWordChar(char32_t c);  // letters, numbers, marks, connector punctuation (wordcount)
-std::string MapChars(const std::string& s, char32_t (*f)(char32_t));
 // str.strip/lstrip/rstrip: `chars` a string of code points to strip, else whitespace.
 std::string Strip(const std::string& s, const Value& chars, bool left, bool right);
-std::string Capitalize(const std::string& s);
+
+// py_str.cc: Python's case mappings (full, with the final sigma) and character classes.
+std::string PyUpper(const std::string& s);
+std::string PyLower(const std::string& s);
+std::string PyTitle(const std::string& s);  // str.title
+std::string Capitalize(const std::string& s);  // str.capitalize (titlecase first)
 // Jinja's title filter (words begin after '-', whitespace and opening brackets).
 std::string JinjaTitle(const std::string& s);
+bool PyIsLower(const std::string& s);
+bool PyIsUpper(const std::string& s);
+bool IsPyCased(char32_t c);
+bool IsPyAlpha(char32_t c);
+bool IsPyAlnum(char32_t c);
+bool IsPyDigit(char32_t c);
+bool IsPyNumeric(char32_t c);
+bool IsWordChar(char32_t c);  // Python's re \w: '_' and str.isalnum() characters (wordcount)
 // str.replace; count < 0 replaces all.
 std::string Replace(Renderer& r, const std::string& s, const std::string& old, const std::string& repl, int64_t count);
 std::vector<std::string> SplitLines(const std::string& s);
