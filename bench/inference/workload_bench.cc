@@ -4,29 +4,55 @@
 // quotes attempt k's reply (cut at 4,000 bytes, as the pipeline cuts it). Replies are the
 // workload file's 100-400 tokens each (ignore_eos, so every system writes the same lengths):
 // attempt 1 greedy, retries sampled at 0.75 as `rote serve`'s default retry temperature. A
-// synthesized model (random weights) with a realistic vocabulary of its size
-// (bench/inference/synthetic_vocab.h), so prompts have realistic token counts.
+// synthesized model (random weights, built in memory: no model directory is written or read)
+// with the synthesized tokenizer's vocabulary widened to the model's size
+// (bench/inference/synthetic_vocab.h, pieces of the source tree's own text). That tokenizer has
+// no merges, so every prompt byte is one token: more tokens than a real tokenizer gives the
+// same prompt.
 //
-// Prints per N: the time from the first submission to the last attempt's output, tokens/s of
-// prefill and of decode (the engine's own split of its step time), and the share of prompt
-// tokens served from the prefix cache. --replay FILE writes every request's prompt ids and reply
-// length, in rounds, for bench/inference/workload_peer.py to run the same work.
+// Engine limits as `rote serve` sets them: on CUDA a KV cache of every block free device memory
+// holds after the weights (less 1 GiB), the engine's max_batch 16 and max_step_tokens 512, and
+// with --max-batch N (as `rote serve --max-batch N`) max_step_tokens max(512, 32 N) unless given;
+// max_context 0 (the model's, at most 32,768).
+//
+// Prints per N one JSON line: the time from the first submission to the last attempt's output,
+// tokens/s of prefill and of decode (the engine's own split of its step time), and the share of
+// prompt tokens served from the prefix cache. Progress goes to stderr. --replay FILE writes every
+// request's prompt ids and reply length, in rounds, for bench/inference/workload_peer.py to run
+// the same work. --time-limit S cancels an N still running S seconds after its first submission,
+// --deadline S whatever runs S seconds after the program started (model building included); the
+// cut N's line says "complete":false and the larger N are skipped.
 //
 //   bench_workload --workload FILE [--points 1,8,32] [--shape 0.5b] [--device cuda]
 //                  [--numerics exact|fast] [--replay FILE] [--max-batch 16] [--prefill-chunk 256]
-//                  [--max-step-tokens 512]
+//                  [--max-step-tokens N] [--max-context 0] [--kv-cache-mb 0] [--threads 0]
+//                  [--time-limit S] [--deadline S] [--source DIR] [--model-dir DIR]
+//
+// --source DIR: the source tree the vocabulary is made from (default: the one this binary was
+// built from, else the working directory); the same tree gives the same token ids.
+// --model-dir DIR: also write the model as a directory (config, weights, the widened tokenizer)
+// for `workload_peer.py --model DIR`; `workload_peer.py --shape S` needs no directory.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "bench/inference/synthetic_vocab.h"
 #include "inference/engine.h"
 #include "inference/model/synth.h"
+#include "inference/model/weights.h"
 #include "nlohmann/json.hpp"
 
 namespace fs = std::filesystem;
@@ -58,21 +84,179 @@ std::string Replace(std::string s, const std::string& marker, const std::string&
   return s;
 }
 
+// The source tree the vocabulary is made from: `flag` when given, else the tree the binary was
+// built from when it is there, else the working directory (the binary copied to another machine
+// with the tree). Empty when none holds the sources.
+std::string SourceRoot(const std::string& flag) {
+  for (const std::string& root : {flag, std::string(ROTE_SOURCE_DIR), fs::current_path().string()}) {
+    if (!root.empty() && fs::is_directory(fs::path(root) / "docs") && fs::is_directory(fs::path(root) / "inference"))
+      return root;
+    if (!flag.empty()) return "";
+  }
+  return "";
+}
+
+// The tokenizer of a synthesized model of `family` with its vocabulary widened to `vocab_size`
+// (WidenVocabulary): the files are those of the family's "tiny" model (tokenizer.json,
+// tokenizer_config.json, config.json, generation_config.json: the same special tokens, chat
+// template and stop tokens at every shape), written to a scratch directory and read back.
+StatusOr<Tokenizer> WidenedTokenizer(ModelFamily family, int32_t vocab_size, const std::string& source) {
+  std::string scratch = (fs::temp_directory_path() / "rote-workload-tok-XXXXXX").string();
+  if (::mkdtemp(scratch.data()) == nullptr) return FailedPrecondition("cannot create a scratch directory");
+  SynthOptions tiny;
+  tiny.family = family;
+  tiny.shape = "tiny";
+  const Status written = SynthesizeModel(tiny, scratch);
+  StatusOr<Tokenizer> tokenizer = !written.ok() ? StatusOr<Tokenizer>(written)
+                                  : !rote::bench::WidenVocabulary(scratch, vocab_size, source)
+                                      ? StatusOr<Tokenizer>(DataLoss("cannot widen the vocabulary in " + scratch))
+                                      : Tokenizer::Load(scratch);
+  std::error_code ec;
+  fs::remove_all(scratch, ec);
+  return tokenizer;
+}
+
+// Cancels the requests of the running N when its time limit passes.
+class Watchdog {
+ public:
+  Watchdog(Engine* engine, double deadline) : engine_(engine), deadline_(deadline) {
+    if (deadline_ > 0) thread_ = std::thread([this] { Run(); });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void Watch(const std::vector<RequestId>& ids) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids_ = ids;
+    if (fired_)
+      for (RequestId id : ids_) engine_->Cancel(id);
+  }
+  bool fired() const { return fired_.load(); }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      const double left = deadline_ - NowS();
+      if (left <= 0) {
+        fired_ = true;
+        for (RequestId id : ids_) engine_->Cancel(id);
+        return;
+      }
+      cv_.wait_for(lock, std::chrono::duration<double>(std::min(left, 1.0)));
+    }
+  }
+  Engine* engine_;
+  double deadline_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<RequestId> ids_;
+  bool done_ = false;
+  std::atomic<bool> fired_{false};
+  std::thread thread_;
+};
+
+// Every 15 s while a round runs: what the engine has done since `base` (stderr).
+class Heartbeat {
+ public:
+  Heartbeat(const Engine* engine, std::string label, double t0, const EngineStats& base)
+      : engine_(engine), label_(std::move(label)), t0_(t0), base_(base) {
+    thread_ = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (!cv_.wait_for(lock, std::chrono::seconds(15), [this] { return done_; })) {
+        const EngineStats s = engine_->stats();
+        fprintf(stderr, "[workload] %s: %.0f s, %lld prompt tokens computed, %lld generated, %d running, %d waiting\n",
+                label_.c_str(), NowS() - t0_, static_cast<long long>(s.prefill_tokens - base_.prefill_tokens),
+                static_cast<long long>(s.generated_tokens - base_.generated_tokens), s.running, s.waiting);
+      }
+    });
+  }
+  ~Heartbeat() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  const Engine* engine_;
+  std::string label_;
+  double t0_;
+  EngineStats base_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Attempt `attempt` (0-based) of the first previous.size() points (the file's points over
+// again past its end): attempt k+1 quotes attempt k's reply, previous[i].
+std::vector<GenerationRequest> AttemptRequests(const std::vector<nlohmann::json>& points, int attempt,
+                                               const std::vector<std::string>& previous) {
+  std::vector<GenerationRequest> reqs;
+  for (size_t i = 0; i < previous.size(); ++i) {
+    const nlohmann::json& a = points[i % points.size()]["attempts"][static_cast<size_t>(attempt)];
+    GenerationRequest r;
+    for (const auto& m : a["messages"]) {
+      r.messages.push_back({m["role"].get<std::string>(),
+                            Replace(m["content"].get<std::string>(), "@@CANDIDATE@@", Quoted(previous[i], 4000))});
+    }
+    r.sampling.max_tokens = a["reply_tokens"].get<int>();
+    r.sampling.ignore_eos = true;
+    r.sampling.temperature = attempt == 0 ? 0.0f : 0.75f;
+    r.sampling.seed = 1;
+    r.sampling_key = static_cast<uint64_t>(i) * 3 + static_cast<uint64_t>(attempt);
+    reqs.push_back(std::move(r));
+  }
+  return reqs;
+}
+
+// An engine over `model` that has run one short request (graphs captured, kernels loaded).
+StatusOr<std::unique_ptr<Engine>> OpenWarm(std::shared_ptr<const Model> model, const Tokenizer& tokenizer,
+                                           const EngineOptions& eo) {
+  auto engine = Engine::Open(std::move(model), tokenizer, eo);
+  if (engine.ok()) {
+    GenerationRequest w;
+    w.prompt = "warm up";
+    w.sampling.max_tokens = 4;
+    (void)(*engine)->Generate(w);
+  }
+  return engine;
+}
+
+constexpr const char* kUsage =
+    "usage: bench_workload --workload FILE [--points 1,8,32] [--shape 0.5b] [--device cuda|cpu] "
+    "[--numerics exact|fast] [--replay FILE] [--max-batch N] [--prefill-chunk N] [--max-step-tokens N] "
+    "[--max-context N] [--kv-cache-mb N] [--threads N] [--time-limit S] [--deadline S] [--source DIR] "
+    "[--model-dir DIR]\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const double started = NowS();
   std::map<std::string, std::string> args = {
-      {"workload", ""},      {"points", "1,8,32"}, {"shape", "0.5b"},         {"device", "cuda"},
-      {"numerics", "exact"}, {"replay", ""},       {"max-batch", "16"},       {"prefill-chunk", "256"},
-      {"max-step-tokens", "512"}, {"threads", "0"}};
-  for (int i = 1; i + 1 < argc; i += 2) {
+      {"workload", ""},    {"points", "1,8,32"},  {"shape", "0.5b"},      {"device", "cuda"},
+      {"numerics", "exact"}, {"replay", ""},      {"max-batch", "16"},    {"prefill-chunk", "256"},
+      {"max-step-tokens", ""}, {"max-context", "0"}, {"kv-cache-mb", "0"}, {"threads", "0"},
+      {"time-limit", "0"}, {"deadline", "0"},     {"source", ""},         {"model-dir", ""}};
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
-    if (k.rfind("--", 0) != 0 || !args.count(k.substr(2))) {
-      fprintf(stderr, "usage: bench_workload --workload FILE [--points 1,8,32] [--shape S] [--device D] "
-                      "[--numerics exact|fast] [--replay FILE] [--max-batch N] [--prefill-chunk N] [--max-step-tokens N]\n");
+    if (i + 1 >= argc || k.rfind("--", 0) != 0 || !args.count(k.substr(2))) {
+      fputs(kUsage, stderr);
       return 2;
     }
     args[k.substr(2)] = argv[i + 1];
+  }
+  if (args["numerics"] != "exact" && args["numerics"] != "fast") {
+    fprintf(stderr, "--numerics is exact or fast, not '%s'\n", args["numerics"].c_str());
+    return 2;
   }
   std::vector<nlohmann::json> points;
   {
@@ -84,68 +268,109 @@ int main(int argc, char** argv) {
     fprintf(stderr, "no points in '%s' (make them with workload_prompts)\n", args["workload"].c_str());
     return 1;
   }
-  const std::string dir = (fs::temp_directory_path() / ("rote-workload-" + args["shape"])).string();
+  const std::string source = SourceRoot(args["source"]);
+  if (source.empty()) {
+    fprintf(stderr, "no source tree for the vocabulary: run from the repository's root or give --source DIR\n");
+    return 1;
+  }
+
+  const double m0 = NowS();
   SynthOptions so;
   so.shape = args["shape"];
   auto config = SynthConfig(so);
-  if (!config.ok() || !SynthesizeModel(so, dir).ok() ||
-      !rote::bench::WidenVocabulary(dir, config->vocab_size, ROTE_SOURCE_DIR)) {
-    fprintf(stderr, "cannot synthesize the %s model\n", args["shape"].c_str());
+  if (!config.ok()) {
+    fprintf(stderr, "%s\n", config.status().ToString().c_str());
+    return 2;
+  }
+  const int host_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::shared_ptr<const Model> model;
+  if (const std::string& dir = args["model-dir"]; !dir.empty()) {
+    if (!SynthesizeModel(so, dir).ok() || !rote::bench::WidenVocabulary(dir, config->vocab_size, source)) {
+      fprintf(stderr, "cannot write the %s model to %s\n", so.shape.c_str(), dir.c_str());
+      return 1;
+    }
+    fprintf(stderr, "[workload] wrote %s (%.1f s)\n", dir.c_str(), NowS() - m0);
+  }
+  {
+    auto built = SynthesizeModelInMemory(so, host_threads);
+    if (!built.ok()) {
+      fprintf(stderr, "cannot synthesize the %s model: %s\n", so.shape.c_str(), built.status().ToString().c_str());
+      return 1;
+    }
+    model = *built;
+  }
+  auto tokenizer = WidenedTokenizer(config->family, config->vocab_size, source);
+  if (!tokenizer.ok()) {
+    fprintf(stderr, "tokenizer: %s\n", tokenizer.status().ToString().c_str());
     return 1;
   }
+  const double model_s = NowS() - m0;
+  fprintf(stderr, "[workload] %s model built in memory, tokenizer made (%.1f s), vocabulary from %s\n", so.shape.c_str(), model_s,
+          source.c_str());
+
   EngineOptions eo;
-  if (!ParseDeviceName(args["device"], &eo).ok()) return 2;
+  if (!ParseDeviceName(args["device"], &eo).ok()) {
+    fputs(kUsage, stderr);
+    return 2;
+  }
   eo.numerics_profile = args["numerics"] == "fast" ? NumericsProfile::kFast : NumericsProfile::kExact;
   eo.max_batch = std::stoi(args["max-batch"]);
   eo.prefill_chunk = std::stoi(args["prefill-chunk"]);
-  eo.max_step_tokens = std::stoi(args["max-step-tokens"]);
+  eo.max_step_tokens = args["max-step-tokens"].empty() ? std::max(512, 32 * eo.max_batch)
+                                                         : std::stoi(args["max-step-tokens"]);
+  eo.max_context = std::stoi(args["max-context"]);
   eo.threads = std::stoi(args["threads"]);
-  eo.max_context = 8192;
-  // As `rote serve` sizes it: on CUDA every block free memory holds after the weights.
-  eo.kv_cache_bytes = eo.device == Device::kCpu ? 4ll << 30 : 0;
+  // As `rote serve` sizes it: on CUDA every block free memory holds after the weights (0), or at
+  // most --kv-cache-mb; on the CPU 4 GiB unless given.
+  const int64_t kv_mb = std::stoll(args["kv-cache-mb"]);
+  eo.kv_cache_bytes = kv_mb > 0 ? kv_mb << 20 : eo.device == Device::kCpu ? int64_t{4} << 30 : 0;
+  const double time_limit = std::stod(args["time-limit"]);
+  const double deadline = std::stod(args["deadline"]) > 0 ? started + std::stod(args["deadline"]) : 0;
   std::ofstream replay;
   if (!args["replay"].empty()) replay.open(args["replay"], std::ios::trunc);
 
+  bool skip_rest = false;
   for (int n : ParseList(args["points"])) {
+    if (deadline > 0 && NowS() >= deadline) skip_rest = true;
+    if (skip_rest) {
+      printf("{\"system\":\"rote %s\",\"shape\":\"%s\",\"points\":%d,\"skipped\":true}\n", args["numerics"].c_str(),
+             args["shape"].c_str(), n);
+      fflush(stdout);
+      continue;
+    }
     // A fresh engine per N: nothing cached from another N's prompts.
-    auto engine = Engine::Load(dir, eo);
+    const double e0 = NowS();
+    auto engine = OpenWarm(model, *tokenizer, eo);
     if (!engine.ok()) {
       fprintf(stderr, "engine: %s\n", engine.status().message().c_str());
       return 1;
     }
-    {  // graphs captured, kernels loaded
-      GenerationRequest w;
-      w.prompt = "warm up";
-      w.sampling.max_tokens = 4;
-      (void)(*engine)->Generate(w);
-    }
+    const double open_s = NowS() - e0;
+    fprintf(stderr, "[workload] %s %s N=%d: engine ready (%.1f s; KV cache %lld MiB, %d blocks)\n",
+            args["shape"].c_str(), args["numerics"].c_str(), n, open_s,
+            static_cast<long long>((*engine)->kv_cache_bytes() >> 20), (*engine)->kv_blocks());
     const EngineStats before = (*engine)->stats();
     std::vector<std::string> previous(static_cast<size_t>(n));
     int64_t prompt_tokens = 0, reused = 0, generated = 0;
     std::vector<double> round_s;
+    std::vector<std::string> replay_lines;  // written when all three rounds finished
     const double t0 = NowS();
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      std::vector<GenerationRequest> reqs;
-      for (int i = 0; i < n; ++i) {
-        const nlohmann::json& a = points[static_cast<size_t>(i) % points.size()]["attempts"][static_cast<size_t>(attempt)];
-        GenerationRequest r;
-        for (const auto& m : a["messages"]) {
-          r.messages.push_back({m["role"].get<std::string>(),
-                                Replace(m["content"].get<std::string>(), "@@CANDIDATE@@", Quoted(previous[static_cast<size_t>(i)], 4000))});
-        }
-        r.sampling.max_tokens = a["reply_tokens"].get<int>();
-        r.sampling.ignore_eos = true;
-        r.sampling.temperature = attempt == 0 ? 0.0f : 0.75f;
-        r.sampling.seed = 1;
-        r.sampling_key = static_cast<uint64_t>(i * 3 + attempt);
-        reqs.push_back(std::move(r));
-      }
+    double cut = time_limit > 0 ? t0 + time_limit : 0;
+    if (deadline > 0) cut = cut > 0 ? std::min(cut, deadline) : deadline;
+    Watchdog watchdog(engine->get(), cut);
+    for (int attempt = 0; attempt < 3 && !watchdog.fired(); ++attempt) {
+      std::vector<GenerationRequest> reqs = AttemptRequests(points, attempt, previous);
+      const std::string label = args["shape"] + " " + args["numerics"] + " N=" + std::to_string(n) + " attempt " +
+                                std::to_string(attempt + 1);
+      Heartbeat heartbeat(engine->get(), label, t0, before);
       const double r0 = NowS();
       auto ids = (*engine)->SubmitAll(std::move(reqs));
       if (!ids.ok()) {
         fprintf(stderr, "submit: %s\n", ids.status().message().c_str());
         return 1;
       }
+      watchdog.Watch(*ids);
+      std::vector<std::string> lines;
       for (int i = 0; i < n; ++i) {
         auto r = (*engine)->Wait((*ids)[static_cast<size_t>(i)]);
         if (!r.ok()) {
@@ -156,28 +381,42 @@ int main(int argc, char** argv) {
         reused += r->prompt_tokens_reused;
         generated += static_cast<int64_t>(r->tokens.size());
         previous[static_cast<size_t>(i)] = r->text;
-        if (replay.is_open()) {
-          nlohmann::json line = {{"points", n}, {"attempt", attempt + 1}, {"prompt_ids", r->prompt_tokens},
-                                 {"reply_tokens", r->tokens.size()}};
-          replay << line.dump() << "\n";
-        }
+        nlohmann::json line = {{"points", n}, {"attempt", attempt + 1}, {"prompt_ids", r->prompt_tokens},
+                               {"reply_tokens", r->tokens.size()}};
+        lines.push_back(line.dump());
       }
+      if (watchdog.fired()) break;  // a cut round is not timed
       round_s.push_back(NowS() - r0);
+      replay_lines.insert(replay_lines.end(), lines.begin(), lines.end());
+      fprintf(stderr, "[workload] %s: %.2f s\n", label.c_str(), round_s.back());
     }
     const double wall = NowS() - t0;
+    const bool complete = !watchdog.fired();
+    if (complete && replay.is_open()) {
+      for (const std::string& l : replay_lines) replay << l << "\n";
+      replay.flush();
+    }
     const EngineStats after = (*engine)->stats();
     const double prefill_s = after.prefill_seconds - before.prefill_seconds;
     const double decode_s = after.decode_seconds - before.decode_seconds;
     const int64_t computed = after.prefill_tokens - before.prefill_tokens;
-    printf("{\"system\":\"rote %s\",\"shape\":\"%s\",\"device\":\"%s\",\"points\":%d,\"attempts\":3,\"seconds\":%.3f,"
-           "\"rounds_s\":[%.3f,%.3f,%.3f],\"prompt_tokens\":%lld,\"prompt_tokens_computed\":%lld,"
+    std::string rounds;
+    for (double s : round_s) rounds += (rounds.empty() ? "" : ",") + std::to_string(s);
+    printf("{\"system\":\"rote %s\",\"shape\":\"%s\",\"device\":\"%s\",\"points\":%d,\"attempts\":3,\"complete\":%s,"
+           "\"seconds\":%.3f,\"rounds_s\":[%s],\"prompt_tokens\":%lld,\"prompt_tokens_computed\":%lld,"
            "\"prefix_cache_share\":%.3f,\"generated_tokens\":%lld,\"prefill_s\":%.3f,\"decode_s\":%.3f,"
-           "\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f}\n",
-           args["numerics"].c_str(), args["shape"].c_str(), (*engine)->device().c_str(), n, wall, round_s[0], round_s[1],
-           round_s[2], static_cast<long long>(prompt_tokens), static_cast<long long>(computed),
+           "\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"max_batch\":%d,\"max_step_tokens\":%d,\"kv_cache_mib\":%lld,"
+           "\"model_s\":%.1f,\"engine_open_s\":%.1f}\n",
+           args["numerics"].c_str(), args["shape"].c_str(), (*engine)->device().c_str(), n, complete ? "true" : "false",
+           wall, rounds.c_str(), static_cast<long long>(prompt_tokens), static_cast<long long>(computed),
            prompt_tokens ? static_cast<double>(reused) / prompt_tokens : 0.0, static_cast<long long>(generated), prefill_s,
-           decode_s, prefill_s > 0 ? computed / prefill_s : 0.0, decode_s > 0 ? generated / decode_s : 0.0);
+           decode_s, prefill_s > 0 ? computed / prefill_s : 0.0, decode_s > 0 ? generated / decode_s : 0.0, eo.max_batch,
+           eo.max_step_tokens, static_cast<long long>((*engine)->kv_cache_bytes() >> 20), model_s, open_s);
     fflush(stdout);
+    if (!complete) {
+      fprintf(stderr, "[workload] N=%d cut at its time limit; larger N skipped\n", n);
+      skip_rest = true;
+    }
   }
   return 0;
 }
