@@ -126,11 +126,11 @@ def main():
     if args.mode == "static_compiled":
         # One compilation per static cache shape (batch, cache length): three rounds at each N. The
         # default limit of 8 would send the later N's decode steps back to eager.
-        import torch._dynamo
+        from torch import _dynamo
         for key in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
                     "accumulated_recompile_limit"):
-            if hasattr(torch._dynamo.config, key):
-                setattr(torch._dynamo.config, key, max(getattr(torch._dynamo.config, key), 256))
+            if hasattr(_dynamo.config, key):
+                setattr(_dynamo.config, key, max(getattr(_dynamo.config, key), 256))
 
     import transformers
     t0 = time.perf_counter()
@@ -175,7 +175,13 @@ def main():
                 torch.cuda.synchronize()
                 p0 = time.perf_counter()
                 per_round = []
-                for k, r in enumerate(work):
+                # The untimed pass takes the round of the longest cache first: transformers keeps a
+                # static cache that is long enough for the next call, so the later rounds, and the
+                # timed pass, run on that cache's compiled step instead of compiling their own.
+                order = list(enumerate(work))
+                if p + 1 < passes:
+                    order.sort(key=lambda kr: -(max(len(x[0]) for x in kr[1]) + max(x[1] for x in kr[1])))
+                for k, r in order:
                     r0 = time.perf_counter()
                     run_round(model, [x[0] for x in r], max(x[1] for x in r), args.mode)
                     per_round.append(time.perf_counter() - r0)
