@@ -34,7 +34,9 @@ workload=$(readlink -f "$workload")
 
 bench=${BENCH:-}
 if [ -z "$bench" ] && [ -f build-gpu/pack/bench_workload.xz ]; then
-  bench=$(mktemp -d)/bench_workload
+  unpacked=$(mktemp -d)
+  trap 'rm -rf "$unpacked"' EXIT
+  bench=$unpacked/bench_workload
   xz -dc build-gpu/pack/bench_workload.xz > "$bench" && chmod +x "$bench"
 fi
 [ -z "$bench" ] && bench=build-cuda/bench/inference/bench_workload
