@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The generation workload on the GPU machine (docs/performance.md, "The generation workload"):
-# for each shape, rote exact (recording the replay), rote fast, rote fast at max_batch 32, then
-# the transformers peer with a static cache and a compiled decode step, then the peer's default
-# mode at 1 and 8 points, all on the same workload file, within one time budget. Every JSON line
-# and log goes to OUT; summary.md at the end holds the table.
+# rote exact (recording the replay), rote fast, rote fast at max_batch 32, the transformers peer
+# with a static cache and a compiled decode step, and the peer's default mode at 1 and 8 points,
+# for each shape, on one workload file, within one time budget. Every JSON line and log goes to
+# OUT; summary.md at the end holds the table.
 #
-#   bench/inference/workload_run.sh OUT WORKLOAD [SHAPES] [BUDGET_S] [POINTS]
+#   bench/inference/workload_run.sh OUT WORKLOAD [SHAPES] [BUDGET_S] [POINTS] [STEPS]
 #     SHAPES: 0.5b,1.5b,7b    BUDGET_S: 560 (seconds for everything)    POINTS: 1,8,32
+#     STEPS: exact,fast,fast_b32,compiled,default (the peer's steps need exact's replay)
 #
 # Run it from the repository's root (the synthesized vocabulary is made from the tree's text).
 # WORKLOAD: `workload_prompts --out FILE --points 32` (bench/orchestrator, the full build).
@@ -14,18 +15,20 @@
 # unpacked to a scratch directory, else build-cuda/bench/inference/bench_workload. The peer:
 # python3 with torch and transformers.
 #
-# Steps run in this order; each gets at most its cap (seconds, per shape below) and what is left of
-# the budget, both as the program's own deadline (it prints what it finished, and "complete":false
-# for a cut N) and as an outer `timeout` 20 s later. A step that would get under 20 s is skipped.
-#   1. per shape: rote exact, rote fast, rote fast max_batch 32, peer static + compiled;
-#   2. per shape: peer default at 1 and 8 points (the default mode takes about a minute at 8
-#      points even at 0.5B).
+# Order: rote's steps for every shape, then the compiled peer for every shape, then the default
+# peer (so a slow compilation costs only the peer's columns). Each step gets at most its cap
+# (seconds, per shape below: about twice what it is expected to take on an H200, the compiled
+# peer's compilations being the least known) and what is left of the budget less 20 s, both as the
+# program's own --deadline (it prints what it finished, and "complete":false for a cut N) and as
+# an outer `timeout` 20 s later. A step that would get under 20 s is skipped.
 set -u
-out=${1:?usage: workload_run.sh OUT WORKLOAD [SHAPES] [BUDGET_S] [POINTS]}
-workload=${2:?usage: workload_run.sh OUT WORKLOAD [SHAPES] [BUDGET_S] [POINTS]}
+usage="usage: workload_run.sh OUT WORKLOAD [SHAPES] [BUDGET_S] [POINTS] [STEPS]"
+out=${1:?$usage}
+workload=${2:?$usage}
 shapes=${3:-0.5b,1.5b,7b}
 budget=${4:-560}
 points=${5:-1,8,32}
+steps=,${6:-exact,fast,fast_b32,compiled,default},
 root=$(pwd)
 start=$(date +%s)
 mkdir -p "$out"
@@ -51,12 +54,13 @@ printf 'step\trc\tseconds\tlimit_s\n' > "$out/steps.tsv"
 # Caps in seconds: rote exact, rote fast, rote fast at max_batch 32, peer compiled, peer default.
 caps() {
   case $1 in
-    0.5b) echo 80 70 60 150 120 ;;
-    1.5b) echo 110 90 80 180 150 ;;
-    7b) echo 220 160 140 240 180 ;;
+    0.5b) echo 80 70 60 180 130 ;;
+    1.5b) echo 110 90 80 220 150 ;;
+    7b) echo 240 170 150 300 180 ;;
     *) echo 200 200 200 300 200 ;;
   esac
 }
+want() { [[ $steps == *",$1,"* ]]; }
 
 # step NAME CAP CMD...: runs CMD (stdout to OUT/NAME.jsonl, stderr to OUT/NAME.err) under the
 # smaller of CAP and what is left of the budget less 20 s; @LIMIT@ in CMD stands for that limit
@@ -84,22 +88,24 @@ step() {
 
 IFS=, read -r -a shape_list <<< "$shapes"
 for s in "${shape_list[@]}"; do
-  read -r c_exact c_fast c_fast32 c_compiled _ <<< "$(caps "$s")"
+  read -r c_exact c_fast c_fast32 _ _ <<< "$(caps "$s")"
   rote=("$bench" --workload "$workload" --shape "$s" --points "$points" --source "$root" --deadline @LIMIT@)
-  step "${s}_rote_exact" "$c_exact" "${rote[@]}" --numerics exact --replay "$out/${s}_replay.jsonl"
-  step "${s}_rote_fast" "$c_fast" "${rote[@]}" --numerics fast
-  step "${s}_rote_fast_b32" "$c_fast32" "${rote[@]}" --numerics fast --max-batch 32 --max-step-tokens 1024
-  if [ -s "$out/${s}_replay.jsonl" ]; then
+  want exact && step "${s}_rote_exact" "$c_exact" "${rote[@]}" --numerics exact --replay "$out/${s}_replay.jsonl"
+  want fast && step "${s}_rote_fast" "$c_fast" "${rote[@]}" --numerics fast
+  want fast_b32 && step "${s}_rote_fast_b32" "$c_fast32" "${rote[@]}" --numerics fast --max-batch 32 \
+    --max-step-tokens 1024
+done
+for s in "${shape_list[@]}"; do
+  read -r _ _ _ c_compiled _ <<< "$(caps "$s")"
+  want compiled && [ -s "$out/${s}_replay.jsonl" ] &&
     step "${s}_peer_static_compiled" "$c_compiled" "${peer[@]}" --shape "$s" --replay "$out/${s}_replay.jsonl" \
       --mode static_compiled --deadline @LIMIT@
-  fi
 done
 for s in "${shape_list[@]}"; do
   read -r _ _ _ _ c_default <<< "$(caps "$s")"
-  if [ -s "$out/${s}_replay.jsonl" ]; then
+  want default && [ -s "$out/${s}_replay.jsonl" ] &&
     step "${s}_peer_default" "$c_default" "${peer[@]}" --shape "$s" --replay "$out/${s}_replay.jsonl" \
       --mode default --points 1,8 --deadline @LIMIT@
-  fi
 done
 # The replays (prompt ids) are large and only the peer reads them.
 xz -f "$out"/*_replay.jsonl 2> /dev/null
