@@ -143,6 +143,10 @@ for path in sorted(glob.glob(os.path.join(out, "*.jsonl"))):
                            j["prompt_tokens_computed"], 100 * j["prefix_cache_share"], j["generated_tokens"],
                            j["prefill_tok_s"], j["decode_tok_s"], j["kv_cache_mib"], j["model_s"],
                            j["engine_open_s"]))
+        if kind.startswith("peer") and not j.get("skipped"):
+            splits.append("%s %s N=%d: %s s timed, untimed pass %s s, %s s in all" %
+                          (shape, names[kind], j["points"], j.get("seconds"), j.get("untimed_pass_s", "-"),
+                           j.get("wall_s")))
 order = {"0.5b": 0, "1.5b": 1, "7b": 2}
 print("| shape, points | " + " | ".join(c + ", s" for c in cols) + " |")
 print("|---" * (len(cols) + 1) + "|")
