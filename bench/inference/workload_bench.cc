@@ -37,7 +37,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
+#include <cstdlib>  // mkdtemp
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -46,8 +46,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "bench/inference/synthetic_vocab.h"
 #include "inference/engine.h"
