@@ -12,7 +12,7 @@
 //              [--prefill 0|1] [--tiles -1,0,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,2,5 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2]
 //              [--one-token-kernels 0,1,2] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
-//              [--attention-parts 0,4,2] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0]
+//              [--attention-parts 0,4,2] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0] [--fast-wgmma N[:W]]
 //              [--fast-merge 0|2|3[:STEPS]] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K]
 //              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
@@ -359,6 +359,13 @@ bool Bench::Init() {
   // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
   // epilogue (same bits).
   if (const std::string r = Flag("--fast-rope-fused", ""); !r.empty()) base_.fast_rope_fused = r != "0";
+  // --fast-wgmma N[:W]: the fast profile's products of at least N tokens run on wgmma (0: never;
+  // same bits); W: CudaTuning::fast_wgmma_warpgroups (every such product, W warpgroups a block).
+  if (const std::string r = Flag("--fast-wgmma", ""); !r.empty()) {
+    const size_t colon = r.find(':');
+    base_.fast_wgmma_min_tokens = std::stoi(r.substr(0, colon));
+    if (colon != std::string::npos) base_.fast_wgmma_warpgroups = std::stoi(r.substr(colon + 1));
+  }
   // --one-token-plain-from H: CudaTuning::one_token_plain_from_hidden (0: the size rule never
   // takes the plain tile; same bits).
   if (const std::string r = Flag("--one-token-plain-from", ""); !r.empty()) base_.one_token_plain_from_hidden = std::stoi(r);

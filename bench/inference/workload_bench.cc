@@ -7,8 +7,8 @@
 // synthesized model (random weights, built in memory: no model directory is written or read)
 // with the synthesized tokenizer's vocabulary widened to the model's size
 // (bench/inference/synthetic_vocab.h, pieces of the source tree's own text). That tokenizer has
-// no merges, so every prompt byte is one token: more tokens than a real tokenizer gives the
-// same prompt.
+// no merges; it takes a pre-token found in its vocabulary as one token (whole pieces), which
+// brings the prompts near a real code model's token counts (byte by byte, about twice as many).
 //
 // Engine limits as `rote serve` sets them: on CUDA a KV cache of every block free device memory
 // holds after the weights (less 1 GiB), the engine's max_batch 16 and max_step_tokens 512, and
@@ -106,7 +106,7 @@ StatusOr<Tokenizer> WidenedTokenizer(ModelFamily family, int32_t vocab_size, con
   tiny.shape = "tiny";
   const Status written = SynthesizeModel(tiny, scratch);
   StatusOr<Tokenizer> tokenizer = !written.ok() ? StatusOr<Tokenizer>(written)
-                                  : !rote::bench::WidenVocabulary(scratch, vocab_size, source)
+                                  : !rote::bench::WidenVocabulary(scratch, vocab_size, source, /*whole_pieces=*/true)
                                       ? StatusOr<Tokenizer>(DataLoss("cannot widen the vocabulary in " + scratch))
                                       : Tokenizer::Load(scratch);
   std::error_code ec;
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
   const int host_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::shared_ptr<const Model> model;
   if (const std::string& dir = args["model-dir"]; !dir.empty()) {
-    if (!SynthesizeModel(so, dir).ok() || !rote::bench::WidenVocabulary(dir, config->vocab_size, source)) {
+    if (!SynthesizeModel(so, dir).ok() || !rote::bench::WidenVocabulary(dir, config->vocab_size, source, /*whole_pieces=*/true)) {
       fprintf(stderr, "cannot write the %s model to %s\n", so.shape.c_str(), dir.c_str());
       return 1;
     }

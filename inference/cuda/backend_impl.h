@@ -193,9 +193,14 @@ class CudaBackendImpl final : public CudaBackend {
   // 256 output tiles of 32 x 32 x 32 class sums (32 MB). Products needing more are not split.
   static constexpr int64_t kSplitTickets = 256;
   static constexpr int64_t kSplitScratchFloats = kSplitTickets * 32 * 32 * 32;
-  // (The fast profile's products add their K slices inside a cluster: no scratch.)
+  // (The fast profile's products add their K slices inside a cluster; their prefill-sized ones
+  // take the pieces' scratch instead: fast_linear.h, FastWgmmaScratchBytesFor.)
   void WithSplitScratch(LinearArgs* a) const {
-    if (fast_) return;
+    if (fast_) {
+      a->fast_scratch = fast_scratch_.as<void>();
+      a->fast_scratch_bytes = static_cast<int64_t>(fast_scratch_.bytes());
+      return;
+    }
     a->split_scratch = split_scratch_.as<float>();
     a->split_scratch_floats = kSplitScratchFloats;
     a->split_tickets = split_tickets_.as<uint32_t>();
@@ -422,6 +427,7 @@ class CudaBackendImpl final : public CudaBackend {
   uint64_t* mask_host_ = nullptr;
   size_t mask_host_words_ = 0;
   DeviceBuffer mask_dev_;
+  DeviceBuffer fast_scratch_;  // LinearArgs::fast_scratch, sized for token_capacity_ tokens
   DeviceBuffer split_scratch_, split_tickets_;  // LinearArgs::split_*: see WithSplitScratch
   DeviceBuffer mlp_barrier_;  // MlpBlockKernel's grid barrier: arrival count and generation
   DeviceBuffer step_barrier_;  // DecodeStepKernel's grid barrier: a 64-bit arrival counter

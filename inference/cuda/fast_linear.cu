@@ -57,6 +57,75 @@ int MergeMaxSteps(const CudaTuning& t) {
 
 #include "inference/cuda/fast_kernel.cuh"
 #include "inference/cuda/fast_stream.cuh"
+#include "inference/cuda/fast_wgmma.cuh"
+
+template <int WGS, bool NORM, int EPI>
+cudaError_t LaunchWgmmaFor(const LinearArgs& a, int32_t splits, const uint16_t* pieces, const float* scales,
+                           cudaStream_t stream) {
+  using S = FastWgShape<WGS>;
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
+    return cudaFuncSetAttribute(FastWgmmaKernel<WGS, NORM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                S::kSmemBytes);
+  });
+  if (prepared != cudaSuccess) return prepared;
+  const dim3 grid((a.tokens + kWgTokens - 1) / kWgTokens, (a.w.rows + S::kRows - 1) / S::kRows);
+  if (grid.y > 65535) return cudaErrorInvalidConfiguration;
+  FastWgmmaKernel<WGS, NORM, EPI><<<grid, S::kThreads, S::kSmemBytes, stream>>>(a, splits, pieces, scales);
+  return cudaGetLastError();
+}
+
+// The product's own epilogue compiled in where it is a common one, as LaunchFastCompiled does.
+template <int WGS>
+cudaError_t LaunchWgmma(const LinearArgs& a, int32_t splits, const uint16_t* pieces, const float* scales,
+                        cudaStream_t stream) {
+  constexpr int kRope = static_cast<int>(LinearEpilogue::kRopeStore);
+  constexpr int kSilu = static_cast<int>(LinearEpilogue::kSiluMul);
+  constexpr int kResidual = static_cast<int>(LinearEpilogue::kAddResidual);
+  if (a.norm_weight != nullptr) {
+    if (a.epilogue == LinearEpilogue::kRopeStore) return LaunchWgmmaFor<WGS, true, kRope>(a, splits, pieces, scales, stream);
+    if (a.epilogue == LinearEpilogue::kSiluMul) return LaunchWgmmaFor<WGS, true, kSilu>(a, splits, pieces, scales, stream);
+    return LaunchWgmmaFor<WGS, true, -1>(a, splits, pieces, scales, stream);
+  }
+  if (a.epilogue == LinearEpilogue::kAddResidual)
+    return LaunchWgmmaFor<WGS, false, kResidual>(a, splits, pieces, scales, stream);
+  return LaunchWgmmaFor<WGS, false, -1>(a, splits, pieces, scales, stream);
+}
+
+// Prefill-sized products on wgmma (fast_wgmma.cuh): false where they do not run there. By
+// default only where they measured faster than FastLinearKernel: unsliced products of at least
+// CudaTuning::fast_wgmma_min_cols columns, 4 warpgroups a block (256 rows share each step's
+// pieces). 7B prefill of 1,000 tokens: 5,834 -> 6,407 tok/s with one prompt, 4,825 -> 6,537 with
+// four; 1.5B's products (K of 1,536, or sliced) measured 0-13% slower, so they keep the kernel
+// (H200, docs/fast_profile.md).
+bool LaunchFastWgmma(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream,
+                     cudaError_t* error) {
+  const CudaTuning& t = *ctx.tuning;
+  if (t.fast_wgmma_min_tokens <= 0 || a.tokens < t.fast_wgmma_min_tokens || a.fast_scratch == nullptr) return false;
+  if (FastWgmmaScratchBytes(a.tokens, a.w.cols_padded) > a.fast_scratch_bytes) return false;
+  // Warpgroups a block (64 rows each; 4 only unsliced, the others take 2).
+  int wgs = t.fast_wgmma_warpgroups;
+  if (wgs == 0) {
+    if (splits != 1 || a.w.cols_padded < t.fast_wgmma_min_cols) return false;
+    wgs = 4;
+  }
+  if (wgs == 4 && splits != 1) wgs = 2;
+  if (wgs != 1 && wgs != 2 && wgs != 4) return false;
+  const int64_t token_tiles = (a.tokens + kWgTokens - 1) / kWgTokens;
+  uint16_t* pieces = static_cast<uint16_t*>(a.fast_scratch);
+  float* scales = reinterpret_cast<float*>(static_cast<unsigned char*>(a.fast_scratch) +
+                                           token_tiles * (a.w.cols_padded / kStepCols) * kWgStepPiecesBytes);
+  if (ctx.stats != nullptr) {
+    ++ctx.stats->fast_linear_launches;
+    ++ctx.stats->fast_wgmma_launches;
+  }
+  FastPiecesKernel<<<static_cast<unsigned>(token_tiles * kWgTokens / 8), 256, 0, stream>>>(a, splits, pieces, scales);
+  if ((*error = cudaGetLastError()) != cudaSuccess) return true;
+  *error = wgs == 4   ? LaunchWgmma<4>(a, splits, pieces, scales, stream)
+           : wgs == 2 ? LaunchWgmma<2>(a, splits, pieces, scales, stream)
+                      : LaunchWgmma<1>(a, splits, pieces, scales, stream);
+  return true;
+}
 
 template <int RT, int NTK>
 int64_t FastBlocks(const LinearArgs& a, int32_t splits) {
@@ -183,6 +252,8 @@ cudaError_t LaunchFastRows(const LinearArgs& a, int32_t splits, const LaunchCont
 
 }  // namespace
 
+int64_t FastWgmmaScratchBytesFor(int32_t tokens, int32_t cols_padded) { return FastWgmmaScratchBytes(tokens, cols_padded); }
+
 int32_t FastLinearSplits(int32_t rows, int32_t cols_padded) { return FastLinearSplitsFor(rows, cols_padded, kSplitTarget); }
 
 FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t tokens, int32_t multiprocessors,
@@ -217,6 +288,7 @@ cudaError_t LaunchFastLinear(const LinearArgs& args, const LaunchContext& ctx, c
       (a.prefetch_early_blocks = LatePrefetchEarlyBlocks(a.tokens, *ctx.tuning)) > 0 && ctx.stats != nullptr)
     ++ctx.stats->late_prefetch_launches;
   if (cudaError_t e; LaunchFastStream(a, splits, ctx, stream, &e)) return e;
+  if (cudaError_t e; LaunchFastWgmma(a, splits, ctx, stream, &e)) return e;
   // Token tiles of 8 rows for a batch of up to 8; 16 up to 32 (two blocks share each weight
   // tile through L2, and each warp's chain of dependent instructions halves: measured faster at
   // batch 32 than 32-row tiles); 32 beyond.

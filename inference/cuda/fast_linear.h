@@ -47,6 +47,10 @@ FastLinearShape ChooseFastLinearShape(int32_t rows, int32_t cols_padded, int32_t
 // Block shapes, merged slices, staged norm weights and streamed weights follow ctx.tuning
 // (CudaTuning's fast_* fields): the same bits whatever they are.
 cudaError_t LaunchFastLinear(const LinearArgs& args, const LaunchContext& ctx, cudaStream_t stream);
+// Device memory the products of `tokens` tokens over at most `cols_padded` columns need in
+// LinearArgs::fast_scratch to run on wgmma (fast_wgmma.cuh; from CudaTuning::fast_wgmma_min_tokens
+// tokens): the activations' three bf16 pieces in 128-token tiles and the norm's scales.
+int64_t FastWgmmaScratchBytesFor(int32_t tokens, int32_t cols_padded);
 // Benchmarks, ROTE_CUDA_TIMELINE builds (kernels.h, SetKernelTimeline calls it): this file's
 // kernels record into device_buffer.
 cudaError_t SetFastLinearTimeline(KernelTimeline* device_buffer, cudaStream_t stream);

@@ -103,6 +103,10 @@ Status CudaBackendImpl::EnsureCapacity(int32_t tokens, int32_t logit_rows, int32
       ROTE_RETURN_IF_ERROR(AllocateZeroed(&o_, static_cast<size_t>(cap) * HiddenStride() * 4));
       ROTE_RETURN_IF_ERROR(mlp_tmp_.Allocate(static_cast<size_t>(cap) * 2 * c.intermediate_size * 4));
     }
+    if (fast_) {
+      const int32_t widest = std::max({HiddenStride(), AttStride(), ActStride()});
+      ROTE_RETURN_IF_ERROR(fast_scratch_.Allocate(static_cast<size_t>(cuda::FastWgmmaScratchBytesFor(cap, widest))));
+    }
     token_capacity_ = cap;
   }
   if (logit_rows > logit_capacity_) {

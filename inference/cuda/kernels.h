@@ -141,6 +141,11 @@ struct LinearArgs {
   // before their wait, for the weights that the later blocks copy before theirs (LatePrefetch
   // below). 0: none.
   int32_t prefetch_early_blocks = 0;
+  // The fast profile's prefill products on wgmma (fast_linear.h, FastWgmmaScratchBytes): device
+  // memory for the activations' pieces and the norm's scales, shared by every product on one
+  // stream. Null: those products take FastLinearKernel.
+  void* fast_scratch = nullptr;
+  int64_t fast_scratch_bytes = 0;
 };
 // The kernel and its tile are chosen by size and ctx.tuning (CudaTuning::one_token_kernel and
 // large_batch_tile); every choice gives the same bits.

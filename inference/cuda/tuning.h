@@ -90,6 +90,14 @@ struct CudaTuning {
   // The q|k|v product applies rotary and stores k and v itself (models without q/k norms),
   // sparing a launch per layer, instead of leaving them to the rotary kernel.
   bool fast_rope_fused = true;
+  // Products of at least this many tokens (0: none) run on wgmma (fast_wgmma.cuh: the activations
+  // split once, 128-token tiles, the same bits) where the backend gave them scratch: by default the
+  // unsliced ones of at least fast_wgmma_min_cols columns, in blocks of 4 warpgroups. Warpgroups
+  // 1, 2 or 4 run every product of that many tokens on wgmma, in blocks of that many (4 only the
+  // unsliced ones; the others take 2).
+  int fast_wgmma_min_tokens = 128;
+  int fast_wgmma_min_cols = 2048;
+  int fast_wgmma_warpgroups = 0;
 
   // --- Sampling (sampling.h). 0: every column sorted; 1: the candidate path where the rules
   // allow it; 2: as 1, then every column sorted again as after an overflow (its fallback).
@@ -108,6 +116,7 @@ struct CudaLaunchStats {
   int64_t fast_merged_launches = 0;       // of those, with merged slices
   int64_t fast_norm_staged_launches = 0;  // of those, FastLinearKernel staging its norm weights
   int64_t fast_stream_launches = 0;       // of those, FastStreamKernel
+  int64_t fast_wgmma_launches = 0;        // of those, FastWgmmaKernel
 };
 
 }  // namespace rote::inference

@@ -1622,6 +1622,32 @@ std::vector<std::vector<float>> PrefillThreeThenDecode(Backend* backend, int32_t
   return all;
 }
 
+// The invariance model and three whose products take every sliced path: a 768-wide model's
+// q|k|v, gate|up and lm_head in 2 slices with the norm (and o with the residual), a 1,152-wide
+// model's in 3 with the norm, and a 128-wide model's down over 1,152 columns in 3 with the residual.
+std::vector<std::shared_ptr<const Model>> SlicedProductModels(const std::string& prefix) {
+  std::vector<std::shared_ptr<const Model>> models = {InvarianceModel()};
+  SynthSpec s;
+  s.vocab = 640;
+  s.hidden = 768;
+  s.intermediate = 128;
+  s.heads = 12;
+  s.kv_heads = 1;
+  s.head_dim = 64;
+  models.push_back(SynthModel(prefix + "_768", s));
+  s.vocab = 160;
+  s.hidden = 1152;
+  s.intermediate = 64;
+  s.heads = 18;
+  models.push_back(SynthModel(prefix + "_1152", s));
+  s.vocab = 512;
+  s.hidden = 128;
+  s.intermediate = 1152;
+  s.heads = 2;
+  models.push_back(SynthModel(prefix + "_128", s));
+  return models;
+}
+
 // Merged slices (fast_shapes.h, FastMergesSlices): a product of 2 or 3 short K slices runs them in
 // one block of 16 or 24 warps instead of a cluster, adding the slices' sums in the same order.
 // Against clusters, on models whose products take each path: 2 slices with the residual (a
@@ -1632,27 +1658,7 @@ std::vector<std::vector<float>> PrefillThreeThenDecode(Backend* backend, int32_t
 // decode steps: logits identical in every bit, and the merged run did launch merged blocks.
 TEST(CudaFastProfile, MergedSlicesKeepBits) {
   SKIP_WITHOUT_GPU();
-  std::vector<std::shared_ptr<const Model>> models = {InvarianceModel()};
-  {
-    SynthSpec s;
-    s.vocab = 640;
-    s.hidden = 768;
-    s.intermediate = 128;
-    s.heads = 12;
-    s.kv_heads = 1;
-    s.head_dim = 64;
-    models.push_back(SynthModel("fast_merge_768", s));
-    s.vocab = 160;
-    s.hidden = 1152;
-    s.intermediate = 64;
-    s.heads = 18;
-    models.push_back(SynthModel("fast_merge_1152", s));
-    s.vocab = 512;
-    s.hidden = 128;
-    s.intermediate = 1152;
-    s.heads = 2;
-    models.push_back(SynthModel("fast_merge_128", s));
-  }
+  std::vector<std::shared_ptr<const Model>> models = SlicedProductModels("fast_merge");
   for (const auto& model : models) {
     ASSERT_TRUE(model);
     const int32_t vocab = model->config().vocab_size;
@@ -1920,6 +1926,92 @@ TEST(CudaFastProfile, RopeInTheProductKeepsBits) {
   ASSERT_EQ(fused.size(), 25u);
   ASSERT_EQ(separate.size(), 25u);
   for (size_t i = 0; i < fused.size(); ++i) ASSERT_TRUE(SameBits(fused[i], separate[i])) << "step " << i;
+}
+
+// Prefill-sized products on wgmma (fast_wgmma.cuh) against FastLinearKernel: the same order of
+// the sums, so the same bits, with the default rule and every block shape (1, 2 and 4
+// warpgroups). Models whose products take every path: unsliced (the invariance
+// model), 2 slices (a 768-wide model's q|k|v with the norm and the rotary epilogue, its o with
+// the residual), 3 slices (a 1,152-wide model's, with the norm; a 128-wide model's down over
+// 1,152 columns), 16 slices (a 64-wide model's down over 6,144 columns), the lm_head with every
+// position's logits (its rows gathered). Three sequences of 300, 129 and 45 tokens prefilled in
+// one step (474 token rows: four 128-token tiles, the last partly filled), a 200-token one
+// prefilled whole and in chunks of 16 (FastLinearKernel), then batched decode steps: logits
+// identical in every bit, and the wgmma run did launch wgmma products.
+TEST(CudaFastProfile, WgmmaPrefillKeepsBits) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::shared_ptr<const Model>> models = SlicedProductModels("fast_wgmma");
+  {
+    SynthSpec s;
+    s.vocab = 640;
+    s.hidden = 64;
+    s.intermediate = 6144;
+    s.heads = 2;
+    s.kv_heads = 1;
+    s.head_dim = 32;
+    models.push_back(SynthModel("fast_wgmma_64", s));
+  }
+  for (const auto& model : models) {
+    ASSERT_TRUE(model);
+    const int32_t vocab = model->config().vocab_size;
+    SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
+    // Warpgroups 0: the default rule, unsliced products only (here from 16 columns up).
+    auto run = [&](int min_tokens, int64_t* wgmma_launches, int warpgroups = 0) {
+      CudaTuning tuning;
+      tuning.fast_wgmma_min_tokens = min_tokens;
+      tuning.fast_wgmma_min_cols = 16;
+      tuning.fast_wgmma_warpgroups = warpgroups;
+      auto fast = Fast(model, true, tuning);
+      std::vector<std::vector<float>> all;
+      if (!fast) return all;
+      Driver d(fast.get(), 128);
+      Seq a, b, c, whole;
+      a.tokens = Prompt(300, vocab, 11);
+      b.tokens = Prompt(129, vocab, 12);
+      c.tokens = Prompt(45, vocab, 13);
+      whole.tokens = Prompt(200, vocab, 14);
+      all.push_back(d.Step({{&a, 300, 300}, {&b, 129, 129}, {&c, 45, 45}}));
+      all.push_back(d.Step({{&whole, 200, 200}}));
+      for (int step = 0; step < 6; ++step) {
+        for (Seq* q : {&a, &b, &c, &whole})
+          q->tokens.push_back((step * 7919 + static_cast<int32_t>(q->tokens.size())) % vocab);
+        all.push_back(d.Step({{&a, 1, 1}, {&b, 1, 1}, {&c, 1, 1}, {&whole, 1, 1}}));
+      }
+      *wgmma_launches = fast->launch_stats().fast_wgmma_launches;
+      return all;
+    };
+    int64_t with = 0, without = 0;
+    const std::vector<std::vector<float>> wgmma = run(128, &with), kernel = run(0, &without);
+    ASSERT_EQ(wgmma.size(), 8u);
+    ASSERT_EQ(kernel.size(), 8u);
+    EXPECT_GT(with, 0);
+    EXPECT_EQ(without, 0);
+    for (size_t i = 0; i < wgmma.size(); ++i) ASSERT_TRUE(SameBits(wgmma[i], kernel[i])) << "step " << i;
+    // Every block shape (warpgroups a block; 4 runs only the unsliced products, the others take 2).
+    for (int warpgroups : {1, 2, 4}) {
+      SCOPED_TRACE("warpgroups=" + std::to_string(warpgroups));
+      int64_t launches = 0;
+      const std::vector<std::vector<float>> shaped = run(128, &launches, warpgroups);
+      ASSERT_EQ(shaped.size(), 8u);
+      EXPECT_GT(launches, 0);
+      for (size_t i = 0; i < shaped.size(); ++i) ASSERT_TRUE(SameBits(shaped[i], kernel[i])) << "step " << i;
+    }
+    // The 200-token prompt whole (wgmma) against chunks of 16 (FastLinearKernel), same backend kind.
+    CudaTuning tuning;
+    auto chunked = Fast(model, true, tuning);
+    ASSERT_TRUE(chunked);
+    Driver d(chunked.get(), 128);
+    Seq whole;
+    whole.tokens = Prompt(200, vocab, 14);
+    std::vector<float> all;
+    for (int32_t at = 0; at < 200; at += 16) {
+      const int32_t n = std::min<int32_t>(16, 200 - at);
+      std::vector<float> l = d.Step({{&whole, n, n}});
+      all.insert(all.end(), l.begin(), l.end());
+    }
+    EXPECT_EQ(chunked->launch_stats().fast_wgmma_launches, 0);
+    EXPECT_TRUE(SameBits(wgmma[1], all)) << "whole against chunks of 16";
+  }
 }
 
 // Whole prefill vs chunks of 1 (decode steps), 5 and 16 tokens, eager vs graphs, and every block

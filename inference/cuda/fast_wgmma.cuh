@@ -1,0 +1,353 @@
+// The fast profile's product for prefill-sized steps on Hopper's warpgroup tensor-core
+// instructions (wgmma), with the profile's order of the sums, so the bits of FastLinearKernel
+// (fast_linear.h). Two launches:
+//
+// 1. FastPiecesKernel, one warp per token: the activations (times the norm weights, with the norm)
+//    split into their three bf16 pieces (FastSplit) once, written as wgmma's B operand for every
+//    16-column step (below); with the norm, each token's scale from its sum of squares added in
+//    the profile's order (per slice: each of the 8 warp classes' 4 lanes' fma chains over its
+//    steps, the lanes in the xor butterfly, the classes in order; the slices in order).
+// 2. FastWgmmaKernel: a block is 1 or 2 consumer warpgroups of 64 weight rows each over 128 tokens,
+//    and one producer warp that copies each step's weight tiles and the step's pieces into a ring
+//    in shared memory (cp.async.bulk completing on the stage's mbarrier). The consumers take the
+//    steps in the order of the sums: slice by slice, in each slice warp class w's steps w, w + 8,
+//    ... (FastLinearKernel's warp w), each class's chain from zero with one wgmma per piece (lo,
+//    mid, hi: the same instruction's bits as mma.sync's, bench/inference/wgmma_bits_probe.cu),
+//    the classes' sums added in class order and the slices' in slice order. The weights are the A
+//    operand in registers, straight from the tile layout (fast_tiles.h: a lane's 16 bytes of a
+//    tile are its mma.m16n8k16 A registers, which are wgmma's per warp); the pieces, B, from
+//    shared memory.
+//
+// The pieces' layout (kWgTokens = 128 tokens a tile): bf16 elements
+//   ((tile * steps + step) * 3 + piece) * 2048 + ((token / 8 * 2 + khalf) * 8 + token % 8) * 8 + kk
+// with pieces lo, mid, hi; kk the position within a k half of the step's tile permutation
+// (fast_tiles.h: thread t's positions 2t, 2t + 1 hold columns 4t, 4t + 1 in k half 0, and
+// 4t + 2, 4t + 3 in k half 1). That is wgmma's no-swizzle K-major layout of 8 x 8 core matrices
+// (16 bytes a row; the two k halves 128 bytes apart, 8-token groups 256 apart), so one step's
+// three pieces are one 12 KiB copy.
+//
+// A part of fast_linear.cu's translation unit, included after fast_kernel.cuh (its epilogue and
+// copy helpers): not a header of its own.
+
+constexpr int kWgTokens = 128;                   // tokens per tile (wgmma's N)
+constexpr int kWgPieceBytes = kWgTokens * 16 * 2;  // one piece of one step: 4 KiB
+constexpr int kWgStepPiecesBytes = 3 * kWgPieceBytes;
+
+// Bytes of the pieces and the norm scales of `tokens` tokens over `cols_padded` columns.
+inline int64_t FastWgmmaScratchBytes(int32_t tokens, int32_t cols_padded) {
+  const int64_t tiles = (tokens + kWgTokens - 1) / kWgTokens;
+  return tiles * (cols_padded / kStepCols) * kWgStepPiecesBytes + tiles * kWgTokens * 4;
+}
+
+__device__ __forceinline__ uint32_t PackHigh(uint32_t a, uint32_t b) { return __byte_perm(a, b, 0x7632); }
+
+// Grid: ceil(tiles * 128 / 8) blocks of 256 threads, warp = one token (past the batch: zeros).
+__global__ void __launch_bounds__(256) FastPiecesKernel(LinearArgs a, int32_t splits, uint16_t* pieces, float* scales) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m = blockIdx.x * 8 + warp;
+  const int steps = a.w.cols_padded / kStepCols;
+  const bool real = m < a.tokens;
+  const float* x = real ? a.x + static_cast<int64_t>(a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride : nullptr;
+  const bool norm = a.norm_weight != nullptr;
+  if (norm) {
+    // Lane 4 w + t is FastLinearKernel's lane t of warp w (any g: the squares of a token).
+    const int w = lane / 4, t = lane % 4;
+    float total = 0.0f;
+    for (int sl = 0; sl < splits; ++sl) {
+      const int s_begin = static_cast<int>(static_cast<int64_t>(sl) * steps / splits);
+      const int s_end = static_cast<int>(static_cast<int64_t>(sl + 1) * steps / splits);
+      float q = 0.0f;
+      if (real)
+        for (int s = s_begin + w; s < s_end; s += kWarps) {
+          const float4 v = *reinterpret_cast<const float4*>(x + s * kStepCols + 4 * t);
+          q = fmaf(v.x, v.x, q);
+          q = fmaf(v.y, v.y, q);
+          q = fmaf(v.z, v.z, q);
+          q = fmaf(v.w, v.w, q);
+        }
+      q = TokenLanesSum(q);  // (t0 + t1) + (t2 + t3), on every lane of the quad
+      float u = __shfl_sync(0xffffffffu, q, 0);
+      for (int c = 1; c < kWarps; ++c) u = u + __shfl_sync(0xffffffffu, q, 4 * c);
+      total = sl == 0 ? u : total + u;
+    }
+    if (lane == 0 && real) scales[m] = canonical_rms_scale(total, a.w.cols, a.norm_eps);
+  }
+  const int tile = m / kWgTokens, mi = m % kWgTokens, grp = mi / 8, r = mi % 8;
+  const int t = lane % 4;
+  const float4* nw = reinterpret_cast<const float4*>(a.norm_weight);
+  for (int s = lane / 4; s < steps; s += 8) {
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (real) {
+      v = *reinterpret_cast<const float4*>(x + s * kStepCols + 4 * t);
+      if (norm) {
+        const float4 w = nw[s * (kStepCols / 4) + t];
+        v = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+      }
+    }
+    const FastPieces q[4] = {FastSplit(v.x), FastSplit(v.y), FastSplit(v.z), FastSplit(v.w)};
+    uint16_t* base = pieces + (static_cast<int64_t>(tile) * steps + s) * 3 * (kWgPieceBytes / 2);
+    uint32_t* half0 = reinterpret_cast<uint32_t*>(base + ((grp * 2 + 0) * 8 + r) * 8 + 2 * t);
+    uint32_t* half1 = reinterpret_cast<uint32_t*>(base + ((grp * 2 + 1) * 8 + r) * 8 + 2 * t);
+    constexpr int kPieceWords = kWgPieceBytes / 4;
+    half0[0] = PackHigh(q[0].lo, q[1].lo);
+    half1[0] = PackHigh(q[2].lo, q[3].lo);
+    half0[kPieceWords] = PackHigh(q[0].mid, q[1].mid);
+    half1[kPieceWords] = PackHigh(q[2].mid, q[3].mid);
+    half0[2 * kPieceWords] = PackHigh(q[0].hi, q[1].hi);
+    half1[2 * kPieceWords] = PackHigh(q[2].hi, q[3].hi);
+  }
+}
+
+__device__ __forceinline__ void WgBarrierInit(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void WgBarrierExpect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void WgBarrierArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void WgBarrierWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void WgBulkCopy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
+// A no-swizzle K-major shared-memory matrix descriptor: start, leading (between the k halves)
+// and stride (between 8-row groups) byte offsets, in 16-byte units.
+__device__ __forceinline__ uint64_t WgDescriptor(uint32_t smem_addr, uint32_t leading, uint32_t stride) {
+  return uint64_t((smem_addr >> 4) & 0x3fff) | (uint64_t((leading >> 4) & 0x3fff) << 16) |
+         (uint64_t((stride >> 4) & 0x3fff) << 32);
+}
+
+// d += A (64 x 16, this warp's 16 rows in registers) x B (16 x 128, shared memory).
+__device__ __forceinline__ void WgMma(float (&d)[64], const uint4& a, uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, accumulate, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(1));
+#else
+  (void)d, (void)a, (void)b;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void WgFence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void WgCommit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void WgWait(float (&d)[64]) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // The accumulators as operands: nothing reads them above the wait.
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#else
+  (void)d;
+#endif
+}
+
+// WGS consumer warpgroups (64 weight rows each) and a producer warp. With 4 (256 rows: each
+// step's pieces serve twice the rows of 2), the warp classes' running sum lives in the block's
+// sums in shared memory instead of registers (the registers of 544 threads hold one accumulator
+// each), so only unsliced products take it.
+template <int WGS>
+struct FastWgShape {
+  static constexpr bool kSumInShared = WGS == 4;
+  static constexpr int kConsumers = WGS * 128;
+  static constexpr int kThreads = kConsumers + 32;
+  static constexpr int kRows = 64 * WGS;
+  static constexpr int kTiles = 4 * WGS;  // 16-row weight tiles per block
+  static constexpr int kStageBytes = kTiles * 512 + kWgStepPiecesBytes;
+  static constexpr int kStages = WGS == 4 ? 4 : WGS == 2 ? 6 : 5;
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kSumStride = kRows + 4;  // floats: [token][row], conflict-free fragment stores
+  static constexpr int kSumsOffset = kRingBytes;
+  static constexpr int kBarriersOffset = kSumsOffset + kWgTokens * kSumStride * 4;
+  static constexpr int kSmemBytes = kBarriersOffset + 2 * kStages * 8;
+  static constexpr int kBlocksPerSM = WGS >= 2 ? 1 : 2;
+  static_assert(kBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024, "blocks must fit a multiprocessor");
+};
+
+// The steps a block takes, in the order of the sums: slice sl, class c, then c's steps in order.
+struct WgSteps {
+  int steps, splits;
+  __device__ __forceinline__ int Begin(int sl) const { return static_cast<int>(static_cast<int64_t>(sl) * steps / splits); }
+  __device__ __forceinline__ int End(int sl) const { return static_cast<int>(static_cast<int64_t>(sl + 1) * steps / splits); }
+};
+
+template <int WGS, bool NORM, int EPI>
+__global__ void __launch_bounds__(FastWgShape<WGS>::kThreads, FastWgShape<WGS>::kBlocksPerSM)
+    FastWgmmaKernel(LinearArgs a, int32_t splits, const uint16_t* pieces, const float* scales) {
+  using S = FastWgShape<WGS>;
+  extern __shared__ __align__(128) unsigned char wg_smem[];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int rows = a.w.rows, steps = a.w.cols_padded / kStepCols;
+  const WgSteps order{steps, splits};
+  const int tt = blockIdx.x, m0 = tt * kWgTokens, mcount = min(kWgTokens, a.tokens - m0);
+  const int tile0 = blockIdx.y * S::kTiles;
+  const int last_tile = (rows + kFastTileRows - 1) / kFastTileRows - 1;
+  const uint32_t smem = SharedAddr(wg_smem);
+  const uint32_t full0 = smem + S::kBarriersOffset, empty0 = full0 + S::kStages * 8;
+  if (tid == 0) {
+    for (int i = 0; i < S::kStages; ++i) {
+      WgBarrierInit(full0 + 8 * i, 1);
+      WgBarrierInit(empty0 + 8 * i, S::kTiles);  // every consumer warp releases its stage
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp == WGS * 4) {  // the producer warp: one lane issues every copy
+    if (lane == 0) {
+      const unsigned char* tiles = static_cast<const unsigned char*>(a.w.fast_tiles);
+      const unsigned char* step_pieces =
+          reinterpret_cast<const unsigned char*>(pieces) + static_cast<int64_t>(tt) * steps * kWgStepPiecesBytes;
+      int i = 0;
+      for (int sl = 0; sl < splits; ++sl)
+        for (int c = 0; c < kWarps; ++c)
+          for (int s = order.Begin(sl) + c; s < order.End(sl); s += kWarps, ++i) {
+            const int stage = i % S::kStages, round = i / S::kStages;
+            if (round > 0) WgBarrierWait(empty0 + 8 * stage, (round - 1) & 1);
+            const uint32_t full = full0 + 8 * stage, dst = smem + stage * S::kStageBytes;
+            WgBarrierExpect(full, S::kStageBytes);
+            for (int r = 0; r < S::kTiles; ++r) {
+              const int tile = min(tile0 + r, last_tile);
+              WgBulkCopy(dst + r * 512, tiles + (static_cast<int64_t>(tile) * steps + s) * 512, 512, full);
+            }
+            WgBulkCopy(dst + S::kTiles * 512, step_pieces + static_cast<int64_t>(s) * kWgStepPiecesBytes,
+                       kWgStepPiecesBytes, full);
+          }
+    }
+    return;
+  }
+
+  // A consumer: warpgroup wg, its warp wi holds weight rows 64 wg + 16 wi (+ g, + 8) of the tile.
+  const int wg = warp / 4, wi = warp % 4, g = lane / 4, t = lane % 4;
+  float* sums = reinterpret_cast<float*>(wg_smem + S::kSumsOffset);
+  float acc[64], u[S::kSumInShared ? 1 : 64];
+  // acc[4 j + e]: row 16 wi + g (+ 8 for e >= 2), token 8 j + 2 t (+ 1 for odd e): its place in sums.
+  auto sum_at = [&](int k) -> float& {
+    const int jj = k / 4, e = k % 4;
+    const int row = 64 * wg + 16 * wi + g + 8 * (e / 2), tok = 8 * jj + 2 * t + (e % 2);
+    return sums[tok * S::kSumStride + row];
+  };
+  int i = 0;
+  auto step = [&](uint4& w, int) {
+    const int stage = i % S::kStages;
+    WgBarrierWait(full0 + 8 * stage, (i / S::kStages) & 1);
+    const uint32_t base = smem + stage * S::kStageBytes;
+    w = LoadShared16u(base + (wg * 4 + wi) * 512 + lane * 16);
+    const uint32_t b = base + S::kTiles * 512;
+    WgFence();
+    WgMma(acc, w, WgDescriptor(b, 128, 256));
+    WgMma(acc, w, WgDescriptor(b + kWgPieceBytes, 128, 256));
+    WgMma(acc, w, WgDescriptor(b + 2 * kWgPieceBytes, 128, 256));
+    WgCommit();
+    ++i;
+  };
+  // Step i - 1's instructions are done once at most the newest group (step i's) is in flight.
+  auto release_previous = [&] {
+    if (lane == 0) WgBarrierArrive(empty0 + 8 * ((i - 2 + S::kStages) % S::kStages));
+  };
+  for (int sl = 0; sl < splits; ++sl) {
+    for (int c = 0; c < kWarps; ++c) {
+#pragma unroll
+      for (int k = 0; k < 64; ++k) acc[k] = 0.0f;
+      const int first = order.Begin(sl) + c, end = order.End(sl);
+      const int n = first < end ? (end - first + kWarps - 1) / kWarps : 0;
+      // Two register sets for the weights: a step's are overwritten only two steps later, once
+      // the instructions that read them are done (wait_group 1).
+      uint4 w0, w1;
+      int j = 0;
+      for (; j + 1 < n; j += 2) {
+        step(w0, j);
+        if (j > 0) {
+          WgWait<1>(acc);
+          release_previous();
+        }
+        step(w1, j + 1);
+        WgWait<1>(acc);
+        release_previous();
+      }
+      if (j < n) {
+        step(w0, j);
+        if (j > 0) {
+          WgWait<1>(acc);
+          release_previous();
+        }
+      }
+      WgWait<0>(acc);
+      if (n > 0 && lane == 0) WgBarrierArrive(empty0 + 8 * ((i - 1) % S::kStages));
+      if constexpr (S::kSumInShared) {
+#pragma unroll
+        for (int k = 0; k < 64; ++k) {
+          float& v = sum_at(k);
+          v = c == 0 ? acc[k] : v + acc[k];
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < 64; ++k) u[k] = c == 0 ? acc[k] : u[k] + acc[k];
+      }
+    }
+    // The slices' sums in slice order, in the block's sums ([token][row]): each element is this
+    // thread's alone. (With the classes' sum in shared memory there is one slice, the launcher's
+    // rule, and its sums are in place.)
+    if constexpr (!S::kSumInShared) {
+#pragma unroll
+      for (int k = 0; k < 64; ++k) {
+        float& v = sum_at(k);
+        v = sl == 0 ? u[k] : v + u[k];
+      }
+    }
+  }
+  asm volatile("bar.sync 1, %0;" ::"n"(S::kConsumers) : "memory");  // the consumers' sums are in
+
+  constexpr int kPairs = S::kRows / 2;
+  const int row0 = tile0 * kFastTileRows;
+  WithKernelEpilogue<EPI>(a.epilogue, [&](auto kind) {
+    constexpr LinearEpilogue E = decltype(kind)::value;
+    for (int idx = tid; idx < kPairs * kWgTokens; idx += S::kConsumers) {
+      const int row = 2 * (idx % kPairs), tok = idx / kPairs, n = row0 + row;
+      if (tok >= mcount || n >= rows) continue;
+      const float2 v = *reinterpret_cast<const float2*>(sums + tok * S::kSumStride + row);
+      float v0 = v.x, v1 = n + 1 < rows ? v.y : 0.0f;
+      if constexpr (NORM) {
+        const float r = scales[m0 + tok];
+        v0 = r * v0;
+        v1 = r * v1;
+      }
+      FastEpilogue e = PlanFastEpilogue<E>(a, m0 + tok, n);
+      LoadFastResidual<E>(a, m0 + tok, n, &e);
+      StoreFast<E>(a, m0 + tok, n, v0, v1, e);
+    }
+  });
+}
