@@ -104,8 +104,14 @@ Status CudaBackendImpl::EnsureCapacity(int32_t tokens, int32_t logit_rows, int32
       ROTE_RETURN_IF_ERROR(mlp_tmp_.Allocate(static_cast<size_t>(cap) * 2 * c.intermediate_size * 4));
     }
     if (fast_) {
+      // Optional: without it the prefill products keep FastLinearKernel (same bits), so a device
+      // too full for it runs on. The failed allocation's error is taken off the error state, or
+      // the next launch's check would report it.
       const int32_t widest = std::max({HiddenStride(), AttStride(), ActStride()});
-      ROTE_RETURN_IF_ERROR(fast_scratch_.Allocate(static_cast<size_t>(cuda::FastWgmmaScratchBytesFor(cap, widest))));
+      if (!fast_scratch_.Allocate(static_cast<size_t>(cuda::FastWgmmaScratchBytesFor(cap, widest))).ok()) {
+        fast_scratch_.Reset();
+        (void)cudaGetLastError();
+      }
     }
     token_capacity_ = cap;
   }
