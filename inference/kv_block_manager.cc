@@ -8,17 +8,29 @@
 
 namespace rote::inference {
 
-KvBlockManager::KvBlockManager(int32_t num_blocks) : refs_(num_blocks, 0) {
+KvBlockManager::KvBlockManager(int32_t num_blocks) : refs_(num_blocks, 0), cached_serial_(num_blocks, -1) {
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
 
 std::optional<int32_t> KvBlockManager::Allocate() {
-  if (free_.empty()) return std::nullopt;
-  const int32_t b = free_.back();
-  free_.pop_back();
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else if (!free_cached_.empty()) {
+    b = free_cached_.begin()->second;
+    free_cached_.erase(free_cached_.begin());
+    cached_serial_[b] = -1;
+  } else {
+    return std::nullopt;
+  }
   refs_[b] = 1;
   ForgetBlock(b);  // its cached content is about to be overwritten
   return b;
+}
+
+void KvBlockManager::InsertFree(int32_t block) {
+  free_.insert(std::upper_bound(free_.begin(), free_.end(), block, std::greater<int32_t>()), block);
 }
 
 void KvBlockManager::AddRef(int32_t block) {
@@ -31,16 +43,26 @@ void KvBlockManager::Revive(int32_t block) {
     ++refs_[block];
     return;
   }
-  auto it = std::lower_bound(free_.begin(), free_.end(), block, std::greater<int32_t>());
-  if (it == free_.end() || *it != block) std::abort();  // neither used nor free: a bug
-  free_.erase(it);
+  if (cached_serial_[block] >= 0) {
+    free_cached_.erase(cached_serial_[block]);
+    cached_serial_[block] = -1;
+  } else {
+    auto it = std::lower_bound(free_.begin(), free_.end(), block, std::greater<int32_t>());
+    if (it == free_.end() || *it != block) std::abort();  // neither used nor free: a bug
+    free_.erase(it);
+  }
   refs_[block] = 1;
 }
 
 void KvBlockManager::Release(int32_t block) {
   if (refs_[block] <= 0) std::abort();  // double free is a scheduler bug
   if (--refs_[block] == 0) {
-    free_.insert(std::upper_bound(free_.begin(), free_.end(), block, std::greater<int32_t>()), block);
+    if (block_keys_.count(block)) {
+      cached_serial_[block] = next_serial_;
+      free_cached_.emplace(next_serial_++, block);
+    } else {
+      InsertFree(block);
+    }
   }
 }
 
@@ -59,6 +81,11 @@ void KvBlockManager::ForgetBlock(int32_t block) {
   const int32_t parent = it->second[0];
   prefix_blocks_.erase(it->second);
   block_keys_.erase(it);
+  if (refs_[block] == 0 && cached_serial_[block] >= 0) {  // free, and nothing to keep any more
+    free_cached_.erase(cached_serial_[block]);
+    cached_serial_[block] = -1;
+    InsertFree(block);
+  }
   for (auto [c, end] = block_children_.equal_range(parent); c != end; ++c) {
     if (c->second == block) {
       block_children_.erase(c);

@@ -150,7 +150,9 @@ void Scheduler::Preempt(const std::shared_ptr<Sequence>& s) {
 }
 
 void Scheduler::ReleaseBlocks(Sequence& s) {
-  for (int32_t b : s.blocks) blocks_->Release(b);
+  // Last block first: the prefix cache evicts its least recently released block first, so a
+  // sequence's deepest blocks go before the ones they hang from (KvBlockManager::Release).
+  for (auto b = s.blocks.rbegin(); b != s.blocks.rend(); ++b) blocks_->Release(*b);
   s.blocks.clear();
   s.computed = 0;
 }

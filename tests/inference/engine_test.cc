@@ -463,6 +463,29 @@ TEST(EngineTest, PrefixSharingReusesBlocksWithoutChangingBits) {
   EXPECT_TRUE(SameLogits(c_shared, c_plain));
 }
 
+// A finished request's cached prefix outlives other requests' allocations while the cache has
+// blocks it never used: new blocks come from those first (KvBlockManager::Allocate). With a
+// lowest-id-first rule, the unrelated request in between took the prefix's freed blocks.
+TEST(EngineTest, CachedPrefixOutlivesUnrelatedRequests) {
+  Loaded l = LoadTiny(ModelFamily::kQwen3);
+  std::mt19937 rng(22);
+  const std::vector<int32_t> prefix = RandomTokens(rng, 48);
+  auto with_suffix = [&](int n) {
+    std::vector<int32_t> p = prefix;
+    const auto s = RandomTokens(rng, n);
+    p.insert(p.end(), s.begin(), s.end());
+    return p;
+  };
+  EngineOptions o;
+  o.prefix_sharing = true;
+  o.kv_cache_bytes = 64 * KvBytesPerBlock(l.model->config());
+  auto engine = MakeEngine(l, o);
+  EXPECT_EQ(RunToEnd(*engine, TokensRequest(with_suffix(5), 8)).prompt_tokens_reused, 0);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(RunToEnd(*engine, TokensRequest(RandomTokens(rng, 60), 8)).prompt_tokens_reused, 0);
+  EXPECT_EQ(RunToEnd(*engine, TokensRequest(with_suffix(7), 8)).prompt_tokens_reused, 48);
+}
+
 TEST(EngineTest, SeedChangesSampledTokens) {
   Loaded l = LoadTiny(ModelFamily::kLlama);
   auto engine = MakeEngine(l, {});

@@ -1,7 +1,7 @@
-// The KV block manager alone: blocks come lowest id first, reference counts free a block at
-// zero, and the prefix cache finds a computed prefix by its parent block and tokens, keeps it
-// after its last user leaves, and forgets it (with every block keyed under it) once the block is
-// allocated again.
+// The KV block manager alone: uncached blocks come lowest id first and cached free ones least
+// recently released first, reference counts free a block at zero, and the prefix cache finds a
+// computed prefix by its parent block and tokens, keeps it after its last user leaves, and
+// forgets it (with every block keyed under it) once the block is allocated again.
 #include "inference/kv_block_manager.h"
 
 #include <gtest/gtest.h>
@@ -111,12 +111,46 @@ TEST(KvBlockManagerTest, ReleasedBlocksStayCachedUntilReallocated) {
   EXPECT_EQ(m.num_free(), 2);
   for (int32_t b : again) m.Release(b);
 
-  // Allocating block 0 overwrites the first block: its key and its child's go.
+  // Free blocks the cache does not know go first, so the prefix survives them.
+  EXPECT_EQ(m.Allocate(), 2);
+  EXPECT_EQ(m.Allocate(), 3);
+  EXPECT_EQ(m.cached_blocks(), 2u);
+  // Then the cached block released longest ago: block 0 (released before 1 here) overwrites the
+  // first block, and its key and its child's go; the orphaned child is free and uncached.
   EXPECT_EQ(m.Allocate(), 0);
   EXPECT_EQ(m.cached_blocks(), 0u);
   std::vector<int32_t> none;
   EXPECT_EQ(m.ShareCachedPrefix(a, 2, &none), 0);
   EXPECT_EQ(m.RefCount(1), 0);  // the orphaned child was not revived
+  EXPECT_EQ(m.num_free(), 1);
+  EXPECT_EQ(m.Allocate(), 1);
+  EXPECT_EQ(m.Allocate(), std::nullopt);
+}
+
+// Eviction is least recently released first. Released last block first, as the scheduler
+// releases a sequence's blocks, a prefix loses its deepest block first and keeps the blocks it
+// hangs from; a block revived and released again is the most recently used.
+TEST(KvBlockManagerTest, EvictsTheLeastRecentlyReleasedCachedBlock) {
+  KvBlockManager m(5);
+  const std::vector<int32_t> a = Tokens(3);
+  const std::vector<int32_t> blocks = Compute(m, a);  // 0, 1, 2
+  ASSERT_EQ(blocks, (std::vector<int32_t>{0, 1, 2}));
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) m.Release(*b);  // 2, 1, 0
+  EXPECT_EQ(m.num_free(), 5);
+  EXPECT_EQ(m.Allocate(), 3);  // uncached first
+  EXPECT_EQ(m.Allocate(), 4);
+  EXPECT_EQ(m.Allocate(), 2);  // then the deepest block, released first
+  EXPECT_EQ(m.cached_blocks(), 2u);
+  std::vector<int32_t> shared;
+  EXPECT_EQ(m.ShareCachedPrefix(a, 3, &shared), 2);  // the first two blocks survive
+  EXPECT_EQ(shared, (std::vector<int32_t>{0, 1}));
+  m.Release(shared[1]);  // released again, 1 before 0: 1 is now the oldest
+  m.Release(shared[0]);
+  EXPECT_EQ(m.Allocate(), 1);  // released before 0 this time
+  EXPECT_EQ(m.cached_blocks(), 1u);
+  std::vector<int32_t> first;
+  EXPECT_EQ(m.ShareCachedPrefix(a, 3, &first), 1);
+  EXPECT_EQ(first, (std::vector<int32_t>{0}));
 }
 
 TEST(KvBlockManagerTest, TheFirstBlockToComputeAPrefixKeepsIt) {
