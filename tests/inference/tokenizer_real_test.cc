@@ -173,5 +173,13 @@ INSTANTIATE_TEST_SUITE_P(Published, RealTokenizerTest,
                                            "deepseek_v3", "llama3_1", "mistral_nemo", "gpt2", "gpt4o", "claude",
                                            "command_r_plus"));
 
+// Published vocabularies with the pipelines other conversions write (tools/make_tokenizer_references.py,
+// VARIANTS): Metaspace with prepend_scheme first / never and the legacy add_prefix_space, Phi-3's
+// rstrip added tokens and lstrip / single_word ones, and NFKD + Lowercase + Strip + Replace.
+INSTANTIATE_TEST_SUITE_P(Variants, RealTokenizerTest,
+                         ::testing::Values("llama2_metaspace_first", "llama2_metaspace_legacy",
+                                           "gemma2_metaspace_never", "llama2_phi3_added",
+                                           "gpt2_nfkd_lowercase_strip"));
+
 }  // namespace
 }  // namespace rote::inference
