@@ -1,7 +1,10 @@
-// A synthetic vocabulary shaped like a byte-level BPE one, for the grammar benchmarks: the 256
-// bytes, then the most frequent pieces (words with and without a leading space, punctuation and
-// whitespace runs, digits, UTF-8) of the repository's own sources and docs, then CJK pieces,
-// until it has `size` entries. A pure function of the sources, so runs compare.
+// A synthetic vocabulary shaped like a byte-level BPE one, for the grammar and workload
+// benchmarks: the 256 bytes, then the most frequent pieces (words with and without a leading
+// space, punctuation and whitespace runs, digits, UTF-8) of the repository's own sources and docs,
+// then CJK pieces, until it has `size` entries. A pure function of the sources: runs of one tree
+// compare. The ranked pieces can be written to a file (WritePieces) and read back (ReadPieces), so
+// a benchmark's tokenization stays the same while the tree changes (the workload benchmark's
+// `<workload>.vocab`).
 #pragma once
 
 #include <algorithm>
@@ -54,9 +57,8 @@ inline std::vector<std::string> PreTokens(const std::string& text) {
   return out;
 }
 
-inline std::vector<std::string> SyntheticVocab(int size, const fs::path& root) {
-  std::vector<std::string> vocab;
-  for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
+// The source tree's pieces, most frequent (count times length) first, at most `limit`.
+inline std::vector<std::string> RankedSourcePieces(const fs::path& root, size_t limit) {
   std::string corpus;
   std::vector<fs::path> files;
   for (const char* dir : {"blueprints", "docs", "inference", "orchestrator", "sandbox", "store", "cli", "tests"}) {
@@ -84,8 +86,17 @@ inline std::vector<std::string> SyntheticVocab(int size, const fs::path& root) {
     const long sy = static_cast<long>(y.second) * static_cast<long>(y.first.size());
     return sx != sy ? sx > sy : x.first < y.first;
   });
+  std::vector<std::string> ranked;
+  for (size_t i = 0; i < pieces.size() && i < limit; ++i) ranked.push_back(std::move(pieces[i].first));
+  return ranked;
+}
+
+// The vocabulary of `size` entries from ranked pieces: the bytes, the pieces, then CJK.
+inline std::vector<std::string> VocabFromPieces(int size, const std::vector<std::string>& ranked) {
+  std::vector<std::string> vocab;
+  for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
   const int cjk_share = size / 5;
-  for (const auto& [p, n] : pieces) {
+  for (const std::string& p : ranked) {
     if (static_cast<int>(vocab.size()) >= size - cjk_share) break;
     vocab.push_back(p);
   }
@@ -102,6 +113,65 @@ inline std::vector<std::string> SyntheticVocab(int size, const fs::path& root) {
     for (uint32_t b = 0x4E00; b < 0x4E00 + 40 && static_cast<int>(vocab.size()) < size; ++b) vocab.push_back(utf8(a) + utf8(b));
   }
   return vocab;
+}
+
+inline std::vector<std::string> SyntheticVocab(int size, const fs::path& root) {
+  return VocabFromPieces(size, RankedSourcePieces(root, static_cast<size_t>(std::max(size, 0))));
+}
+
+// How many ranked pieces a workload's `.vocab` holds: enough for vocabularies of 250,000 entries.
+constexpr size_t kWorkloadPieces = 200000;
+
+// Ranked pieces as a file: a header line, then one piece a line in hex (pieces are bytes, not
+// always whole UTF-8 characters).
+constexpr const char* kPiecesHeader = "rote synthetic vocabulary pieces v1";
+inline bool WritePieces(const fs::path& path, const std::vector<std::string>& pieces) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << kPiecesHeader << "\n";
+  static const char* hex = "0123456789abcdef";
+  for (const std::string& p : pieces) {
+    std::string line;
+    for (unsigned char c : p) {
+      line.push_back(hex[c >> 4]);
+      line.push_back(hex[c & 15]);
+    }
+    out << line << "\n";
+  }
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+// The pieces of a WritePieces file; false (and `error` says why) for anything else.
+inline bool ReadPieces(const fs::path& path, std::vector<std::string>* pieces, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  if (!in) {
+    *error = "cannot read " + path.string();
+    return false;
+  }
+  if (!std::getline(in, line) || line != kPiecesHeader) {
+    *error = path.string() + " is not a pieces file (its first line must be '" + kPiecesHeader + "')";
+    return false;
+  }
+  pieces->clear();
+  auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
+  for (size_t n = 2; std::getline(in, line); ++n) {
+    std::string p;
+    for (size_t i = 0; i < line.size(); i += 2) {
+      const int hi = nibble(line[i]), lo = i + 1 < line.size() ? nibble(line[i + 1]) : -1;
+      if (hi < 0 || lo < 0) {
+        *error = path.string() + ":" + std::to_string(n) + ": not an even run of lowercase hex digits";
+        return false;
+      }
+      p.push_back(static_cast<char>(hi * 16 + lo));
+    }
+    if (p.size() < 2) {
+      *error = path.string() + ":" + std::to_string(n) + ": a piece has at least two bytes";
+      return false;
+    }
+    pieces->push_back(std::move(p));
+  }
+  return true;
 }
 
 // GPT-2's byte-to-unicode map: how byte-level BPE vocabularies spell bytes in tokenizer.json.
@@ -134,14 +204,15 @@ inline std::string ByteLevel(const std::string& bytes) {
 // byte; with whole_pieces, the tokenizer takes a pre-token found in the vocabulary as one token
 // (tokenizers' ignore_merges, as Llama 3's files set it), which brings prompts near a real code
 // model's token counts (the workload's first prompt: 1,460 bytes, 691 tokens).
-inline bool WidenVocabulary(const std::string& dir, int32_t vocab_size, const fs::path& source_root,
-                            bool whole_pieces = false) {
+// `ranked` (RankedSourcePieces or ReadPieces) gives the pieces.
+inline bool WidenVocabularyWith(const std::string& dir, int32_t vocab_size, const std::vector<std::string>& ranked,
+                                bool whole_pieces = false) {
   std::ifstream in(dir + "/tokenizer.json");
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded()) return false;
   int32_t first_free = 256;
   for (const auto& t : j["added_tokens"]) first_free = std::max(first_free, t["id"].get<int32_t>() + 1);
-  const std::vector<std::string> pieces = SyntheticVocab(vocab_size - (first_free - 256), source_root);
+  const std::vector<std::string> pieces = VocabFromPieces(vocab_size - (first_free - 256), ranked);
   nlohmann::json vocab = nlohmann::json::object();
   int32_t id = 0;
   for (size_t i = 0; i < pieces.size() && id < vocab_size; ++i) {
@@ -155,6 +226,12 @@ inline bool WidenVocabulary(const std::string& dir, int32_t vocab_size, const fs
   std::ofstream out(dir + "/tokenizer.json", std::ios::trunc);
   out << j.dump();
   return static_cast<bool>(out);
+}
+
+inline bool WidenVocabulary(const std::string& dir, int32_t vocab_size, const fs::path& source_root,
+                            bool whole_pieces = false) {
+  return WidenVocabularyWith(dir, vocab_size, RankedSourcePieces(source_root, static_cast<size_t>(std::max(vocab_size, 0))),
+                             whole_pieces);
 }
 
 }  // namespace rote::bench

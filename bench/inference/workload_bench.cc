@@ -6,7 +6,8 @@
 // attempt 1 greedy, retries sampled at 0.75 as `rote serve`'s default retry temperature. A
 // synthesized model (random weights, built in memory: no model directory is written or read)
 // with the synthesized tokenizer's vocabulary widened to the model's size
-// (bench/inference/synthetic_vocab.h, pieces of the source tree's own text). That tokenizer has
+// (bench/inference/synthetic_vocab.h: pieces of the source tree's own text, as the workload file's
+// `<workload>.vocab` pinned them when workload_prompts wrote it). That tokenizer has
 // no merges; it takes a pre-token found in its vocabulary as one token (whole pieces), which
 // brings the prompts near a real code model's token counts (byte by byte, about twice as many).
 //
@@ -26,10 +27,13 @@
 //   bench_workload --workload FILE [--points 1,8,32] [--shape 0.5b] [--device cuda]
 //                  [--numerics exact|fast] [--replay FILE] [--max-batch 16] [--prefill-chunk 256]
 //                  [--max-step-tokens N] [--max-context 0] [--kv-cache-mb 0] [--threads 0]
-//                  [--time-limit S] [--deadline S] [--source DIR] [--model-dir DIR]
+//                  [--time-limit S] [--deadline S] [--vocab FILE] [--source DIR] [--model-dir DIR]
 //
-// --source DIR: the source tree the vocabulary is made from (default: the one this binary was
-// built from, else the working directory); the same tree gives the same token ids.
+// --vocab FILE: the ranked pieces the vocabulary is made from (WritePieces' format); default
+// `<workload>.vocab` where it exists, which workload_prompts writes beside the workload, so the
+// token ids (and a random model's replies) stay the same while the tree changes. Without one,
+// --source DIR: the source tree the pieces are taken from (default: the one this binary was built
+// from, else the working directory); then only the same tree gives the same token ids.
 // --model-dir DIR: also write the model as a directory (config, weights, the widened tokenizer)
 // for `workload_peer.py --model DIR`; `workload_peer.py --shape S` needs no directory.
 #include <algorithm>
@@ -94,11 +98,38 @@ std::string SourceRoot(const std::string& flag) {
   return "";
 }
 
+// The vocabulary's ranked pieces: --vocab FILE, else <workload>.vocab where it exists (both pinned
+// by workload_prompts), else the source tree's text (SourceRoot). False after saying why.
+bool VocabularyPieces(std::map<std::string, std::string>& args, std::vector<std::string>* pieces, std::string* from) {
+  std::string file = args["vocab"];
+  if (file.empty() && fs::exists(args["workload"] + ".vocab")) file = args["workload"] + ".vocab";
+  if (!file.empty()) {
+    std::string error;
+    if (!rote::bench::ReadPieces(file, pieces, &error)) {
+      fprintf(stderr, "--vocab: %s\n", error.c_str());
+      return false;
+    }
+    *from = file;
+    return true;
+  }
+  const std::string source = SourceRoot(args["source"]);
+  if (source.empty()) {
+    fprintf(stderr, "no vocabulary: give --vocab FILE (workload_prompts writes <workload>.vocab), or run from the "
+                    "repository's root or give --source DIR\n");
+    return false;
+  }
+  fprintf(stderr, "[workload] no %s.vocab: the vocabulary comes from the source tree %s, so token ids follow the "
+                  "tree's text\n", args["workload"].c_str(), source.c_str());
+  *pieces = rote::bench::RankedSourcePieces(source, rote::bench::kWorkloadPieces);
+  *from = "source tree " + source;
+  return true;
+}
+
 // The tokenizer of a synthesized model of `family` with its vocabulary widened to `vocab_size`
 // (WidenVocabulary): the files are those of the family's "tiny" model (tokenizer.json,
 // tokenizer_config.json, config.json, generation_config.json: the same special tokens, chat
 // template and stop tokens at every shape), written to a scratch directory and read back.
-StatusOr<Tokenizer> WidenedTokenizer(ModelFamily family, int32_t vocab_size, const std::string& source) {
+StatusOr<Tokenizer> WidenedTokenizer(ModelFamily family, int32_t vocab_size, const std::vector<std::string>& pieces) {
   std::string scratch = (fs::temp_directory_path() / "rote-workload-tok-XXXXXX").string();
   if (::mkdtemp(scratch.data()) == nullptr) return FailedPrecondition("cannot create a scratch directory");
   SynthOptions tiny;
@@ -106,7 +137,7 @@ StatusOr<Tokenizer> WidenedTokenizer(ModelFamily family, int32_t vocab_size, con
   tiny.shape = "tiny";
   const Status written = SynthesizeModel(tiny, scratch);
   StatusOr<Tokenizer> tokenizer = !written.ok() ? StatusOr<Tokenizer>(written)
-                                  : !rote::bench::WidenVocabulary(scratch, vocab_size, source, /*whole_pieces=*/true)
+                                  : !rote::bench::WidenVocabularyWith(scratch, vocab_size, pieces, /*whole_pieces=*/true)
                                       ? StatusOr<Tokenizer>(DataLoss("cannot widen the vocabulary in " + scratch))
                                       : Tokenizer::Load(scratch);
   std::error_code ec;
@@ -232,7 +263,7 @@ StatusOr<std::unique_ptr<Engine>> OpenWarm(std::shared_ptr<const Model> model, c
 constexpr const char* kUsage =
     "usage: bench_workload --workload FILE [--points 1,8,32] [--shape 0.5b] [--device cuda|cpu] "
     "[--numerics exact|fast] [--replay FILE] [--max-batch N] [--prefill-chunk N] [--max-step-tokens N] "
-    "[--max-context N] [--kv-cache-mb N] [--threads N] [--time-limit S] [--deadline S] [--source DIR] "
+    "[--max-context N] [--kv-cache-mb N] [--threads N] [--time-limit S] [--deadline S] [--vocab FILE] [--source DIR] "
     "[--model-dir DIR]\n";
 
 }  // namespace
@@ -243,7 +274,8 @@ int main(int argc, char** argv) {
       {"workload", ""},    {"points", "1,8,32"},  {"shape", "0.5b"},      {"device", "cuda"},
       {"numerics", "exact"}, {"replay", ""},      {"max-batch", "16"},    {"prefill-chunk", "256"},
       {"max-step-tokens", ""}, {"max-context", "0"}, {"kv-cache-mb", "0"}, {"threads", "0"},
-      {"time-limit", "0"}, {"deadline", "0"},     {"source", ""},         {"model-dir", ""}};
+      {"time-limit", "0"}, {"deadline", "0"},     {"source", ""},         {"model-dir", ""},
+      {"vocab", ""}};
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
     if (i + 1 >= argc || k.rfind("--", 0) != 0 || !args.count(k.substr(2))) {
@@ -266,11 +298,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "no points in '%s' (make them with workload_prompts)\n", args["workload"].c_str());
     return 1;
   }
-  const std::string source = SourceRoot(args["source"]);
-  if (source.empty()) {
-    fprintf(stderr, "no source tree for the vocabulary: run from the repository's root or give --source DIR\n");
-    return 1;
-  }
+  std::vector<std::string> pieces;
+  std::string vocabulary_from;
+  if (!VocabularyPieces(args, &pieces, &vocabulary_from)) return 1;
 
   const double m0 = NowS();
   SynthOptions so;
@@ -283,7 +313,7 @@ int main(int argc, char** argv) {
   const int host_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::shared_ptr<const Model> model;
   if (const std::string& dir = args["model-dir"]; !dir.empty()) {
-    if (!SynthesizeModel(so, dir).ok() || !rote::bench::WidenVocabulary(dir, config->vocab_size, source, /*whole_pieces=*/true)) {
+    if (!SynthesizeModel(so, dir).ok() || !rote::bench::WidenVocabularyWith(dir, config->vocab_size, pieces, /*whole_pieces=*/true)) {
       fprintf(stderr, "cannot write the %s model to %s\n", so.shape.c_str(), dir.c_str());
       return 1;
     }
@@ -297,14 +327,14 @@ int main(int argc, char** argv) {
     }
     model = *built;
   }
-  auto tokenizer = WidenedTokenizer(config->family, config->vocab_size, source);
+  auto tokenizer = WidenedTokenizer(config->family, config->vocab_size, pieces);
   if (!tokenizer.ok()) {
     fprintf(stderr, "tokenizer: %s\n", tokenizer.status().ToString().c_str());
     return 1;
   }
   const double model_s = NowS() - m0;
   fprintf(stderr, "[workload] %s model built in memory, tokenizer made (%.1f s), vocabulary from %s\n", so.shape.c_str(), model_s,
-          source.c_str());
+          vocabulary_from.c_str());
 
   EngineOptions eo;
   if (!ParseDeviceName(args["device"], &eo).ok()) {

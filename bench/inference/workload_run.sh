@@ -10,7 +10,9 @@
 #     STEPS: exact,fast,fast_b32,compiled,default (the peer's steps need exact's replay)
 #
 # Run it from the repository's root (the synthesized vocabulary is made from the tree's text).
-# WORKLOAD: `workload_prompts --out FILE --points 32` (bench/orchestrator, the full build).
+# WORKLOAD: bench/inference/workload/workload.jsonl.xz (the prompts and vocabulary the figures of
+# docs/performance.md used), or `workload_prompts --out FILE --points 32` (bench/orchestrator, the
+# full build; it writes FILE.vocab beside FILE).
 # The bench: $BENCH when set, else build-gpu/pack/bench_workload.xz (a stripped binary, xz)
 # unpacked to a scratch directory, else build-cuda/bench/inference/bench_workload. The peer:
 # python3 with torch and transformers.
@@ -34,12 +36,21 @@ start=$(date +%s)
 mkdir -p "$out"
 workload=$(readlink -f "$workload")
 [ -s "$workload" ] || { echo "no workload file $workload" >&2; exit 2; }
+# A compressed workload (bench/inference/workload/workload.jsonl.xz, with its .vocab.xz beside it)
+# is unpacked to a scratch directory; bench_workload takes <workload>.vocab from beside the file.
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+if [[ $workload == *.xz ]]; then
+  plain=$scratch/$(basename "${workload%.xz}")
+  xz -dc "$workload" > "$plain" || exit 2
+  [ -f "${workload%.xz}.vocab.xz" ] && { xz -dc "${workload%.xz}.vocab.xz" > "$plain.vocab" || exit 2; }
+  workload=$plain
+fi
+[ -f "$workload.vocab" ] || echo "no $workload.vocab: the vocabulary comes from this tree's text" >&2
 
 bench=${BENCH:-}
 if [ -z "$bench" ] && [ -f build-gpu/pack/bench_workload.xz ]; then
-  unpacked=$(mktemp -d)
-  trap 'rm -rf "$unpacked"' EXIT
-  bench=$unpacked/bench_workload
+  bench=$scratch/bench_workload
   xz -dc build-gpu/pack/bench_workload.xz > "$bench" && chmod +x "$bench"
 fi
 [ -z "$bench" ] && bench=build-cuda/bench/inference/bench_workload
@@ -55,8 +66,8 @@ printf 'step\trc\tseconds\tlimit_s\n' > "$out/steps.tsv"
 caps() {
   case $1 in
     0.5b) echo 80 70 60 180 130 ;;
-    1.5b) echo 110 90 80 220 150 ;;
-    7b) echo 240 170 150 300 180 ;;
+    1.5b) echo 110 90 80 300 150 ;;
+    7b) echo 240 230 210 550 180 ;;
     *) echo 200 200 200 300 200 ;;
   esac
 }

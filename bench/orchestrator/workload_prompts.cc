@@ -8,6 +8,11 @@
 // reply length of 100 to 400 tokens per attempt (a pure function of the point's index).
 //
 //   workload_prompts --out workload.jsonl [--points 32] [--blueprints DIR]
+//
+// It also writes workload.jsonl.vocab: the ranked pieces of the source tree's text (--source,
+// default the tree it was built from) that
+// bench_workload's synthesized vocabulary is made from (bench/inference/synthetic_vocab.h), so a
+// workload file tokenizes the same on every later tree.
 //   bench_workload --workload workload.jsonl ...   (the model half, bench/inference/workload_bench.cc)
 #include <cstdio>
 #include <filesystem>
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/inference/synthetic_vocab.h"
 #include "nlohmann/json.hpp"
 #include "orchestrator/engine/blueprint_runtime.h"
 #include "orchestrator/engine/spec.h"
@@ -81,17 +87,18 @@ std::string FailureFor(const engine::GenerationPoint& p, int attempt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> args = {{"out", ""}, {"points", "32"}, {"blueprints", ROTE_BLUEPRINTS_DIR}};
+  std::map<std::string, std::string> args = {{"out", ""}, {"points", "32"}, {"blueprints", ROTE_BLUEPRINTS_DIR},
+                                               {"source", ROTE_SOURCE_DIR}};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k.rfind("--", 0) != 0 || !args.count(k.substr(2))) {
-      fprintf(stderr, "usage: workload_prompts --out FILE [--points N] [--blueprints DIR]\n");
+      fprintf(stderr, "usage: workload_prompts --out FILE [--points N] [--blueprints DIR] [--source DIR]\n");
       return 2;
     }
     args[k.substr(2)] = argv[i + 1];
   }
   if (args["out"].empty()) {
-    fprintf(stderr, "usage: workload_prompts --out FILE [--points N] [--blueprints DIR]\n");
+    fprintf(stderr, "usage: workload_prompts --out FILE [--points N] [--blueprints DIR] [--source DIR]\n");
     return 2;
   }
   absl::StatusOr<generate::SandboxNames> names = generate::ProbeSandboxNames();
@@ -147,7 +154,20 @@ int main(int argc, char** argv) {
     out << line.dump() << "\n";
     ++index;
   }
+  out.flush();
+  if (!out) {
+    fprintf(stderr, "cannot write %s\n", args["out"].c_str());
+    return 1;
+  }
   fprintf(stderr, "wrote %d points (%d from the shipped blueprints) to %s; candidate marker %s, quoted up to %zu bytes\n",
           index, shipped, args["out"].c_str(), kCandidateMarker, generate::kMaxQuotedCandidateBytes);
-  return out ? 0 : 1;
+  const std::string vocab = args["out"] + ".vocab";
+  const std::vector<std::string> pieces = rote::bench::RankedSourcePieces(args["source"], rote::bench::kWorkloadPieces);
+  if (pieces.empty() || !rote::bench::WritePieces(vocab, pieces)) {
+    fprintf(stderr, "cannot write the vocabulary's pieces to %s (source tree %s)\n", vocab.c_str(), args["source"].c_str());
+    return 1;
+  }
+  fprintf(stderr, "wrote %zu ranked pieces of %s to %s (bench_workload's vocabulary)\n", pieces.size(), args["source"].c_str(),
+          vocab.c_str());
+  return 0;
 }
