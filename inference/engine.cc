@@ -595,6 +595,7 @@ void Engine::Impl::RecordStep(size_t rows, int64_t prefill_tokens, int64_t sampl
   const double seconds = std::chrono::duration<double>(elapsed).count();
   std::lock_guard<std::mutex> lock(stats_mu);
   stats.steps++;
+  if (prefill_tokens > 0) stats.prefill_steps++;
   stats.prefill_tokens += prefill_tokens;
   stats.generated_tokens += sampled_tokens;
   (prefill_tokens > 0 ? stats.prefill_seconds : stats.decode_seconds) += seconds;

@@ -151,6 +151,7 @@ using RequestId = uint64_t;
 // positions, else as decode.
 struct EngineStats {
   int64_t steps = 0;
+  int64_t prefill_steps = 0;     // of those, steps that computed prompt positions (their time is prefill_seconds)
   int64_t prefill_tokens = 0;    // prompt positions computed (not those reused from the prefix cache)
   int64_t generated_tokens = 0;  // tokens sampled
   double prefill_seconds = 0;

@@ -428,18 +428,20 @@ int main(int argc, char** argv) {
     const double prefill_s = after.prefill_seconds - before.prefill_seconds;
     const double decode_s = after.decode_seconds - before.decode_seconds;
     const int64_t computed = after.prefill_tokens - before.prefill_tokens;
+    const int64_t steps = after.steps - before.steps;  // engine steps (a chained run of greedy steps is one)
     std::string rounds;
     for (double s : round_s) rounds += (rounds.empty() ? "" : ",") + std::to_string(s);
     printf("{\"system\":\"rote %s\",\"shape\":\"%s\",\"device\":\"%s\",\"points\":%d,\"attempts\":3,\"complete\":%s,"
            "\"seconds\":%.3f,\"rounds_s\":[%s],\"prompt_tokens\":%lld,\"prompt_tokens_computed\":%lld,"
            "\"prefix_cache_share\":%.3f,\"generated_tokens\":%lld,\"prefill_s\":%.3f,\"decode_s\":%.3f,"
            "\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"max_batch\":%d,\"max_step_tokens\":%d,\"kv_cache_mib\":%lld,"
-           "\"model_s\":%.1f,\"engine_open_s\":%.1f}\n",
+           "\"steps\":%lld,\"prefill_steps\":%lld,\"mean_batch\":%.2f,\"model_s\":%.1f,\"engine_open_s\":%.1f}\n",
            args["numerics"].c_str(), args["shape"].c_str(), (*engine)->device().c_str(), n, complete ? "true" : "false",
            wall, rounds.c_str(), static_cast<long long>(prompt_tokens), static_cast<long long>(computed),
            prompt_tokens ? static_cast<double>(reused) / prompt_tokens : 0.0, static_cast<long long>(generated), prefill_s,
            decode_s, prefill_s > 0 ? computed / prefill_s : 0.0, decode_s > 0 ? generated / decode_s : 0.0, eo.max_batch,
-           eo.max_step_tokens, static_cast<long long>((*engine)->kv_cache_bytes() >> 20), model_s, open_s);
+           eo.max_step_tokens, static_cast<long long>((*engine)->kv_cache_bytes() >> 20), static_cast<long long>(steps),
+           static_cast<long long>(after.prefill_steps - before.prefill_steps), steps > 0 ? static_cast<double>(after.batch_size_sum - before.batch_size_sum) / steps : 0.0, model_s, open_s);
     fflush(stdout);
     if (!complete) {
       fprintf(stderr, "[workload] N=%d cut at its time limit; larger N skipped\n", n);

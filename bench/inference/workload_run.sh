@@ -148,11 +148,15 @@ for path in sorted(glob.glob(os.path.join(out, "*.jsonl"))):
             text = "%.2f" % j["seconds"]
         rows.setdefault(key, {})[names[kind]] = text
         if kind.startswith("rote") and j.get("complete") and not j.get("skipped"):
+            steps = ""
+            if j.get("prefill_steps"):
+                steps = " (%d prefill steps of %.0f tokens on average, %.2f sequences a step)" % (
+                    j["prefill_steps"], j["prompt_tokens_computed"] / j["prefill_steps"], j.get("mean_batch", 0))
             splits.append("%s %s N=%d: %.2f s, prompt %d tokens (%d computed, cache %.0f%%), generated %d; "
-                          "prefill %.0f tok/s, decode %.0f tok/s; KV %d MiB; model %.0f s, engine %.0f s" %
+                          "prefill %.0f tok/s, decode %.0f tok/s%s; KV %d MiB; model %.0f s, engine %.0f s" %
                           (shape, names[kind], j["points"], j["seconds"], j["prompt_tokens"],
                            j["prompt_tokens_computed"], 100 * j["prefix_cache_share"], j["generated_tokens"],
-                           j["prefill_tok_s"], j["decode_tok_s"], j["kv_cache_mib"], j["model_s"],
+                           j["prefill_tok_s"], j["decode_tok_s"], steps, j["kv_cache_mib"], j["model_s"],
                            j["engine_open_s"]))
         if kind.startswith("peer") and not j.get("skipped"):
             splits.append("%s %s N=%d: %s s timed, untimed pass %s s, %s s in all" %

@@ -762,5 +762,22 @@ TEST(EngineTest, StatsCountPrefillDecodeAndBatches) {
   EXPECT_EQ(s.running, 0);
 }
 
+// A lone 100-token prompt in chunks of 32 is four prefill steps (32, 32, 32, 4; the last one also
+// samples the first token); the other steps decode.
+TEST(EngineTest, StatsCountPrefillSteps) {
+  Loaded l = LoadTiny();
+  EngineOptions o;
+  o.prefill_chunk = 32;
+  o.greedy_chain_steps = 1;
+  auto engine = MakeEngine(l, o);
+  std::mt19937 rng(9);
+  const GenerationResult r = RunToEnd(*engine, TokensRequest(RandomTokens(rng, 100), 5));
+  ASSERT_EQ(r.tokens.size(), 5u);
+  const EngineStats s = engine->stats();
+  EXPECT_EQ(s.prefill_steps, 4);
+  EXPECT_EQ(s.prefill_tokens, 100);
+  EXPECT_EQ(s.steps, 4 + 4) << "four prefill steps, then one step per further token";
+}
+
 }  // namespace
 }  // namespace rote::inference
