@@ -299,6 +299,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> mo
   limits.max_batch = options.max_batch;
   limits.prefill_chunk = options.prefill_chunk;
   limits.max_step_tokens = options.max_step_tokens;
+  limits.prefill_fills_step = options.prefill_fills_step;
   limits.greedy_chain_steps = options.greedy_chain_steps;
   limits.capture_logits = options.capture_logits;
   limits.prefix_sharing = options.prefix_sharing;

@@ -69,6 +69,19 @@ std::vector<StepPart> Scheduler::Schedule() {
       parts.push_back({s, n, s->computed + n == static_cast<int32_t>(s->all.size())});
     }
   }
+  if (limits_.prefill_fills_step) {
+    // The budget the chunks left goes to the prompts already in the step, in order, up to their
+    // ends: a lone prompt fills the step instead of taking one chunk of it.
+    for (StepPart& p : parts) {
+      const int32_t remaining = p.seq->uncomputed();
+      if (budget == 0) break;
+      if (remaining <= p.n) continue;  // decoding, or its prompt ends in this step already
+      const int32_t more = std::min(remaining - p.n, budget);
+      p.n += more;
+      budget -= more;
+      p.wants_logits = p.seq->computed + p.n == static_cast<int32_t>(p.seq->all.size());
+    }
+  }
   AllocateBlocks(parts);
   return parts;
 }

@@ -28,12 +28,14 @@
 //                  [--numerics exact|fast] [--replay FILE] [--max-batch 16] [--prefill-chunk 256]
 //                  [--max-step-tokens N] [--max-context 0] [--kv-cache-mb 0] [--threads 0]
 //                  [--time-limit S] [--deadline S] [--vocab FILE] [--source DIR] [--model-dir DIR]
+//                  [--prefill-fills-step 0|1]
 //
 // --vocab FILE: the ranked pieces the vocabulary is made from (WritePieces' format); default
 // `<workload>.vocab` where it exists, which workload_prompts writes beside the workload, so the
 // token ids (and a random model's replies) stay the same while the tree changes. Without one,
 // --source DIR: the source tree the pieces are taken from (default: the one this binary was built
 // from, else the working directory); then only the same tree gives the same token ids.
+// --prefill-fills-step 1: EngineOptions::prefill_fills_step (the step's unused budget to the prompts).
 // --model-dir DIR: also write the model as a directory (config, weights, the widened tokenizer)
 // for `workload_peer.py --model DIR`; `workload_peer.py --shape S` needs no directory.
 #include <algorithm>
@@ -263,7 +265,7 @@ StatusOr<std::unique_ptr<Engine>> OpenWarm(std::shared_ptr<const Model> model, c
 constexpr const char* kUsage =
     "usage: bench_workload --workload FILE [--points 1,8,32] [--shape 0.5b] [--device cuda|cpu] "
     "[--numerics exact|fast] [--replay FILE] [--max-batch N] [--prefill-chunk N] [--max-step-tokens N] "
-    "[--max-context N] [--kv-cache-mb N] [--threads N] [--time-limit S] [--deadline S] [--vocab FILE] [--source DIR] "
+    "[--max-context N] [--kv-cache-mb N] [--threads N] [--time-limit S] [--deadline S] [--vocab FILE] [--source DIR] [--prefill-fills-step 0|1] "
     "[--model-dir DIR]\n";
 
 }  // namespace
@@ -275,7 +277,7 @@ int main(int argc, char** argv) {
       {"numerics", "exact"}, {"replay", ""},      {"max-batch", "16"},    {"prefill-chunk", "256"},
       {"max-step-tokens", ""}, {"max-context", "0"}, {"kv-cache-mb", "0"}, {"threads", "0"},
       {"time-limit", "0"}, {"deadline", "0"},     {"source", ""},         {"model-dir", ""},
-      {"vocab", ""}};
+      {"vocab", ""}, {"prefill-fills-step", "0"}};
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
     if (i + 1 >= argc || k.rfind("--", 0) != 0 || !args.count(k.substr(2))) {
@@ -347,6 +349,7 @@ int main(int argc, char** argv) {
   eo.max_step_tokens = args["max-step-tokens"].empty() ? std::max(512, 32 * eo.max_batch)
                                                          : std::stoi(args["max-step-tokens"]);
   eo.max_context = std::stoi(args["max-context"]);
+  eo.prefill_fills_step = args["prefill-fills-step"] == "1";
   eo.threads = std::stoi(args["threads"]);
   // As `rote serve` sizes it: on CUDA every block free memory holds after the weights (0), or at
   // most --kv-cache-mb; on the CPU 4 GiB unless given.

@@ -762,6 +762,41 @@ TEST(EngineTest, StatsCountPrefillDecodeAndBatches) {
   EXPECT_EQ(s.running, 0);
 }
 
+// Filling the step with prompt positions changes how prompts are cut into steps, never a bit:
+// the same tokens and logits as one chunk a step, in fewer prefill steps.
+TEST(EngineTest, PrefillFillingTheStepKeepsEveryBit) {
+  Loaded l = LoadTiny();
+  std::mt19937 rng(21);
+  std::vector<GenerationRequest> reqs;
+  for (int len : {150, 37, 90}) reqs.push_back(TokensRequest(RandomTokens(rng, len), 6));
+  struct Run {
+    std::vector<GenerationResult> results;
+    int64_t prefill_steps = 0;
+  };
+  auto run = [&](bool fill) {
+    EngineOptions o;
+    o.prefill_chunk = 16;
+    o.max_step_tokens = 96;
+    o.capture_logits = true;
+    o.prefill_fills_step = fill;
+    auto engine = MakeEngine(l, o);
+    Run r;
+    std::vector<RequestId> ids;
+    for (const auto& q : reqs) ids.push_back(engine->Submit(q).value());
+    for (RequestId id : ids) r.results.push_back(engine->Wait(id).value());
+    r.prefill_steps = engine->stats().prefill_steps;
+    return r;
+  };
+  const Run chunked = run(false), filled = run(true);
+  ASSERT_EQ(chunked.results.size(), filled.results.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(chunked.results[i].tokens, filled.results[i].tokens) << i;
+    EXPECT_EQ(chunked.results[i].step_logits.size(), 6u) << i;
+    EXPECT_TRUE(SameLogits(chunked.results[i], filled.results[i])) << i;
+  }
+  EXPECT_LT(filled.prefill_steps, chunked.prefill_steps);
+}
+
 // A lone 100-token prompt in chunks of 32 is four prefill steps (32, 32, 32, 4; the last one also
 // samples the first token); the other steps decode.
 TEST(EngineTest, StatsCountPrefillSteps) {

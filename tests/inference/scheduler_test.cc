@@ -124,6 +124,52 @@ TEST(SchedulerTest, DecodesFirstThenPrefillChunksWithinTheBudget) {
   EXPECT_TRUE(parts[1].wants_logits);
 }
 
+// prefill_fills_step: the budget the chunks leave goes to the prompts in the step, in order, up
+// to their ends; decoding sequences still take one token; without it a lone prompt takes a chunk.
+TEST(SchedulerTest, PrefillFillsTheStepWhenAsked) {
+  SchedulerLimits limits = Limits();  // chunk 16, budget 64
+  {
+    Fixture f(32, limits);
+    auto lone = Seq(100);
+    f.Admit({lone});
+    std::vector<StepPart> parts = f.scheduler.Schedule();
+    ASSERT_EQ(parts.size(), 1u);
+    EXPECT_EQ(parts[0].n, 16) << "off: one chunk";
+  }
+  limits.prefill_fills_step = true;
+  Fixture f(32, limits);
+  auto lone = Seq(100);
+  f.Admit({lone});
+  std::vector<StepPart> parts = f.scheduler.Schedule();
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].n, 64);
+  EXPECT_FALSE(parts[0].wants_logits);
+  f.Run(parts);
+  EXPECT_EQ(lone->blocks.size(), 4u);
+  parts = f.scheduler.Schedule();  // the last 36 positions, and their logits
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].n, 36);
+  EXPECT_TRUE(parts[0].wants_logits);
+  f.Run(parts);
+
+  // A decoding sequence, a short prompt and a long one: the decode takes 1, the chunks 10 and 16,
+  // then the short prompt is done and the long one takes the 37 left.
+  auto short_prompt = Seq(10, 1000);
+  auto long_prompt = Seq(200, 2000);
+  f.Admit({short_prompt, long_prompt});
+  parts = f.scheduler.Schedule();
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].seq, lone);
+  EXPECT_EQ(parts[0].n, 1);
+  EXPECT_EQ(parts[1].seq, short_prompt);
+  EXPECT_EQ(parts[1].n, 10);
+  EXPECT_TRUE(parts[1].wants_logits);
+  EXPECT_EQ(parts[2].seq, long_prompt);
+  EXPECT_EQ(parts[2].n, 16 + 37);
+  EXPECT_FALSE(parts[2].wants_logits);
+  EXPECT_EQ(long_prompt->blocks.size(), 4u) << "blocks for the 53 positions";
+}
+
 TEST(SchedulerTest, AFullCachePreemptsTheLatestAdmittedEvenTheAsker) {
   Fixture f(3);
   auto a = Seq(20), b = Seq(20, 100);  // 2 blocks each; 3 in the cache; no common prefix
