@@ -262,6 +262,7 @@ EngineStats EngineGroup::stats() const {
   for (const std::unique_ptr<Engine>& e : engines_) {
     const EngineStats s = e->stats();
     sum.steps += s.steps;
+    sum.prefill_steps += s.prefill_steps;
     sum.prefill_tokens += s.prefill_tokens;
     sum.generated_tokens += s.generated_tokens;
     sum.prefill_seconds += s.prefill_seconds;

@@ -69,21 +69,34 @@ std::vector<StepPart> Scheduler::Schedule() {
       parts.push_back({s, n, s->computed + n == static_cast<int32_t>(s->all.size())});
     }
   }
-  if (limits_.prefill_fills_step) {
-    // The budget the chunks left goes to the prompts already in the step, in order, up to their
-    // ends: a lone prompt fills the step instead of taking one chunk of it.
-    for (StepPart& p : parts) {
-      const int32_t remaining = p.seq->uncomputed();
-      if (budget == 0) break;
-      if (remaining <= p.n) continue;  // decoding, or its prompt ends in this step already
-      const int32_t more = std::min(remaining - p.n, budget);
-      p.n += more;
-      budget -= more;
-      p.wants_logits = p.seq->computed + p.n == static_cast<int32_t>(p.seq->all.size());
-    }
-  }
+  if (limits_.prefill_fills_step) FillStep(parts, budget);
   AllocateBlocks(parts);
   return parts;
+}
+
+void Scheduler::FillStep(std::vector<StepPart>& parts, int32_t budget) {
+  // Only into blocks that are free now: filling is opportunistic and must never preempt anyone.
+  int64_t free = blocks_->num_free();
+  for (const StepPart& p : parts)
+    free -= std::max<int64_t>(0, BlocksFor(p.seq->computed + p.n) - static_cast<int64_t>(p.seq->blocks.size()));
+  for (StepPart& p : parts) {
+    if (budget == 0 || free <= 0) break;
+    const Sequence& s = *p.seq;
+    const int32_t remaining = s.uncomputed();
+    if (remaining <= p.n) continue;  // decoding, or its prompt ends in this step already
+    const int32_t held = std::max<int32_t>(static_cast<int32_t>(s.blocks.size()), BlocksFor(s.computed + p.n));
+    int64_t end = std::min<int64_t>({static_cast<int64_t>(s.computed) + remaining, static_cast<int64_t>(s.computed) + p.n + budget,
+                                     (held + free) * kKvBlockSize});
+    // Short of the prompt's end, stop at a block boundary: a sequence between boundaries can
+    // neither take cached blocks nor wait for a leader (ExtendSharedPrefix, WaitsForLeader).
+    if (end < static_cast<int64_t>(s.computed) + remaining) end = end / kKvBlockSize * kKvBlockSize;
+    const int32_t more = static_cast<int32_t>(std::max<int64_t>(0, end - s.computed - p.n));
+    if (more == 0) continue;
+    free -= std::max<int32_t>(0, BlocksFor(s.computed + p.n + more) - held);
+    p.n += more;
+    budget -= more;
+    p.wants_logits = s.computed + p.n == static_cast<int32_t>(s.all.size());
+  }
 }
 
 void Scheduler::AllocateBlocks(std::vector<StepPart>& parts) {

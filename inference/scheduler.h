@@ -88,6 +88,9 @@ class Scheduler {
   // the cache once it is there, instead of computing the same prefix a second time (requests
   // submitted together, like the points of a run, share their system prompt this way).
   bool WaitsForLeader(const Sequence& s, size_t index) const;
+  // prefill_fills_step: the `budget` the chunks left goes to the prompts in `parts`, in order, up to
+  // their ends, into free blocks only, stopping at a block boundary short of a prompt's end.
+  void FillStep(std::vector<StepPart>& parts, int32_t budget);
   // Gives every part blocks for its positions, preempting while the cache is full.
   void AllocateBlocks(std::vector<StepPart>& parts);
 

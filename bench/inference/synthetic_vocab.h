@@ -122,8 +122,8 @@ inline std::vector<std::string> SyntheticVocab(int size, const fs::path& root) {
 // How many ranked pieces a workload's `.vocab` holds: enough for vocabularies of 250,000 entries.
 constexpr size_t kWorkloadPieces = 200000;
 
-// Ranked pieces as a file: a header line, then one piece a line in hex (pieces are bytes, not
-// always whole UTF-8 characters).
+// Ranked pieces as a file: a header line, one piece a line in hex (pieces are bytes, not always
+// whole UTF-8 characters), and a last line "end N" with their count, so a cut file is refused.
 constexpr const char* kPiecesHeader = "rote synthetic vocabulary pieces v1";
 inline bool WritePieces(const fs::path& path, const std::vector<std::string>& pieces) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -137,6 +137,7 @@ inline bool WritePieces(const fs::path& path, const std::vector<std::string>& pi
     }
     out << line << "\n";
   }
+  out << "end " << pieces.size() << "\n";
   out.flush();
   return static_cast<bool>(out);
 }
@@ -154,8 +155,22 @@ inline bool ReadPieces(const fs::path& path, std::vector<std::string>* pieces, s
     return false;
   }
   pieces->clear();
+  bool ended = false;
   auto nibble = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
   for (size_t n = 2; std::getline(in, line); ++n) {
+    if (ended) {
+      *error = path.string() + ":" + std::to_string(n) + ": text after the end line";
+      return false;
+    }
+    if (line.rfind("end ", 0) == 0) {
+      if (line != "end " + std::to_string(pieces->size())) {
+        *error = path.string() + ":" + std::to_string(n) + ": '" + line + "' but " + std::to_string(pieces->size()) +
+                 " pieces were read";
+        return false;
+      }
+      ended = true;
+      continue;
+    }
     std::string p;
     for (size_t i = 0; i < line.size(); i += 2) {
       const int hi = nibble(line[i]), lo = i + 1 < line.size() ? nibble(line[i + 1]) : -1;
@@ -170,6 +185,10 @@ inline bool ReadPieces(const fs::path& path, std::vector<std::string>* pieces, s
       return false;
     }
     pieces->push_back(std::move(p));
+  }
+  if (!ended) {
+    *error = path.string() + ": no end line (a cut file?)";
+    return false;
   }
   return true;
 }

@@ -108,7 +108,7 @@ bool VocabularyPieces(std::map<std::string, std::string>& args, std::vector<std:
   if (!file.empty()) {
     std::string error;
     if (!rote::bench::ReadPieces(file, pieces, &error)) {
-      fprintf(stderr, "--vocab: %s\n", error.c_str());
+      fprintf(stderr, "vocabulary: %s\n", error.c_str());
       return false;
     }
     *from = file;
@@ -349,6 +349,10 @@ int main(int argc, char** argv) {
   eo.max_step_tokens = args["max-step-tokens"].empty() ? std::max(512, 32 * eo.max_batch)
                                                          : std::stoi(args["max-step-tokens"]);
   eo.max_context = std::stoi(args["max-context"]);
+  if (args["prefill-fills-step"] != "0" && args["prefill-fills-step"] != "1") {
+    fprintf(stderr, "--prefill-fills-step is 0 or 1, not '%s'\n", args["prefill-fills-step"].c_str());
+    return 2;
+  }
   eo.prefill_fills_step = args["prefill-fills-step"] == "1";
   eo.threads = std::stoi(args["threads"]);
   // As `rote serve` sizes it: on CUDA every block free memory holds after the weights (0), or at

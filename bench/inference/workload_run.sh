@@ -9,7 +9,8 @@
 #     SHAPES: 0.5b,1.5b,7b    BUDGET_S: 560 (seconds for everything)    POINTS: 1,8,32
 #     STEPS: exact,fast,fast_b32,compiled,default (the peer's steps need exact's replay)
 #
-# Run it from the repository's root (the synthesized vocabulary is made from the tree's text).
+# Run it from the repository's root (the bench and the peer are found there; the vocabulary comes
+# from the workload's .vocab, or from the tree's text where it has none).
 # WORKLOAD: bench/inference/workload/workload.jsonl.xz (the prompts and vocabulary the figures of
 # docs/performance.md used), or `workload_prompts --out FILE --points 32` (bench/orchestrator, the
 # full build; it writes FILE.vocab beside FILE).
@@ -105,6 +106,16 @@ for s in "${shape_list[@]}"; do
   want fast && step "${s}_rote_fast" "$c_fast" "${rote[@]}" --numerics fast
   want fast_b32 && step "${s}_rote_fast_b32" "$c_fast32" "${rote[@]}" --numerics fast --max-batch 32 \
     --max-step-tokens 1024
+done
+# A replay left by an earlier call is compressed (below); the peer reads it plain.
+for s in "${shape_list[@]}"; do
+  if [ ! -s "$out/${s}_replay.jsonl" ] && [ -s "$out/${s}_replay.jsonl.xz" ]; then
+    xz -dk "$out/${s}_replay.jsonl.xz"
+  fi
+  if { want compiled || want default; } && [ ! -s "$out/${s}_replay.jsonl" ]; then
+    echo "== ${s}: no replay in $out (rote exact records it): the peer's steps are skipped" >&2
+    printf '%s\tno replay\t0\t0\n' "${s}_peer" >> "$out/steps.tsv"
+  fi
 done
 for s in "${shape_list[@]}"; do
   read -r _ _ _ c_compiled _ <<< "$(caps "$s")"

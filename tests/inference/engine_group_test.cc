@@ -126,13 +126,16 @@ TEST(EngineGroupTest, SpreadsRequestsAndGivesTheTokensOneEngineGives) {
     EXPECT_EQ(got->prompt_tokens, reqs[i].prompt_tokens);
   }
   // 7 requests over 3 idle engines: 3, 2, 2.
-  int64_t total = 0;
+  int64_t total = 0, prefill_steps = 0;
   for (int e = 0; e < 3; ++e) {
     const EngineStats s = group->engine(e).stats();
     EXPECT_GT(s.generated_tokens, 0) << "engine " << e << " ran nothing";
+    EXPECT_GT(s.prefill_steps, 0) << "engine " << e;
     total += s.generated_tokens;
+    prefill_steps += s.prefill_steps;
   }
   EXPECT_EQ(group->stats().generated_tokens, total);
+  EXPECT_EQ(group->stats().prefill_steps, prefill_steps);
   EXPECT_EQ(group->stats().kv_blocks_in_use, 0);
 
   // Single submissions go to the engine with the fewest outstanding requests.

@@ -153,7 +153,8 @@ TEST(SchedulerTest, PrefillFillsTheStepWhenAsked) {
   f.Run(parts);
 
   // A decoding sequence, a short prompt and a long one: the decode takes 1, the chunks 10 and 16,
-  // then the short prompt is done and the long one takes the 37 left.
+  // then the short prompt is done and the long one takes what is left (37) up to a block
+  // boundary: 48 positions in all.
   auto short_prompt = Seq(10, 1000);
   auto long_prompt = Seq(200, 2000);
   f.Admit({short_prompt, long_prompt});
@@ -165,9 +166,37 @@ TEST(SchedulerTest, PrefillFillsTheStepWhenAsked) {
   EXPECT_EQ(parts[1].n, 10);
   EXPECT_TRUE(parts[1].wants_logits);
   EXPECT_EQ(parts[2].seq, long_prompt);
-  EXPECT_EQ(parts[2].n, 16 + 37);
+  EXPECT_EQ(parts[2].n, 48);
   EXPECT_FALSE(parts[2].wants_logits);
-  EXPECT_EQ(long_prompt->blocks.size(), 4u) << "blocks for the 53 positions";
+  EXPECT_EQ(long_prompt->blocks.size(), 3u);
+}
+
+// Filling stops at a block boundary short of the prompt's end (so the sequence can still take
+// cached blocks or wait for a leader), and takes only blocks that are free: it never preempts.
+TEST(SchedulerTest, PrefillFillingStopsAtBlocksAndFreeBlocks) {
+  SchedulerLimits limits = Limits();  // chunk 16, budget 64
+  limits.prefill_fills_step = true;
+  limits.max_step_tokens = 60;
+  {
+    Fixture f(32, limits);
+    auto a = Seq(200);
+    auto b = Seq(10, 1000);
+    f.Admit({a, b});
+    const std::vector<StepPart> parts = f.scheduler.Schedule();
+    ASSERT_EQ(parts.size(), 2u);
+    EXPECT_EQ(parts[0].n, 48) << "16 + 34 left, cut to the block boundary at 48";
+    EXPECT_EQ(parts[1].n, 10);
+  }
+  {
+    Fixture f(3, limits);  // 3 blocks: 48 positions
+    auto a = Seq(200);
+    f.Admit({a});
+    const std::vector<StepPart> parts = f.scheduler.Schedule();
+    ASSERT_EQ(parts.size(), 1u);
+    EXPECT_EQ(parts[0].n, 48) << "only the free blocks";
+    EXPECT_EQ(f.manager.num_free(), 0);
+    EXPECT_EQ(f.scheduler.running().size(), 1u) << "nobody preempted";
+  }
 }
 
 TEST(SchedulerTest, AFullCachePreemptsTheLatestAdmittedEvenTheAsker) {

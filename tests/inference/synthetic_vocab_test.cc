@@ -3,6 +3,8 @@
 // else, and give the vocabulary the source tree gives.
 #include "bench/inference/synthetic_vocab.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,7 +19,8 @@ class SyntheticVocabTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("rote-synthetic-vocab-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("rote-synthetic-vocab-" + std::to_string(::getpid()) + "-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -51,12 +54,16 @@ TEST_F(SyntheticVocabTest, PiecesFileRefusesWhatItDidNotWrite) {
   const std::vector<Case> cases = {
       {"", "not a pieces file"},
       {"rote synthetic vocabulary pieces v2\n6162\n", "not a pieces file"},
-      {std::string(kPiecesHeader) + "\n616\n", ":2: not an even run"},
-      {std::string(kPiecesHeader) + "\n6162\n61G2\n", ":3: not an even run"},
-      {std::string(kPiecesHeader) + "\n6162\n4142\n41\n", ":4: a piece has at least two bytes"},
-      {std::string(kPiecesHeader) + "\n6162\n\n", ":3: a piece has at least two bytes"},
-      {std::string(kPiecesHeader) + "\n61 62\n", ":2: not an even run"},
-      {std::string(kPiecesHeader) + "\n6A6B\n", ":2: not an even run"},  // uppercase is not what it writes
+      {std::string(kPiecesHeader) + "\n616\nend 1\n", ":2: not an even run"},
+      {std::string(kPiecesHeader) + "\n6162\n61G2\nend 2\n", ":3: not an even run"},
+      {std::string(kPiecesHeader) + "\n6162\n4142\n41\nend 3\n", ":4: a piece has at least two bytes"},
+      {std::string(kPiecesHeader) + "\n6162\n\nend 2\n", ":3: a piece has at least two bytes"},
+      {std::string(kPiecesHeader) + "\n61 62\nend 1\n", ":2: not an even run"},
+      {std::string(kPiecesHeader) + "\n6A6B\nend 1\n", ":2: not an even run"},  // uppercase is not what it writes
+      {std::string(kPiecesHeader) + "\n6162\n6364\n", "no end line"},             // cut after a line
+      {std::string(kPiecesHeader) + "\n", "no end line"},                           // the header alone
+      {std::string(kPiecesHeader) + "\n6162\n6364\nend 3\n", "'end 3' but 2 pieces"},
+      {std::string(kPiecesHeader) + "\n6162\nend 1\n6364\n", ":4: text after the end line"},
   };
   for (const Case& c : cases) {
     const fs::path file = dir_ / "bad.vocab";
