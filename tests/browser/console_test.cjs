@@ -236,7 +236,7 @@ test('a second principal approves: the revision becomes live', async () => {
   await page.waitForSelector('#live');
   assert.match(await page.textContent('#state'), /approved/);
   // The history is fetched after the decision; wait for it rather than race it.
-  await page.waitForFunction(() => /approve/.test(document.querySelector('#history').textContent));
+  await waitUntil(() => /approve/.test(document.querySelector('#history')?.textContent ?? ''));
   assert.match(await page.textContent('#history'), /approve/);
 });
 
