@@ -17,7 +17,7 @@
 //              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
 //              [--kv-capacity 4096:4,4096:32 --card-mib 81559] [--decode 0] [--prefill-reps 4]
-//              [--one-token-plain-from 3072]
+//              [--prefill-len 256,512,1000] [--wgmma-variants 128:4,128:1,0] [--one-token-plain-from 3072]
 // Settings compared side by side each run on a backend of their own (CudaBackendOptions::tuning
 // is fixed per backend); the flags that set one CudaTuning field apply to every backend.
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
@@ -49,6 +49,7 @@
 namespace rote::bench {
 double MeasureCopyBandwidth();  // cuda_ceilings.cu
 double MeasureFmaRate();
+double MeasureBf16TensorRate();
 void DeviceMemory(int64_t* free_bytes, int64_t* total_bytes);
 void* AllocateBallast(int64_t bytes);
 void FreeBallast(void* p);
@@ -262,6 +263,7 @@ class Bench {
   // The backend of `tuning` (the flags' by default) and `instruments`, its KV cache allocated.
   std::unique_ptr<CudaBackend> Create(const CudaTuning& tuning, const CudaInstruments& instruments = {}) const;
   std::unique_ptr<CudaBackend> Create() const { return Create(base_); }
+  bool PrefillFigures(CudaBackend* b, int32_t tile, const std::string& profile, const std::string& wgmma);
 
   // Prefill, `warm` steps, then `steps` timed decode steps of `batch` sequences; returns the
   // seconds of the timed steps (negative on failure) and leaves the sequences in `seqs`.
@@ -287,12 +289,13 @@ class Bench {
   int32_t steps_ = 0, prompt_ = 0, chain_ = 1;
   static constexpr int32_t kWarm = 8;
   bool interleave_ = false;
-  double bw_ = 0, fma_ = 0;
+  double bw_ = 0, fma_ = 0, bf16_ = 0;
   std::shared_ptr<const Model> model_;
   CudaBackendOptions options_;
   CudaTuning base_;
   int32_t stride_ = 0, blocks_ = 0;
-  static constexpr int32_t kPrefillLen = 1000, kPrefillSeqs = 4;
+  static constexpr int32_t kPrefillSeqs = 4;
+  std::vector<int32_t> prefill_lens_;  // --prefill-len L[,L...]: prompt lengths of the prefill figures
   static constexpr int32_t kCapacityDecodeSteps = 16;
   int32_t prefill_stride_ = 0;
   int64_t matrix_params_ = 0, kv_bytes_per_position_ = 0;
@@ -320,8 +323,10 @@ bool Bench::Init() {
   }
   bw_ = rote::bench::MeasureCopyBandwidth();
   fma_ = rote::bench::MeasureFmaRate();
-  std::printf("{\"what\":\"ceilings\",\"copy_bandwidth_TBps\":%.4f,\"fp32_fma_TFMAps\":%.3f,\"fp32_TFLOPs\":%.3f}\n",
-              bw_ / 1e12, fma_ / 1e12, 2 * fma_ / 1e12);
+  bf16_ = rote::bench::MeasureBf16TensorRate();
+  std::printf("{\"what\":\"ceilings\",\"copy_bandwidth_TBps\":%.4f,\"fp32_fma_TFMAps\":%.3f,\"fp32_TFLOPs\":%.3f,"
+              "\"bf16_wgmma_TFLOPs\":%.1f}\n",
+              bw_ / 1e12, fma_ / 1e12, 2 * fma_ / 1e12, bf16_ / 1e12);
   std::fflush(stdout);
 
   options_.max_positions = 2048;
@@ -404,7 +409,14 @@ bool Bench::Init() {
   const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), h = c.intermediate_size;
   matrix_params_ = c.num_layers * (d * (qd + 2 * kvd) + qd * d + 3 * d * h) + static_cast<int64_t>(c.vocab_size) * d;
   stride_ = (prompt_ + kWarm + steps_ + 2 + kKvBlockSize - 1) / kKvBlockSize;
-  prefill_stride_ = (kPrefillLen + kKvBlockSize) / kKvBlockSize;
+  // --prefill-len: the prefill figures' prompt lengths (1,000 unless given), each with 1 and 4 prompts.
+  prefill_lens_ = IntList(Flag("--prefill-len", "1000"));
+  for (int32_t len : prefill_lens_)
+    if (len < 1) {
+      PrintError("--prefill-len takes positive lengths");
+      return false;
+    }
+  prefill_stride_ = (*std::max_element(prefill_lens_.begin(), prefill_lens_.end()) + kKvBlockSize) / kKvBlockSize;
   blocks_ = std::max(64 * stride_, kPrefillSeqs * prefill_stride_);
   needle_ = RandomTokens(prompt_, c.vocab_size, 7);
   kv_bytes_per_position_ = int64_t{2} * c.num_layers * c.kv_dim() * 4;
@@ -773,38 +785,64 @@ bool Bench::DecodeAndPrefill(CudaBackend* base) {
       std::fflush(stdout);
     }
 
-    const bool prefill = Flag("--prefill", "1") == "1";
-    // --prefill-reps R: R runs of each prefill, the first untimed (its figure is the median of the rest).
-    const int prefill_reps = std::max(2, std::stoi(Flag("--prefill-reps", "4")));
-    for (int32_t n : {1, kPrefillSeqs}) {
-      if (!prefill) continue;
-      std::vector<double> times;
-      std::vector<int32_t> first_tokens;
-      for (int rep = 0; rep < prefill_reps; ++rep) {
-        std::vector<Seq> seqs(n);
-        for (int32_t i = 0; i < n; ++i) {
-          seqs[i].tokens = RandomTokens(kPrefillLen, c.vocab_size, 77 + i);
-          for (int32_t k = 0; k < prefill_stride_; ++k) seqs[i].blocks.push_back(i * prefill_stride_ + k);
-        }
-        auto p0 = Clock::now();
-        if (!Step(b, seqs)) return false;
-        auto p1 = Clock::now();
-        if (rep > 0) times.push_back(Seconds(p0, p1));
-        if (rep == 0) first_tokens.push_back(seqs[0].tokens.back());
-        else if (seqs[0].tokens.back() != first_tokens[0]) first_tokens.push_back(-1);
-      }
-      std::sort(times.begin(), times.end());
-      const double secs = times[times.size() / 2];
-      const double tps = n * kPrefillLen / secs;
-      const double flops_per_token = 2.0 * (matrix_params_ - static_cast<int64_t>(c.vocab_size) * c.hidden_size) +
-                                     4.0 * (kPrefillLen / 2.0) * c.q_dim() * c.num_layers;
-      std::printf("{\"what\":\"prefill\",\"shape\":\"%s\",\"prompts\":%d,\"prompt_tokens\":%d,\"tokens_per_s\":%.1f,"
-                  "\"seconds\":%.4f,\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"repeat_equal\":%s,\"tile\":%d,"
-                  "\"numerics\":\"%s\"}\n",
-                  shape_.c_str(), n, kPrefillLen, tps, secs, flops_per_token * tps / 1e12,
-                  flops_per_token * tps / (2 * fma_), first_tokens.size() == 1 ? "true" : "false", tile, profile.c_str());
-      std::fflush(stdout);
+    if (Flag("--prefill", "1") == "1" && !PrefillFigures(b, tile, profile, "")) return false;
+  }
+  // --wgmma-variants N:W[,...]: the prefill figures again on a backend whose fast products of at
+  // least N tokens run on wgmma (0: never) in blocks of W warpgroups (0: the default rule), side
+  // by side with the default above (same bits: `last_token` must repeat across variants too).
+  for (const std::string& v : Split(Flag("--wgmma-variants", ""))) {
+    std::string fields = v;
+    std::replace(fields.begin(), fields.end(), ':', ',');
+    const std::vector<int32_t> f = IntList(fields);
+    if (f.empty() || f.size() > 2) {
+      PrintError("--wgmma-variants takes N:W, got " + v);
+      return false;
     }
+    CudaTuning t = base_;
+    t.fast_wgmma_min_tokens = f[0];
+    if (f.size() > 1) t.fast_wgmma_warpgroups = f[1];
+    std::unique_ptr<CudaBackend> b = Create(t);
+    if (!b || !PrefillFigures(b.get(), -1, b->numerics_profile(), v)) return false;
+  }
+  return true;
+}
+
+// The prefill figures: 1 and 4 prompts of each --prefill-len, --prefill-reps runs each (the first
+// untimed). `wgmma` names the --wgmma-variants entry the backend was made for ("" the default).
+bool Bench::PrefillFigures(CudaBackend* b, int32_t tile, const std::string& profile, const std::string& wgmma) {
+  const ModelConfig& c = model_->config();
+  // --prefill-reps R: R runs of each prefill, the first untimed (its figure is the median of the rest).
+  const int prefill_reps = std::max(2, std::stoi(Flag("--prefill-reps", "4")));
+  for (int32_t prefill_len : prefill_lens_)
+  for (int32_t n : {1, kPrefillSeqs}) {
+    std::vector<double> times;
+    std::vector<int32_t> first_tokens;
+    for (int rep = 0; rep < prefill_reps; ++rep) {
+      std::vector<Seq> seqs(n);
+      for (int32_t i = 0; i < n; ++i) {
+        seqs[i].tokens = RandomTokens(prefill_len, c.vocab_size, 77 + i);
+        for (int32_t k = 0; k < prefill_stride_; ++k) seqs[i].blocks.push_back(i * prefill_stride_ + k);
+      }
+      auto p0 = Clock::now();
+      if (!Step(b, seqs)) return false;
+      auto p1 = Clock::now();
+      if (rep > 0) times.push_back(Seconds(p0, p1));
+      if (rep == 0) first_tokens.push_back(seqs[0].tokens.back());
+      else if (seqs[0].tokens.back() != first_tokens[0]) first_tokens.push_back(-1);
+    }
+    std::sort(times.begin(), times.end());
+    const double secs = times[times.size() / 2];
+    const double tps = n * prefill_len / secs;
+    const double flops_per_token = 2.0 * (matrix_params_ - static_cast<int64_t>(c.vocab_size) * c.hidden_size) +
+                                   4.0 * (prefill_len / 2.0) * c.q_dim() * c.num_layers;
+    std::printf("{\"what\":\"prefill\",\"shape\":\"%s\",\"prompts\":%d,\"prompt_tokens\":%d,\"tokens_per_s\":%.1f,"
+                "\"seconds\":%.4f,\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"fraction_of_bf16_wgmma\":%.3f,"
+                "\"repeat_equal\":%s,\"tile\":%d,\"numerics\":\"%s\",\"wgmma\":\"%s\",\"last_token\":%d}\n",
+                shape_.c_str(), n, prefill_len, tps, secs, flops_per_token * tps / 1e12,
+                flops_per_token * tps / (2 * fma_), bf16_ > 0 ? flops_per_token * tps / bf16_ : 0.0,
+                first_tokens.size() == 1 ? "true" : "false", tile, profile.c_str(), wgmma.c_str(),
+                first_tokens[0]);
+    std::fflush(stdout);
   }
   return true;
 }

@@ -1,9 +1,14 @@
-// The card's two ceilings, measured where the benchmark runs: device-to-device copy bandwidth
-// (bytes read + written) and the fp32 FMA rate of the CUDA cores.
+// The card's ceilings, measured where the benchmark runs: device-to-device copy bandwidth (bytes
+// read + written), the fp32 FMA rate of the CUDA cores and, on Hopper, the bf16 rate of its
+// warpgroup tensor-core instruction (wgmma, fp32 accumulators): what the fast profile's prefill
+// products run on.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
+
+#include "inference/cuda/wgmma.cuh"
 
 namespace rote::bench {
 
@@ -25,9 +30,70 @@ __global__ void FmaKernel(float* out, int iters, float a, float b) {
   out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
 
+// Each warpgroup issues kTensorBurst wgmma.m64n128k16 (A from registers, B a 16 x 128 bf16
+// tile in shared memory, nonzero values) onto one accumulator, then waits; two warpgroups a
+// block, two blocks a multiprocessor, so one's wait is another's issue. The accumulators are
+// stored so nothing is removed.
+constexpr int kTensorBurst = 8;
+__global__ void __launch_bounds__(256, 2) Bf16TensorKernel(float* out, int iters) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ __align__(128) uint16_t b_tile[16 * 128];
+  for (int i = threadIdx.x; i < 16 * 128; i += blockDim.x) b_tile[i] = 0x3c00 + (i % 7);  // ~2^-7
+  __syncthreads();
+  const uint32_t smem = static_cast<uint32_t>(__cvta_generic_to_shared(b_tile));
+  // No-swizzle K-major: core matrices of 8 rows x 16 bytes, k halves 128 bytes apart, 8-column
+  // groups 256 apart.
+  const uint64_t desc = rote::inference::cuda::WgDescriptor(smem, 128, 256);
+  const uint32_t av = 0x3c003c00u + threadIdx.x % 5;
+  const uint4 a = make_uint4(av, av + 1, av + 2, av + 3);
+  float d[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+  using rote::inference::cuda::WgCommit;
+  using rote::inference::cuda::WgFence;
+  using rote::inference::cuda::WgMma;
+  using rote::inference::cuda::WgWait;
+  for (int it = 0; it < iters; ++it) {
+    WgFence();
+#pragma unroll
+    for (int k = 0; k < kTensorBurst; ++k) WgMma(d, a, desc);
+    WgCommit();
+    WgWait<0>(d);
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s = s + d[i];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+#else
+  (void)out, (void)iters;
+#endif
+}
+
 float MedianMs(std::vector<float> t) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// The median of 8 timed runs of `launch` (a kernel or a copy; after 2 untimed), in ms; -1 on a
+// CUDA error.
+template <typename Launch>
+float MedianKernelMs(Launch launch) {
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  std::vector<float> times;
+  for (int rep = 0; rep < 10; ++rep) {
+    cudaEventRecord(e0);
+    launch();
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    if (rep >= 2) times.push_back(ms);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return cudaGetLastError() == cudaSuccess ? MedianMs(times) : -1.0f;
 }
 
 }  // namespace
@@ -39,25 +105,11 @@ double MeasureCopyBandwidth() {
   if (cudaMalloc(&src, bytes) != cudaSuccess) return -1;
   if (cudaMalloc(&dst, bytes) != cudaSuccess) return -1;
   cudaMemset(src, 1, bytes);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> times;
-  for (int rep = 0; rep < 12; ++rep) {
-    cudaEventRecord(e0);
-    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (rep >= 2) times.push_back(ms);
-  }
+  const float ms = MedianKernelMs([&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); });
   cudaFree(src);
   cudaFree(dst);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  if (cudaGetLastError() != cudaSuccess) return -1;
-  return 2.0 * bytes / (MedianMs(times) * 1e-3);
+  if (ms < 0 || cudaGetLastError() != cudaSuccess) return -1;
+  return 2.0 * bytes / (ms * 1e-3);
 }
 
 // Returns fma/s (one fma = 2 flops), or a negative number on a CUDA error.
@@ -67,24 +119,29 @@ double MeasureFmaRate() {
   const int blocks = sms * 8, threads = 256, iters = 4096;
   float* out = nullptr;
   if (cudaMalloc(&out, sizeof(float) * blocks * threads) != cudaSuccess) return -1;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> times;
-  for (int rep = 0; rep < 10; ++rep) {
-    cudaEventRecord(e0);
-    FmaKernel<<<blocks, threads>>>(out, iters, 0.999f, 1e-3f);
-    cudaEventRecord(e1);
-    cudaEventSynchronize(e1);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    if (rep >= 2) times.push_back(ms);
-  }
+  const float ms = MedianKernelMs([&] { FmaKernel<<<blocks, threads>>>(out, iters, 0.999f, 1e-3f); });
   cudaFree(out);
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  if (cudaGetLastError() != cudaSuccess) return -1;
-  return static_cast<double>(blocks) * threads * iters * 8 / (MedianMs(times) * 1e-3);
+  if (ms < 0 || cudaGetLastError() != cudaSuccess) return -1;
+  return static_cast<double>(blocks) * threads * iters * 8 / (ms * 1e-3);
+}
+
+// Returns bf16 tensor-core flop/s (wgmma, fp32 accumulate), 0 where the device is not Hopper
+// (compute capability 9.0), or a negative number on a CUDA error.
+double MeasureBf16TensorRate() {
+  int device = 0, major = 0, minor = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (major != 9 || minor != 0) return 0;
+  const int blocks = sms * 2, threads = 256, iters = 2048;
+  float* out = nullptr;
+  if (cudaMalloc(&out, sizeof(float) * blocks * threads) != cudaSuccess) return -1;
+  const float ms = MedianKernelMs([&] { Bf16TensorKernel<<<blocks, threads>>>(out, iters); });
+  cudaFree(out);
+  if (ms < 0 || cudaGetLastError() != cudaSuccess) return -1;
+  const double flops_per_instruction = 2.0 * 64 * 128 * 16;
+  return static_cast<double>(blocks) * (threads / 128) * iters * kTensorBurst * flops_per_instruction / (ms * 1e-3);
 }
 
 // Free and total bytes of the current device (0, 0 on an error).

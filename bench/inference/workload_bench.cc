@@ -28,14 +28,15 @@
 //                  [--numerics exact|fast] [--replay FILE] [--max-batch 16] [--prefill-chunk 256]
 //                  [--max-step-tokens N] [--max-context 0] [--kv-cache-mb 0] [--threads 0]
 //                  [--time-limit S] [--deadline S] [--vocab FILE] [--source DIR] [--model-dir DIR]
-//                  [--prefill-fills-step 0|1]
+//                  [--prefill-fills-step 0|1|0,1]
 //
 // --vocab FILE: the ranked pieces the vocabulary is made from (WritePieces' format); default
 // `<workload>.vocab` where it exists, which workload_prompts writes beside the workload, so the
 // token ids (and a random model's replies) stay the same while the tree changes. Without one,
 // --source DIR: the source tree the pieces are taken from (default: the one this binary was built
 // from, else the working directory); then only the same tree gives the same token ids.
-// --prefill-fills-step 1: EngineOptions::prefill_fills_step (the step's unused budget to the prompts).
+// --prefill-fills-step 0|1|0,1: EngineOptions::prefill_fills_step (the step's unused budget to the
+// prompts; 1, the engine's default, unless given), each value side by side.
 // --model-dir DIR: also write the model as a directory (config, weights, the widened tokenizer)
 // for `workload_peer.py --model DIR`; `workload_peer.py --shape S` needs no directory.
 #include <algorithm>
@@ -265,7 +266,7 @@ StatusOr<std::unique_ptr<Engine>> OpenWarm(std::shared_ptr<const Model> model, c
 constexpr const char* kUsage =
     "usage: bench_workload --workload FILE [--points 1,8,32] [--shape 0.5b] [--device cuda|cpu] "
     "[--numerics exact|fast] [--replay FILE] [--max-batch N] [--prefill-chunk N] [--max-step-tokens N] "
-    "[--max-context N] [--kv-cache-mb N] [--threads N] [--time-limit S] [--deadline S] [--vocab FILE] [--source DIR] [--prefill-fills-step 0|1] "
+    "[--max-context N] [--kv-cache-mb N] [--threads N] [--time-limit S] [--deadline S] [--vocab FILE] [--source DIR] [--prefill-fills-step 0|1|0,1] "
     "[--model-dir DIR]\n";
 
 }  // namespace
@@ -277,7 +278,7 @@ int main(int argc, char** argv) {
       {"numerics", "exact"}, {"replay", ""},      {"max-batch", "16"},    {"prefill-chunk", "256"},
       {"max-step-tokens", ""}, {"max-context", "0"}, {"kv-cache-mb", "0"}, {"threads", "0"},
       {"time-limit", "0"}, {"deadline", "0"},     {"source", ""},         {"model-dir", ""},
-      {"vocab", ""}, {"prefill-fills-step", "0"}};
+      {"vocab", ""}, {"prefill-fills-step", "1"}};
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
     if (i + 1 >= argc || k.rfind("--", 0) != 0 || !args.count(k.substr(2))) {
@@ -349,11 +350,17 @@ int main(int argc, char** argv) {
   eo.max_step_tokens = args["max-step-tokens"].empty() ? std::max(512, 32 * eo.max_batch)
                                                          : std::stoi(args["max-step-tokens"]);
   eo.max_context = std::stoi(args["max-context"]);
-  if (args["prefill-fills-step"] != "0" && args["prefill-fills-step"] != "1") {
-    fprintf(stderr, "--prefill-fills-step is 0 or 1, not '%s'\n", args["prefill-fills-step"].c_str());
+  // --prefill-fills-step 0|1, or both (0,1): each value runs every N, side by side in one process.
+  const std::vector<int> fills_values = ParseList(args["prefill-fills-step"]);
+  for (int f : fills_values)
+    if (f != 0 && f != 1) {
+      fprintf(stderr, "--prefill-fills-step takes 0, 1 or 0,1, not '%s'\n", args["prefill-fills-step"].c_str());
+      return 2;
+    }
+  if (fills_values.empty()) {
+    fputs(kUsage, stderr);
     return 2;
   }
-  eo.prefill_fills_step = args["prefill-fills-step"] == "1";
   eo.threads = std::stoi(args["threads"]);
   // As `rote serve` sizes it: on CUDA every block free memory holds after the weights (0), or at
   // most --kv-cache-mb; on the CPU 4 GiB unless given.
@@ -365,7 +372,9 @@ int main(int argc, char** argv) {
   if (!args["replay"].empty()) replay.open(args["replay"], std::ios::trunc);
 
   bool skip_rest = false;
+  for (size_t fill_index = 0; fill_index < fills_values.size(); ++fill_index)
   for (int n : ParseList(args["points"])) {
+    eo.prefill_fills_step = fills_values[fill_index] == 1;
     if (deadline > 0 && NowS() >= deadline) skip_rest = true;
     if (skip_rest) {
       printf("{\"system\":\"rote %s\",\"shape\":\"%s\",\"points\":%d,\"skipped\":true}\n", args["numerics"].c_str(),
@@ -427,7 +436,7 @@ int main(int argc, char** argv) {
     }
     const double wall = NowS() - t0;
     const bool complete = !watchdog.fired();
-    if (complete && replay.is_open()) {
+    if (complete && replay.is_open() && fill_index == 0) {  // the first value's rounds: the peer's
       for (const std::string& l : replay_lines) replay << l << "\n";
       replay.flush();
     }
@@ -442,13 +451,15 @@ int main(int argc, char** argv) {
            "\"seconds\":%.3f,\"rounds_s\":[%s],\"prompt_tokens\":%lld,\"prompt_tokens_computed\":%lld,"
            "\"prefix_cache_share\":%.3f,\"generated_tokens\":%lld,\"prefill_s\":%.3f,\"decode_s\":%.3f,"
            "\"prefill_tok_s\":%.1f,\"decode_tok_s\":%.1f,\"max_batch\":%d,\"max_step_tokens\":%d,\"kv_cache_mib\":%lld,"
-           "\"steps\":%lld,\"prefill_steps\":%lld,\"mean_batch\":%.2f,\"model_s\":%.1f,\"engine_open_s\":%.1f}\n",
+           "\"steps\":%lld,\"prefill_steps\":%lld,\"mean_batch\":%.2f,\"prefill_fills_step\":%s,\"model_s\":%.1f,"
+           "\"engine_open_s\":%.1f}\n",
            args["numerics"].c_str(), args["shape"].c_str(), (*engine)->device().c_str(), n, complete ? "true" : "false",
            wall, rounds.c_str(), static_cast<long long>(prompt_tokens), static_cast<long long>(computed),
            prompt_tokens ? static_cast<double>(reused) / prompt_tokens : 0.0, static_cast<long long>(generated), prefill_s,
            decode_s, prefill_s > 0 ? computed / prefill_s : 0.0, decode_s > 0 ? generated / decode_s : 0.0, eo.max_batch,
            eo.max_step_tokens, static_cast<long long>((*engine)->kv_cache_bytes() >> 20), static_cast<long long>(steps),
-           static_cast<long long>(after.prefill_steps - before.prefill_steps), steps > 0 ? static_cast<double>(after.batch_size_sum - before.batch_size_sum) / steps : 0.0, model_s, open_s);
+           static_cast<long long>(after.prefill_steps - before.prefill_steps), steps > 0 ? static_cast<double>(after.batch_size_sum - before.batch_size_sum) / steps : 0.0,
+           eo.prefill_fills_step ? "true" : "false", model_s, open_s);
     fflush(stdout);
     if (!complete) {
       fprintf(stderr, "[workload] N=%d cut at its time limit; larger N skipped\n", n);

@@ -31,6 +31,7 @@
 #include "inference/cuda/fast_tiles.h"
 #include "inference/cuda/launch.cuh"
 #include "inference/cuda/timeline.cuh"
+#include "inference/cuda/wgmma.cuh"
 #include "inference/numerics/canonical.h"
 
 namespace rote::inference::cuda {
@@ -94,24 +95,25 @@ cudaError_t LaunchWgmma(const LinearArgs& a, int32_t splits, const uint16_t* pie
 
 // Prefill-sized products on wgmma (fast_wgmma.cuh): false where they do not run there. By
 // default only where they measured faster than FastLinearKernel: unsliced products of at least
-// CudaTuning::fast_wgmma_min_cols columns, 4 warpgroups a block (256 rows share each step's
-// pieces). 7B prefill of 1,000 tokens: 5,834 -> 6,407 tok/s with one prompt, 4,825 -> 6,537 with
-// four; 1.5B's products (K of 1,536, or sliced) measured 0-13% slower, so they keep the kernel
-// (H200, docs/fast_profile.md).
+// CudaTuning::fast_wgmma_min_cols columns (7B prefill of 1,000 tokens: 5,834 -> 6,407 tok/s with
+// one prompt, 4,825 -> 6,537 with four; 1.5B's products, K of 1,536 or sliced, measured 0-13%
+// slower, so they keep the kernel), in blocks of 1 warpgroup, two a multiprocessor: against 4
+// warpgroups a block, 7B one prompt of 256 tokens 3,660 -> 6,097 tok/s, 512 5,657 -> 7,351, 1,024
+// 6,432 -> 6,609, four of 1,024 level (H200, docs/fast_profile.md).
 bool LaunchFastWgmma(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream,
                      cudaError_t* error) {
   const CudaTuning& t = *ctx.tuning;
   if (t.fast_wgmma_min_tokens <= 0 || a.tokens < t.fast_wgmma_min_tokens || a.fast_scratch == nullptr) return false;
   if (FastWgmmaScratchBytes(a.tokens, a.w.cols_padded) > a.fast_scratch_bytes) return false;
-  // Warpgroups a block (64 rows each; 4 only unsliced, the others take 2).
+  const int64_t token_tiles = (a.tokens + kWgTokens - 1) / kWgTokens;
+  // Warpgroups a block (64 rows each; 3 and 4 only unsliced, the others take 2).
   int wgs = t.fast_wgmma_warpgroups;
   if (wgs == 0) {
     if (splits != 1 || a.w.cols_padded < t.fast_wgmma_min_cols) return false;
-    wgs = 4;
+    wgs = 1;
   }
-  if (wgs == 4 && splits != 1) wgs = 2;
-  if (wgs != 1 && wgs != 2 && wgs != 4) return false;
-  const int64_t token_tiles = (a.tokens + kWgTokens - 1) / kWgTokens;
+  if (wgs >= 3 && splits != 1) wgs = 2;
+  if (wgs < 1 || wgs > 4) return false;
   uint16_t* pieces = static_cast<uint16_t*>(a.fast_scratch);
   float* scales = reinterpret_cast<float*>(static_cast<unsigned char*>(a.fast_scratch) +
                                            token_tiles * (a.w.cols_padded / kStepCols) * kWgStepPiecesBytes);
@@ -122,6 +124,7 @@ bool LaunchFastWgmma(const LinearArgs& a, int32_t splits, const LaunchContext& c
   FastPiecesKernel<<<static_cast<unsigned>(token_tiles * kWgTokens / 8), 256, 0, stream>>>(a, splits, pieces, scales);
   if ((*error = cudaGetLastError()) != cudaSuccess) return true;
   *error = wgs == 4   ? LaunchWgmma<4>(a, splits, pieces, scales, stream)
+           : wgs == 3 ? LaunchWgmma<3>(a, splits, pieces, scales, stream)
            : wgs == 2 ? LaunchWgmma<2>(a, splits, pieces, scales, stream)
                       : LaunchWgmma<1>(a, splits, pieces, scales, stream);
   return true;

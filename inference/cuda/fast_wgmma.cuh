@@ -7,7 +7,7 @@
 //    16-column step (below); with the norm, each token's scale from its sum of squares added in
 //    the profile's order (per slice: each of the 8 warp classes' 4 lanes' fma chains over its
 //    steps, the lanes in the xor butterfly, the classes in order; the slices in order).
-// 2. FastWgmmaKernel: a block is 1 or 2 consumer warpgroups of 64 weight rows each over 128 tokens,
+// 2. FastWgmmaKernel: a block is 1 to 4 consumer warpgroups of 64 weight rows each over 128 tokens,
 //    and one producer warp that copies each step's weight tiles and the step's pieces into a ring
 //    in shared memory (cp.async.bulk completing on the stage's mbarrier). The consumers take the
 //    steps in the order of the sums: slice by slice, in each slice warp class w's steps w, w + 8,
@@ -27,7 +27,7 @@
 // three pieces are one 12 KiB copy.
 //
 // A part of fast_linear.cu's translation unit, included after fast_kernel.cuh (its epilogue and
-// copy helpers): not a header of its own.
+// copy helpers) and wgmma.cuh (the instruction's wrappers): not a header of its own.
 
 constexpr int kWgTokens = 128;                   // tokens per tile (wgmma's N)
 constexpr int kWgPieceBytes = kWgTokens * 16 * 2;  // one piece of one step: 4 KiB
@@ -122,78 +122,32 @@ __device__ __forceinline__ void WgBulkCopy(uint32_t dst, const void* src, uint32
                : "memory");
 }
 
-// A no-swizzle K-major shared-memory matrix descriptor: start, leading (between the k halves)
-// and stride (between 8-row groups) byte offsets, in 16-byte units.
-__device__ __forceinline__ uint64_t WgDescriptor(uint32_t smem_addr, uint32_t leading, uint32_t stride) {
-  return uint64_t((smem_addr >> 4) & 0x3fff) | (uint64_t((leading >> 4) & 0x3fff) << 16) |
-         (uint64_t((stride >> 4) & 0x3fff) << 32);
-}
-
-// d += A (64 x 16, this warp's 16 rows in registers) x B (16 x 128, shared memory).
-__device__ __forceinline__ void WgMma(float (&d)[64], const uint4& a, uint64_t b) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred accumulate;\nsetp.ne.b32 accumulate, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, accumulate, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "l"(b), "r"(1));
-#else
-  (void)d, (void)a, (void)b;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void WgFence() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void WgCommit() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void WgWait(float (&d)[64]) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  // The accumulators as operands: nothing reads them above the wait.
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-#else
-  (void)d;
-#endif
-}
-
-// WGS consumer warpgroups (64 weight rows each) and a producer warp. With 4 (256 rows: each
-// step's pieces serve twice the rows of 2), the warp classes' running sum lives in the block's
-// sums in shared memory instead of registers (the registers of 544 threads hold one accumulator
-// each), so only unsliced products take it.
+// WGS consumer warpgroups (64 weight rows each) and a producer warp. With 3 or 4 (192 or 256
+// rows: each step's pieces serve 1.5 or 2 times the rows of 2), the warp classes' running sum
+// lives in the block's sums in shared memory instead of registers (the registers hold one
+// accumulator a thread), so only unsliced products take them.
 template <int WGS>
 struct FastWgShape {
-  static constexpr bool kSumInShared = WGS == 4;
+  static constexpr bool kSumInShared = WGS >= 3;
   static constexpr int kConsumers = WGS * 128;
   static constexpr int kThreads = kConsumers + 32;
   static constexpr int kRows = 64 * WGS;
   static constexpr int kTiles = 4 * WGS;  // 16-row weight tiles per block
   static constexpr int kStageBytes = kTiles * 512 + kWgStepPiecesBytes;
-  static constexpr int kStages = WGS == 4 ? 4 : WGS == 2 ? 6 : 5;
+  static constexpr int kStages = WGS == 4 ? 4 : WGS >= 2 ? 6 : 5;
   static constexpr int kRingBytes = kStages * kStageBytes;
   static constexpr int kSumStride = kRows + 4;  // floats: [token][row], conflict-free fragment stores
   static constexpr int kSumsOffset = kRingBytes;
   static constexpr int kBarriersOffset = kSumsOffset + kWgTokens * kSumStride * 4;
   static constexpr int kSmemBytes = kBarriersOffset + 2 * kStages * 8;
   static constexpr int kBlocksPerSM = WGS >= 2 ? 1 : 2;
+  // The registers a thread may take: the multiprocessor's four schedulers each hold 16,384, and
+  // the busiest one holds ceil(warps / 4) of the kBlocksPerSM blocks' warps (a multiple of 8).
+  // 4 warpgroups and the producer warp, 17 warps: 96, too few for 64 accumulators in flight, so
+  // ptxas serializes every wgmma there (its C7512); 3 warpgroups and the producer (13 warps)
+  // get 128 and keep them asynchronous. Given to ptxas as __maxnreg__.
+  static constexpr int kWarpsPerScheduler = (kThreads / 32 * kBlocksPerSM + 3) / 4;
+  static constexpr int kMaxRegs = 16384 / kWarpsPerScheduler / 32 / 8 * 8;
   static_assert(kBlocksPerSM * (kSmemBytes + 1024) <= 228 * 1024, "blocks must fit a multiprocessor");
 };
 
@@ -205,7 +159,7 @@ struct WgSteps {
 };
 
 template <int WGS, bool NORM, int EPI>
-__global__ void __launch_bounds__(FastWgShape<WGS>::kThreads, FastWgShape<WGS>::kBlocksPerSM)
+__global__ void __launch_bounds__(FastWgShape<WGS>::kThreads) __maxnreg__(FastWgShape<WGS>::kMaxRegs)
     FastWgmmaKernel(LinearArgs a, int32_t splits, const uint16_t* pieces, const float* scales) {
   using S = FastWgShape<WGS>;
   extern __shared__ __align__(128) unsigned char wg_smem[];

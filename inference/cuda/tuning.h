@@ -92,9 +92,10 @@ struct CudaTuning {
   bool fast_rope_fused = true;
   // Products of at least this many tokens (0: none) run on wgmma (fast_wgmma.cuh: the activations
   // split once, 128-token tiles, the same bits) where the backend gave them scratch: by default the
-  // unsliced ones of at least fast_wgmma_min_cols columns, in blocks of 4 warpgroups. Warpgroups
-  // 1, 2 or 4 run every product of that many tokens on wgmma, in blocks of that many (4 only the
-  // unsliced ones; the others take 2).
+  // unsliced ones of at least fast_wgmma_min_cols columns, in blocks of 1 warpgroup (two a
+  // multiprocessor: as fast as 4 where the grid fills the card, faster where a step of few tiles
+  // does not; docs/fast_profile.md). Warpgroups 1 to 4 run every product of that many tokens on
+  // wgmma, in blocks of that many (3 and 4 only the unsliced ones; the others take 2).
   int fast_wgmma_min_tokens = 128;
   int fast_wgmma_min_cols = 2048;
   int fast_wgmma_warpgroups = 0;

@@ -1929,7 +1929,7 @@ TEST(CudaFastProfile, RopeInTheProductKeepsBits) {
 }
 
 // Prefill-sized products on wgmma (fast_wgmma.cuh) against FastLinearKernel: the same order of
-// the sums, so the same bits, with the default rule and every block shape (1, 2 and 4
+// the sums, so the same bits, with the default rule and every block shape (1 to 4
 // warpgroups). Models whose products take every path: unsliced (the invariance
 // model), 2 slices (a 768-wide model's q|k|v with the norm and the rotary epilogue, its o with
 // the residual), 3 slices (a 1,152-wide model's, with the norm; a 128-wide model's down over
@@ -1987,8 +1987,9 @@ TEST(CudaFastProfile, WgmmaPrefillKeepsBits) {
     EXPECT_GT(with, 0);
     EXPECT_EQ(without, 0);
     for (size_t i = 0; i < wgmma.size(); ++i) ASSERT_TRUE(SameBits(wgmma[i], kernel[i])) << "step " << i;
-    // Every block shape (warpgroups a block; 4 runs only the unsliced products, the others take 2).
-    for (int warpgroups : {1, 2, 4}) {
+    // Every block shape (warpgroups a block; 3 and 4 run only the unsliced products, the others
+    // take 2).
+    for (int warpgroups : {1, 2, 3, 4}) {
       SCOPED_TRACE("warpgroups=" + std::to_string(warpgroups));
       int64_t launches = 0;
       const std::vector<std::vector<float>> shaped = run(128, &launches, warpgroups);
