@@ -507,6 +507,7 @@ TEST(EngineTest, PrefillReportsHowMuchOfThePromptWasRead) {
   Loaded l = LoadTiny();
   EngineOptions o;
   o.prefill_chunk = 64;
+  o.prefill_fills_step = false;  // chunks of 64, not the step's whole budget
   auto e = MakeEngine(l, o);
   std::mt19937 rng(31);
   GenerationRequest r = TokensRequest(RandomTokens(rng, 300), 5);
@@ -803,6 +804,7 @@ TEST(EngineTest, StatsCountPrefillSteps) {
   Loaded l = LoadTiny();
   EngineOptions o;
   o.prefill_chunk = 32;
+  o.prefill_fills_step = false;  // chunks of 32, not the step's whole budget
   o.greedy_chain_steps = 1;
   auto engine = MakeEngine(l, o);
   std::mt19937 rng(9);
