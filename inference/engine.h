@@ -41,8 +41,8 @@ struct EngineOptions {
   // After every prefilling sequence took its prefill_chunk, the step's unused token budget goes to
   // them, in order, up to their prompts' ends (fewer, larger prefill steps when few prompts
   // prefill). Chunking never changes a bit of any output (numerics.md), only the step sizes.
-  // 7B fast, one generation point (H200): prefill 1.33 -> 1.16-1.21 s in two calls, steps that
-  // prefill 20 -> 11 (docs/performance.md, "The generation workload").
+  // 7B fast, one generation point (H200): prefill 1.28-1.33 -> 1.11-1.21 s in three calls,
+  // steps that prefill 20 -> 11 (docs/performance.md, "The generation workload").
   bool prefill_fills_step = true;
   int32_t max_context = 0;                 // positions per sequence; 0 = min(max_position_embeddings, 32768)
   // Reuse the KV blocks of a prompt prefix another request already computed (full 16-token

@@ -26,7 +26,7 @@ struct SchedulerLimits {
   int32_t max_batch = 16;          // sequences in one step
   int32_t prefill_chunk = 256;     // prompt tokens one sequence feeds per step
   int32_t max_step_tokens = 512;   // tokens in one step (decodes first, then prefill)
-  bool prefill_fills_step = false; // EngineOptions::prefill_fills_step
+  bool prefill_fills_step = false; // EngineOptions::prefill_fills_step (on there by default)
   int32_t greedy_chain_steps = 8;  // EngineOptions::greedy_chain_steps
   bool capture_logits = false;     // chained steps keep no logits, so capturing forbids them
   bool prefix_sharing = true;

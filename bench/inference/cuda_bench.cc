@@ -329,7 +329,20 @@ bool Bench::Init() {
               bw_ / 1e12, fma_ / 1e12, 2 * fma_ / 1e12, bf16_ / 1e12);
   std::fflush(stdout);
 
+  // --prefill-len: the prefill figures' prompt lengths (1,000 unless given), each with 1 and 4 prompts.
+  prefill_lens_ = IntList(Flag("--prefill-len", "1000"));
+  if (prefill_lens_.empty()) {
+    PrintError("--prefill-len takes one or more lengths");
+    return false;
+  }
   options_.max_positions = 2048;
+  for (int32_t len : prefill_lens_) {
+    if (len < 1) {
+      PrintError("--prefill-len takes positive lengths");
+      return false;
+    }
+    options_.max_positions = std::max(options_.max_positions, len + 1);
+  }
   for (const std::string& entry : Split(Flag("--kv-capacity", ""))) {
     options_.max_positions = std::max(options_.max_positions, std::stoi(entry) + kCapacityDecodeSteps + 1);
   }
@@ -409,13 +422,6 @@ bool Bench::Init() {
   const int64_t d = c.hidden_size, qd = c.q_dim(), kvd = c.kv_dim(), h = c.intermediate_size;
   matrix_params_ = c.num_layers * (d * (qd + 2 * kvd) + qd * d + 3 * d * h) + static_cast<int64_t>(c.vocab_size) * d;
   stride_ = (prompt_ + kWarm + steps_ + 2 + kKvBlockSize - 1) / kKvBlockSize;
-  // --prefill-len: the prefill figures' prompt lengths (1,000 unless given), each with 1 and 4 prompts.
-  prefill_lens_ = IntList(Flag("--prefill-len", "1000"));
-  for (int32_t len : prefill_lens_)
-    if (len < 1) {
-      PrintError("--prefill-len takes positive lengths");
-      return false;
-    }
   prefill_stride_ = (*std::max_element(prefill_lens_.begin(), prefill_lens_.end()) + kKvBlockSize) / kKvBlockSize;
   blocks_ = std::max(64 * stride_, kPrefillSeqs * prefill_stride_);
   needle_ = RandomTokens(prompt_, c.vocab_size, 7);
@@ -794,8 +800,8 @@ bool Bench::DecodeAndPrefill(CudaBackend* base) {
     std::string fields = v;
     std::replace(fields.begin(), fields.end(), ':', ',');
     const std::vector<int32_t> f = IntList(fields);
-    if (f.empty() || f.size() > 2) {
-      PrintError("--wgmma-variants takes N:W, got " + v);
+    if (f.empty() || f.size() > 2 || (f.size() == 2 && (f[1] < 0 || f[1] > 4))) {
+      PrintError("--wgmma-variants takes N:W with W from 0 to 4, got " + v);
       return false;
     }
     CudaTuning t = base_;

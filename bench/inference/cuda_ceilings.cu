@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -65,7 +66,9 @@ __global__ void __launch_bounds__(256, 2) Bf16TensorKernel(float* out, int iters
   for (int i = 0; i < 64; ++i) s = s + d[i];
   out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 #else
-  (void)out, (void)iters;
+  // Built without sm_90a's instructions: a NaN tells the host that nothing was measured.
+  (void)iters;
+  out[blockIdx.x * blockDim.x + threadIdx.x] = __int_as_float(0x7fc00000);
 #endif
 }
 
@@ -126,7 +129,7 @@ double MeasureFmaRate() {
 }
 
 // Returns bf16 tensor-core flop/s (wgmma, fp32 accumulate), 0 where the device is not Hopper
-// (compute capability 9.0), or a negative number on a CUDA error.
+// (compute capability 9.0) or the build has no sm_90a code, or a negative number on a CUDA error.
 double MeasureBf16TensorRate() {
   int device = 0, major = 0, minor = 0, sms = 0;
   cudaGetDevice(&device);
@@ -138,7 +141,10 @@ double MeasureBf16TensorRate() {
   float* out = nullptr;
   if (cudaMalloc(&out, sizeof(float) * blocks * threads) != cudaSuccess) return -1;
   const float ms = MedianKernelMs([&] { Bf16TensorKernel<<<blocks, threads>>>(out, iters); });
+  float first = 0.0f;
+  cudaMemcpy(&first, out, sizeof(first), cudaMemcpyDeviceToHost);
   cudaFree(out);
+  if (std::isnan(first)) return 0;  // a build without sm_90a's wgmma
   if (ms < 0 || cudaGetLastError() != cudaSuccess) return -1;
   const double flops_per_instruction = 2.0 * 64 * 128 * 16;
   return static_cast<double>(blocks) * (threads / 128) * iters * kTensorBurst * flops_per_instruction / (ms * 1e-3);

@@ -22,7 +22,8 @@
 // request's prompt ids and reply length, in rounds, for bench/inference/workload_peer.py to run
 // the same work. --time-limit S cancels an N still running S seconds after its first submission,
 // --deadline S whatever runs S seconds after the program started (model building included); the
-// cut N's line says "complete":false and the larger N are skipped.
+// cut N's line says "complete":false and the rest (larger N, and N under a later
+// --prefill-fills-step value) are skipped.
 //
 //   bench_workload --workload FILE [--points 1,8,32] [--shape 0.5b] [--device cuda]
 //                  [--numerics exact|fast] [--replay FILE] [--max-batch 16] [--prefill-chunk 256]
@@ -377,8 +378,8 @@ int main(int argc, char** argv) {
     eo.prefill_fills_step = fills_values[fill_index] == 1;
     if (deadline > 0 && NowS() >= deadline) skip_rest = true;
     if (skip_rest) {
-      printf("{\"system\":\"rote %s\",\"shape\":\"%s\",\"points\":%d,\"skipped\":true}\n", args["numerics"].c_str(),
-             args["shape"].c_str(), n);
+      printf("{\"system\":\"rote %s\",\"shape\":\"%s\",\"points\":%d,\"prefill_fills_step\":%s,\"skipped\":true}\n",
+             args["numerics"].c_str(), args["shape"].c_str(), n, eo.prefill_fills_step ? "true" : "false");
       fflush(stdout);
       continue;
     }
@@ -462,7 +463,7 @@ int main(int argc, char** argv) {
            eo.prefill_fills_step ? "true" : "false", model_s, open_s);
     fflush(stdout);
     if (!complete) {
-      fprintf(stderr, "[workload] N=%d cut at its time limit; larger N skipped\n", n);
+      fprintf(stderr, "[workload] N=%d cut at its time limit; the rest skipped\n", n);
       skip_rest = true;
     }
   }

@@ -4,6 +4,8 @@
 // sm_90a; elsewhere WgMma traps and the fences are empty.
 #pragma once
 
+#include <vector_types.h>
+
 #include <cstdint>
 
 namespace rote::inference::cuda {

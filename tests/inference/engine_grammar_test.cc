@@ -215,6 +215,7 @@ TEST(EngineGrammar, ConstrainedTokensAreTheSameAloneBatchedChunkedAndOnTheDevice
     EngineOptions o;
     o.max_batch = v.max_batch;
     o.prefill_chunk = v.prefill_chunk;
+    o.prefill_fills_step = false;  // the variants' chunks, not the step's whole budget
     o.max_step_tokens = std::max(512, v.max_batch);
     DeviceLikeBackend* raw = nullptr;
     auto e = MakeEngine(l, o, v.device_like, &raw);

@@ -168,6 +168,7 @@ void CheckAloneVersusBatched(const Loaded& l, float temperature, int others, int
   }
 
   o.prefill_chunk = 5;
+  o.prefill_fills_step = false;  // prompts in chunks of 5 among the others' steps
   o.max_batch = 16;
   o.kv_cache_bytes = kv_bytes;
   CpuBackendOptions b;
