@@ -25,6 +25,8 @@ enum class NumericsProfile { kExact, kFast };
 // Tokens per KV-cache block.
 inline constexpr int32_t kKvBlockSize = 16;
 static_assert((kKvBlockSize & (kKvBlockSize - 1)) == 0, "the CUDA kernels index the cache with shifts");
+// A block-table entry whose block was released (SequenceStep::block_table).
+inline constexpr int32_t kNoKvBlock = -1;
 
 // One sequence's part of a step: a run of new tokens at consecutive positions (a prefill chunk,
 // or one decode token). Attention for token t (position start_pos + t) covers positions
@@ -34,7 +36,10 @@ struct SequenceStep {
   std::span<const int32_t> tokens;       // new token ids, tokens.size() >= 1
   int32_t start_pos = 0;                 // position of tokens[0]
   // KV block ids for positions 0 .. start_pos + tokens.size() - 1: position p lives in block
-  // block_table[p / kKvBlockSize], slot p % kKvBlockSize.
+  // block_table[p / kKvBlockSize], slot p % kKvBlockSize. An entry whose every position lies
+  // before ModelConfig::first_read_key(start_pos) may be kNoKvBlock: no layer reads it (a model
+  // whose every layer has a sliding window; the engine released the block). Backends refuse
+  // kNoKvBlock anywhere else.
   std::span<const int32_t> block_table;
   // Logits wanted for the last num_logits tokens of this run (0 for a non-final prefill
   // chunk, 1 for decode or the final chunk, tokens.size() to capture every position).

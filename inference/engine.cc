@@ -304,6 +304,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> mo
   limits.capture_logits = options.capture_logits;
   limits.prefix_sharing = options.prefix_sharing;
   limits.max_context = impl->max_context;
+  // A window of at least the context never hides a position.
+  const int32_t window = impl->model->config().kv_window();
+  if (options.release_outside_window && window > 0 && window < impl->max_context) limits.kv_window = window;
   impl->scheduler = std::make_unique<Scheduler>(limits, impl->blocks.get(), &impl->mu);
   impl->backend = std::move(backend);
   impl->stop_tokens = impl->tokenizer.stop_token_ids();
@@ -389,8 +392,8 @@ StatusOr<std::shared_ptr<Sequence>> Engine::Impl::Prepare(GenerationRequest requ
                            std::to_string(max_context));
   }
   const int64_t longest = std::min<int64_t>(len + sp.max_tokens, max_context);
-  if (BlocksFor(longest) > blocks->num_blocks()) {
-    return ResourceExhausted("the request needs up to " + std::to_string(BlocksFor(longest)) +
+  if (const int32_t need = MostBlocksHeld(scheduler->limits(), longest); need > blocks->num_blocks()) {
+    return ResourceExhausted("the request needs up to " + std::to_string(need) +
                              " KV blocks; the cache has " + std::to_string(blocks->num_blocks()) +
                              " (raise kv_cache_bytes or lower max_tokens)");
   }

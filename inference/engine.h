@@ -49,6 +49,12 @@ struct EngineOptions {
   // blocks only). The cached K/V are the same bits a recomputation gives (batch invariance),
   // so this changes speed, never output.
   bool prefix_sharing = true;
+  // Where every layer of the model has a sliding window shorter than the context (Mistral,
+  // StarCoder2, Phi-3 with a window; not Gemma, whose global layers read every position), a
+  // sequence gives each KV block back as soon as no later query can see it, so it holds about
+  // window + step positions however long it runs, and requests longer than the cache run. The
+  // K/V that are read are the same bits either way; this changes capacity, never output.
+  bool release_outside_window = true;
   // Greedy decode steps run as one backend call of up to this many steps (Backend::
   // ForwardGreedySteps; on a GPU each step's tokens feed the next there, with no host turn
   // between them) when every running request decodes greedily, none is waiting to be admitted,

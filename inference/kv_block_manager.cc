@@ -100,6 +100,8 @@ void KvBlockManager::ForgetBlock(int32_t block) {
 int32_t KvBlockManager::ShareCachedPrefix(std::span<const int32_t> tokens, size_t max_blocks,
                                           std::vector<int32_t>* blocks) {
   for (size_t b = blocks->size(); b < max_blocks; ++b) {
+    // A released parent (kNoKvBlock) names no prefix: the key would read as a first block's.
+    if (b > 0 && (*blocks)[b - 1] < 0) break;
     auto it = prefix_blocks_.find(BlockKey(tokens, *blocks, b));
     if (it == prefix_blocks_.end()) break;
     Revive(it->second);
@@ -110,6 +112,7 @@ int32_t KvBlockManager::ShareCachedPrefix(std::span<const int32_t> tokens, size_
 
 void KvBlockManager::RegisterFullBlock(std::span<const int32_t> tokens, std::span<const int32_t> blocks,
                                        size_t index) {
+  if (blocks[index] < 0 || (index > 0 && blocks[index - 1] < 0)) return;  // released: no key to give
   if (block_keys_.count(blocks[index])) return;  // already known (a shared block)
   Key key = BlockKey(tokens, blocks, index);
   if (prefix_blocks_.count(key)) return;  // another sequence computed the same prefix first

@@ -46,6 +46,8 @@ class KvBlockManager {
   // Records blocks[index], which holds tokens [index * kKvBlockSize, (index + 1) * kKvBlockSize)
   // of a sequence whose block table is `blocks`, as the cached copy of that prefix, unless the
   // block already has a key or another block holds the same prefix (the first one stays).
+  // Neither this nor ShareCachedPrefix looks past a released entry (kNoKvBlock, a sliding
+  // window's: Scheduler) as a parent.
   void RegisterFullBlock(std::span<const int32_t> tokens, std::span<const int32_t> blocks, size_t index);
   // The number of blocks the prefix cache knows (free or in use).
   size_t cached_blocks() const { return block_keys_.size(); }

@@ -6,6 +6,13 @@
 
 namespace rote::inference {
 
+int32_t MostBlocksHeld(const SchedulerLimits& limits, int64_t positions) {
+  const int32_t all = BlocksFor(positions);
+  if (limits.kv_window <= 0) return all;
+  const int64_t step = std::max<int64_t>({1, limits.max_step_tokens, limits.greedy_chain_steps});
+  return std::min<int32_t>(all, BlocksFor(limits.kv_window - 1 + step) + 1);
+}
+
 Scheduler::Scheduler(const SchedulerLimits& limits, KvBlockManager* blocks, std::mutex* mu)
     : limits_(limits), blocks_(blocks), mu_(mu) {}
 
@@ -27,7 +34,8 @@ std::vector<std::shared_ptr<Sequence>> Scheduler::TakeCancelledWaiting() {
 void Scheduler::Admit() {
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < limits_.max_batch) {
     const auto& s = waiting_.front();
-    if (BlocksFor(static_cast<int64_t>(s->all.size()) + 1) > blocks_->num_free() && !running_.empty()) break;
+    if (MostBlocksHeld(limits_, static_cast<int64_t>(s->all.size()) + 1) > blocks_->num_free() && !running_.empty())
+      break;
     ShareCachedPrefix(*s);
     running_.push_back(s);
     waiting_.pop_front();
@@ -156,9 +164,25 @@ int32_t Scheduler::ChainLength(const std::vector<StepPart>& parts) {
 void Scheduler::Advance(Sequence& s, int32_t n) {
   const int32_t before = s.computed;
   s.computed += n;
-  if (!limits_.prefix_sharing) return;
-  for (int32_t b = before / kKvBlockSize; b < s.computed / kKvBlockSize; ++b) {
-    blocks_->RegisterFullBlock(s.all, s.blocks, static_cast<size_t>(b));
+  if (limits_.prefix_sharing) {
+    for (int32_t b = before / kKvBlockSize; b < s.computed / kKvBlockSize; ++b) {
+      blocks_->RegisterFullBlock(s.all, s.blocks, static_cast<size_t>(b));
+    }
+  }
+  ReleaseOutsideWindow(s);
+}
+
+void Scheduler::ReleaseOutsideWindow(Sequence& s) {
+  if (limits_.kv_window <= 0) return;
+  // The next query is at position s.computed; it and every later one see keys from
+  // s.computed - kv_window + 1 on (ModelConfig::first_read_key), so whole blocks before that
+  // are never read again. Oldest first: the prefix cache then evicts the oldest first as well.
+  const int64_t first_read = static_cast<int64_t>(s.computed) - limits_.kv_window + 1;
+  const int64_t end = std::min<int64_t>(first_read > 0 ? first_read / kKvBlockSize : 0, static_cast<int64_t>(s.blocks.size()));
+  for (; s.released_blocks < end; ++s.released_blocks) {
+    int32_t& b = s.blocks[static_cast<size_t>(s.released_blocks)];
+    blocks_->Release(b);
+    b = kNoKvBlock;
   }
 }
 
@@ -178,8 +202,10 @@ void Scheduler::Preempt(const std::shared_ptr<Sequence>& s) {
 void Scheduler::ReleaseBlocks(Sequence& s) {
   // Last block first: the prefix cache evicts its least recently released block first, so a
   // sequence's deepest blocks go before the ones they hang from (KvBlockManager::Release).
-  for (auto b = s.blocks.rbegin(); b != s.blocks.rend(); ++b) blocks_->Release(*b);
+  for (auto b = s.blocks.rbegin(); b != s.blocks.rend(); ++b)
+    if (*b != kNoKvBlock) blocks_->Release(*b);
   s.blocks.clear();
+  s.released_blocks = 0;
   s.computed = 0;
 }
 
@@ -194,12 +220,14 @@ void Scheduler::ExtendSharedPrefix(Sequence& s) {
   s.computed += gained;
   s.result.prompt_tokens_reused =
       std::min<int32_t>(static_cast<int32_t>(s.prompt_len), s.result.prompt_tokens_reused + gained);
+  ReleaseOutsideWindow(s);
 }
 
 bool Scheduler::WaitsForLeader(const Sequence& s, size_t index) const {
   if (!limits_.prefix_sharing || s.computed != static_cast<int32_t>(s.blocks.size()) * kKvBlockSize) return false;
   const size_t b = s.blocks.size();  // the next block s would compute
   if (b >= (s.all.size() - 1) / kKvBlockSize) return false;  // not a block it could share
+  if (b > 0 && s.blocks[b - 1] == kNoKvBlock) return false;  // released: it names no prefix
   const size_t end = (b + 1) * kKvBlockSize;
   for (size_t j = 0; j < index; ++j) {
     const Sequence& l = *running_[j];
@@ -222,6 +250,7 @@ void Scheduler::ShareCachedPrefix(Sequence& s) {
   s.computed = static_cast<int32_t>(s.blocks.size()) * kKvBlockSize;
   // Prompt positions only: a preempted sequence readmitted may also find its generated tokens.
   s.result.prompt_tokens_reused = std::min<int32_t>(static_cast<int32_t>(s.prompt_len), s.computed);
+  ReleaseOutsideWindow(s);
 }
 
 }  // namespace rote::inference

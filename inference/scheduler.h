@@ -3,7 +3,8 @@
 // blocks (taking any cached prefix blocks on the way in), and each step decodes every running
 // sequence first, then gives the rest of the step's token budget to prompt chunks. When the KV
 // cache is full, the most recently admitted sequence is preempted: its blocks are released and it
-// waits at the head of the queue to be recomputed. Recomputation gives the same K/V bits (batch
+// waits at the head of the queue to be recomputed. Under a model whose every layer has a sliding
+// window, a sequence gives back each block as soon as no later query can see it. Recomputation gives the same K/V bits (batch
 // invariance), so a preempted sequence resumes exactly where it was.
 //
 // Threads: the waiting queue and the sequences' cancel/done flags are guarded by the engine's
@@ -31,7 +32,17 @@ struct SchedulerLimits {
   bool capture_logits = false;     // chained steps keep no logits, so capturing forbids them
   bool prefix_sharing = true;
   int64_t max_context = 0;         // positions per sequence
+  // ModelConfig::kv_window() where the engine releases what no later query reads (0: never):
+  // after each step a sequence's blocks wholly before position computed - kv_window + 1 go
+  // back to the cache and its table says kNoKvBlock there.
+  int32_t kv_window = 0;
 };
+
+// The most KV blocks a sequence of `positions` positions holds at once: all of them, or under a
+// window only the window's positions before a step's first new one and the step's new ones (up
+// to max_step_tokens, or a chained run's greedy_chain_steps), across at most one more block
+// boundary than they fill.
+int32_t MostBlocksHeld(const SchedulerLimits& limits, int64_t positions);
 
 // One sequence's share of a step: n new tokens, and whether its last one's logits are wanted.
 struct StepPart {
@@ -73,12 +84,16 @@ class Scheduler {
   // Takes a finished (or failed, or cancelled) sequence off the running list, releasing its blocks.
   void Remove(const std::shared_ptr<Sequence>& s);
 
+  const SchedulerLimits& limits() const { return limits_; }
   const std::vector<std::shared_ptr<Sequence>>& running() const { return running_; }
   const std::deque<std::shared_ptr<Sequence>>& waiting() const { return waiting_; }  // *mu held
 
  private:
   void Preempt(const std::shared_ptr<Sequence>& s);
   void ReleaseBlocks(Sequence& s);
+  // Under a window (limits_.kv_window): releases the blocks that no query at s.computed or later
+  // reads, oldest first, leaving kNoKvBlock in their entries.
+  void ReleaseOutsideWindow(Sequence& s);
   void ShareCachedPrefix(Sequence& s);
   // A prefilling sequence at a block boundary takes the cached blocks that continue its prompt,
   // computed since it was admitted by a sequence with the same prefix.

@@ -36,7 +36,10 @@ struct Sequence {
   std::vector<int32_t> all;  // prompt, then generated tokens
   size_t prompt_len = 0;
   int32_t computed = 0;      // positions whose K/V are in the cache
+  // The block table: blocks[i] holds positions [16 i, 16 i + 16). Its first `released_blocks`
+  // entries are kNoKvBlock where the model's sliding window let the scheduler release them.
   std::vector<int32_t> blocks;
+  int32_t released_blocks = 0;
   std::unique_ptr<StreamDecoder> decoder;
   // The request's grammar state (GrammarConstraint); null when unconstrained. Fed every chosen
   // token; the mask of the next step is read from it.

@@ -191,7 +191,11 @@ Status CpuBackend::Forward(const BatchPlan& plan, std::vector<float>* logits) {
       return InvalidArgument("block table covers " + std::to_string(s.block_table.size()) + " blocks, need " +
                              std::to_string(blocks_needed));
     }
-    for (int32_t b : s.block_table) {
+    // Blocks before the first key any layer reads may have been released (kNoKvBlock).
+    const int64_t first_read_block = cfg_.first_read_key(s.start_pos) / kKvBlockSize;
+    for (int64_t i = 0; i < static_cast<int64_t>(s.block_table.size()); ++i) {
+      const int32_t b = s.block_table[i];
+      if (b == kNoKvBlock && i < first_read_block) continue;
       if (b < 0 || b >= num_blocks_) return InvalidArgument("block id " + std::to_string(b) + " out of range");
     }
     if (s.num_logits < 0 || s.num_logits > n) return InvalidArgument("num_logits out of range");

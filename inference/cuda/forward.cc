@@ -157,8 +157,12 @@ Status CudaBackendImpl::Step(const BatchPlan& plan, bool greedy) {
     const int64_t need_blocks = (end + kKvBlockSize - 1) / kKvBlockSize;
     if (static_cast<int64_t>(s.block_table.size()) < need_blocks)
       return InvalidArgument("Forward: block table too short for position " + std::to_string(end - 1));
+    // Blocks before the first key any layer reads may have been released (kNoKvBlock): the
+    // attention kernels start at the window (family_ops.cu), so they never read those entries.
+    const int64_t first_read_block = config_.first_read_key(s.start_pos) / kKvBlockSize;
     for (int64_t b = 0; b < need_blocks; ++b)
-      if (s.block_table[b] < 0 || s.block_table[b] >= num_blocks_)
+      if (!(s.block_table[b] == kNoKvBlock && b < first_read_block) &&
+          (s.block_table[b] < 0 || s.block_table[b] >= num_blocks_))
         return InvalidArgument("Forward: block id " + std::to_string(s.block_table[b]) + " out of range");
     lay.tokens += n;
     lay.logit_rows += s.num_logits;

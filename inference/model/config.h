@@ -142,6 +142,24 @@ struct ModelConfig {
     return layer_plan.empty() ? LayerPlan{} : layer_plan[static_cast<size_t>(layer)];
   }
   bool has_local_rope() const { return rope_local_theta > 0; }
+  // How many trailing positions a query can see at most, over every layer: the largest sliding
+  // window where every layer has one, 0 where some layer attends to every earlier position.
+  // Positions before pos - kv_window() + 1 are read by no query at pos or later, so their K/V may
+  // be dropped (the engine releases such KV blocks: docs/inference.md, "Sliding windows").
+  int32_t kv_window() const {
+    if (layer_plan.empty()) return 0;
+    int32_t w = 0;
+    for (const LayerPlan& p : layer_plan) {
+      if (p.sliding_window <= 0) return 0;
+      w = w > p.sliding_window ? w : p.sliding_window;
+    }
+    return w;
+  }
+  // The first key position any layer reads for a query at `pos` (0 without windows).
+  int32_t first_read_key(int32_t pos) const {
+    const int32_t w = kv_window();
+    return w > 0 && pos >= w ? pos - w + 1 : 0;
+  }
 };
 
 // Parses config.json text (and optionally generation_config.json text, may be empty).

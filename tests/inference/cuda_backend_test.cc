@@ -2400,6 +2400,50 @@ TEST_P(CudaFamilyTest, FastProfileRunsCloseAndInvariant) {
     ASSERT_TRUE(SameBits(alone_logits[i], batched_logits[i])) << "step " << i;
 }
 
+// Where every layer slides, the engine gives back the blocks no later query reads: on a cache of
+// 8 blocks (128 positions) three requests of 210-236 positions run together (greedy and sampled,
+// preempting one another), and their tokens equal the CPU's with every block kept.
+TEST_P(CudaFamilyTest, ExactReleasingBlocksOutsideTheWindowEqualsCpu) {
+  SKIP_WITHOUT_GPU();
+  auto model = FamilyModel(GetParam());
+  ASSERT_TRUE(model);
+  if (model->config().kv_window() == 0) GTEST_SKIP() << "a layer attends to every position";
+  auto tokenizer = Tokenizer::Load(std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/qwen2");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const int32_t vocab = model->config().vocab_size;
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r;
+    r.prompt_tokens = Prompt(60 + 13 * i, vocab, 900 + static_cast<uint32_t>(i));
+    r.sampling.max_tokens = 150;
+    r.sampling.ignore_eos = true;
+    if (i == 1) {
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = 3;
+      r.sampling_key = 7;
+    }
+    reqs.push_back(std::move(r));
+  }
+  auto run = [&](std::unique_ptr<Backend> backend, bool release, int32_t blocks) {
+    std::vector<std::vector<int32_t>> tokens;
+    EngineOptions o;
+    o.prefill_chunk = 16;
+    o.max_step_tokens = 32;
+    o.max_context = 512;
+    o.release_outside_window = release;
+    o.kv_cache_bytes = int64_t{blocks} * backend->KvBytesPerBlock();
+    auto engine = Engine::Create(model, *tokenizer, std::move(backend), o);
+    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+    if (!engine.ok()) return tokens;
+    for (GenerationResult& res : SubmitAndWait(**engine, reqs)) tokens.push_back(res.tokens);
+    return tokens;
+  };
+  const auto cpu = run(Cpu(model), false, 64);
+  const auto gpu = run(Cuda(model), true, 8);
+  ASSERT_EQ(cpu.size(), 3u);
+  EXPECT_EQ(cpu, gpu);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CudaFamilyTest,
                          ::testing::Values(FamilyCase{"mistral_bf16", ModelFamily::kMistral, DType::kBF16},
                                            FamilyCase{"granite_bf16", ModelFamily::kGranite, DType::kBF16},

@@ -817,5 +817,62 @@ TEST(EngineTest, StatsCountPrefillSteps) {
   EXPECT_EQ(s.steps, 4 + 4) << "four prefill steps, then one step per further token";
 }
 
+// Mistral's window of 24 on every layer: the engine gives back each block once no later query sees
+// it, so requests of 270 positions run on a cache of 8 blocks (128 positions) that would refuse
+// them otherwise, with every token and logit equal to a run that keeps every block; several at
+// once (a shared prefix, greedy and sampled, preempting one another) as well, chained greedy
+// steps included.
+TEST(EngineTest, ASlidingWindowReleasesBlocksWithoutChangingBits) {
+  Loaded l = LoadTiny(ModelFamily::kMistral);
+  ASSERT_EQ(l.model->config().kv_window(), 24);
+  std::mt19937 rng(31);
+  const std::vector<int32_t> prefix = RandomTokens(rng, 40);
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = prefix;
+    const auto tail = RandomTokens(rng, 30 + 7 * i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    reqs.push_back(TokensRequest(p, 200, i == 1 ? 0.8f : 0.0f, 60 + static_cast<uint64_t>(i)));
+  }
+  auto run = [&](bool release, int32_t blocks, bool capture, bool together) {
+    EngineOptions o;
+    o.capture_logits = capture;
+    o.prefill_chunk = 16;
+    o.max_step_tokens = 32;
+    o.release_outside_window = release;
+    o.kv_cache_bytes = int64_t{blocks} * KvBytesPerBlock(l.model->config());
+    auto engine = MakeEngine(l, o);
+    std::vector<GenerationResult> out;
+    if (together) {
+      std::vector<RequestId> ids;
+      for (const auto& r : reqs) ids.push_back(engine->Submit(r).value());
+      for (RequestId id : ids) out.push_back(engine->Wait(id).value());
+    } else {
+      for (const auto& r : reqs) out.push_back(RunToEnd(*engine, r));
+    }
+    EXPECT_EQ(engine->stats().kv_blocks_in_use, 0);
+    return out;
+  };
+  const std::vector<GenerationResult> kept = run(false, 256, true, false);
+  const std::vector<GenerationResult> alone = run(true, 8, true, false);
+  const std::vector<GenerationResult> together = run(true, 12, true, true);
+  const std::vector<GenerationResult> chained = run(true, 8, false, false);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_EQ(kept[i].tokens.size(), 200u);
+    EXPECT_EQ(alone[i].tokens, kept[i].tokens) << i;
+    EXPECT_TRUE(SameLogits(alone[i], kept[i])) << i;
+    EXPECT_EQ(together[i].tokens, kept[i].tokens) << i;
+    EXPECT_TRUE(SameLogits(together[i], kept[i])) << i;
+    EXPECT_EQ(chained[i].tokens, kept[i].tokens) << i;
+  }
+  // Keeping every block, the same cache refuses them.
+  EngineOptions o;
+  o.max_step_tokens = 32;
+  o.release_outside_window = false;
+  o.kv_cache_bytes = 8 * KvBytesPerBlock(l.model->config());
+  auto keeping = MakeEngine(l, o);
+  EXPECT_EQ(keeping->Submit(reqs[0]).status().code(), StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace rote::inference

@@ -170,5 +170,26 @@ TEST(KvBlockManagerTest, TheFirstBlockToComputeAPrefixKeepsIt) {
   EXPECT_EQ(m.cached_blocks(), 1u);
 }
 
+// A sliding window's released entry (kNoKvBlock) is no parent: a key built on it would read as a
+// sequence's first block, and the block of another prompt with those tokens would be shared.
+TEST(KvBlockManagerTest, AReleasedParentNamesNoPrefix) {
+  KvBlockManager m(8);
+  const std::vector<int32_t> first = Tokens(1, 500);
+  ASSERT_EQ(Compute(m, first), (std::vector<int32_t>{0}));  // a prompt that starts with 500..515
+  // Another sequence whose second block holds 500..515, its first block released.
+  std::vector<int32_t> tokens = Tokens(1);
+  tokens.insert(tokens.end(), first.begin(), first.end());
+  std::vector<int32_t> blocks = {kNoKvBlock};
+  EXPECT_EQ(m.ShareCachedPrefix(tokens, 2, &blocks), 1);
+  EXPECT_EQ(blocks, (std::vector<int32_t>{kNoKvBlock}));
+  EXPECT_EQ(m.RefCount(0), 1);
+  // Nor is a block after a released one registered under it.
+  blocks.push_back(*m.Allocate());
+  m.RegisterFullBlock(tokens, blocks, 1);
+  EXPECT_EQ(m.cached_blocks(), 1u);
+  m.RegisterFullBlock(tokens, blocks, 0);  // the released entry itself
+  EXPECT_EQ(m.cached_blocks(), 1u);
+}
+
 }  // namespace
 }  // namespace rote::inference

@@ -413,5 +413,47 @@ TEST(ModelFamiliesTest, SlidingWindowsBoundWhatAPositionSees) {
   }
 }
 
+// A block-table entry may say kNoKvBlock only where every layer's window has passed it: Mistral's
+// window of 24 lets a query at 60 skip blocks 0 and 1 (positions before 37) with the same logits;
+// anywhere else, and for Gemma 2 (a global layer reads every position), it is INVALID_ARGUMENT.
+TEST(ModelFamiliesTest, ReleasedBlocksBeforeTheWindowAreNeverRead) {
+  std::vector<int32_t> tokens(61);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 37 + 5) % 300);
+  for (ModelFamily f : {ModelFamily::kMistral, ModelFamily::kGemma2}) {
+    SCOPED_TRACE(std::string(ModelFamilyName(f)));
+    auto m = Model::Load(testing::SynthModelDir(f, "tiny"));
+    ASSERT_TRUE(m.ok());
+    const ModelConfig& c = (*m)->config();
+    EXPECT_EQ(c.kv_window(), f == ModelFamily::kMistral ? 24 : 0);
+    EXPECT_EQ(c.first_read_key(60), f == ModelFamily::kMistral ? 37 : 0);
+    CpuBackendOptions opt;
+    opt.max_positions = 128;
+    auto b = CreateCpuBackend(*m, opt).value();
+    ASSERT_TRUE(b->AllocateKvCache(8).ok());
+    const std::span<const int32_t> prompt(tokens.data(), 60), last(tokens.data() + 60, 1);
+    const std::vector<int32_t> blocks = {0, 1, 2, 3};
+    BatchPlan prefill;
+    prefill.sequences.push_back({prompt, 0, blocks, 1});
+    std::vector<float> logits;
+    ASSERT_TRUE(b->Forward(prefill, &logits).ok());
+    auto step = [&](std::vector<int32_t> table, std::vector<float>* out) {
+      BatchPlan plan;
+      plan.sequences.push_back({last, 60, table, 1});
+      return b->Forward(plan, out);
+    };
+    std::vector<float> kept, released;
+    ASSERT_TRUE(step(blocks, &kept).ok());
+    const Status s = step({kNoKvBlock, kNoKvBlock, 2, 3}, &released);
+    if (f == ModelFamily::kMistral) {
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(std::memcmp(kept.data(), released.data(), kept.size() * 4), 0);
+    } else {
+      EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    }
+    EXPECT_EQ(step({0, 1, kNoKvBlock, 3}, &released).code(), StatusCode::kInvalidArgument);  // 37..47 are read
+    EXPECT_EQ(step({0, 1, 2, kNoKvBlock}, &released).code(), StatusCode::kInvalidArgument);  // written
+  }
+}
+
 }  // namespace
 }  // namespace rote::inference

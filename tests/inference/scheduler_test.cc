@@ -397,5 +397,83 @@ TEST(SchedulerTest, CancelledSequencesAreFoundInBothQueues) {
   EXPECT_FALSE(f.scheduler.has_work());
 }
 
+// Under a window of 24 a sequence releases each block once no later query sees it: its table
+// keeps kNoKvBlock there, it never holds more than MostBlocksHeld, and it runs to 300 positions
+// on a cache of 8 blocks (128 positions).
+TEST(SchedulerTest, AWindowReleasesWhatNoLaterQueryReads) {
+  SchedulerLimits limits = Limits();
+  limits.kv_window = 24;
+  limits.max_step_tokens = 32;
+  const int32_t most = MostBlocksHeld(limits, 300);
+  EXPECT_EQ(most, BlocksFor(23 + 32) + 1);
+  EXPECT_EQ(MostBlocksHeld(limits, 20), 2);  // a short sequence: all of its blocks
+  SchedulerLimits no_window = limits;
+  no_window.kv_window = 0;
+  EXPECT_EQ(MostBlocksHeld(no_window, 300), BlocksFor(300));
+  Fixture f(8, limits);
+  auto s = Seq(70, 0, 1000);
+  f.Admit({s});
+  int steps = 0;
+  while (s->computed < 300 && steps++ < 400) {
+    const std::vector<StepPart> parts = f.scheduler.Schedule();
+    ASSERT_EQ(parts.size(), 1u);
+    // Every block a query of this step reads is held.
+    const int32_t first_read = std::max(0, s->computed - 23);
+    for (int32_t b = first_read / kKvBlockSize; b < BlocksFor(s->computed + parts[0].n); ++b)
+      ASSERT_GE(s->blocks[static_cast<size_t>(b)], 0) << "block " << b << " at " << s->computed;
+    f.Run(parts);
+    const int32_t released = std::max(0, s->computed - 23) / kKvBlockSize;
+    ASSERT_EQ(s->released_blocks, std::min<int32_t>(released, static_cast<int32_t>(s->blocks.size())));
+    int32_t held = 0;
+    for (size_t b = 0; b < s->blocks.size(); ++b) {
+      if (static_cast<int32_t>(b) < s->released_blocks) {
+        ASSERT_EQ(s->blocks[b], kNoKvBlock);
+      } else {
+        ASSERT_GE(s->blocks[b], 0);
+        ++held;
+      }
+    }
+    ASSERT_LE(held, most);
+    ASSERT_EQ(f.manager.num_free(), 8 - held);
+  }
+  EXPECT_GE(s->computed, 300);
+  f.scheduler.Remove(s);
+  EXPECT_EQ(f.manager.num_free(), 8);
+}
+
+// Admission counts what a windowed sequence will hold, not its whole length.
+TEST(SchedulerTest, AWindowAdmitsPromptsLongerThanTheFreeBlocks) {
+  SchedulerLimits limits = Limits();
+  limits.kv_window = 24;
+  limits.max_step_tokens = 32;
+  Fixture f(10, limits);
+  auto a = Seq(10), b = Seq(200, 1000);
+  f.Admit({a, b});
+  EXPECT_EQ(f.scheduler.running().size(), 2u);
+  limits.kv_window = 0;
+  Fixture g(10, limits);
+  auto c = Seq(10), d = Seq(200, 1000);
+  g.Admit({c, d});
+  EXPECT_EQ(g.scheduler.running().size(), 1u);
+}
+
+// A sequence readmitted after preemption shares the cached blocks of its prompt again and
+// releases at once those outside the window.
+TEST(SchedulerTest, AWindowReleasesSharedBlocksOutsideIt) {
+  SchedulerLimits limits = Limits();
+  limits.kv_window = 24;
+  limits.max_step_tokens = 64;
+  Fixture f(16, limits);
+  auto a = Seq(100, 0, 5);
+  f.Admit({a});
+  while (a->uncomputed() > 1) f.Run(f.scheduler.Schedule());
+  f.scheduler.Remove(a);  // its blocks stay cached
+  auto b = Seq(100, 0, 5);
+  f.Admit({b});
+  EXPECT_EQ(b->computed, 96);  // six cached blocks shared
+  EXPECT_EQ(b->released_blocks, (96 - 23) / kKvBlockSize);
+  for (int32_t i = 0; i < b->released_blocks; ++i) EXPECT_EQ(b->blocks[static_cast<size_t>(i)], kNoKvBlock);
+}
+
 }  // namespace
 }  // namespace rote::inference
