@@ -12,7 +12,7 @@
 //              [--prefill 0|1] [--tiles -1,0,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,2,5 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2]
 //              [--one-token-kernels 0,1,2] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
-//              [--attention-parts 0,4,2] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0] [--fast-wgmma N[:W]]
+//              [--attention-parts 0,4,2] [--attention-parts-v-loads 4,16,32] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0] [--fast-wgmma N[:W]]
 //              [--fast-merge 0|2|3[:STEPS]] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K]
 //              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
@@ -628,7 +628,9 @@ bool Bench::TraceStep() {
 bool Bench::Timeline() {
   const std::string timeline = Flag("--timeline", "");
   if (timeline.empty()) return true;
-  const char* kind_names[] = {"?", "embed", "linear", "tma_gemv", "tiled", "rmsnorm", "rope", "attention", "argmax"};
+  const char* kind_names[] = {"?",    "embed",     "linear", "tma_gemv", "tiled",
+                              "rmsnorm", "rope", "attention", "argmax",  "attention_parts"};
+  constexpr uint32_t kKinds = sizeof(kind_names) / sizeof(kind_names[0]);
   CudaTuning tuning = base_;
   tuning.one_token_kernel = std::stoi(Flag("--timeline-one-token-kernel", "0"));
   CudaInstruments instruments;
@@ -645,8 +647,8 @@ bool Bench::Timeline() {
       PrintError("no timeline recorded (configure with -DROTE_CUDA_TIMELINE=ON)");
       return false;
     }
-    double gap_sum[9] = {}, run_sum[9] = {}, spread_sum[9] = {};
-    int32_t count[9] = {};
+    double gap_sum[kKinds] = {}, run_sum[kKinds] = {}, spread_sum[kKinds] = {};
+    int32_t count[kKinds] = {};
     size_t prev = 0;  // the last kernel (not a point inside one)
     for (size_t i = 0; i < t.size(); ++i) {
       for (int p = 1; p < 8; ++p)  // points inside the body, from its first wait
@@ -655,7 +657,7 @@ bool Bench::Timeline() {
                       "\"first_us\":%.2f,\"last_us\":%.2f}\n",
                       shape_.c_str(), batch, i, p, (t[i].point_first_ns[p] - t[i].first_wait_ns) / 1e3,
                       (t[i].point_last_ns[p] - t[i].first_wait_ns) / 1e3);
-      const uint32_t kind = t[i].kind < 9 ? t[i].kind : 0;
+      const uint32_t kind = t[i].kind < kKinds ? t[i].kind : 0;
       const double gap = i == 0 ? 0.0 : (t[i].first_wait_ns - t[prev].end_ns) / 1e3;
       const double spread = (t[i].last_wait_ns - t[i].first_wait_ns) / 1e3;
       const double run = (t[i].end_ns - t[i].first_wait_ns) / 1e3;
@@ -675,7 +677,7 @@ bool Bench::Timeline() {
     std::printf("{\"what\":\"timeline\",\"shape\":\"%s\",\"batch\":%d,\"kernels\":%zu,\"span_us\":%.1f,"
                 "\"us_per_step_timed\":%.1f",
                 shape_.c_str(), batch, t.size(), (t.back().end_ns - t.front().start_ns) / 1e3, 1e6 * secs / steps_);
-    for (int k = 1; k < 9; ++k)
+    for (uint32_t k = 1; k < kKinds; ++k)
       if (count[k] > 0)
         std::printf(",\"%s\":{\"n\":%d,\"gap_us\":%.1f,\"run_us\":%.1f,\"spread_us\":%.1f}", kind_names[k], count[k],
                     gap_sum[k], run_sum[k], spread_sum[k]);
@@ -1127,6 +1129,12 @@ int main(int argc, char** argv) {
   if (const std::string list = bench.Flag("--attention-variants", ""); !list.empty() &&
       !bench.CompareSettings("attention_variant", "variant", list,
                              [](CudaTuning& t, int32_t v) { t.attention_variant = v; }))
+    return 1;
+  // --attention-parts-v-loads 4,16,32: the separate attention-in-parts launch with that many V
+  // loads in flight per thread (CudaTuning::attention_parts_v_loads); decode at --prompt positions.
+  if (const std::string list = bench.Flag("--attention-parts-v-loads", ""); !list.empty() &&
+      !bench.CompareSettings("attention_parts_v_loads", "v_loads", list,
+                             [](CudaTuning& t, int32_t n) { t.attention_parts_v_loads = n; }))
     return 1;
   // --evict-first 0,1: weight reads hinted L2 evict_first off and on (CudaTuning::weight_evict_first).
   if (const std::string list = bench.Flag("--evict-first", ""); !list.empty() &&

@@ -290,6 +290,7 @@ struct AttentionParts {
   float* vpart = nullptr;   // (num_heads, 8, head_dim)
   unsigned long long* sync = nullptr;  // num_heads zeroed counters, reused by every launch
   int32_t parts = 0;  // blocks per head: 8, 4 or 2; 0: 8 or 4, the most with num_heads x parts <= multiprocessors
+  int32_t v_loads = 32;  // CudaTuning::attention_parts_v_loads: 4, 16 or 32
 };
 bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, int32_t max_context, int32_t parts);
 cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
@@ -322,6 +323,7 @@ cudaError_t LaunchAdvanceGreedy(const int32_t* chosen, int32_t rows, int32_t* hi
 // step; null turns recording off. One cursor and log per multiprocessor: no shared counter.
 enum class TimelineKind : uint32_t {
   kEmbed = 1, kLinear = 2, kTmaGemv = 3, kTiled = 4, kRmsNorm = 5, kRope = 6, kAttention = 7, kArgmax = 8,
+  kAttentionParts = 9,
 };
 constexpr int kTimelineMaxSms = 160;
 constexpr int kTimelineRecordsPerSm = 2048;

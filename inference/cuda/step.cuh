@@ -153,7 +153,13 @@ __device__ __forceinline__ float2 LoadKv2(const float* p, bool fresh) {
 // Part p of `parts` of head h (one token, batch 1; this step's K/V row, position L - 1, was written by
 // other blocks of this launch and is read through L2). weights: L floats of shared memory;
 // vsm: 4 x hd floats of shared memory.
-template <int NG, typename Sync>
+// VD: positions each thread's V loads have in flight per class (4, or kDeepPartsV; the scores'
+// positions per lane group double with it); kInterleavedPartsV: 32 positions' loads in flight
+// over all of the thread's classes at once, through L2 only (each row is read once a block).
+// Only when loads are issued changes, never a sum.
+constexpr int kDeepPartsV = 16;
+constexpr int kInterleavedPartsV = 32;
+template <int NG, int VD, typename Sync>
 __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const LayerKv& kv, int h, int p, int parts,
                                                const int32_t* bt_s, float* q_s, float* red, float* weights,
                                                float* vsm, Sync sync) {
@@ -181,7 +187,7 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
     for (int k = 0; k < 2 * NG; ++k)
 #pragma unroll
       for (int i = 0; i < 4; ++i) qr[k][i] = 32 * k + 4 * r < hd ? q_s[32 * k + 4 * r + i] : 0.0f;
-    constexpr int U = NG == 1 ? 4 : NG == 2 ? 2 : 1;  // positions per lane group per batch
+    constexpr int U = (NG == 1 ? 4 : NG == 2 ? 2 : 1) * (VD > 4 ? 2 : 1);  // positions per lane group per batch
     for (int jb = j0 + warp * 4 + lane / 8; jb - lane / 8 < j1; jb += kStepWarps * 4 * U) {
       float4 k4[U][2 * NG];
 #pragma unroll
@@ -192,7 +198,7 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
 #pragma unroll
         for (int k = 0; k < 2 * NG; ++k) {
           k4[u][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          if (ok && 32 * k + 4 * r < hd) k4[u][k] = LoadKv4(kp + 32 * k, j >= old_end);
+          if (ok && 32 * k + 4 * r < hd) k4[u][k] = LoadKv4(kp + 32 * k, VD == kInterleavedPartsV || j >= old_end);
         }
       }
 #pragma unroll
@@ -231,18 +237,35 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
     for (int w = 1; w < kStepWarps; ++w) m = fmaxf(m, red[w]);
     maxes_g[p] = m;
   }
+  TimelinePoint(1);  // scores written
   HeadPartsSync(counter, parts);
+  TimelinePoint(2);
 
   // 2. The max, every weight and the denominator, over all positions.
   mx = __ldcg(maxes_g);
 #pragma unroll
   for (int k = 1; k < kStepAttnParts; ++k)
     if (k < parts) mx = fmaxf(mx, __ldcg(maxes_g + k));
-  for (int j = tid; j < L; j += kStepWarps * 32) weights[j] = canonical_expf(__ldcg(scores_g + j) - mx);
+  if constexpr (VD > 4) {
+    // Eight scores' loads in flight per thread before their exps.
+    constexpr int kStride = kStepWarps * 32;
+    for (int j0 = tid; j0 < L; j0 += 8 * kStride) {
+      float sc[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) sc[u] = j0 + u * kStride < L ? __ldcg(scores_g + j0 + u * kStride) : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 8; ++u)
+        if (j0 + u * kStride < L) weights[j0 + u * kStride] = canonical_expf(sc[u] - mx);
+    }
+  } else {
+    for (int j = tid; j < L; j += kStepWarps * 32) weights[j] = canonical_expf(__ldcg(scores_g + j) - mx);
+  }
   sync();
+  TimelinePoint(5);  // weights
   float denom = 0.0f;
   for (int j = lane; j < L; j += 32) denom = denom + weights[j];
   denom = WarpTree(denom);
+  TimelinePoint(6);  // denominator
 
   // 3. V over the classes p + P (q + 4 s) (q = tid / 64, s < 8 / P), two dims per thread (+ 128 n),
   // then the tree's levels inside the part: those pairing one thread's classes (s and s + off,
@@ -251,11 +274,59 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
     const int q = tid / 64, d0 = 2 * (tid % 64);
     const int per_thread = 8 / parts;  // classes per thread group: 1, 2 or 4
     constexpr int KD = (kMaxHeadDim + 127) / 128;
-    constexpr int UV = 4;
+    constexpr int UV = VD;
     float cls[4][KD][2];  // cls[s]: class p + P (q + 4 s)
     const float* vbase = kv.v + g * hd + d0;
+    if constexpr (VD == kInterleavedPartsV) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
+      for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int n = 0; n < KD; ++n) cls[s][n][0] = cls[s][n][1] = 0.0f;
+      // Round r: positions c_s + 32 (r UC + u), u < UC, of each class s < PT; in each class in
+      // increasing j, as the loop below.
+      auto rounds = [&](auto pt) {
+        constexpr int PT = decltype(pt)::value;
+        constexpr int UC = kInterleavedPartsV / PT;
+        constexpr int KN = (NG * 64 + 127) / 128;  // 128-dim slices of this head size
+        const int c0 = p + parts * q;
+        for (int r = 0; 32 * r * UC < L; ++r) {
+          float w[PT][UC];
+          float2 va[PT][UC][KN];
+#pragma unroll
+          for (int t = 0; t < PT; ++t)
+#pragma unroll
+            for (int u = 0; u < UC; ++u) {
+              const int j = c0 + 4 * parts * t + 32 * (r * UC + u);
+              const bool ok = j < L;
+              w[t][u] = ok ? weights[j] : 0.0f;
+              const float* vrow = vbase + (ok ? CacheRow(bt_s, j, bs) : 0) * kv_dim;
+#pragma unroll
+              for (int n = 0; n < KN; ++n)
+                va[t][u][n] = ok && d0 + 128 * n < hd ? __ldcg(reinterpret_cast<const float2*>(vrow + 128 * n))
+                                                      : make_float2(0.0f, 0.0f);
+            }
+#pragma unroll
+          for (int t = 0; t < PT; ++t)
+#pragma unroll
+            for (int u = 0; u < UC; ++u)
+              if (c0 + 4 * parts * t + 32 * (r * UC + u) < L) {
+#pragma unroll
+                for (int n = 0; n < KN; ++n) {
+                  cls[t][n][0] = fmaf(w[t][u], va[t][u][n].x, cls[t][n][0]);
+                  cls[t][n][1] = fmaf(w[t][u], va[t][u][n].y, cls[t][n][1]);
+                }
+              }
+        }
+      };
+      if (per_thread == 1)
+        rounds(std::integral_constant<int, 1>{});
+      else if (per_thread == 2)
+        rounds(std::integral_constant<int, 2>{});
+      else
+        rounds(std::integral_constant<int, 4>{});
+    }
+#pragma unroll
+    for (int s = 0; s < (VD == kInterleavedPartsV ? 0 : 4); ++s) {
       float(&acc)[KD][2] = cls[s];
 #pragma unroll
       for (int n = 0; n < KD; ++n) acc[n][0] = acc[n][1] = 0.0f;
@@ -286,6 +357,7 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
         }
       }
     }
+    TimelinePoint(7);  // V classes' loops
     // The levels pairing this thread's own classes: s and s + off hold classes c and c + 4 P off
     // (off 2 and 1 in s: the tree's levels off 8 P and 4 P, where those are 16 or less).
 #pragma unroll
@@ -305,11 +377,13 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
         vsm[q * hd + d0 + 128 * n + 1] = cls[0][n][1];
       }
   }
+  TimelinePoint(3);  // V classes summed
   sync();
   // The two levels between thread groups: classes i and i + 2 (q and q + 2), then i and i + 1.
   for (int d = tid; d < hd; d += kStepWarps * 32)
     vpart_g[p * hd + d] = (vsm[d] + vsm[2 * hd + d]) + (vsm[hd + d] + vsm[3 * hd + d]);
   HeadPartsSync(counter, parts);
+  TimelinePoint(4);
 
   // 4. The tree's last levels, over the parts (off P / 2 .. 1), for this part's dims.
   const int per = hd / parts;  // hd is a multiple of 8
@@ -331,10 +405,11 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
 // separate launches (the 0.5B shape): heads x P blocks (f.attn_parts: 8, 4 or 2) of kAttnThreads
 // threads, all resident (cooperative), meeting through f.attn_sync. Only the fields AttendHeadPart
 // reads are set.
-template <int NG>
+template <int NG, int VD>
 __global__ void __launch_bounds__(kAttnThreads, 1) AttentionPartsKernel(const __grid_constant__ DecodeStepArgs f,
                                                                        LayerKv kv) {
   static_assert(kAttnThreads == kStepWarps * 32, "AttendHeadPart's barrier spans the block");
+  TimelineScope timeline(TimelineKind::kAttentionParts);
   extern __shared__ __align__(16) unsigned char parts_smem[];
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float red[kAttnWarps];
@@ -346,8 +421,9 @@ __global__ void __launch_bounds__(kAttnThreads, 1) AttentionPartsKernel(const __
   const int bs = f.shape.block_size, L = f.step.pos[0] + 1;
   for (int b = threadIdx.x; b < (L + bs - 1) / bs; b += kAttnThreads) bt_s[b] = f.step.block_table[b];
   WaitForPrevious();
+  timeline.Waited();
   __syncthreads();
-  AttendHeadPart<NG>(f, kv, blockIdx.x / f.attn_parts, blockIdx.x % f.attn_parts, f.attn_parts, bt_s, q_s, red,
+  AttendHeadPart<NG, VD>(f, kv, blockIdx.x / f.attn_parts, blockIdx.x % f.attn_parts, f.attn_parts, bt_s, q_s, red,
                      weights, vsm, [] { ConsumerSync(); });
 }
 
@@ -646,7 +722,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
 #endif
     if (split_attention) {
       if (static_cast<int>(blockIdx.x) < shape.num_heads * parts)
-        AttendHeadPart<NG>(f, ly.kv, blockIdx.x / parts, blockIdx.x % parts, parts, bt_s, q_s, red, scores,
+        AttendHeadPart<NG, 4>(f, ly.kv, blockIdx.x / parts, blockIdx.x % parts, parts, bt_s, q_s, red, scores,
                            scores + f.max_context, attention_sync);
     } else
     for (int it = blockIdx.x; it < shape.num_heads * kStepAttnSplit<NG>; it += gridDim.x) {
@@ -784,15 +860,26 @@ cudaError_t LaunchAttentionPartsImpl(const float* q, const StepTokens& step, con
   f.attn_sync = parts.sync;
   f.attn_parts = AttentionPartsFor(parts.parts, shape.num_heads, static_cast<int>(MultiprocessorCount()));
   const int hd = shape.head_dim;
-  auto* kernel = hd <= kAttnWarps * 8       ? AttentionPartsKernel<1>
-                 : hd <= 2 * kAttnWarps * 8 ? AttentionPartsKernel<2>
-                                            : AttentionPartsKernel<AttnGroups(kMaxHeadDim)>;
+  constexpr int kBig = AttnGroups(kMaxHeadDim);
+  const int loads = parts.v_loads;
+  auto* kernel = hd <= kAttnWarps * 8
+                     ? (loads == kInterleavedPartsV ? AttentionPartsKernel<1, kInterleavedPartsV>
+                        : loads == kDeepPartsV      ? AttentionPartsKernel<1, kDeepPartsV>
+                                                    : AttentionPartsKernel<1, 4>)
+                 : hd <= 2 * kAttnWarps * 8
+                     ? (loads == kInterleavedPartsV ? AttentionPartsKernel<2, kInterleavedPartsV>
+                        : loads == kDeepPartsV      ? AttentionPartsKernel<2, kDeepPartsV>
+                                                    : AttentionPartsKernel<2, 4>)
+                     : (loads == kInterleavedPartsV ? AttentionPartsKernel<kBig, kInterleavedPartsV>
+                        : loads == kDeepPartsV      ? AttentionPartsKernel<kBig, kDeepPartsV>
+                                                    : AttentionPartsKernel<kBig, 4>);
   const int64_t smem = AttentionPartsSmem(max_context, shape.block_size);
   // The largest shared memory each kernel was allowed so far, per device (attributes are the
   // device's); backends on several threads may launch at once.
   static std::mutex prepared_mu;
-  static int64_t prepared_smem[kMaxCachedDevices][3] = {};
-  const int which = hd <= kAttnWarps * 8 ? 0 : hd <= 2 * kAttnWarps * 8 ? 1 : 2;
+  static int64_t prepared_smem[kMaxCachedDevices][9] = {};
+  const int which = (hd <= kAttnWarps * 8 ? 0 : hd <= 2 * kAttnWarps * 8 ? 1 : 2) +
+                    (loads == kInterleavedPartsV ? 6 : loads == kDeepPartsV ? 3 : 0);
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   {

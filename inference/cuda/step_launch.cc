@@ -219,7 +219,7 @@ Status CudaBackendImpl::EnsureAttentionParts(const StepLayout& lay) {
 
 cuda::AttentionParts CudaBackendImpl::AttentionPartsScratch() {
   return {attn_scores_.as<float>(), attn_maxes_.as<float>(), attn_vpart_.as<float>(),
-          attn_sync_.as<unsigned long long>(), tuning_.attention_parts};
+          attn_sync_.as<unsigned long long>(), tuning_.attention_parts, tuning_.attention_parts_v_loads};
 }
 
 Status CudaBackendImpl::Launch(const StepLayout& lay, bool greedy, const cuda::DecodeStepArgs* decode_step) {

@@ -586,13 +586,24 @@ TEST_P(CudaAttentionVariants, EqualCpu) {
     EXPECT_GT(stats.decode_steps, 0);
   }
   // Separate launches with the parts as a launch of their own (LaunchAttentionParts), from every
-  // context bucket, with 8 (the default here), 4 and 2 blocks per head.
-  for (int parts : {0, 4, 2}) {
-    SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " separate launches, attention in parts (" +
-                 std::to_string(parts) + ")");
-    CudaLaunchStats stats;
-    ExpectCpuEqualsCuda(model, 290, 4, AttentionSplit(0, 1, parts), &stats);
-    EXPECT_GT(stats.attention_parts_launches, 0);
+  // context bucket, with 8 (the default here), 4 and 2 blocks per head, each number of V loads
+  // in flight per thread (4, 16 a class, 32 over the classes); and a context of 1,000 + 2 (the
+  // test's 64 blocks hold 1,024), where each class runs several rounds.
+  struct PartsCase {
+    int prompt, steps, parts;
+  };
+  for (int loads : {4, 16, 32}) {
+    for (const PartsCase& pc : {PartsCase{290, 4, 0}, PartsCase{290, 4, 4}, PartsCase{290, 4, 2},
+                                PartsCase{1000, 2, 0}, PartsCase{1000, 2, 4}}) {
+      SCOPED_TRACE("head_dim=" + std::to_string(head_dim) + " separate launches, " + std::to_string(pc.prompt) +
+                   " positions, attention in parts (" + std::to_string(pc.parts) + "), V loads " +
+                   std::to_string(loads));
+      CudaTuning t = AttentionSplit(0, 1, pc.parts);
+      t.attention_parts_v_loads = loads;
+      CudaLaunchStats stats;
+      ExpectCpuEqualsCuda(model, pc.prompt, pc.steps, t, &stats);
+      EXPECT_GT(stats.attention_parts_launches, 0);
+    }
   }
 }
 
