@@ -6,7 +6,7 @@ weights (no model download): the shapes are cuda_bench's --shape (tests/inferenc
 Qwen25Shape; 7b/14b/32b: inference/model/synth.cc), vocabulary 151,936 (152,064 from 7b), tied
 embedding below 7b, 64-token prompts; prefill of 1 and 4 prompts of 1,000 tokens.
 
-  python3 bench/inference/hf_peer.py [--shape 0.5b|1.5b|7b|14b|32b] [--quick]
+  python3 bench/inference/hf_peer.py [--shape 0.5b|1.5b|7b|14b|32b] [--quick] [--compiled-only 32]
 
 Run it on the GPU machine (its python3 has torch and transformers), on the same card and in the
 same run as cuda_bench; bench/inference/side_by_side.sh alternates the two and prints the ratio of
@@ -171,14 +171,15 @@ def prefill(model, cfg):
              tokens_per_s=n * PREFILL_LEN / t, seconds=t)
 
 
-def compiled_throughput(cfg, model, prompts):
+def compiled_throughput(cfg, model, prompts, batches=(1, 32)):
     """A static cache and torch.compile: the strongest easy PyTorch setup (gpt-fast style)."""
     from transformers import StaticCache
     model.generation_config.cache_implementation = "static"
     model.generation_config.eos_token_id = None
     model.generation_config.pad_token_id = 0
     fwd = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-    for bs in (1, 32):
+    for bs in batches:
+        t_compile = time.perf_counter()
         ids = prompts[:bs]
         cache = StaticCache(config=cfg, max_batch_size=bs, max_cache_len=256, device=DEV,
                             dtype=torch.bfloat16)
@@ -197,6 +198,7 @@ def compiled_throughput(cfg, model, prompts):
                 nxt = step(nxt, pos)
                 pos += 1
             torch.cuda.synchronize()
+            emit(what="compiled_warm", batch=bs, seconds=time.perf_counter() - t_compile)
             t0 = time.perf_counter()
             for _ in range(STEPS):
                 nxt = step(nxt, pos)
@@ -212,6 +214,9 @@ def main():
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.5b")
     parser.add_argument("--quick", action="store_true",
                         help="ceilings, prefill and decode throughput only (no invariance runs)")
+    parser.add_argument("--compiled-only", default="",
+                        help="only the compiled peer's decode at these batches, e.g. 32 (a large shape's "
+                             "compilation takes minutes)")
     args = parser.parse_args()
     if os.environ.get("BIO_PATH"):
         sys.path.insert(0, os.environ["BIO_PATH"])
@@ -224,6 +229,9 @@ def main():
     g = torch.Generator(device="cpu").manual_seed(1)
     prompts = torch.randint(0, cfg.vocab_size, (32, PROMPT), generator=g).to(DEV)
 
+    if args.compiled_only:
+        compiled_throughput(cfg, model, prompts, tuple(int(b) for b in args.compiled_only.split(",")))
+        return 0
     prefill(model, cfg)
     if args.quick:
         throughput(greedy, prompts, "default")
