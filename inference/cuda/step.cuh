@@ -722,7 +722,7 @@ __global__ void __launch_bounds__(kStepThreads, 1)
 #endif
     if (split_attention) {
       if (static_cast<int>(blockIdx.x) < shape.num_heads * parts)
-        AttendHeadPart<NG, 4>(f, ly.kv, blockIdx.x / parts, blockIdx.x % parts, parts, bt_s, q_s, red, scores,
+        AttendHeadPart<NG, kInterleavedPartsV>(f, ly.kv, blockIdx.x / parts, blockIdx.x % parts, parts, bt_s, q_s, red, scores,
                            scores + f.max_context, attention_sync);
     } else
     for (int it = blockIdx.x; it < shape.num_heads * kStepAttnSplit<NG>; it += gridDim.x) {

@@ -63,12 +63,12 @@ struct CudaTuning {
   // the most that fit (2 is slower than no split).
   int attention_parts = 0;
   // Those parts as their own launch (separate launches, one token): the V positions' loads each
-  // thread keeps in flight, 4 (the one-launch step's), 16 per class (and 8 or 16 scores
+  // thread keeps in flight, 4, 16 per class (and 8 or 16 scores
   // positions, 8 of the weights' scores), or 32 over all of its classes at once, read through L2
   // only. The order of every sum is the same. Batch 1 at 2,000 positions, H200, 4 -> 32 side by
   // side (`cuda_bench --prompt 2000 --attention-parts-v-loads 4,32`): 7B fast 154.5 -> 164.2
   // tok/s, 7B exact 164.0 -> 174.5, 0.5B fast 965 -> 1,103, 0.5B exact 736 -> 915-935
-  // (docs/performance.md, "The generation workload").
+  // (docs/performance.md, "The generation workload"). The one-launch step always takes 32.
   int attention_parts_v_loads = 32;
   // Late blocks (kernels.h, LatePrefetchEarlyBlocks): how many blocks of the fast profile's
   // gate|up and of grouped attention ask L2 for later blocks' first reads. -1: a quarter of the
