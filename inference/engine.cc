@@ -542,6 +542,9 @@ void Engine::Impl::AdmitAndCancel() {
 void Engine::Impl::Step() {
   AdmitAndCancel();
   const std::vector<StepPart> parts = scheduler->Schedule();
+  for (const auto& s : scheduler->TakeUnschedulable())
+    Fail(s, ResourceExhausted("one step of the request needs more than the KV cache's " +
+                              std::to_string(blocks->num_blocks()) + " blocks"));
   if (parts.empty()) return;
   // A row of a constrained request chooses from its masked logits: the step takes one token per
   // row (each mask needs the token before it) and goes through ForwardMasked or the host.

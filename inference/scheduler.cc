@@ -121,6 +121,13 @@ void Scheduler::AllocateBlocks(std::vector<StepPart>& parts) {
       auto pit = std::find_if(parts.begin(), parts.end(), [&](const StepPart& p) { return p.seq == victim; });
       const size_t victim_index = static_cast<size_t>(pit - parts.begin());
       if (pit != parts.end()) parts.erase(pit);
+      if (victim.get() == &s && running_.size() == 1) {
+        // Alone, it holds every block there is and still lacks some: preempted, it would be
+        // readmitted into the same step forever. The engine fails it instead.
+        unschedulable_.push_back(victim);
+        dropped_self = true;
+        break;
+      }
       Preempt(victim);
       if (victim.get() == &s) {
         dropped_self = true;
@@ -184,6 +191,12 @@ void Scheduler::ReleaseOutsideWindow(Sequence& s) {
     blocks_->Release(b);
     b = kNoKvBlock;
   }
+}
+
+std::vector<std::shared_ptr<Sequence>> Scheduler::TakeUnschedulable() {
+  std::vector<std::shared_ptr<Sequence>> out = std::move(unschedulable_);
+  unschedulable_.clear();
+  return out;
 }
 
 void Scheduler::Remove(const std::shared_ptr<Sequence>& s) {

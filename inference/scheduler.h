@@ -83,6 +83,11 @@ class Scheduler {
   void Advance(Sequence& s, int32_t n);
   // Takes a finished (or failed, or cancelled) sequence off the running list, releasing its blocks.
   void Remove(const std::shared_ptr<Sequence>& s);
+  // The running sequences the last Schedule left out because their step's positions need more
+  // blocks than the whole cache while they run alone (the engine refuses such requests up front,
+  // so this names a broken bound, not a full cache); still on the running list, for the caller to
+  // fail (Remove).
+  std::vector<std::shared_ptr<Sequence>> TakeUnschedulable();
 
   const SchedulerLimits& limits() const { return limits_; }
   const std::vector<std::shared_ptr<Sequence>>& running() const { return running_; }
@@ -114,6 +119,7 @@ class Scheduler {
   std::mutex* const mu_;
   std::deque<std::shared_ptr<Sequence>> waiting_;   // guarded by *mu_
   std::vector<std::shared_ptr<Sequence>> running_;  // scheduler thread only, admission order
+  std::vector<std::shared_ptr<Sequence>> unschedulable_;  // scheduler thread only (TakeUnschedulable)
 };
 
 }  // namespace rote::inference

@@ -475,5 +475,25 @@ TEST(SchedulerTest, AWindowReleasesSharedBlocksOutsideIt) {
   for (int32_t i = 0; i < b->released_blocks; ++i) EXPECT_EQ(b->blocks[static_cast<size_t>(i)], kNoKvBlock);
 }
 
+// A sequence that runs alone and still cannot get the blocks of its step holds the whole cache:
+// preempted, it would be readmitted into the same step forever. It is left out of the step and
+// reported (the engine fails it), still on the running list for the caller to remove.
+TEST(SchedulerTest, ALoneSequenceLackingBlocksIsReportedNotPreemptedForever) {
+  Fixture f(2);
+  auto big = Seq(40);  // 41 positions: 3 blocks
+  f.Admit({big});
+  f.Run(f.scheduler.Schedule());  // positions 0-15
+  f.Run(f.scheduler.Schedule());  // 16-31
+  EXPECT_TRUE(f.scheduler.TakeUnschedulable().empty());
+  const std::vector<StepPart> parts = f.scheduler.Schedule();  // 32-39 need a third block
+  EXPECT_TRUE(parts.empty());
+  EXPECT_EQ(f.scheduler.TakeUnschedulable(), (std::vector<std::shared_ptr<Sequence>>{big}));
+  EXPECT_TRUE(f.scheduler.TakeUnschedulable().empty());
+  EXPECT_EQ(f.scheduler.running(), (std::vector<std::shared_ptr<Sequence>>{big}));
+  f.scheduler.Remove(big);
+  EXPECT_EQ(f.manager.num_free(), 2);
+  EXPECT_FALSE(f.scheduler.has_work());
+}
+
 }  // namespace
 }  // namespace rote::inference
