@@ -11,7 +11,6 @@
 #include "cli/exit_codes.h"
 #include "cli/reflection_client.h"
 #include "cli/table.h"
-#include "google/protobuf/util/time_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/blueprints.grpc.pb.h"
@@ -22,7 +21,6 @@ namespace rote::cli {
 
 namespace {
 
-using google::protobuf::util::TimeUtil;
 
 // Blueprint sources, lockfiles and run inputs travel in proto string fields, which must be
 // UTF-8: protobuf would refuse other bytes as an INTERNAL error with no message. So they are
@@ -115,10 +113,7 @@ void PrintListPage(const Table& table, const std::string& next_page_token) {
   if (!next_page_token.empty()) std::cout << "next page: --page-token " << next_page_token << "\n";
 }
 
-std::string Time(const google::protobuf::Timestamp& t) {
-  if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  return TimeUtil::ToString(t);
-}
+std::string Time(const google::protobuf::Timestamp& t) { return UtcMillisText(t.seconds(), t.nanos()); }
 
 std::string Short(const std::string& digest) {
   // "sha256:" + 12 hex digits is enough for people; --json has the whole digest.

@@ -10,7 +10,6 @@
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/table.h"
-#include "google/protobuf/util/time_util.h"
 #include "rote/v1/artifacts.grpc.pb.h"
 #include "rote/v1/generation.grpc.pb.h"
 
@@ -75,10 +74,7 @@ std::optional<ParsedFlags> Parse(const Args& args, FlagSpec spec, const std::str
   return std::move(*flags);
 }
 
-std::string Time(const google::protobuf::Timestamp& t) {
-  if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  return google::protobuf::util::TimeUtil::ToString(t);
-}
+std::string Time(const google::protobuf::Timestamp& t) { return UtcMillisText(t.seconds(), t.nanos()); }
 
 // "generations/<hex>" from that name, "sha256:<hex>" or the bare hex.
 std::string GenerationName(const std::string& id) {

@@ -1,6 +1,8 @@
 #include "cli/table.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 
 namespace rote::cli {
 
@@ -21,6 +23,17 @@ void Table::Print(std::ostream& out) const {
   };
   line(headers_);
   for (const auto& row : rows_) line(row);
+}
+
+std::string UtcMillisText(int64_t seconds, int32_t nanos) {
+  if (seconds == 0 && nanos == 0) return "-";
+  const std::time_t t = static_cast<std::time_t>(seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(nanos / 1000000));
+  return buf;
 }
 
 void PrintFields(std::ostream& out, const std::vector<std::pair<std::string, std::string>>& fields) {
