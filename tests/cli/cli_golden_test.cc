@@ -19,6 +19,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
+#include "cli/table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -582,6 +583,24 @@ TEST(CliJsonTest, UnsetTimestampsAreLeftOut) {
   EXPECT_THAT(out.str(), HasSubstr("\"create_time\": \"2023-11-14T22:13:20Z\""));
   EXPECT_THAT(out.str(), ::testing::Not(HasSubstr("end_time")));
   EXPECT_THAT(out.str(), ::testing::Not(HasSubstr("1970")));
+}
+
+// Times for people are one width whatever their milliseconds, so a table's columns never move
+// when a time falls on a whole second; an unset time prints as "-".
+TEST(CliTimeTest, TimesPrintAtOneWidth) {
+  EXPECT_EQ(rote::cli::UtcMillisText(1700000000, 0), "2023-11-14T22:13:20.000Z");
+  EXPECT_EQ(rote::cli::UtcMillisText(1700000000, 5000000), "2023-11-14T22:13:20.005Z");
+  EXPECT_EQ(rote::cli::UtcMillisText(1700000000, 999999999), "2023-11-14T22:13:20.999Z");
+  EXPECT_EQ(rote::cli::UtcMillisText(0, 0), "-");
+  rote::cli::Table t({"TIME", "WHO"});
+  t.Add({rote::cli::UtcMillisText(1700000000, 0), "a"});
+  t.Add({rote::cli::UtcMillisText(1700000001, 123000000), "b"});
+  std::ostringstream out;
+  t.Print(out);
+  EXPECT_EQ(out.str(),
+            "TIME                      WHO\n"
+            "2023-11-14T22:13:20.000Z  a\n"
+            "2023-11-14T22:13:21.123Z  b\n");
 }
 
 TEST(CliExitCodeTest, ResourceExhaustedHasItsOwnCode) {
