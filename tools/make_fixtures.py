@@ -2,7 +2,7 @@
 """Makes the reference fixtures under tests/fixtures/<family>/ with the real Hugging Face libraries.
 
 For each family (qwen2, llama3, qwen3, and the model families mistral, gemma, gemma2, gemma3,
-phi3, starcoder2, granite, deepseek_coder) it writes a tiny model directory that rote loads as it would a
+phi3, starcoder2, granite, deepseek_coder, qwen3_moe) it writes a tiny model directory that rote loads as it would a
 published one, plus what the real libraries computed from it:
 
   config.json, generation_config.json   fields of the published configs, shrunk
@@ -699,6 +699,21 @@ def make_family(family, spec, corpus, out_root):
         out = ref(input_ids=torch.tensor([[token]], dtype=torch.long), past_key_values=past, use_cache=True)
         return out.logits[0, -1], out.past_key_values
 
+    # Mixture of experts: the smallest gap, over every token of every prompt and every layer of
+    # experts, between the last probability chosen and the first left out. A gap near fp32's
+    # rounding would let rote choose another expert than transformers on these weights.
+    margins = []
+    if spec.get("router_margin"):
+        hooks = []
+        k = config["num_experts_per_tok"]
+        def gap(_module, inputs, _output):
+            logits = torch.nn.functional.linear(inputs[0].reshape(-1, inputs[0].shape[-1]), _module.weight)
+            probs = torch.softmax(logits.float(), dim=-1).sort(dim=-1, descending=True).values
+            margins.append(float((probs[:, k - 1] - probs[:, k]).min()))
+        for name, module in ref.named_modules():
+            if name.endswith("mlp.gate"):
+                hooks.append(module.register_forward_hook(gap))
+
     logits_tensors = {}
     ref_prompts = []
     with torch.no_grad():
@@ -731,6 +746,11 @@ def make_family(family, spec, corpus, out_root):
                                     greedy_ids=greedy,
                                     greedy_text=tok.decode(greedy, skip_special_tokens=False),
                                     last_top2_gap=float(top2[0] - top2[1])))
+    if spec.get("router_margin"):
+        for h in hooks:
+            h.remove()
+        print(f"{family}: smallest router margin {min(margins):.3g} over {len(margins)} router calls")
+        assert min(margins) > 1e-5, f"{family}: router probabilities too close to rank; change the seed"
     save_file(logits_tensors, str(out_dir / "reference_logits.safetensors"))
     import tokenizers
     import transformers
@@ -914,6 +934,16 @@ def model_families(base):
             max_position_embeddings=8192, num_hidden_layers=2, rms_norm_eps=1e-6,
             rope_theta=10000.0, attention_bias=False, tie_word_embeddings=True, **q_ids),
             norm_offset=True),
+        # Qwen3-Coder-30B-A3B, shrunk: Qwen3's attention (q/k norms, no biases) and a mixture of
+        # 8 experts, 2 a token, renormalised (norm_topk_prob), with one dense layer
+        # (mlp_only_layers) between two of experts, untied.
+        "qwen3_moe": family("qwen2", 19, "bfloat16", dict(
+            common, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", head_dim=16,
+            hidden_act="silu", max_position_embeddings=32768, num_hidden_layers=3,
+            rms_norm_eps=1e-6, rope_theta=1000000.0, attention_bias=False,
+            use_sliding_window=False, sliding_window=None, num_experts=8, num_experts_per_tok=2,
+            moe_intermediate_size=32, norm_topk_prob=True, decoder_sparse_step=1,
+            mlp_only_layers=[1], tie_word_embeddings=False, **q_ids), router_margin=True),
         # DeepSeek-Coder-6.7B, shrunk: the Llama architecture with linear rope scaling.
         "deepseek_coder": family("llama3", 17, "bfloat16", dict(
             common, architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu",

@@ -11,6 +11,7 @@
 #include "inference/util/thread_pool.h"
 #include "inference/numerics/canonical.h"
 #include "inference/numerics/rope.h"
+#include "inference/numerics/routing.h"
 
 namespace rote::inference {
 
@@ -59,6 +60,49 @@ class CpuBackend final : public Backend {
 
   float Dot(const float* a, const float* b, int64_t n) const {
     return avx2_ ? cpu::DotAvx2(a, b, n) : cpu::DotScalar(a, b, n);
+  }
+
+  // A mixture-of-experts MLP (Qwen3-MoE) of T tokens' normed rows h into out (T x dim): router
+  // logits W_r h, each token's experts and weights (numerics::RouteToken), each expert's gated MLP
+  // on the tokens that chose it (every product a canonical reduction, so grouping the tokens
+  // changes no bit), then out = sum over a token's experts, in increasing index, of weight *
+  // expert output, from 0 (transformers' zeros and index_add_ in expert order).
+  void Experts(const LayerWeights& L, const float* h, int64_t T, float* out, bool sequential) {
+    const int64_t dim = cfg_.hidden_size, moe = cfg_.moe_intermediate_size;
+    const int32_t E = cfg_.num_experts, K = cfg_.experts_per_token;
+    std::vector<float> logits(static_cast<size_t>(T * E));
+    MatMul(L.router, nullptr, h, T, logits.data(), sequential);
+    const numerics::Routes routes = numerics::RouteTokens(logits.data(), T, E, K, cfg_.norm_topk_prob);
+    // Per expert, the (token, slot) pairs that chose it, tokens in order.
+    std::vector<std::vector<int64_t>> chosen_by(static_cast<size_t>(E));
+    for (int64_t slot = 0; slot < T * K; ++slot) chosen_by[static_cast<size_t>(routes.experts[slot])].push_back(slot);
+    std::vector<float> y(static_cast<size_t>(T * K * dim));  // slot t * K + j: expert j's output for token t
+    std::vector<float> xe, gate, up;
+    for (int32_t e = 0; e < E; ++e) {
+      const std::vector<int64_t>& slots = chosen_by[static_cast<size_t>(e)];
+      if (slots.empty()) continue;
+      const int64_t n = static_cast<int64_t>(slots.size());
+      xe.resize(static_cast<size_t>(n * dim));
+      for (int64_t i = 0; i < n; ++i) std::memcpy(xe.data() + i * dim, h + slots[i] / K * dim, dim * sizeof(float));
+      gate.resize(static_cast<size_t>(n * moe));
+      up.resize(static_cast<size_t>(n * moe));
+      const LayerWeights::Expert& x = L.experts[static_cast<size_t>(e)];
+      MatMul(x.w_gate, nullptr, xe.data(), n, gate.data(), sequential);
+      MatMul(x.w_up, nullptr, xe.data(), n, up.data(), sequential);
+      for (int64_t i = 0; i < n * moe; ++i) gate[i] = Activate(gate[i]) * up[i];
+      std::vector<float> down(static_cast<size_t>(n * dim));
+      MatMul(x.w_down, nullptr, gate.data(), n, down.data(), sequential);
+      for (int64_t i = 0; i < n; ++i) std::memcpy(y.data() + slots[i] * dim, down.data() + i * dim, dim * sizeof(float));
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      float* o = out + t * dim;
+      for (int64_t d = 0; d < dim; ++d) o[d] = 0.0f;
+      for (int32_t j = 0; j < K; ++j) {
+        const float w = routes.weights[static_cast<size_t>(t * K + j)];
+        const float* yj = y.data() + (t * K + j) * dim;
+        for (int64_t d = 0; d < dim; ++d) o[d] = o[d] + yj[d] * w;
+      }
+    }
   }
 
   // y[t, o] = W[o, :] . x[t, :] (+ bias[o]) for t < n_tokens: rows split across threads; each
@@ -300,6 +344,11 @@ Status CpuBackend::Forward(const BatchPlan& plan, std::vector<float>* logits) {
     MatMul(L.wo, &L.bo, att.data(), T, o.data(), sequential);
     add_branch(o.data(), L.attn_post_norm);
     for (int64_t t = 0; t < T; ++t) Norm(x.data() + t * dim, L.mlp_norm, &L.mlp_norm_bias, dim, h.data() + t * dim);
+    if (cfg_.is_moe_layer(layer)) {
+      Experts(L, h.data(), T, o.data(), sequential);
+      add_branch(o.data(), L.mlp_post_norm);
+      continue;
+    }
     if (cfg_.mlp == MlpKind::kPlain) {
       MatMul(L.w_up, &L.b_up, h.data(), T, gate.data(), sequential);
       for (int64_t i = 0; i < T * hid; ++i) gate[i] = Activate(gate[i]);

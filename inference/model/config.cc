@@ -1,5 +1,6 @@
 #include "inference/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>  // header-only JSON parser
 
@@ -22,6 +23,7 @@ std::string_view ModelFamilyName(ModelFamily family) {
     case ModelFamily::kStarcoder2: return "starcoder2";
     case ModelFamily::kGranite: return "granite";
     case ModelFamily::kGemma: return "gemma";
+    case ModelFamily::kQwen3Moe: return "qwen3_moe";
   }
   return "unknown";
 }
@@ -30,7 +32,7 @@ const std::vector<ModelFamily>& AllModelFamilies() {
   static const std::vector<ModelFamily> all = {
       ModelFamily::kQwen2,  ModelFamily::kLlama, ModelFamily::kQwen3,      ModelFamily::kMistral,
       ModelFamily::kGemma2, ModelFamily::kGemma3, ModelFamily::kPhi3, ModelFamily::kStarcoder2,
-      ModelFamily::kGranite, ModelFamily::kGemma};
+      ModelFamily::kGranite, ModelFamily::kGemma, ModelFamily::kQwen3Moe};
   return all;
 }
 
@@ -78,6 +80,7 @@ constexpr int64_t kMaxHeads = 4096;
 constexpr int64_t kMaxHeadDim = 1024;
 constexpr int64_t kMaxQDim = int64_t{1} << 18;  // num_attention_heads * head_dim
 constexpr int64_t kMaxPositions = int64_t{1} << 24;
+constexpr int64_t kMaxExperts = 1024;  // Qwen3-235B-A22B: 128; DeepSeek-V3: 256
 
 // generation_config.json beside the config.json that `config_source` names.
 std::string GenerationConfigSource(std::string_view config_source) {
@@ -119,6 +122,39 @@ StatusOr<ModelConfig> ParseGemma3Multimodal(const Json& outer, std::string_view 
   return c;
 }
 
+// Qwen3-MoE's experts (HF Qwen3MoeConfig; transformers 5 writes num_experts as num_local_experts):
+// layer i is a mixture of experts unless it is listed in mlp_only_layers or (i + 1) is not a
+// multiple of decoder_sparse_step.
+Status ParseExperts(const JsonFields& f, ModelConfig* c) {
+  int64_t v = 0;
+  const char* experts_key = f.Find("num_experts") != nullptr ? "num_experts" : "num_local_experts";
+  if (f.Find(experts_key) == nullptr) return f.Error("num_experts", "is missing");
+  ROTE_RETURN_IF_ERROR(f.Int(experts_key, 0, 1, kMaxExperts, &v));
+  c->num_experts = static_cast<int32_t>(v);
+  if (f.Find("num_experts_per_tok") == nullptr) return f.Error("num_experts_per_tok", "is missing");
+  ROTE_RETURN_IF_ERROR(f.Int("num_experts_per_tok", 0, 1, c->num_experts, &v));
+  c->experts_per_token = static_cast<int32_t>(v);
+  if (f.Find("moe_intermediate_size") == nullptr) return f.Error("moe_intermediate_size", "is missing");
+  ROTE_RETURN_IF_ERROR(f.Int("moe_intermediate_size", 0, 1, kMaxIntermediate, &v));
+  c->moe_intermediate_size = static_cast<int32_t>(v);
+  ROTE_RETURN_IF_ERROR(f.Bool("norm_topk_prob", false, &c->norm_topk_prob));
+  int64_t step = 1;
+  ROTE_RETURN_IF_ERROR(f.Int("decoder_sparse_step", 1, 1, kMaxLayers, &step));
+  std::vector<uint8_t> moe(static_cast<size_t>(c->num_layers), 0);
+  for (int32_t i = 0; i < c->num_layers; ++i) moe[static_cast<size_t>(i)] = (i + 1) % step == 0 ? 1 : 0;
+  if (const Json* only = f.Find("mlp_only_layers")) {
+    if (!only->is_array()) return f.Error("mlp_only_layers", "must be a list of layer indices");
+    for (const Json& x : *only) {
+      if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= c->num_layers)
+        return f.Error("mlp_only_layers", "entries must be layer indices below num_hidden_layers");
+      moe[static_cast<size_t>(x.get<int64_t>())] = 0;
+    }
+  }
+  // A model whose every layer is dense is a dense model: no experts are bound.
+  if (std::find(moe.begin(), moe.end(), 1) != moe.end()) c->moe_layers = std::move(moe);
+  return OkStatus();
+}
+
 StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std::string_view generation_config_json,
                                               std::string_view source) {
   ROTE_ASSIGN_OR_RETURN(Json j, ParseJsonObject(config_json, source));
@@ -144,6 +180,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       {ModelFamily::kGemma2, "Gemma2ForCausalLM"},       {ModelFamily::kGemma3, "Gemma3ForCausalLM"},
       {ModelFamily::kPhi3, "Phi3ForCausalLM"},           {ModelFamily::kStarcoder2, "Starcoder2ForCausalLM"},
       {ModelFamily::kGranite, "GraniteForCausalLM"},     {ModelFamily::kGemma, "GemmaForCausalLM"},
+      {ModelFamily::kQwen3Moe, "Qwen3MoeForCausalLM"},
   };
   bool found = false;
   for (const Known& k : kKnown) {  // model_type decides; the architecture only when it is absent
@@ -163,7 +200,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
   if (!found) {
     return InvalidArgument(std::string(source) + ": model_type '" + model_type + "' (architecture '" +
                            c.architecture + "') is not supported; supported model types: " +
-                           SupportedFamiliesText() + " (dense decoder-only checkpoints)");
+                           SupportedFamiliesText() + " (decoder-only checkpoints)");
   }
   c.model_type = model_type.empty() ? std::string(ModelFamilyName(c.family)) : model_type;
   const ModelFamily fam = c.family;
@@ -244,6 +281,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       c.mlp_bias = mlp_bias;
       break;
     case ModelFamily::kQwen3:
+    case ModelFamily::kQwen3Moe:
     case ModelFamily::kGemma:
     case ModelFamily::kGemma2:
     case ModelFamily::kGemma3:
@@ -261,7 +299,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
       if (bias || mlp_bias) return refuse("attention_bias / mlp_bias = true");
       break;
   }
-  c.qk_norm = fam == ModelFamily::kQwen3 || fam == ModelFamily::kGemma3;
+  c.qk_norm = fam == ModelFamily::kQwen3 || fam == ModelFamily::kQwen3Moe || fam == ModelFamily::kGemma3;
   c.norm = any_gemma ? NormKind::kRmsOffset : fam == ModelFamily::kStarcoder2 ? NormKind::kLayerNorm : NormKind::kRms;
   c.mlp = fam == ModelFamily::kStarcoder2 ? MlpKind::kPlain : MlpKind::kGated;
   c.sandwich_norms = gemma;
@@ -288,7 +326,8 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
   std::vector<bool> sliding(static_cast<size_t>(c.num_layers), false);
   switch (fam) {
     case ModelFamily::kQwen2:
-    case ModelFamily::kQwen3: {
+    case ModelFamily::kQwen3:
+    case ModelFamily::kQwen3Moe: {
       bool use = false;
       ROTE_RETURN_IF_ERROR(f.Bool("use_sliding_window", false, &use));
       if (use) return refuse("use_sliding_window = true");
@@ -370,6 +409,7 @@ StatusOr<ModelConfig> ParseModelConfigChecked(std::string_view config_json, std:
                                                   " rotary dimensions, which must be even and at least 2");
     }
   }
+  if (fam == ModelFamily::kQwen3Moe) ROTE_RETURN_IF_ERROR(ParseExperts(f, &c));
   bool any_local = false;
   for (int32_t i = 0; i < c.num_layers; ++i) {
     LayerPlan p;
@@ -528,6 +568,15 @@ Status ValidateModelConfig(const ModelConfig& c) {
     if (p.local_rope && !c.has_local_rope()) {
       return InvalidArgument("model config: a layer uses the local rope but rope_local_theta is not set");
     }
+  }
+  if (!c.moe_layers.empty()) {
+    if (c.moe_layers.size() != static_cast<size_t>(c.num_layers))
+      return InvalidArgument("model config: the experts' layer list must have one entry per layer");
+    if (c.num_experts <= 0 || c.num_experts > kMaxExperts) return out_of("num_experts", c.num_experts, kMaxExperts);
+    if (c.experts_per_token <= 0 || c.experts_per_token > c.num_experts)
+      return out_of("num_experts_per_tok", c.experts_per_token, c.num_experts);
+    if (c.moe_intermediate_size <= 0 || c.moe_intermediate_size > kMaxIntermediate)
+      return out_of("moe_intermediate_size", c.moe_intermediate_size, kMaxIntermediate);
   }
   if (!(c.rope_local_theta >= 0) || !std::isfinite(c.rope_local_theta)) {
     return InvalidArgument("model config: rope_local_theta must be non-negative and finite");

@@ -21,6 +21,8 @@ enum class ModelFamily {
   kStarcoder2,  // "starcoder2": LayerNorm with bias, biases everywhere, GELU c_fc/c_proj MLP
   kGranite,     // "granite": Llama layout with embedding/residual/attention/logits multipliers
   kGemma,       // "gemma": Gemma 1, CodeGemma: (1 + w) RMSNorm, sqrt(hidden) embedding scale, GELU-tanh
+  kQwen3Moe,    // "qwen3_moe": Qwen3's attention; the MLP of most layers is a mixture of experts
+                //   (Qwen3-Coder-30B-A3B, Qwen3-30B-A3B, Qwen3-235B-A22B)
 };
 
 // The config.json model_type spelling of a family ("qwen2", "llama", "gemma3_text", ...).
@@ -129,6 +131,17 @@ struct ModelConfig {
   float logits_divisor = 1.0f;       // logit = logit / this (Granite logits_scaling); 1: none
   // One entry per layer; empty means every layer is full attention with the global rope.
   std::vector<LayerPlan> layer_plan;
+  // Mixture of experts (Qwen3-MoE): a layer whose moe_layers entry is set replaces its MLP by
+  // num_experts gated MLPs of moe_intermediate_size and a router (mlp.gate, num_experts x hidden):
+  // each token takes the experts_per_token experts of largest softmax(router logits) and sums
+  // their outputs weighted by those probabilities (renormalised over the chosen ones where
+  // norm_topk_prob). numerics::RouteToken fixes the choice and the order of the sum. Empty
+  // moe_layers: a dense model.
+  int32_t num_experts = 0;
+  int32_t experts_per_token = 0;
+  int32_t moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  std::vector<uint8_t> moe_layers;
   DType dtype = DType::kBF16;        // config.json "torch_dtype" (weights may differ per tensor)
   // From generation_config.json (falling back to config.json).
   int32_t bos_token_id = -1;
@@ -142,6 +155,10 @@ struct ModelConfig {
     return layer_plan.empty() ? LayerPlan{} : layer_plan[static_cast<size_t>(layer)];
   }
   bool has_local_rope() const { return rope_local_theta > 0; }
+  bool is_moe_layer(int32_t layer) const {
+    return !moe_layers.empty() && moe_layers[static_cast<size_t>(layer)] != 0;
+  }
+  bool has_moe() const { return !moe_layers.empty(); }
   // How many trailing positions a query can see at most, over every layer: the largest sliding
   // window where every layer has one, 0 where some layer attends to every earlier position.
   // Positions before pos - kv_window() + 1 are read by no query at pos or later, so their K/V may

@@ -108,6 +108,17 @@ std::vector<Spec> TensorSpecs(const ModelConfig& c) {
       s.push_back({p + "pre_feedforward_layernorm.weight", {dim}, Spec::kNorm});
       s.push_back({p + "post_feedforward_layernorm.weight", {dim}, Spec::kNorm});
     }
+    if (c.is_moe_layer(i)) {
+      const int64_t moe = c.moe_intermediate_size;
+      s.push_back({p + "mlp.gate.weight", {c.num_experts, dim}, Spec::kMatrix});
+      for (int e = 0; e < c.num_experts; ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        s.push_back({x + "gate_proj.weight", {moe, dim}, Spec::kMatrix});
+        s.push_back({x + "up_proj.weight", {moe, dim}, Spec::kMatrix});
+        s.push_back({x + "down_proj.weight", {dim, moe}, Spec::kMatrix});
+      }
+      continue;
+    }
     if (fused) {
       s.push_back({p + "mlp.gate_up_proj.weight", {2 * hid, dim}, Spec::kMatrix});
     } else {
@@ -242,8 +253,19 @@ StatusOr<ModelConfig> BaseConfig(const SynthOptions& o) {
   c.family = o.family;
   c.dtype = o.dtype;
   c.rms_norm_eps = 1e-6f;
-  const bool qwen3 = o.family == ModelFamily::kQwen3;
+  const bool moe = o.family == ModelFamily::kQwen3Moe;
+  const bool qwen3 = o.family == ModelFamily::kQwen3 || moe;
   const bool llama = o.family == ModelFamily::kLlama;
+  if (moe && o.shape == "30b-a3b") {
+    // Qwen3-Coder-30B-A3B-Instruct (its experts: SynthJson).
+    c.hidden_size = 2048; c.intermediate_size = 6144; c.num_layers = 48; c.num_heads = 32; c.num_kv_heads = 4;
+    c.head_dim = 128; c.vocab_size = 151936; c.max_position_embeddings = 262144; c.tie_word_embeddings = false;
+    c.architecture = "Qwen3MoeForCausalLM";
+    c.rope_theta = 10000000.0;
+    c.bos_token_id = 256;
+    c.eos_token_ids = {258, 256};
+    return c;
+  }
   if (o.shape == "tiny") {
     c.hidden_size = 64; c.intermediate_size = 128; c.num_layers = 2; c.num_heads = 4; c.num_kv_heads = 2;
     c.head_dim = 16; c.vocab_size = 384; c.max_position_embeddings = 4096; c.tie_word_embeddings = !llama;
@@ -286,7 +308,8 @@ StatusOr<ModelConfig> BaseConfig(const SynthOptions& o) {
     c.vocab_size = llama ? 128256 : qwen3 ? 151936 : 152064; c.max_position_embeddings = 32768;
     c.tie_word_embeddings = false;
   } else {
-    return InvalidArgument("unknown synth shape '" + o.shape + "' (tiny, small, 0.5b, 1.5b, 7b, 14b, 32b)");
+    return InvalidArgument("unknown synth shape '" + o.shape + "' (tiny, small, 0.5b, 1.5b, 7b, 14b, 32b" +
+                           (moe ? ", 30b-a3b)" : ")"));
   }
   if (llama) {
     c.architecture = "LlamaForCausalLM";
@@ -300,7 +323,7 @@ StatusOr<ModelConfig> BaseConfig(const SynthOptions& o) {
     c.bos_token_id = 256;
     c.eos_token_ids = {257, 260};  // <|end_of_text|>, <|eot_id|>
   } else {
-    c.architecture = qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM";
+    c.architecture = moe ? "Qwen3MoeForCausalLM" : qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM";
     c.rope_theta = 1000000.0;
     c.bos_token_id = 256;
     c.eos_token_ids = {258, 256};  // <|im_end|>, <|endoftext|>
@@ -321,7 +344,7 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
   static const char* kArchitectures[] = {"Qwen2ForCausalLM",  "LlamaForCausalLM",      "Qwen3ForCausalLM",
                                          "MistralForCausalLM", "Gemma2ForCausalLM",     "Gemma3ForCausalLM",
                                          "Phi3ForCausalLM",    "Starcoder2ForCausalLM", "GraniteForCausalLM",
-                                         "GemmaForCausalLM"};
+                                         "GemmaForCausalLM",   "Qwen3MoeForCausalLM"};
   cfg["architectures"] = {kArchitectures[static_cast<int>(fam)]};
   cfg["model_type"] = std::string(ModelFamilyName(fam));
   cfg["vocab_size"] = c.vocab_size;
@@ -347,15 +370,32 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
                            {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
     cfg["attention_bias"] = false;
     cfg["mlp_bias"] = false;
-  } else if (fam == ModelFamily::kQwen2 || fam == ModelFamily::kQwen3) {
+  } else if (fam == ModelFamily::kQwen2 || fam == ModelFamily::kQwen3 || fam == ModelFamily::kQwen3Moe) {
     cfg["rope_scaling"] = nullptr;
     cfg["use_sliding_window"] = false;
-    if (fam == ModelFamily::kQwen3) cfg["attention_bias"] = false;
+    if (fam != ModelFamily::kQwen2) cfg["attention_bias"] = false;
   }
   switch (fam) {
     case ModelFamily::kQwen2:
     case ModelFamily::kLlama:
     case ModelFamily::kQwen3:
+      break;
+    case ModelFamily::kQwen3Moe:
+      // Qwen3-Coder-30B-A3B's experts at 30b-a3b; at the other shapes 8 experts, 2 a token, of a
+      // quarter of the dense width, with one dense layer (mlp_only_layers) at tiny and small.
+      if (o.shape == "30b-a3b") {
+        cfg["num_experts"] = 128;
+        cfg["num_experts_per_tok"] = 8;
+        cfg["moe_intermediate_size"] = 768;
+        cfg["mlp_only_layers"] = Json::array();
+      } else {
+        cfg["num_experts"] = 8;
+        cfg["num_experts_per_tok"] = 2;
+        cfg["moe_intermediate_size"] = c.intermediate_size / 4;
+        cfg["mlp_only_layers"] = small ? Json::array({1}) : Json::array();
+      }
+      cfg["norm_topk_prob"] = true;
+      cfg["decoder_sparse_step"] = 1;
       break;
     case ModelFamily::kMistral:
       cfg["sliding_window"] = window;

@@ -96,6 +96,18 @@ class WeightBinder {
     return OkStatus();
   }
 
+  // Binds matrix `index` (rows x cols) of the 3-D tensor `stacked` (already bound), rows
+  // [row0, row0 + rows) of it, as its own 2-D view.
+  static TensorView Slice(const TensorView& stacked, int64_t index, int64_t row0, int64_t rows, const std::string& name) {
+    TensorView v;
+    v.dtype = stacked.dtype;
+    const int64_t cols = stacked.shape[2];
+    v.data = static_cast<const uint8_t*>(stacked.data) + (index * stacked.shape[1] + row0) * cols * DTypeSize(stacked.dtype);
+    v.shape = {rows, cols};
+    v.name = name;
+    return v;
+  }
+  bool Has(const std::string& name) const { return all_.count(name) != 0; }
   // Binds rows [row0, row0 + rows) of the 2-D tensor `fused` (already bound) as its own view.
   static TensorView Rows(const TensorView& fused, int64_t row0, int64_t rows, const std::string& name) {
     TensorView v;
@@ -110,6 +122,36 @@ class WeightBinder {
   const std::map<std::string, TensorSource>& all_;
   std::string dir_;
 };
+
+// A mixture-of-experts layer's router and experts: each expert's three tensors as published, or
+// the two 3-D tensors transformers 5 keeps (never a mix of the two).
+Status BindExperts(WeightBinder& b, const ModelConfig& c, const std::string& p, LayerWeights* l) {
+  const int64_t dim = c.hidden_size, moe = c.moe_intermediate_size, n = c.num_experts;
+  ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.gate.weight", {n, dim}, true, &l->router));
+  l->experts.resize(static_cast<size_t>(n));
+  if (b.Has(p + "mlp.experts.gate_up_proj")) {
+    TensorView gate_up, down;
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.experts.gate_up_proj", {n, 2 * moe, dim}, true, &gate_up));
+    ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.experts.down_proj", {n, dim, moe}, true, &down));
+    if (b.Has(p + "mlp.experts.0.gate_proj.weight"))
+      return InvalidArgument(gate_up.name + ": the experts are stored both stacked and one by one");
+    for (int64_t e = 0; e < n; ++e) {
+      const std::string tag = "[" + std::to_string(e) + "]";
+      l->experts[e].w_gate = WeightBinder::Slice(gate_up, e, 0, moe, gate_up.name + tag + "[gate]");
+      l->experts[e].w_up = WeightBinder::Slice(gate_up, e, moe, moe, gate_up.name + tag + "[up]");
+      l->experts[e].w_down = WeightBinder::Slice(down, e, 0, dim, down.name + tag);
+    }
+    return OkStatus();
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+    LayerWeights::Expert& x = l->experts[static_cast<size_t>(e)];
+    ROTE_RETURN_IF_ERROR(b.Bind(q + "gate_proj.weight", {moe, dim}, true, &x.w_gate));
+    ROTE_RETURN_IF_ERROR(b.Bind(q + "up_proj.weight", {moe, dim}, true, &x.w_up));
+    ROTE_RETURN_IF_ERROR(b.Bind(q + "down_proj.weight", {dim, moe}, true, &x.w_down));
+  }
+  return OkStatus();
+}
 
 }  // namespace
 
@@ -250,6 +292,10 @@ StatusOr<std::shared_ptr<const Model>> Model::Assemble(const std::string& dir, c
         ROTE_RETURN_IF_ERROR(b.Bind(p + "post_attention_layernorm.bias", {dim}, true, &l.mlp_norm_bias));
       }
     }
+    if (c.is_moe_layer(i)) {
+      ROTE_RETURN_IF_ERROR(BindExperts(b, c, p, &l));
+      continue;
+    }
     if (fused) {
       TensorView gate_up;
       ROTE_RETURN_IF_ERROR(b.Bind(p + "mlp.gate_up_proj.weight", {2 * hid, dim}, true, &gate_up));
@@ -316,9 +362,17 @@ StatusOr<std::string> Model::FileIdentity(const std::string& dir) {
 int64_t Model::weight_bytes_per_token() const {
   auto bytes = [](const TensorView& t) { return t.present() ? t.numel() * DTypeSize(t.dtype) : 0; };
   int64_t total = 0;
+  // A token reads experts_per_token of a layer's experts: their share of the experts' bytes.
+  int64_t expert_bytes = 0;
   for (const LayerWeights& l : weights_.layers) {
     for (const TensorView* t : l.all()) total += bytes(*t);
+    for (const LayerWeights::Expert& e : l.experts) {
+      const int64_t b = bytes(e.w_gate) + bytes(e.w_up) + bytes(e.w_down);
+      total -= b;
+      expert_bytes += b;
+    }
   }
+  if (config_.num_experts > 0) total += expert_bytes / config_.num_experts * config_.experts_per_token;
   total += bytes(weights_.final_norm) + bytes(weights_.final_norm_bias) + bytes(weights_.lm_head);
   total += static_cast<int64_t>(config_.hidden_size) * DTypeSize(weights_.embed.dtype);  // one embedding row
   return total;

@@ -59,12 +59,27 @@ struct LayerWeights {
   TensorView b_up;            // (hidden)     mlp.up_proj.bias / mlp.c_fc.bias  (mlp_bias)
   TensorView b_down;          // (dim)        mlp.down_proj.bias / mlp.c_proj.bias (mlp_bias)
   TensorView mlp_post_norm;   // (dim)        post_feedforward_layernorm.weight (sandwich_norms)
+  // A mixture-of-experts layer (ModelConfig::is_moe_layer): the router and each expert's gated MLP
+  // (moe = moe_intermediate_size), in place of w_gate, w_up and w_down. As published:
+  // mlp.experts.{e}.gate_proj / up_proj / down_proj; as transformers 5 holds them (a 3-D tensor a
+  // projection): rows of mlp.experts.gate_up_proj (experts, 2 moe, dim) and down_proj (experts,
+  // dim, moe).
+  TensorView router;          // (experts, dim) mlp.gate.weight
+  struct Expert {
+    TensorView w_gate;        // (moe, dim)
+    TensorView w_up;          // (moe, dim)
+    TensorView w_down;        // (dim, moe)
+  };
+  std::vector<Expert> experts;
 
-  // Every view above, present or not (parameter counts, byte totals).
+  // Every view above, present or not (parameter counts, byte totals), the experts' last.
   std::vector<const TensorView*> all() const {
-    return {&attn_norm, &attn_norm_bias, &wq,       &wk,       &wv,     &bq,     &bk,     &bv,
-            &q_norm,    &k_norm,         &wo,       &bo,       &attn_post_norm, &mlp_norm, &mlp_norm_bias,
-            &w_gate,    &w_up,           &w_down,   &b_gate,   &b_up,   &b_down, &mlp_post_norm};
+    std::vector<const TensorView*> v = {&attn_norm, &attn_norm_bias, &wq,     &wk,     &wv,  &bq,
+                                        &bk,        &bv,             &q_norm, &k_norm, &wo,  &bo,
+                                        &attn_post_norm, &mlp_norm,  &mlp_norm_bias,   &w_gate, &w_up, &w_down,
+                                        &b_gate,    &b_up,           &b_down, &mlp_post_norm, &router};
+    for (const Expert& e : experts) v.insert(v.end(), {&e.w_gate, &e.w_up, &e.w_down});
+    return v;
   }
 };
 

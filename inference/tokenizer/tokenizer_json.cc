@@ -78,7 +78,7 @@ StatusOr<ChatFamily> FamilyFor(const Json& config, const Tokenizer::Impl& impl) 
   ROTE_RETURN_IF_ERROR(JsonFields(config, "config.json").String("model_type", "", &model_type));
   if (model_type == "qwen2") return ChatFamily::kQwen2;
   if (model_type == "llama") return ChatFamily::kLlama3;
-  if (model_type == "qwen3") return ChatFamily::kQwen3;
+  if (model_type == "qwen3" || model_type == "qwen3_moe") return ChatFamily::kQwen3;
   // Any other model_type: tokenization does not depend on it, and chats go through the model's
   // own template; whether the model itself is supported is the model loader's question
   // (ParseModelConfig, INVALID_ARGUMENT naming the supported families). The built-in format,

@@ -36,6 +36,18 @@ Json Base(const char* model_type, const char* architecture) {
           {"bos_token_id", 1},           {"eos_token_id", 2}};
 }
 
+// The CPU backend's logits of every position of `tokens` (at most 16) under `model`.
+std::vector<float> EveryLogit(const std::shared_ptr<const Model>& model, const std::vector<int32_t>& tokens) {
+  auto backend = CreateCpuBackend(model, CpuBackendOptions{}).value();
+  EXPECT_TRUE(backend->AllocateKvCache(2).ok());
+  const std::vector<int32_t> blocks = {0};
+  BatchPlan plan;
+  plan.sequences.push_back({tokens, 0, blocks, static_cast<int32_t>(tokens.size())});
+  std::vector<float> logits;
+  EXPECT_TRUE(backend->Forward(plan, &logits).ok());
+  return logits;
+}
+
 TEST(ModelFamiliesTest, MistralSlidesOnEveryLayer) {
   Json j = Base("mistral", "MistralForCausalLM");
   j.update({{"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
@@ -196,17 +208,8 @@ TEST(ModelFamiliesTest, Gemma3MultimodalTensorNamesLoad) {
     auto m = Model::Load(dir);
     ASSERT_TRUE(m.ok()) << prefix << ": " << m.status().ToString();
     EXPECT_EQ((*m)->config().model_type, "gemma3");
-    std::vector<int32_t> tokens = {5, 77, 300, 12, 9, 250};
-    std::vector<float> a, b;
-    for (auto* model : {&*plain, &*m}) {
-      auto backend = CreateCpuBackend(*model, CpuBackendOptions{}).value();
-      ASSERT_TRUE(backend->AllocateKvCache(2).ok());
-      const std::vector<int32_t> blocks = {0};
-      BatchPlan plan;
-      plan.sequences.push_back({tokens, 0, blocks, static_cast<int32_t>(tokens.size())});
-      ASSERT_TRUE(backend->Forward(plan, model == &*plain ? &a : &b).ok());
-    }
-    EXPECT_EQ(a, b);
+    const std::vector<int32_t> tokens = {5, 77, 300, 12, 9, 250};
+    EXPECT_EQ(EveryLogit(*plain, tokens), EveryLogit(*m, tokens));
   }
 }
 
@@ -281,6 +284,159 @@ TEST(ModelFamiliesTest, GraniteMultipliersAndDeepSeekLinearRope) {
   const Status s = ParseModelConfig(d.dump(), "", "dir/config.json").status();
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("yarn"));
+}
+
+// Qwen3-Coder-30B-A3B's config.json (the fields that shape the model): every layer a mixture of
+// 128 experts, 8 a token, renormalised; mlp_only_layers and decoder_sparse_step pick dense layers.
+TEST(ModelFamiliesTest, Qwen3MoeExpertsAndDenseLayers) {
+  Json j = Base("qwen3_moe", "Qwen3MoeForCausalLM");
+  j.update({{"hidden_size", 2048}, {"intermediate_size", 6144}, {"moe_intermediate_size", 768},
+            {"num_hidden_layers", 48}, {"num_attention_heads", 32}, {"num_key_value_heads", 4}, {"head_dim", 128},
+            {"num_experts", 128}, {"num_experts_per_tok", 8}, {"norm_topk_prob", true}, {"decoder_sparse_step", 1},
+            {"mlp_only_layers", Json::array()}, {"max_position_embeddings", 262144}, {"rope_theta", 10000000},
+            {"rms_norm_eps", 1e-6}, {"vocab_size", 151936}, {"tie_word_embeddings", false},
+            {"use_sliding_window", false}, {"sliding_window", nullptr}, {"attention_bias", false}});
+  ModelConfig c = Parse(j);
+  EXPECT_EQ(c.family, ModelFamily::kQwen3Moe);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.experts_per_token, 8);
+  EXPECT_EQ(c.moe_intermediate_size, 768);
+  EXPECT_TRUE(c.norm_topk_prob);
+  ASSERT_TRUE(c.has_moe());
+  for (int i = 0; i < 48; ++i) EXPECT_TRUE(c.is_moe_layer(i)) << i;
+  // HF: layer i has experts unless listed in mlp_only_layers or (i + 1) % decoder_sparse_step != 0.
+  j["mlp_only_layers"] = {0, 5};
+  j["decoder_sparse_step"] = 2;
+  c = Parse(j);
+  for (int i = 0; i < 48; ++i) EXPECT_EQ(c.is_moe_layer(i), i != 5 && (i + 1) % 2 == 0) << i;
+  // transformers 5 writes num_experts as num_local_experts; norm_topk_prob defaults to false.
+  j.erase("num_experts");
+  j.erase("norm_topk_prob");
+  j["num_local_experts"] = 64;
+  c = Parse(j);
+  EXPECT_EQ(c.num_experts, 64);
+  EXPECT_FALSE(c.norm_topk_prob);
+  // Every layer dense: a dense model, no experts bound.
+  j["mlp_only_layers"] = Json::array();
+  for (int i = 0; i < 48; ++i) j["mlp_only_layers"].push_back(i);
+  EXPECT_FALSE(Parse(j).has_moe());
+  // What a loader cannot honour is refused, naming the field.
+  struct Bad {
+    Json edit;
+    const char* field;
+  };
+  const Bad bad[] = {
+      {{{"num_experts_per_tok", 65}}, "num_experts_per_tok"},
+      {{{"num_experts_per_tok", 0}}, "num_experts_per_tok"},
+      {{{"num_local_experts", 0}}, "num_local_experts"},
+      {{{"num_local_experts", 1 << 20}}, "num_local_experts"},
+      {{{"moe_intermediate_size", nullptr}}, "moe_intermediate_size"},
+      {{{"moe_intermediate_size", "768"}}, "moe_intermediate_size"},
+      {{{"mlp_only_layers", {48}}}, "mlp_only_layers"},
+      {{{"mlp_only_layers", {-1}}}, "mlp_only_layers"},
+      {{{"mlp_only_layers", "0"}}, "mlp_only_layers"},
+      {{{"decoder_sparse_step", 0}}, "decoder_sparse_step"},
+      {{{"use_sliding_window", true}}, "use_sliding_window"},
+  };
+  for (const Bad& b : bad) {
+    Json k = j;
+    k["mlp_only_layers"] = Json::array();
+    k.update(b.edit);
+    const Status s = ParseModelConfig(k.dump(), "", "dir/config.json").status();
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << b.edit.dump();
+    EXPECT_THAT(s.message(), HasSubstr(b.field)) << b.edit.dump();
+  }
+}
+
+// The experts as transformers 5 holds them (mlp.experts.gate_up_proj (experts, 2 moe, dim) and
+// down_proj (experts, dim, moe)) load as the published per-expert tensors do: the same logits.
+// Both forms at once are refused.
+TEST(ModelFamiliesTest, Qwen3MoeStackedExpertsLoadLikePublishedOnes) {
+  const std::string src = testing::SynthModelDir(ModelFamily::kQwen3Moe, "tiny");
+  auto plain = Model::Load(src);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  const ModelConfig& c = (*plain)->config();
+  ASSERT_TRUE(c.is_moe_layer(0));
+  ASSERT_FALSE(c.is_moe_layer(1));
+  std::ifstream in(src + "/model.safetensors", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const Json header = Json::parse(bytes.substr(8, n));
+  const std::string data = bytes.substr(8 + n);
+  auto tensor = [&](const std::string& name) {
+    const Json& t = header.at(name);
+    const uint64_t b = t["data_offsets"][0], e = t["data_offsets"][1];
+    return data.substr(b, e - b);
+  };
+  auto write = [&](const std::string& dir, bool keep_per_expert) {
+    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
+      std::ifstream i(src + "/" + f, std::ios::binary);
+      std::ofstream(dir + "/" + f, std::ios::binary) << i.rdbuf();
+    }
+    Json out = Json::object();
+    std::string body;
+    auto add = [&](const std::string& name, const Json& shape, const std::string& payload) {
+      out[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {body.size(), body.size() + payload.size()}}};
+      body += payload;
+    };
+    const std::string p = "model.layers.0.mlp.experts.";
+    std::string gate_up, down;
+    for (int e = 0; e < c.num_experts; ++e) {
+      const std::string q = p + std::to_string(e) + ".";
+      gate_up += tensor(q + "gate_proj.weight") + tensor(q + "up_proj.weight");
+      down += tensor(q + "down_proj.weight");
+    }
+    for (const auto& [name, value] : header.items()) {
+      if (name == "__metadata__") continue;
+      if (name.rfind(p, 0) == 0 && !keep_per_expert) continue;
+      add(name, value["shape"], tensor(name));
+    }
+    add(p + "gate_up_proj", {c.num_experts, 2 * c.moe_intermediate_size, c.hidden_size}, gate_up);
+    add(p + "down_proj", {c.num_experts, c.hidden_size, c.moe_intermediate_size}, down);
+    std::string h = out.dump();
+    while (h.size() % 8 != 0) h.push_back(' ');
+    std::ofstream o(dir + "/model.safetensors", std::ios::binary);
+    const uint64_t hn = h.size();
+    o.write(reinterpret_cast<const char*>(&hn), 8);
+    o << h << body;
+  };
+  const std::string stacked_dir = testing::FreshDir("qwen3_moe_stacked");
+  write(stacked_dir, false);
+  auto stacked = Model::Load(stacked_dir);
+  ASSERT_TRUE(stacked.ok()) << stacked.status().ToString();
+  const std::vector<int32_t> tokens = {5, 77, 300, 12, 9, 250, 31, 64, 2, 199};
+  EXPECT_EQ(EveryLogit(*plain, tokens), EveryLogit(*stacked, tokens));
+  const std::string both_dir = testing::FreshDir("qwen3_moe_both");
+  write(both_dir, true);
+  auto both = Model::Load(both_dir);
+  EXPECT_EQ(both.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(both.status().message(), HasSubstr("both stacked and one by one"));
+}
+
+// The router and every expert bind as published beside a dense layer, and a decode step counts
+// the share of the experts' bytes a token reads.
+TEST(ModelFamiliesTest, Qwen3MoeBindsExpertsAndCountsTheBytesATokenReads) {
+  auto m = Model::Load(testing::SynthModelDir(ModelFamily::kQwen3Moe, "tiny"));
+  ASSERT_TRUE(m.ok());
+  const LayerWeights& l = (*m)->weights().layers[0];
+  ASSERT_EQ(l.experts.size(), 8u);
+  ASSERT_EQ(l.router.shape, (std::vector<int64_t>{8, 64}));
+  EXPECT_EQ(l.experts[3].w_down.shape, (std::vector<int64_t>{64, 32}));
+  EXPECT_FALSE(l.w_gate.present());
+  EXPECT_TRUE((*m)->weights().layers[1].w_gate.present());  // the dense layer (mlp_only_layers)
+  // A token reads 2 of the 8 experts: a quarter of their bytes count toward a decode step's.
+  int64_t all_experts = 0;
+  for (const LayerWeights::Expert& e : l.experts)
+    all_experts += (e.w_gate.numel() + e.w_up.numel() + e.w_down.numel()) * 2;
+  int64_t dense = 0;
+  for (const LayerWeights& layer : (*m)->weights().layers)
+    for (const TensorView* t : layer.all()) dense += t->present() ? t->numel() * 2 : 0;
+  dense -= all_experts;
+  const int64_t head = (*m)->weights().lm_head.numel() * 2 + 64 * 2 + 64 * 2;
+  EXPECT_EQ((*m)->weight_bytes_per_token(), dense + all_experts / 4 + head);
 }
 
 TEST(ModelFamiliesTest, UnsupportedIsInvalidArgumentNamingTheSupportedTypes) {

@@ -15,6 +15,7 @@
 #include "inference/util/thread_pool.h"
 #include "inference/numerics/canonical.h"
 #include "inference/numerics/rope.h"
+#include "inference/numerics/routing.h"
 #include "inference/util/sha256.h"
 
 namespace rote::inference {
@@ -406,6 +407,76 @@ TEST(Sha256Test, ShaExtensionsEqualThePortableCode) {
   EXPECT_EQ(portable[portable.size() - 1], portable[portable.size() - 2]);
   EXPECT_EQ(fast, portable);
   if (!hardware) GTEST_SKIP() << "this CPU has no SHA extensions: only the portable code ran";
+}
+
+// The router's choice (numerics::RouteToken): the k largest probabilities, ties to the lower
+// index, returned in increasing expert index with their weights; renormalised over the chosen
+// ones where asked; the probabilities themselves from the canonical softmax.
+TEST(RoutingTest, ChoosesTheLargestInIndexOrderAndTiesGoLow) {
+  const float logits[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.5f, 2.0f};
+  float scratch[12];
+  int32_t experts[3];
+  float weights[3];
+  numerics::RouteToken(logits, 6, 3, /*normalize=*/false, scratch, experts, weights);
+  // Three tie at 2.0: all three chosen, in index order.
+  EXPECT_EQ(std::vector<int32_t>(experts, experts + 3), (std::vector<int32_t>{1, 3, 5}));
+  numerics::RouteToken(logits, 6, 2, false, scratch, experts, weights);
+  EXPECT_EQ(std::vector<int32_t>(experts, experts + 2), (std::vector<int32_t>{1, 3}));  // 5 loses the tie
+  // The weights are the softmax's probabilities, computed as the canonical order says.
+  float e[6];
+  for (int i = 0; i < 6; ++i) e[i] = numerics::canonical_expf(logits[i] - 2.0f);
+  const float sum = numerics::canonical_sum(e, 6);
+  EXPECT_EQ(weights[0], e[1] / sum);
+  EXPECT_EQ(weights[1], e[3] / sum);
+  // Renormalised: divided by the canonical sum of the chosen, largest first.
+  const float uneven[5] = {0.1f, 3.0f, -2.0f, 1.0f, 2.5f};
+  numerics::RouteToken(uneven, 5, 2, /*normalize=*/true, scratch, experts, weights);
+  EXPECT_EQ(std::vector<int32_t>(experts, experts + 2), (std::vector<int32_t>{1, 4}));
+  float f[5];
+  for (int i = 0; i < 5; ++i) f[i] = numerics::canonical_expf(uneven[i] - 3.0f);
+  const float s = numerics::canonical_sum(f, 5);
+  const float chosen[2] = {f[1] / s, f[4] / s};
+  const float denom = numerics::canonical_sum(chosen, 2);
+  EXPECT_EQ(weights[0], chosen[0] / denom);
+  EXPECT_EQ(weights[1], chosen[1] / denom);
+  EXPECT_NEAR(weights[0] + weights[1], 1.0f, 1e-6f);
+  EXPECT_GT(weights[0], weights[1]);
+  // k = every expert: all of them, in order.
+  int32_t all[5];
+  float all_w[5];
+  numerics::RouteToken(uneven, 5, 5, true, scratch, all, all_w);
+  EXPECT_EQ(std::vector<int32_t>(all, all + 5), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(RoutingTest, NaNLogitsStillChooseDistinctExperts) {
+  const float nan = std::nanf("");
+  const float logits[4] = {nan, 1.0f, nan, 0.0f};
+  float scratch[8];
+  int32_t experts[3];
+  float weights[3];
+  numerics::RouteToken(logits, 4, 3, false, scratch, experts, weights);
+  std::vector<int32_t> got(experts, experts + 3);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end());  // no expert twice
+  for (int32_t x : got) EXPECT_TRUE(x >= 0 && x < 4);
+}
+
+TEST(RoutingTest, RoutesOfManyTokensAreEachTokensOwn) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g;
+  std::vector<float> logits(40 * 16);
+  for (float& v : logits) v = g(rng);
+  const numerics::Routes all = numerics::RouteTokens(logits.data(), 40, 16, 4, true);
+  for (int t = 0; t < 40; ++t) {
+    const numerics::Routes one = numerics::RouteTokens(logits.data() + t * 16, 1, 16, 4, true);
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(all.experts[t * 4 + j], one.experts[j]);
+      EXPECT_EQ(all.weights[t * 4 + j], one.weights[j]);
+      if (j > 0) {
+        EXPECT_LT(one.experts[j - 1], one.experts[j]);
+      }
+    }
+  }
 }
 
 }  // namespace

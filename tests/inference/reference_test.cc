@@ -5,8 +5,9 @@
 // tokenizer the engine loads).
 //
 // The model families' fixtures (mistral, gemma, gemma2, gemma3, phi3, starcoder2, granite,
-// deepseek_coder) are shaped so each feature acts: sliding windows shorter than the prompts,
-// local and global layers, soft-caps that cap, nonzero biases, multipliers unlike 1, and Phi-3's
+// deepseek_coder, qwen3_moe) are shaped so each feature acts: sliding windows shorter than the prompts,
+// local and global layers, soft-caps that cap, nonzero biases, multipliers unlike 1, experts whose
+// routes stay clear of ties (make_fixtures.py checks the router's margin), and Phi-3's
 // longrope switching to its long factors inside the prompts (its reference ran one token per
 // call through transformers' cache, where the factors are chosen per position as rote does).
 //
@@ -14,7 +15,8 @@
 // in fp32 from the same stored weights; they differ only in summation order, exp, tanh, rotary
 // tables and rsqrt rounding. Measured worst: 7.5e-7 (qwen2), 4.8e-7 (llama3), 5.8e-7 (qwen3),
 // 5.3e-7 (mistral), 4.2e-7 (gemma), 6.9e-7 (gemma2), 4.6e-7 (gemma3), 6.6e-7 (phi3), 5.0e-7
-// (starcoder2), 2.3e-7 (granite), 5.4e-7 (deepseek_coder), so the bound leaves a 13x margin and still catches any real mistake
+// (starcoder2), 2.3e-7 (granite), 5.4e-7 (deepseek_coder), 5.0e-7 (qwen3_moe), so the bound leaves a 13x margin and
+// still catches any real mistake
 // (a skipped bias or norm moves logits by O(1)).
 #include <gtest/gtest.h>
 
@@ -147,7 +149,7 @@ TEST_P(EngineReferenceTest, GreedyTokensEqualReference) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
                          ::testing::Values("qwen2", "llama3", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "phi3",
-                                           "starcoder2", "granite", "deepseek_coder"));
+                                           "starcoder2", "granite", "deepseek_coder", "qwen3_moe"));
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest, ::testing::Values("qwen2", "llama3", "qwen3", "deepseek_coder"));
 
 }  // namespace
