@@ -1,5 +1,6 @@
 #include "inference/commands.h"
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <map>
@@ -110,6 +111,12 @@ Status Info(const std::string& dir, std::ostream& out) {
       << " bytes read per decoded token\n"
       << "layers:           " << c.num_layers << "\n"
       << "hidden size:      " << c.hidden_size << " (MLP " << c.intermediate_size << ")\n"
+      << (c.has_moe() ? "experts:          " + std::to_string(c.num_experts) + " of MLP " +
+                                std::to_string(c.moe_intermediate_size) + ", " + std::to_string(c.experts_per_token) +
+                                " a token" + (c.norm_topk_prob ? " (weights renormalised)" : "") + ", in " +
+                                std::to_string(std::count(c.moe_layers.begin(), c.moe_layers.end(), 1)) + " of " +
+                                std::to_string(c.num_layers) + " layers\n"
+                          : std::string())
       << "heads:            " << c.num_heads << " query, " << c.num_kv_heads << " key/value, head_dim " << c.head_dim
       << "\n"
       << "vocabulary:       " << c.vocab_size << (c.tie_word_embeddings ? " (tied embeddings)" : "") << "\n"

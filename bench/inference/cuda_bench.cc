@@ -8,7 +8,7 @@
 // host), --engine-sampling T:K:P adds sampled runs (on the device, on the host, and on the device
 // with every column sorted, compared).
 //
-//   cuda_bench [--shape 0.5b|1.5b|7b|14b|32b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
+//   cuda_bench [--shape 0.5b|1.5b|7b|14b|32b|30b-a3b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
 //              [--prefill 0|1] [--tiles -1,0,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,2,5 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2]
 //              [--one-token-kernels 0,1,2] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
@@ -393,7 +393,9 @@ bool Bench::Init() {
   auto t0 = Clock::now();
   // The Qwen2.5-Coder sizes are built in memory (inference/model/synth.h): 32b's 65.5 GB would not
   // fit the disk of every GPU machine, and no file is faster. The small shapes keep their file.
-  const bool in_memory = shape_ == "7b" || shape_ == "14b" || shape_ == "32b";
+  // 30b-a3b: Qwen3-Coder-30B-A3B, a mixture of experts (qwen3_moe).
+  const bool moe = shape_ == "30b-a3b";
+  const bool in_memory = shape_ == "7b" || shape_ == "14b" || shape_ == "32b" || moe;
   if (!in_memory && !std::filesystem::exists(dir + "/model.safetensors")) {
     if (!rote::inference::cuda_test::WriteSynthModel(dir, rote::inference::cuda_test::Qwen25Shape(shape_))) {
       PrintError("cannot write " + dir);
@@ -407,6 +409,7 @@ bool Bench::Init() {
     SynthOptions so;
     so.shape = shape_;
     so.seed = 1;
+    if (moe) so.family = rote::inference::ModelFamily::kQwen3Moe;
     model = SynthesizeModelInMemory(so, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }
   if (!model.ok()) {

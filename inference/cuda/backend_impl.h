@@ -111,6 +111,10 @@ struct DeviceLayer {
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
   int32_t window = 0;
+  // A mixture-of-experts layer (the family path): the router and each expert's gate|up
+  // (interleaved, as wgu) and down. Empty elsewhere.
+  DeviceMatrix router;
+  std::vector<DeviceMatrix> expert_gu, expert_down;
 };
 
 // A captured decode step: what it computes (the tuning and instruments are the backend's, fixed
@@ -182,6 +186,7 @@ class CudaBackendImpl final : public CudaBackend {
       cudaStreamSynchronize(stream_);
     }
     if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
+    if (host_experts_ != nullptr) cudaFreeHost(host_experts_);
     if (mask_host_ != nullptr) cudaFreeHost(mask_host_);
     if (host_out_ != nullptr) cudaFreeHost(host_out_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -382,6 +387,15 @@ class CudaBackendImpl final : public CudaBackend {
   static bool NeedsFamilyPath(const ModelConfig& c, int32_t max_positions);
   Status InitFamilyLayers();
   Status LaunchFamily(const StepLayout& lay, bool greedy);
+  // A mixture-of-experts MLP of the step's normed rows h into o (lane rows): the router's product,
+  // its logits to the host and each token's route (numerics::RouteTokens, the CPU backend's
+  // function: the same experts and weights wherever the logits are equal), then each expert's
+  // products on the rows that chose it and the weighted sum (LaunchExpertsSum). The route needs the
+  // host, so a step of such a model synchronizes once a layer and is never a graph.
+  Status LaunchExperts(const DeviceLayer& dl, int32_t tokens, const float* h, float* o);
+  // The experts' buffers for `tokens` rows (EnsureCapacity).
+  Status EnsureExpertCapacity(int32_t tokens);
+  int32_t ExpertActStride() const { return static_cast<int32_t>(cuda::PaddedCols(config_.moe_intermediate_size)); }
   // A norm of the family's kind (weights uploaded with Gemma's 1 + w folded in) of `rows` rows.
   Status FamilyNormInto(const float* x, int32_t rows, const float* weight, const float* bias, float* y,
                         const int32_t* x_rows = nullptr);
@@ -406,6 +420,12 @@ class CudaBackendImpl final : public CudaBackend {
   const float* final_norm_bias_ = nullptr;  // the family path's LayerNorm
   bool family_path_ = false;                // NeedsFamilyPath(config_)
   DeviceBuffer o_, mlp_tmp_;                // the family path: a product's output (lane rows), the up product's rows
+  // Mixture of experts (LaunchExperts), for expert_capacity_ tokens: the router's logits; each
+  // (token, expert) row's input, gate|up, activation and output; the route's row lists and
+  // weights, staged in the pinned host_experts_ (router logits, then the lists) and copied once.
+  DeviceBuffer router_logits_, expert_in_, expert_gu_, expert_act_, expert_out_, expert_meta_;
+  void* host_experts_ = nullptr;
+  int32_t expert_capacity_ = 0;
   const float* rope_cos_ = nullptr;
   const float* rope_sin_ = nullptr;
 

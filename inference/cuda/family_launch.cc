@@ -10,6 +10,7 @@
 // logits are the CPU's, bit for bit (tests/inference/cuda_family_test.cc).
 #include "inference/cuda/backend_impl.h"
 #include "inference/cuda/family_ops.h"
+#include "inference/numerics/routing.h"
 
 namespace rote::inference::cuda_impl {
 
@@ -24,7 +25,7 @@ bool CudaBackendImpl::NeedsFamilyPath(const ModelConfig& c, int32_t max_position
          c.attention_out_bias || c.mlp_bias || c.sandwich_norms || c.embedding_multiplier != 1.0f ||
          c.residual_multiplier != 1.0f || c.attn_logit_softcap > 0.0f || c.final_logit_softcap > 0.0f ||
          c.logits_divisor != 1.0f || c.rope_dim() != c.head_dim ||
-         c.scale() != 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+         c.scale() != 1.0f / std::sqrt(static_cast<float>(c.head_dim)) || c.has_moe();
 }
 
 Status CudaBackendImpl::InitFamilyLayers() {
@@ -57,13 +58,26 @@ Status CudaBackendImpl::InitFamilyLayers() {
     ROTE_ASSIGN_OR_RETURN(dl.wqkv, UploadMatrix({{&lw.wq, 0, 1}, {&lw.wk, q_dim, 1}, {&lw.wv, q_dim + kv_dim, 1}},
                                                 q_dim + 2 * kv_dim, dim));
     ROTE_ASSIGN_OR_RETURN(dl.wo, UploadMatrix({{&lw.wo, 0, 1}}, dim, q_dim));
-    if (gated) {
+    if (c.is_moe_layer(i)) {
+      const int64_t moe = c.moe_intermediate_size;
+      ROTE_ASSIGN_OR_RETURN(dl.router, UploadMatrix({{&lw.router, 0, 1}}, c.num_experts, dim));
+      for (const LayerWeights::Expert& x : lw.experts) {
+        StatusOr<DeviceMatrix> gu = UploadMatrix({{&x.w_gate, 0, 2}, {&x.w_up, 1, 2}}, 2 * moe, dim);
+        if (!gu.ok()) return gu.status();
+        StatusOr<DeviceMatrix> down = UploadMatrix({{&x.w_down, 0, 1}}, dim, moe);
+        if (!down.ok()) return down.status();
+        dl.expert_gu.push_back(*gu);
+        dl.expert_down.push_back(*down);
+      }
+    } else if (gated) {
       // gate row n -> 2n, up row n -> 2n + 1 (the activation kernel reads them in pairs).
       ROTE_ASSIGN_OR_RETURN(dl.wgu, UploadMatrix({{&lw.w_gate, 0, 2}, {&lw.w_up, 1, 2}}, 2 * hidden, dim));
     } else {
       ROTE_ASSIGN_OR_RETURN(dl.wgu, UploadMatrix({{&lw.w_up, 0, 1}}, hidden, dim));
     }
-    ROTE_ASSIGN_OR_RETURN(dl.wdown, UploadMatrix({{&lw.w_down, 0, 1}}, dim, hidden));
+    if (!c.is_moe_layer(i)) {
+      ROTE_ASSIGN_OR_RETURN(dl.wdown, UploadMatrix({{&lw.w_down, 0, 1}}, dim, hidden));
+    }
     if (lw.bq.present()) {
       ROTE_ASSIGN_OR_RETURN(dl.bqkv, UploadVector({&lw.bq, &lw.bk, &lw.bv}));
     }
@@ -178,6 +192,12 @@ Status CudaBackendImpl::LaunchFamily(const StepLayout& lay, bool greedy) {
     ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchResidualAdd(x, o, xs, lay.tokens, c.hidden_size, dl.post_attn_norm,
                                                       c.rms_norm_eps, has_mult, c.residual_multiplier, stream_));
     ROTE_RETURN_IF_ERROR(FamilyNormInto(x, lay.tokens, dl.mlp_norm, dl.mlp_norm_bias, h));
+    if (c.is_moe_layer(l)) {
+      ROTE_RETURN_IF_ERROR(LaunchExperts(dl, lay.tokens, h, o));
+      ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchResidualAdd(x, o, xs, lay.tokens, c.hidden_size, dl.post_mlp_norm,
+                                                        c.rms_norm_eps, has_mult, c.residual_multiplier, stream_));
+      continue;
+    }
     ROTE_RETURN_IF_ERROR(product(dl.wgu, h, xs, dl.bgu, mlp_tmp_.as<float>(), dl.wgu.rows, false));
     ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchFamilyActivation(act, mlp_tmp_.as<float>(), dl.wgu.rows, lay.tokens,
                                                            c.intermediate_size, act_.as<float>(), ActStride(),
@@ -206,6 +226,99 @@ Status CudaBackendImpl::LaunchFamily(const StepLayout& lay, bool greedy) {
                                                    greedy_.as<int32_t>(), argmax_scratch_.as<void>(), logit_capacity_,
                                                    stream_));
   }
+  return OkStatus();
+}
+
+Status CudaBackendImpl::EnsureExpertCapacity(int32_t tokens) {
+  if (tokens <= expert_capacity_) return OkStatus();
+  const ModelConfig& c = config_;
+  const size_t rows = static_cast<size_t>(tokens) * c.experts_per_token;
+  ROTE_RETURN_IF_ERROR(router_logits_.Allocate(static_cast<size_t>(tokens) * c.num_experts * 4));
+  // Lane-row buffers start zeroed: their padding is read (times zero weights, or summed as zero).
+  ROTE_RETURN_IF_ERROR(AllocateZeroed(&expert_in_, rows * HiddenStride() * 4));
+  ROTE_RETURN_IF_ERROR(expert_gu_.Allocate(rows * 2 * c.moe_intermediate_size * 4));
+  ROTE_RETURN_IF_ERROR(AllocateZeroed(&expert_act_, rows * ExpertActStride() * 4));
+  ROTE_RETURN_IF_ERROR(AllocateZeroed(&expert_out_, rows * HiddenStride() * 4));
+  // The lists: the token of each expert row, the expert row of each (token, j), the weights.
+  ROTE_RETURN_IF_ERROR(expert_meta_.Allocate(rows * 3 * 4));
+  if (host_experts_ != nullptr) cudaFreeHost(host_experts_);
+  host_experts_ = nullptr;
+  const size_t host_bytes = (static_cast<size_t>(tokens) * c.num_experts + rows * 3) * 4;
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMallocHost(&host_experts_, host_bytes));
+  expert_capacity_ = tokens;
+  return OkStatus();
+}
+
+Status CudaBackendImpl::LaunchExperts(const DeviceLayer& dl, int32_t tokens, const float* h, float* o) {
+  const ModelConfig& c = config_;
+  const int32_t E = c.num_experts, K = c.experts_per_token, moe = c.moe_intermediate_size;
+  const int32_t xs = HiddenStride(), as = ExpertActStride();
+  if (tokens > expert_capacity_) return Internal("LaunchExperts: " + std::to_string(tokens) + " rows, room for " +
+                                                 std::to_string(expert_capacity_));
+  auto product = [&](const DeviceMatrix& w, const float* in, int32_t in_stride, int32_t rows, float* out,
+                     int32_t out_stride, bool lane_rows) {
+    LinearArgs a;
+    a.w = w;
+    a.x = in;
+    a.x_stride = in_stride;
+    a.tokens = rows;
+    a.epilogue = LinearEpilogue::kStore;
+    a.out = out;
+    a.out_stride = out_stride;
+    a.out_lane_rows = lane_rows;
+    WithSplitScratch(&a);
+    return Product(a);
+  };
+  // The route, on the host.
+  ROTE_RETURN_IF_ERROR(product(dl.router, h, xs, tokens, router_logits_.as<float>(), E, false));
+  float* host_logits = static_cast<float*>(host_experts_);
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_logits, router_logits_.as<float>(),
+                                            static_cast<size_t>(tokens) * E * sizeof(float), cudaMemcpyDeviceToHost,
+                                            stream_));
+  ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  const numerics::Routes routes = numerics::RouteTokens(host_logits, tokens, E, K, c.norm_topk_prob);
+  // Expert rows grouped by expert, tokens in order within each: the rows an expert's products take.
+  const int32_t rows = tokens * K;
+  int32_t* row_token = reinterpret_cast<int32_t*>(host_logits + static_cast<size_t>(expert_capacity_) * E);
+  int32_t* slot_row = row_token + rows;
+  float* slot_weight = reinterpret_cast<float*>(slot_row + rows);
+  std::vector<int32_t> first(static_cast<size_t>(E) + 1, 0);
+  for (int32_t s = 0; s < rows; ++s) ++first[static_cast<size_t>(routes.experts[s]) + 1];
+  for (int32_t e = 0; e < E; ++e) first[e + 1] += first[e];
+  std::vector<int32_t> next(first.begin(), first.end() - 1);
+  for (int32_t s = 0; s < rows; ++s) {
+    const int32_t r = next[static_cast<size_t>(routes.experts[s])]++;
+    row_token[r] = s / K;
+    slot_row[s] = r;
+    slot_weight[s] = routes.weights[s];
+  }
+  int32_t* meta = expert_meta_.as<int32_t>();
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta, row_token, static_cast<size_t>(rows) * 3 * sizeof(int32_t),
+                                            cudaMemcpyHostToDevice, stream_));
+  const int32_t* d_row_token = meta;
+  const int32_t* d_slot_row = meta + rows;
+  const float* d_slot_weight = reinterpret_cast<const float*>(meta + 2 * rows);
+  ROTE_CUDA_RETURN_IF_ERROR(
+      cuda::LaunchGatherRows(h, xs, d_row_token, rows, xs, expert_in_.as<float>(), xs, stream_));
+  float* gu = expert_gu_.as<float>();
+  float* act = expert_act_.as<float>();
+  float* out = expert_out_.as<float>();
+  for (int32_t e = 0; e < E; ++e) {
+    const int32_t n = first[e + 1] - first[e];
+    if (n == 0) continue;
+    const int64_t r0 = first[e];
+    ROTE_RETURN_IF_ERROR(product(dl.expert_gu[e], expert_in_.as<float>() + r0 * xs, xs, n, gu + r0 * 2 * moe, 2 * moe,
+                                 false));
+  }
+  ROTE_CUDA_RETURN_IF_ERROR(
+      cuda::LaunchFamilyActivation(cuda::FamilyActivation::kSiluMul, gu, 2 * moe, rows, moe, act, as, stream_));
+  for (int32_t e = 0; e < E; ++e) {
+    const int32_t n = first[e + 1] - first[e];
+    if (n == 0) continue;
+    const int64_t r0 = first[e];
+    ROTE_RETURN_IF_ERROR(product(dl.expert_down[e], act + r0 * as, as, n, out + r0 * xs, xs, true));
+  }
+  ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchExpertsSum(out, xs, d_slot_row, d_slot_weight, tokens, K, xs, o, stream_));
   return OkStatus();
 }
 

@@ -351,6 +351,50 @@ cudaError_t LaunchFamilyAttention(const float* q, const StepTokens& step, const 
                        out, out_stride);
 }
 
+namespace {
+
+__global__ void __launch_bounds__(kFamThreads) GatherRowsKernel(const float* src, int32_t src_stride,
+                                                                const int32_t* rows, int32_t n, int32_t cols,
+                                                                float* dst, int32_t dst_stride) {
+  LetNextStart();
+  WaitForPrevious();
+  const int32_t r = blockIdx.x;  // one block a row: n may pass the grid's y limit
+  const float* in = src + static_cast<int64_t>(rows[r]) * src_stride;
+  float* out = dst + static_cast<int64_t>(r) * dst_stride;
+  for (int32_t c = threadIdx.x; c < cols; c += kFamThreads) out[c] = in[c];
+}
+
+__global__ void __launch_bounds__(kFamThreads) ExpertsSumKernel(const float* y, int32_t stride, const int32_t* rows,
+                                                                const float* weights, int32_t k, int32_t cols,
+                                                                float* out) {
+  LetNextStart();
+  WaitForPrevious();
+  const int32_t t = blockIdx.x;
+  for (int32_t c = threadIdx.x; c < cols; c += kFamThreads) {
+    float m = 0.0f;
+    for (int32_t j = 0; j < k; ++j) {
+      const int32_t slot = t * k + j;
+      m = __fadd_rn(m, __fmul_rn(y[static_cast<int64_t>(rows[slot]) * stride + c], weights[slot]));
+    }
+    out[static_cast<int64_t>(t) * stride + c] = m;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchGatherRows(const float* src, int32_t src_stride, const int32_t* rows, int32_t n, int32_t cols,
+                             float* dst, int32_t dst_stride, cudaStream_t stream) {
+  if (n <= 0 || cols <= 0) return cudaSuccess;
+  return LaunchChained(GatherRowsKernel, dim3(n), dim3(kFamThreads), 0, stream, src, src_stride, rows, n, cols, dst,
+                       dst_stride);
+}
+
+cudaError_t LaunchExpertsSum(const float* y, int32_t stride, const int32_t* rows, const float* weights, int32_t tokens,
+                             int32_t k, int32_t cols, float* out, cudaStream_t stream) {
+  if (tokens <= 0 || cols <= 0) return cudaSuccess;
+  return LaunchChained(ExpertsSumKernel, dim3(tokens), dim3(kFamThreads), 0, stream, y, stride, rows, weights, k, cols, out);
+}
+
 cudaError_t LaunchLogitsPost(float* logits, int32_t rows, int32_t cols, float softcap, float divisor,
                              cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(rows) * cols;

@@ -69,6 +69,16 @@ cudaError_t LaunchFamilyAttention(const float* q, const StepTokens& step, const 
 int64_t FamilyAttentionSharedBytes(int32_t max_context);
 cudaError_t PrepareFamilyAttention(int32_t max_context);
 
+// Mixture of experts (Qwen3-MoE). Row r of dst (dst_stride floats apart) = row rows[r] of src,
+// `cols` floats, r < n: a token's normed row copied once for each expert it chose.
+cudaError_t LaunchGatherRows(const float* src, int32_t src_stride, const int32_t* rows, int32_t n, int32_t cols,
+                             float* dst, int32_t dst_stride, cudaStream_t stream);
+// out row t = sum over j < k, in j order, of y row rows[t k + j] * weights[t k + j], from 0: each
+// term rounded, then each add (the CPU backend's order; the route lists a token's experts in
+// increasing index). `cols` floats a row, rows `stride` floats apart in y and out.
+cudaError_t LaunchExpertsSum(const float* y, int32_t stride, const int32_t* rows, const float* weights, int32_t tokens,
+                             int32_t k, int32_t cols, float* out, cudaStream_t stream);
+
 // The logits' last step: l = canonical_softcap(l, softcap) where softcap > 0, then l = l / divisor
 // where divisor != 1 (Granite's logits_scaling). rows x cols plain.
 cudaError_t LaunchLogitsPost(float* logits, int32_t rows, int32_t cols, float softcap, float divisor,

@@ -102,6 +102,7 @@ Status CudaBackendImpl::EnsureCapacity(int32_t tokens, int32_t logit_rows, int32
     if (family_path_) {
       ROTE_RETURN_IF_ERROR(AllocateZeroed(&o_, static_cast<size_t>(cap) * HiddenStride() * 4));
       ROTE_RETURN_IF_ERROR(mlp_tmp_.Allocate(static_cast<size_t>(cap) * 2 * c.intermediate_size * 4));
+      if (c.has_moe()) ROTE_RETURN_IF_ERROR(EnsureExpertCapacity(cap));
     }
     if (fast_) {
       // Optional: without it the prefill products keep FastLinearKernel (same bits), so a device
@@ -175,7 +176,8 @@ Status CudaBackendImpl::Step(const BatchPlan& plan, bool greedy) {
   }
   // Decode steps bucket the context so that one graph serves many steps: the attention
   // kernel's shared memory and the block-table width are fixed per bucket.
-  const bool use_graph = options_.use_graphs && decode_only;
+  // A mixture of experts routes on the host mid-step (LaunchExperts): never a graph.
+  const bool use_graph = options_.use_graphs && decode_only && !c.has_moe();
   lay.context = max_len;
   lay.longest = max_len;
   if (use_graph) {

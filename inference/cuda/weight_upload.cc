@@ -17,9 +17,6 @@ Status CudaBackendImpl::Init() {
   ROTE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 
   const ModelConfig& c = config_;
-  if (c.has_moe())
-    return InvalidArgument("CUDA backend: mixture-of-experts models (" + c.model_type +
-                           ") run on the CPU backend only");
   if (c.head_dim > 256 || c.head_dim % 8 != 0)
     return InvalidArgument("CUDA backend: head_dim " + std::to_string(c.head_dim) +
                            " unsupported (needs a multiple of 8, at most 256)");

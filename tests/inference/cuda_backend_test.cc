@@ -2276,7 +2276,7 @@ TEST(CudaFamilies, FixturesEqualCpuEveryStep) {
   SKIP_WITHOUT_GPU();
   int32_t found = 0;
   for (const char* family :
-       {"mistral", "gemma", "gemma2", "gemma3", "phi3", "starcoder2", "granite", "deepseek_coder"}) {
+       {"mistral", "gemma", "gemma2", "gemma3", "phi3", "starcoder2", "granite", "deepseek_coder", "qwen3_moe"}) {
     const std::string dir = std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/" + family;
     if (!std::filesystem::exists(dir + "/config.json")) continue;
     SCOPED_TRACE(family);
@@ -2472,7 +2472,13 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaFamilyTest,
                                            FamilyCase{"starcoder2_small", ModelFamily::kStarcoder2, DType::kBF16,
                                                       "small"},
                                            FamilyCase{"phi3_small", ModelFamily::kPhi3, DType::kBF16, "small"},
-                                           FamilyCase{"granite_small", ModelFamily::kGranite, DType::kBF16, "small"}),
+                                           FamilyCase{"granite_small", ModelFamily::kGranite, DType::kBF16, "small"},
+                                           // Experts: 8, 2 a token, a dense layer between (tiny,
+                                           // small); routes and weighted sums on every step.
+                                           FamilyCase{"qwen3_moe_bf16", ModelFamily::kQwen3Moe, DType::kBF16},
+                                           FamilyCase{"qwen3_moe_f32", ModelFamily::kQwen3Moe, DType::kF32},
+                                           FamilyCase{"qwen3_moe_small", ModelFamily::kQwen3Moe, DType::kBF16,
+                                                      "small"}),
                          [](const ::testing::TestParamInfo<FamilyCase>& p) { return std::string(p.param.name); });
 
 }  // namespace

@@ -585,5 +585,17 @@ TEST(ModelDirHardening, ModelInfoFailsWhenTheTokenizerCannotLoad) {
   EXPECT_THAT(out.str(), Not(HasSubstr("not loadable")));
 }
 
+// A mixture of experts says so: how many experts, how wide, how many a token, in which layers.
+TEST(ModelDirHardening, ModelInfoNamesTheExperts) {
+  std::ostringstream out, err;
+  const Status s = tool::ModelCommand({"info", Fixture("qwen3_moe")}, out, err);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_THAT(out.str(), HasSubstr("family:           qwen3_moe (Qwen3MoeForCausalLM)"));
+  EXPECT_THAT(out.str(), HasSubstr("experts:          8 of MLP 32, 2 a token (weights renormalised), in 2 of 3 layers"));
+  std::ostringstream dense;
+  ASSERT_TRUE(tool::ModelCommand({"info", Fixture("qwen2")}, dense, err).ok());
+  EXPECT_THAT(dense.str(), Not(HasSubstr("experts:")));
+}
+
 }  // namespace
 }  // namespace rote::inference
