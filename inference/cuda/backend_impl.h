@@ -111,10 +111,10 @@ struct DeviceLayer {
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
   int32_t window = 0;
-  // A mixture-of-experts layer (the family path): the router and each expert's gate|up
-  // (interleaved, as wgu) and down. Empty elsewhere.
-  DeviceMatrix router;
-  std::vector<DeviceMatrix> expert_gu, expert_down;
+  // A mixture-of-experts layer (the family path): the router, every expert's gate|up (interleaved
+  // as wgu; expert e's rows from e * 2 moe) and down (expert e's rows from e * dim), stacked, rows
+  // only in both profiles: the experts' products are the exact profile's (LaunchExperts).
+  DeviceMatrix router, experts_gu, experts_down;
 };
 
 // A captured decode step: what it computes (the tuning and instruments are the backend's, fixed
@@ -267,8 +267,10 @@ class CudaBackendImpl final : public CudaBackend {
   // `row_order`, when given, moves logical row r to device row (*row_order)[r].
   // The fast profile uploads bf16 matrices as tiles (DeviceMatrix::fast_tiles) and keeps the rows
   // themselves only where `keep_rows` (the embedding, which is looked up by row).
+  // `with_tiles` false: no tile copy in the fast profile either (rows only, for the exact kernels).
   StatusOr<DeviceMatrix> UploadMatrix(std::vector<MatrixPart> parts, int64_t rows, int64_t cols,
-                                      const std::vector<int64_t>* row_order = nullptr, bool keep_rows = false);
+                                      const std::vector<int64_t>* row_order = nullptr, bool keep_rows = false,
+                                      bool with_tiles = true);
 
   // Concatenates 1-D tensors, converted exactly to fp32.
   StatusOr<const float*> UploadVector(std::vector<const TensorView*> views,
@@ -387,12 +389,20 @@ class CudaBackendImpl final : public CudaBackend {
   static bool NeedsFamilyPath(const ModelConfig& c, int32_t max_positions);
   Status InitFamilyLayers();
   Status LaunchFamily(const StepLayout& lay, bool greedy);
-  // A mixture-of-experts MLP of the step's normed rows h into o (lane rows): the router's product,
-  // its logits to the host and each token's route (numerics::RouteTokens, the CPU backend's
-  // function: the same experts and weights wherever the logits are equal), then each expert's
-  // products on the rows that chose it and the weighted sum (LaunchExpertsSum). The route needs the
-  // host, so a step of such a model synchronizes once a layer and is never a graph.
+  // A mixture-of-experts MLP of the step's normed rows h into o (lane rows): the router's product
+  // (the profile's), each token's route, each (token, expert) pair's products, the weighted sum
+  // (LaunchExpertsSum). Steps of up to kExpertPairsOnDevice pairs route on the device
+  // (LaunchRoute, RouteToken's bits) and run every pair's products in two launches
+  // (LaunchExpertRows): no synchronize, so decode steps replay as graphs. Larger steps copy the
+  // router's logits to the host (numerics::RouteTokens), group the rows by expert and run each
+  // expert's products once over its rows (LaunchLinear), reading each expert's weights once. Both
+  // compute every dot in the exact profile's canonical order, in both profiles, so a token's bits
+  // do not depend on the path its step took.
   Status LaunchExperts(const DeviceLayer& dl, int32_t tokens, const float* h, float* o);
+  static constexpr int32_t kExpertPairsOnDevice = 64;
+  bool ExpertsOnDevice(int32_t tokens) const {
+    return !config_.has_moe() || static_cast<int64_t>(tokens) * config_.experts_per_token <= kExpertPairsOnDevice;
+  }
   // The experts' buffers for `tokens` rows (EnsureCapacity).
   Status EnsureExpertCapacity(int32_t tokens);
   int32_t ExpertActStride() const { return static_cast<int32_t>(cuda::PaddedCols(config_.moe_intermediate_size)); }

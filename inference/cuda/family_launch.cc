@@ -61,14 +61,17 @@ Status CudaBackendImpl::InitFamilyLayers() {
     if (c.is_moe_layer(i)) {
       const int64_t moe = c.moe_intermediate_size;
       ROTE_ASSIGN_OR_RETURN(dl.router, UploadMatrix({{&lw.router, 0, 1}}, c.num_experts, dim));
-      for (const LayerWeights::Expert& x : lw.experts) {
-        StatusOr<DeviceMatrix> gu = UploadMatrix({{&x.w_gate, 0, 2}, {&x.w_up, 1, 2}}, 2 * moe, dim);
-        if (!gu.ok()) return gu.status();
-        StatusOr<DeviceMatrix> down = UploadMatrix({{&x.w_down, 0, 1}}, dim, moe);
-        if (!down.ok()) return down.status();
-        dl.expert_gu.push_back(*gu);
-        dl.expert_down.push_back(*down);
+      std::vector<MatrixPart> gu, down;
+      for (size_t e = 0; e < lw.experts.size(); ++e) {
+        const LayerWeights::Expert& x = lw.experts[e];
+        const int64_t first = static_cast<int64_t>(e) * 2 * moe;
+        gu.push_back({&x.w_gate, first, 2});
+        gu.push_back({&x.w_up, first + 1, 2});
+        down.push_back({&x.w_down, static_cast<int64_t>(e) * dim, 1});
       }
+      const int64_t experts = c.num_experts;
+      ROTE_ASSIGN_OR_RETURN(dl.experts_gu, UploadMatrix(gu, experts * 2 * moe, dim, nullptr, false, /*tiles=*/false));
+      ROTE_ASSIGN_OR_RETURN(dl.experts_down, UploadMatrix(down, experts * dim, moe, nullptr, false, /*tiles=*/false));
     } else if (gated) {
       // gate row n -> 2n, up row n -> 2n + 1 (the activation kernel reads them in pairs).
       ROTE_ASSIGN_OR_RETURN(dl.wgu, UploadMatrix({{&lw.w_gate, 0, 2}, {&lw.w_up, 1, 2}}, 2 * hidden, dim));
@@ -251,74 +254,130 @@ Status CudaBackendImpl::EnsureExpertCapacity(int32_t tokens) {
 
 Status CudaBackendImpl::LaunchExperts(const DeviceLayer& dl, int32_t tokens, const float* h, float* o) {
   const ModelConfig& c = config_;
-  const int32_t E = c.num_experts, K = c.experts_per_token, moe = c.moe_intermediate_size;
+  const int32_t E = c.num_experts, K = c.experts_per_token, moe = c.moe_intermediate_size, dim = c.hidden_size;
   const int32_t xs = HiddenStride(), as = ExpertActStride();
   if (tokens > expert_capacity_) return Internal("LaunchExperts: " + std::to_string(tokens) + " rows, room for " +
                                                  std::to_string(expert_capacity_));
-  auto product = [&](const DeviceMatrix& w, const float* in, int32_t in_stride, int32_t rows, float* out,
-                     int32_t out_stride, bool lane_rows) {
-    LinearArgs a;
-    a.w = w;
-    a.x = in;
-    a.x_stride = in_stride;
-    a.tokens = rows;
-    a.epilogue = LinearEpilogue::kStore;
+  LinearArgs r;
+  r.w = dl.router;
+  r.x = h;
+  r.x_stride = xs;
+  r.tokens = tokens;
+  r.epilogue = LinearEpilogue::kStore;
+  r.out = router_logits_.as<float>();
+  r.out_stride = E;
+  WithSplitScratch(&r);
+  ROTE_RETURN_IF_ERROR(Product(r));
+  const int32_t pairs = tokens * K;
+  float* gu = expert_gu_.as<float>();
+  float* act = expert_act_.as<float>();
+  float* out = expert_out_.as<float>();
+  int32_t* meta = expert_meta_.as<int32_t>();
+  if (ExpertsOnDevice(tokens)) {
+    int32_t* d_experts = meta;
+    float* d_weights = reinterpret_cast<float*>(meta + pairs);
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRoute(router_logits_.as<float>(), tokens, E, K, c.norm_topk_prob, d_experts,
+                                                d_weights, stream_));
+    cuda::ExpertRowsArgs a;
+    a.weights = dl.experts_gu.data;
+    a.type = dl.experts_gu.type;
+    a.rows = 2 * moe;
+    a.cols_padded = dl.experts_gu.cols_padded;
+    a.experts = d_experts;
+    a.pairs = pairs;
+    a.pairs_per_input = K;
+    a.x = h;
+    a.x_stride = xs;
+    a.out = gu;
+    a.out_stride = 2 * moe;
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchExpertRows(a, stream_));
+    ROTE_CUDA_RETURN_IF_ERROR(
+        cuda::LaunchFamilyActivation(cuda::FamilyActivation::kSiluMul, gu, 2 * moe, pairs, moe, act, as, stream_));
+    a.weights = dl.experts_down.data;
+    a.type = dl.experts_down.type;
+    a.rows = dim;
+    a.cols_padded = dl.experts_down.cols_padded;
+    a.pairs_per_input = 1;
+    a.x = act;
+    a.x_stride = as;
     a.out = out;
-    a.out_stride = out_stride;
-    a.out_lane_rows = lane_rows;
-    WithSplitScratch(&a);
-    return Product(a);
-  };
-  // The route, on the host.
-  ROTE_RETURN_IF_ERROR(product(dl.router, h, xs, tokens, router_logits_.as<float>(), E, false));
+    a.out_stride = xs;
+    a.out_lane_rows = true;
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchExpertRows(a, stream_));
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchExpertsSum(out, xs, nullptr, d_weights, tokens, K, xs, o, stream_));
+    return OkStatus();
+  }
+  // The route on the host.
   float* host_logits = static_cast<float*>(host_experts_);
   ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_logits, router_logits_.as<float>(),
                                             static_cast<size_t>(tokens) * E * sizeof(float), cudaMemcpyDeviceToHost,
                                             stream_));
   ROTE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   const numerics::Routes routes = numerics::RouteTokens(host_logits, tokens, E, K, c.norm_topk_prob);
-  // Expert rows grouped by expert, tokens in order within each: the rows an expert's products take.
-  const int32_t rows = tokens * K;
+  // Pairs grouped by expert, tokens in order within each: the rows an expert's products take.
   int32_t* row_token = reinterpret_cast<int32_t*>(host_logits + static_cast<size_t>(expert_capacity_) * E);
-  int32_t* slot_row = row_token + rows;
-  float* slot_weight = reinterpret_cast<float*>(slot_row + rows);
+  int32_t* pair_row = row_token + pairs;
+  float* pair_weight = reinterpret_cast<float*>(pair_row + pairs);
   std::vector<int32_t> first(static_cast<size_t>(E) + 1, 0);
-  for (int32_t s = 0; s < rows; ++s) ++first[static_cast<size_t>(routes.experts[s]) + 1];
+  for (int32_t s = 0; s < pairs; ++s) ++first[static_cast<size_t>(routes.experts[s]) + 1];
   for (int32_t e = 0; e < E; ++e) first[e + 1] += first[e];
   std::vector<int32_t> next(first.begin(), first.end() - 1);
-  for (int32_t s = 0; s < rows; ++s) {
-    const int32_t r = next[static_cast<size_t>(routes.experts[s])]++;
-    row_token[r] = s / K;
-    slot_row[s] = r;
-    slot_weight[s] = routes.weights[s];
+  for (int32_t s = 0; s < pairs; ++s) {
+    const int32_t row = next[static_cast<size_t>(routes.experts[s])]++;
+    row_token[row] = s / K;
+    pair_row[s] = row;
+    pair_weight[s] = routes.weights[s];
   }
-  int32_t* meta = expert_meta_.as<int32_t>();
-  ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta, row_token, static_cast<size_t>(rows) * 3 * sizeof(int32_t),
+  ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta, row_token, static_cast<size_t>(pairs) * 3 * sizeof(int32_t),
                                             cudaMemcpyHostToDevice, stream_));
   const int32_t* d_row_token = meta;
-  const int32_t* d_slot_row = meta + rows;
-  const float* d_slot_weight = reinterpret_cast<const float*>(meta + 2 * rows);
-  ROTE_CUDA_RETURN_IF_ERROR(
-      cuda::LaunchGatherRows(h, xs, d_row_token, rows, xs, expert_in_.as<float>(), xs, stream_));
-  float* gu = expert_gu_.as<float>();
-  float* act = expert_act_.as<float>();
-  float* out = expert_out_.as<float>();
+  const int32_t* d_pair_row = meta + pairs;
+  const float* d_pair_weight = reinterpret_cast<const float*>(meta + 2 * pairs);
+  float* in = expert_in_.as<float>();
+  ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchGatherRows(h, xs, d_row_token, pairs, xs, in, xs, stream_));
+  // Expert e's rows of a stacked matrix, as a matrix of its own, for the exact kernels.
+  auto expert = [](const DeviceMatrix& all, int32_t e, int32_t rows) {
+    DeviceMatrix m = all;
+    const int64_t esize = all.type == WeightType::kF32 ? 4 : 2;
+    m.data = static_cast<const char*>(all.data) + static_cast<int64_t>(e) * rows * all.cols_padded * esize;
+    m.rows = rows;
+    m.fast_tiles = nullptr;
+    return m;
+  };
+  auto product = [&](const DeviceMatrix& w, const float* x, int32_t x_stride, int32_t rows, float* y,
+                     int32_t y_stride, bool lane_rows) -> Status {
+    LinearArgs a;
+    a.w = w;
+    a.x = x;
+    a.x_stride = x_stride;
+    a.tokens = rows;
+    a.epilogue = LinearEpilogue::kStore;
+    a.out = y;
+    a.out_stride = y_stride;
+    a.out_lane_rows = lane_rows;
+    a.split_scratch = split_scratch_.as<float>();
+    a.split_scratch_floats = kSplitScratchFloats;
+    a.split_tickets = split_tickets_.as<uint32_t>();
+    a.split_tickets_count = static_cast<int32_t>(kSplitTickets);
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchLinear(a, Ctx(), stream_));  // the exact kernels, in both profiles
+    return OkStatus();
+  };
   for (int32_t e = 0; e < E; ++e) {
     const int32_t n = first[e + 1] - first[e];
     if (n == 0) continue;
     const int64_t r0 = first[e];
-    ROTE_RETURN_IF_ERROR(product(dl.expert_gu[e], expert_in_.as<float>() + r0 * xs, xs, n, gu + r0 * 2 * moe, 2 * moe,
+    ROTE_RETURN_IF_ERROR(product(expert(dl.experts_gu, e, 2 * moe), in + r0 * xs, xs, n, gu + r0 * 2 * moe, 2 * moe,
                                  false));
   }
   ROTE_CUDA_RETURN_IF_ERROR(
-      cuda::LaunchFamilyActivation(cuda::FamilyActivation::kSiluMul, gu, 2 * moe, rows, moe, act, as, stream_));
+      cuda::LaunchFamilyActivation(cuda::FamilyActivation::kSiluMul, gu, 2 * moe, pairs, moe, act, as, stream_));
   for (int32_t e = 0; e < E; ++e) {
     const int32_t n = first[e + 1] - first[e];
     if (n == 0) continue;
     const int64_t r0 = first[e];
-    ROTE_RETURN_IF_ERROR(product(dl.expert_down[e], act + r0 * as, as, n, out + r0 * xs, xs, true));
+    ROTE_RETURN_IF_ERROR(product(expert(dl.experts_down, e, dim), act + r0 * as, as, n, out + r0 * xs, xs, true));
   }
-  ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchExpertsSum(out, xs, d_slot_row, d_slot_weight, tokens, K, xs, o, stream_));
+  ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchExpertsSum(out, xs, d_pair_row, d_pair_weight, tokens, K, xs, o, stream_));
   return OkStatus();
 }
 

@@ -10,6 +10,7 @@
 
 #include "inference/cuda/launch.cuh"
 #include "inference/numerics/canonical.h"
+#include "inference/numerics/routing.h"
 
 namespace rote::inference::cuda {
 namespace {
@@ -374,13 +375,144 @@ __global__ void __launch_bounds__(kFamThreads) ExpertsSumKernel(const float* y, 
     float m = 0.0f;
     for (int32_t j = 0; j < k; ++j) {
       const int32_t slot = t * k + j;
-      m = __fadd_rn(m, __fmul_rn(y[static_cast<int64_t>(rows[slot]) * stride + c], weights[slot]));
+      const int64_t row = rows != nullptr ? rows[slot] : slot;
+      m = __fadd_rn(m, __fmul_rn(y[row * stride + c], weights[slot]));
     }
     out[static_cast<int64_t>(t) * stride + c] = m;
   }
 }
 
+// One warp a token: the route of numerics::RouteToken, term for term. The largest logit (a NaN
+// anywhere makes every probability NaN both ways), e_i elementwise, the canonical sum as lane l's
+// sequential sum of experts l, l + 32, ... and the xor tree (canonical_tree32), p_i = e_i / s; each
+// of the k rounds takes the largest p not yet taken, lowest index on ties, a NaN only where nothing
+// else is left (RouteToken's scan); lane 0 renormalises and sorts by index as RouteToken does.
+__device__ __forceinline__ bool RouteBetter(float a, int32_t ia, float b, int32_t ib) {
+  const bool an = a != a, bn = b != b;
+  if (an != bn) return bn;          // a number beats a NaN
+  if (!an && a != b) return a > b;  // two numbers: the larger
+  return ia < ib;                   // equal, or both NaN: the lower index
+}
+
+__global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, int32_t tokens, int32_t num_experts,
+                                                          int32_t k, bool normalize, int32_t* experts,
+                                                          float* weights) {
+  LetNextStart();
+  WaitForPrevious();
+  extern __shared__ float route_p[];  // per warp: num_experts probabilities
+  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int32_t t = blockIdx.x * kFamWarps + warp;
+  if (t >= tokens) return;
+  const float* l = logits + static_cast<int64_t>(t) * num_experts;
+  float* p = route_p + warp * num_experts;
+  float m = l[0];
+  for (int32_t e = 1; e < num_experts; ++e) m = l[e] > m ? l[e] : m;  // RouteToken's scan
+  float acc = 0.0f;
+  for (int32_t e = lane; e < num_experts; e += 32) {
+    p[e] = numerics::canonical_expf(l[e] - m);
+    acc = acc + p[e];
+  }
+  const float s = FamWarpTree(acc);
+  __syncwarp();
+  for (int32_t e = lane; e < num_experts; e += 32) p[e] = p[e] / s;
+  __syncwarp();
+  int32_t* ex = experts + static_cast<int64_t>(t) * k;
+  float* w = weights + static_cast<int64_t>(t) * k;
+  uint32_t taken[32];  // bit e % 32 of word e / 32 (num_experts <= 1024)
+  for (int32_t i = 0; i < 32; ++i) taken[i] = 0;
+  for (int32_t r = 0; r < k; ++r) {
+    float best = 0.0f;
+    int32_t best_i = -1;
+    for (int32_t e = lane; e < num_experts; e += 32) {
+      if ((taken[e / 32] >> (e % 32)) & 1u) continue;
+      if (best_i < 0 || RouteBetter(p[e], e, best, best_i)) {
+        best = p[e];
+        best_i = e;
+      }
+    }
+    for (int off = 16; off >= 1; off >>= 1) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
+      if (oi >= 0 && (best_i < 0 || RouteBetter(ob, oi, best, best_i))) {
+        best = ob;
+        best_i = oi;
+      }
+    }
+    taken[best_i / 32] |= 1u << (best_i % 32);
+    if (lane == 0) {
+      ex[r] = best_i;
+      w[r] = best;  // the chosen probability, in rank order until the end
+    }
+  }
+  if (lane != 0) return;
+  float chosen[32];
+  for (int32_t r = 0; r < k; ++r) chosen[r] = w[r];
+  numerics::FinishRoute(chosen, k, normalize, ex, w);
+}
+
+// Element i of a weight row (lane order) converted exactly to fp32.
+template <WeightType WT>
+__device__ __forceinline__ float WeightAt(const void* row, int64_t i) {
+  if constexpr (WT == WeightType::kF32) {
+    return static_cast<const float*>(row)[i];
+  } else if constexpr (WT == WeightType::kBF16) {
+    return numerics::bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
+  } else {
+    return numerics::f16_to_f32(static_cast<const uint16_t*>(row)[i]);
+  }
+}
+
+// One (token, expert) pair a blockIdx.y, a warp a row: the canonical dot of the expert's row with
+// the pair's input lane row, lane t summing its terms (columns t, t + 32, ... in increasing order:
+// a lane row's group g holds them at g * 128 + 4 t .. + 3) with fmaf, then the xor tree.
+template <WeightType WT>
+__global__ void __launch_bounds__(kFamThreads) ExpertRowsKernel(ExpertRowsArgs a) {
+  LetNextStart();
+  WaitForPrevious();
+  const int32_t pair = blockIdx.y;
+  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int32_t row = blockIdx.x * kFamWarps + warp;
+  if (row >= a.rows) return;
+  const int32_t expert = a.experts[pair];
+  const int64_t esize = WT == WeightType::kF32 ? 4 : 2;
+  const char* w = static_cast<const char*>(a.weights) +
+                  (static_cast<int64_t>(expert) * a.rows + row) * a.cols_padded * esize;
+  const float* x = a.x + static_cast<int64_t>(pair / a.pairs_per_input) * a.x_stride;
+  float acc = 0.0f;
+  for (int32_t g = 0; g < a.cols_padded / 128; ++g) {
+    const int64_t base = static_cast<int64_t>(g) * 128 + 4 * lane;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc = fmaf(WeightAt<WT>(w, base + i), x[base + i], acc);
+  }
+  acc = FamWarpTree(acc);
+  if (lane == 0) a.out[static_cast<int64_t>(pair) * a.out_stride + (a.out_lane_rows ? PermutedIndex(row) : row)] = acc;
+}
+
 }  // namespace
+
+cudaError_t LaunchRoute(const float* logits, int32_t tokens, int32_t num_experts, int32_t k, bool normalize,
+                        int32_t* experts, float* weights, cudaStream_t stream) {
+  if (tokens <= 0) return cudaSuccess;
+  if (num_experts < 1 || num_experts > 1024 || k < 1 || k > 32 || k > num_experts) return cudaErrorInvalidValue;
+  const size_t smem = static_cast<size_t>(kFamWarps) * num_experts * sizeof(float);
+  return LaunchChained(RouteKernel, dim3((tokens + kFamWarps - 1) / kFamWarps), dim3(kFamThreads), smem, stream,
+                       logits, tokens, num_experts, k, normalize, experts, weights);
+}
+
+cudaError_t LaunchExpertRows(const ExpertRowsArgs& a, cudaStream_t stream) {
+  if (a.pairs <= 0) return cudaSuccess;
+  if (a.pairs > 65535 || a.cols_padded % 128 != 0 || a.pairs_per_input < 1) return cudaErrorInvalidValue;
+  const dim3 grid((a.rows + kFamWarps - 1) / kFamWarps, a.pairs);
+  switch (a.type) {
+    case WeightType::kBF16:
+      return LaunchChained(ExpertRowsKernel<WeightType::kBF16>, grid, dim3(kFamThreads), 0, stream, a);
+    case WeightType::kF16:
+      return LaunchChained(ExpertRowsKernel<WeightType::kF16>, grid, dim3(kFamThreads), 0, stream, a);
+    case WeightType::kF32:
+      return LaunchChained(ExpertRowsKernel<WeightType::kF32>, grid, dim3(kFamThreads), 0, stream, a);
+  }
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t LaunchGatherRows(const float* src, int32_t src_stride, const int32_t* rows, int32_t n, int32_t cols,
                              float* dst, int32_t dst_stride, cudaStream_t stream) {

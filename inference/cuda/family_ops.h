@@ -69,13 +69,38 @@ cudaError_t LaunchFamilyAttention(const float* q, const StepTokens& step, const 
 int64_t FamilyAttentionSharedBytes(int32_t max_context);
 cudaError_t PrepareFamilyAttention(int32_t max_context);
 
-// Mixture of experts (Qwen3-MoE). Row r of dst (dst_stride floats apart) = row rows[r] of src,
+// Mixture of experts (Qwen3-MoE). The route of each of `tokens` rows of router logits (rows
+// num_experts apart) on the device, bit for bit numerics::RouteToken's: experts (tokens x k, each
+// row in increasing index) and their weights. num_experts <= 1024, k <= 32.
+cudaError_t LaunchRoute(const float* logits, int32_t tokens, int32_t num_experts, int32_t k, bool normalize,
+                        int32_t* experts, float* weights, cudaStream_t stream);
+// out row p (out_stride floats apart; lane order where out_lane_rows) = the canonical dots of the
+// `rows` rows of expert experts[p] with input lane row p / pairs_per_input of x: the experts' rows
+// stacked in one matrix (expert e's row r at e * rows + r, cols_padded elements each, lane order),
+// each (token, expert) pair its own products, as the exact profile's kernels compute them.
+struct ExpertRowsArgs {
+  const void* weights = nullptr;
+  WeightType type = WeightType::kBF16;
+  int32_t rows = 0;
+  int32_t cols_padded = 0;
+  const int32_t* experts = nullptr;  // (pairs) expert ids
+  int32_t pairs = 0;                 // at most 65535
+  int32_t pairs_per_input = 1;       // k where x holds one row a token, 1 where one a pair
+  const float* x = nullptr;
+  int32_t x_stride = 0;
+  float* out = nullptr;
+  int32_t out_stride = 0;
+  bool out_lane_rows = false;
+};
+cudaError_t LaunchExpertRows(const ExpertRowsArgs& a, cudaStream_t stream);
+
+// Row r of dst (dst_stride floats apart) = row rows[r] of src,
 // `cols` floats, r < n: a token's normed row copied once for each expert it chose.
 cudaError_t LaunchGatherRows(const float* src, int32_t src_stride, const int32_t* rows, int32_t n, int32_t cols,
                              float* dst, int32_t dst_stride, cudaStream_t stream);
-// out row t = sum over j < k, in j order, of y row rows[t k + j] * weights[t k + j], from 0: each
-// term rounded, then each add (the CPU backend's order; the route lists a token's experts in
-// increasing index). `cols` floats a row, rows `stride` floats apart in y and out.
+// out row t = sum over j < k, in j order, of y row rows[t k + j] (rows null: t k + j) times
+// weights[t k + j], from 0: each term rounded, then each add (the CPU backend's order; the route
+// lists a token's experts in increasing index). `cols` floats a row, rows `stride` floats apart in y and out.
 cudaError_t LaunchExpertsSum(const float* y, int32_t stride, const int32_t* rows, const float* weights, int32_t tokens,
                              int32_t k, int32_t cols, float* out, cudaStream_t stream);
 

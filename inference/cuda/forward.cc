@@ -176,8 +176,9 @@ Status CudaBackendImpl::Step(const BatchPlan& plan, bool greedy) {
   }
   // Decode steps bucket the context so that one graph serves many steps: the attention
   // kernel's shared memory and the block-table width are fixed per bucket.
-  // A mixture of experts routes on the host mid-step (LaunchExperts): never a graph.
-  const bool use_graph = options_.use_graphs && decode_only && !c.has_moe();
+  // A mixture of experts routes on the host mid-step beyond kExpertPairsOnDevice pairs
+  // (LaunchExperts): such steps are never graphs.
+  const bool use_graph = options_.use_graphs && decode_only && ExpertsOnDevice(lay.tokens);
   lay.context = max_len;
   lay.longest = max_len;
   if (use_graph) {

@@ -126,12 +126,21 @@ int64_t CudaBackendImpl::WeightBytesPerStep() const {
     return rows * m.cols_padded * WeightTypeSize(m.type);
   };
   int64_t total = bytes(lm_head_);
-  for (const DeviceLayer& dl : layers_) total += bytes(dl.wqkv) + bytes(dl.wo) + bytes(dl.wgu) + bytes(dl.wdown);
+  for (const DeviceLayer& dl : layers_) {
+    total += bytes(dl.wqkv) + bytes(dl.wo) + bytes(dl.wgu) + bytes(dl.wdown);
+    // A mixture of experts: the router and one token's experts (rows only: no tile padding).
+    if (dl.router.rows > 0) {
+      const int64_t experts = config_.num_experts, k = config_.experts_per_token;
+      auto rows_bytes = [](const DeviceMatrix& m) { return int64_t{m.rows} * m.cols_padded * WeightTypeSize(m.type); };
+      total += bytes(dl.router) + (rows_bytes(dl.experts_gu) + rows_bytes(dl.experts_down)) / experts * k;
+    }
+  }
   return total;
 }
 
 StatusOr<DeviceMatrix> CudaBackendImpl::UploadMatrix(std::vector<MatrixPart> parts, int64_t rows, int64_t cols,
-                                                     const std::vector<int64_t>* row_order, bool keep_rows) {
+                                                     const std::vector<int64_t>* row_order, bool keep_rows,
+                                                     bool with_tiles) {
   DType dtype = parts[0].view->dtype;
   for (const MatrixPart& p : parts) {
     if (!p.view->present()) return InvalidArgument("CUDA backend: missing tensor for a fused matrix");
@@ -164,14 +173,14 @@ StatusOr<DeviceMatrix> CudaBackendImpl::UploadMatrix(std::vector<MatrixPart> par
     });
   }
   DeviceMatrix m;
-  if (!fast_ || keep_rows) {
+  if (!fast_ || keep_rows || !with_tiles) {
     auto& buf = buffers_.emplace_back(std::make_unique<DeviceBuffer>());
     ROTE_RETURN_IF_ERROR(buf->Allocate(host.size()));
     ROTE_CUDA_RETURN_IF_ERROR(cudaMemcpy(buf->as<void>(), host.data(), host.size(), cudaMemcpyHostToDevice));
     weight_bytes_ += static_cast<int64_t>(host.size());
     m.data = buf->as<void>();
   }
-  if (fast_ && wt == cuda::WeightType::kBF16) {
+  if (fast_ && with_tiles && wt == cuda::WeightType::kBF16) {
     // The fast profile's products read only the tile copy (fast_tiles.h).
     const std::vector<uint16_t> tiles =
         cuda::FastTilesOnPool(reinterpret_cast<const uint16_t*>(host.data()), rows, padded, upload_pool_.get());

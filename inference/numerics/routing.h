@@ -10,6 +10,26 @@
 
 namespace rote::numerics {
 
+// The end of a route, once experts[0 .. k) hold the chosen experts in rank order and chosen[0 ..
+// k) their probabilities: each weight the probability, divided by the canonical sum of the
+// chosen ones where `normalize`; then experts and weights sorted by expert index (insertion sort;
+// k is small). Shared with the CUDA backend's route kernel.
+ROTE_HD inline void FinishRoute(const float* chosen, int32_t k, bool normalize, int32_t* experts, float* weights) {
+  const float denom = normalize ? canonical_sum(chosen, k) : 1.0f;
+  for (int32_t r = 0; r < k; ++r) weights[r] = normalize ? chosen[r] / denom : chosen[r];
+  for (int32_t i = 1; i < k; ++i) {
+    const int32_t e = experts[i];
+    const float w = weights[i];
+    int32_t j = i - 1;
+    for (; j >= 0 && experts[j] > e; --j) {
+      experts[j + 1] = experts[j];
+      weights[j + 1] = weights[j];
+    }
+    experts[j + 1] = e;
+    weights[j + 1] = w;
+  }
+}
+
 // From `num_experts` router logits: p = softmax(logits) (the largest logit m, e_i =
 // canonical_expf(logit_i - m), s = canonical_sum(e), p_i = e_i / s); the `k` largest p_i, a tie
 // going to the lower expert index; with `normalize` (norm_topk_prob) each chosen p divided by the
@@ -41,21 +61,7 @@ inline void RouteToken(const float* logits, int32_t num_experts, int32_t k, bool
     chosen[taken] = p[best];
     ++taken;
   }
-  float denom = 1.0f;
-  if (normalize) denom = canonical_sum(chosen, k);
-  // Sort the chosen experts by index (insertion sort; k is small), carrying their weights.
-  for (int32_t r = 0; r < k; ++r) weights[r] = normalize ? chosen[r] / denom : chosen[r];
-  for (int32_t i = 1; i < k; ++i) {
-    const int32_t e = experts[i];
-    const float w = weights[i];
-    int32_t j = i - 1;
-    for (; j >= 0 && experts[j] > e; --j) {
-      experts[j + 1] = experts[j];
-      weights[j + 1] = weights[j];
-    }
-    experts[j + 1] = e;
-    weights[j + 1] = w;
-  }
+  FinishRoute(chosen, k, normalize, experts, weights);
 }
 
 // The routes of `tokens` rows of router logits (rows `num_experts` apart): experts and weights

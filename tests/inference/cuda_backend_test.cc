@@ -2288,6 +2288,47 @@ TEST(CudaFamilies, FixturesEqualCpuEveryStep) {
   if (found == 0) GTEST_SKIP() << "no family fixtures in this checkout";
 }
 
+// The route where it is decided by its tie rule: a router whose rows are all zero (every
+// probability equal: the lowest-numbered experts) and one whose rows 3 and 6 are equal (an exact
+// tie between those two experts for every token). Prefills of 40 tokens (80 pairs) route on the
+// host, decode steps (2 pairs) on the device: the CPU's bits at every step either way.
+TEST(CudaExperts, TiesRouteAsTheCpuOnBothPaths) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string how : {"zero", "tied"}) {
+    SCOPED_TRACE(how);
+    const std::string dir = TempDir("experts_" + how);
+    SynthOptions o;
+    o.family = ModelFamily::kQwen3Moe;
+    o.shape = "tiny";
+    o.seed = 9;
+    ASSERT_TRUE(SynthesizeModel(o, dir).ok());
+    std::fstream f(dir + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t n = 0;
+    f.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(n));
+    const nlohmann::json h = nlohmann::json::parse(header);
+    const nlohmann::json& t = h.at("model.layers.0.mlp.gate.weight");
+    const uint64_t begin = t["data_offsets"][0], end = t["data_offsets"][1];
+    const int64_t cols = t["shape"][1];
+    std::string router(end - begin, '\0');
+    f.seekg(static_cast<std::streamoff>(8 + n + begin));
+    f.read(router.data(), static_cast<std::streamsize>(router.size()));
+    const size_t row = static_cast<size_t>(cols) * 2;  // bf16
+    if (how == "zero") {
+      std::fill(router.begin(), router.end(), '\0');
+    } else {
+      std::copy(router.begin() + 3 * row, router.begin() + 4 * row, router.begin() + 6 * row);
+    }
+    f.seekp(static_cast<std::streamoff>(8 + n + begin));
+    f.write(router.data(), static_cast<std::streamsize>(router.size()));
+    f.close();
+    auto model = LoadOrDie(dir);
+    ASSERT_TRUE(model);
+    ExpectCpuEqualsCuda(model, 40, 12);
+  }
+}
+
 // DeepSeek-Coder is the Llama layout with HF's "linear" rope scaling: the ordinary path, its own
 // rotary table.
 TEST(CudaFamilies, DeepSeekLinearRopeEqualsCpu) {

@@ -150,7 +150,8 @@ TEST_P(EngineReferenceTest, GreedyTokensEqualReference) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ReferenceTest,
                          ::testing::Values("qwen2", "llama3", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "phi3",
                                            "starcoder2", "granite", "deepseek_coder", "qwen3_moe"));
-INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest, ::testing::Values("qwen2", "llama3", "qwen3", "deepseek_coder"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReferenceTest,
+                         ::testing::Values("qwen2", "llama3", "qwen3", "deepseek_coder", "qwen3_moe"));
 
 }  // namespace
 }  // namespace rote::inference
