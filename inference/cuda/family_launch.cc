@@ -39,6 +39,9 @@ Status CudaBackendImpl::InitFamilyLayers() {
     return InvalidArgument("CUDA backend: rotary_dim " + std::to_string(c.rope_dim()) + " does not fit head_dim " +
                            std::to_string(c.head_dim));
   // Rotary tables: the global one, and the local one of Gemma 3's sliding layers.
+  if (c.has_moe() && (c.experts_per_token > 32 || c.num_experts > 1024))
+    return InvalidArgument("CUDA backend: " + std::to_string(c.experts_per_token) + " of " +
+                           std::to_string(c.num_experts) + " experts a token (the CUDA route takes at most 32 of 1,024)");
   if (c.qk_norm && c.norm == NormKind::kLayerNorm)
     return InvalidArgument("CUDA backend: per-head LayerNorm of q and k is not supported");
   const numerics::RopeTable global = numerics::BuildRopeTable(c, max_positions_);

@@ -46,19 +46,50 @@ __device__ __forceinline__ void FamClassTree(float (&acc)[32]) {
 
 // Lane `lane`'s terms of a lane row in increasing column: group g's float4 (g * 32 + lane) holds
 // columns 128 g + 32 i + lane, i = 0..3. f(value, column) for each term of a column below cols.
+// kLaneBatch groups' loads are issued before their terms are used: a warp reads a row of a few
+// thousand columns alone, so its time is the loads' latency unless many are in flight.
+constexpr int kLaneBatch = 8;
 template <typename F>
 __device__ __forceinline__ void ForLaneTerms(const float* row, int cols, int lane, F f) {
   const int groups = (cols + kGroupCols - 1) / kGroupCols;
   const float4* r4 = reinterpret_cast<const float4*>(row) + lane;
-  for (int g = 0; g < groups; ++g) {
-    const float4 v = r4[g * 32];
-    const int k0 = g * kGroupCols + lane;
-    if (k0 < cols) f(v.x, k0);
-    if (k0 + 32 < cols) f(v.y, k0 + 32);
-    if (k0 + 64 < cols) f(v.z, k0 + 64);
-    if (k0 + 96 < cols) f(v.w, k0 + 96);
+  for (int g0 = 0; g0 < groups; g0 += kLaneBatch) {
+    float4 v[kLaneBatch];
+#pragma unroll
+    for (int u = 0; u < kLaneBatch; ++u)
+      if (g0 + u < groups) v[u] = r4[(g0 + u) * 32];
+#pragma unroll
+    for (int u = 0; u < kLaneBatch; ++u) {
+      if (g0 + u >= groups) break;
+      const int k0 = (g0 + u) * kGroupCols + lane;
+      if (k0 < cols) f(v[u].x, k0);
+      if (k0 + 32 < cols) f(v[u].y, k0 + 32);
+      if (k0 + 64 < cols) f(v[u].z, k0 + 64);
+      if (k0 + 96 < cols) f(v[u].w, k0 + 96);
+    }
   }
 }
+
+// For every float4 of a lane row's padded width (lane `lane`'s share: index g * 32 + lane, its
+// component x at column 128 g + lane), in batches of kLaneBatch: load(index, column) for the whole
+// batch first, then store(index, column, loaded) (the stores may alias the loads' memory, so the
+// compiler would not move a later load above them).
+template <typename Load, typename Store>
+__device__ __forceinline__ void ForLaneQuads(int cols, int lane, Load load, Store store) {
+  const int groups = (cols + kGroupCols - 1) / kGroupCols;
+  for (int g0 = 0; g0 < groups; g0 += kLaneBatch) {
+    decltype(load(0, 0)) v[kLaneBatch];
+#pragma unroll
+    for (int u = 0; u < kLaneBatch; ++u)
+      if (g0 + u < groups) v[u] = load((g0 + u) * 32 + lane, (g0 + u) * kGroupCols + lane);
+#pragma unroll
+    for (int u = 0; u < kLaneBatch; ++u)
+      if (g0 + u < groups) store((g0 + u) * 32 + lane, (g0 + u) * kGroupCols + lane, v[u]);
+  }
+}
+struct Quads3 {
+  float4 a, b, c;
+};
 
 // One warp per row.
 __global__ void __launch_bounds__(kFamThreads)
@@ -71,12 +102,19 @@ __global__ void __launch_bounds__(kFamThreads)
   if (m >= tokens) return;
   const float* xm = x + static_cast<int64_t>(x_rows != nullptr ? x_rows[m] : m) * stride;
   float* ym = y + static_cast<int64_t>(m) * stride;
-  const int padded = static_cast<int>(PaddedCols(cols));
+  const float4* x4 = reinterpret_cast<const float4*>(xm);
+  const float4* w4 = reinterpret_cast<const float4*>(weight);
+  float4* y4 = reinterpret_cast<float4*>(ym);
   if (kind == static_cast<int>(FamilyNorm::kRms)) {
     float ss = 0.0f;
     ForLaneTerms(xm, cols, lane, [&](float v, int) { ss = fmaf(v, v, ss); });
     const float r = canonical_rms_scale(FamWarpTree(ss), cols, eps);
-    for (int p = lane; p < padded; p += 32) ym[p] = (xm[p] * r) * weight[p];
+    ForLaneQuads(
+        cols, lane, [&](int q, int) { return Quads3{x4[q], w4[q], {}}; },
+        [&](int q, int, const Quads3& l) {
+          const float4 v = l.a, w = l.b;
+          y4[q] = make_float4((v.x * r) * w.x, (v.y * r) * w.y, (v.z * r) * w.z, (v.w * r) * w.w);
+        });
     return;
   }
   float s = 0.0f;
@@ -88,12 +126,15 @@ __global__ void __launch_bounds__(kFamThreads)
     ss = fmaf(d, d, ss);
   });
   const float r = canonical_rms_scale(FamWarpTree(ss), cols, eps);
-  // Lane rows: the physical index p holds column k; padding (k >= cols) stays zero.
-  for (int p = lane; p < padded; p += 32) {
-    const int g = p / kGroupCols, w = p % kGroupCols;
-    const int k = g * kGroupCols + (w % 4) * 32 + w / 4;
-    ym[p] = k < cols ? ((xm[p] - mean) * r) * weight[p] + bias[p] : 0.0f;
-  }
+  // Lane rows: component i of a float4 holds column k0 + 32 i; padding (k >= cols) stays zero.
+  const float4* b4 = reinterpret_cast<const float4*>(bias);
+  ForLaneQuads(cols, lane, [&](int q, int) { return Quads3{x4[q], w4[q], b4[q]}; }, [&](int q, int k0, const Quads3& l) {
+    const float4 v = l.a, w = l.b, b = l.c;
+    y4[q] = make_float4(k0 < cols ? ((v.x - mean) * r) * w.x + b.x : 0.0f,
+                        k0 + 32 < cols ? ((v.y - mean) * r) * w.y + b.y : 0.0f,
+                        k0 + 64 < cols ? ((v.z - mean) * r) * w.z + b.z : 0.0f,
+                        k0 + 96 < cols ? ((v.w - mean) * r) * w.w + b.w : 0.0f);
+  });
 }
 
 __global__ void __launch_bounds__(kFamThreads) ScaleRowsKernel(float* x, int64_t n, float m) {
@@ -121,13 +162,25 @@ __global__ void __launch_bounds__(kFamThreads)
     ForLaneTerms(ym, cols, lane, [&](float v, int) { ss = fmaf(v, v, ss); });
     r = canonical_rms_scale(FamWarpTree(ss), cols, eps);
   }
-  const int padded = static_cast<int>(PaddedCols(cols));
-  for (int p = lane; p < padded; p += 32) {
-    float t = ym[p];
-    if (norm_weight != nullptr) t = (t * r) * norm_weight[p];
+  const float4* y4 = reinterpret_cast<const float4*>(ym);
+  const float4* n4 = reinterpret_cast<const float4*>(norm_weight);
+  float4* x4 = reinterpret_cast<float4*>(xm);
+  auto term = [&](float t, float w) {
+    if (norm_weight != nullptr) t = (t * r) * w;
     if (has_multiplier) t = t * multiplier;
-    xm[p] = xm[p] + t;
-  }
+    return t;
+  };
+  const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  auto load = [&](int q, int) { return Quads3{y4[q], norm_weight != nullptr ? n4[q] : zero, x4[q]}; };
+  ForLaneQuads(cols, lane, load, [&](int q, int, const Quads3& l) {
+    const float4 t = l.a, w = l.b;
+    float4 v = l.c;
+    v.x = v.x + term(t.x, w.x);
+    v.y = v.y + term(t.y, w.y);
+    v.z = v.z + term(t.z, w.z);
+    v.w = v.w + term(t.w, w.w);
+    x4[q] = v;
+  });
 }
 
 __global__ void __launch_bounds__(kFamThreads)
@@ -365,21 +418,28 @@ __global__ void __launch_bounds__(kFamThreads) GatherRowsKernel(const float* src
   for (int32_t c = threadIdx.x; c < cols; c += kFamThreads) out[c] = in[c];
 }
 
+// A thread a column of a token (blocks: tokens x column blocks, flattened): its k terms' rows and
+// weights first, then their loads, then the sum in order.
 __global__ void __launch_bounds__(kFamThreads) ExpertsSumKernel(const float* y, int32_t stride, const int32_t* rows,
                                                                 const float* weights, int32_t k, int32_t cols,
                                                                 float* out) {
   LetNextStart();
   WaitForPrevious();
-  const int32_t t = blockIdx.x;
-  for (int32_t c = threadIdx.x; c < cols; c += kFamThreads) {
-    float m = 0.0f;
-    for (int32_t j = 0; j < k; ++j) {
-      const int32_t slot = t * k + j;
-      const int64_t row = rows != nullptr ? rows[slot] : slot;
-      m = __fadd_rn(m, __fmul_rn(y[row * stride + c], weights[slot]));
-    }
-    out[static_cast<int64_t>(t) * stride + c] = m;
+  const int32_t col_blocks = (cols + kFamThreads - 1) / kFamThreads;
+  const int32_t t = blockIdx.x / col_blocks;
+  const int32_t c = (blockIdx.x % col_blocks) * kFamThreads + threadIdx.x;
+  if (c >= cols) return;
+  float term[32], w[32];
+#pragma unroll 8
+  for (int32_t j = 0; j < k; ++j) {
+    const int32_t slot = t * k + j;
+    const int64_t row = rows != nullptr ? rows[slot] : slot;
+    term[j] = y[row * stride + c];
+    w[j] = weights[slot];
   }
+  float m = 0.0f;
+  for (int32_t j = 0; j < k; ++j) m = __fadd_rn(m, __fmul_rn(term[j], w[j]));
+  out[static_cast<int64_t>(t) * stride + c] = m;
 }
 
 // One warp a token: the route of numerics::RouteToken, term for term. The largest logit (a NaN
@@ -405,8 +465,11 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
   if (t >= tokens) return;
   const float* l = logits + static_cast<int64_t>(t) * num_experts;
   float* p = route_p + warp * num_experts;
+  // The largest logit over the warp: RouteToken scans in order, which differs from a reduction
+  // only where a logit is NaN, and then every probability is NaN either way.
   float m = l[0];
-  for (int32_t e = 1; e < num_experts; ++e) m = l[e] > m ? l[e] : m;  // RouteToken's scan
+  for (int32_t e = lane; e < num_experts; e += 32) m = fmaxf(m, l[e]);
+  m = FamWarpMax(m);
   float acc = 0.0f;
   for (int32_t e = lane; e < num_experts; e += 32) {
     p[e] = numerics::canonical_expf(l[e] - m);
@@ -418,6 +481,8 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
   __syncwarp();
   int32_t* ex = experts + static_cast<int64_t>(t) * k;
   float* w = weights + static_cast<int64_t>(t) * k;
+  float chosen[32];  // the chosen probabilities in rank order, and their experts
+  int32_t chosen_ex[32];
   uint32_t taken[32];  // bit e % 32 of word e / 32 (num_experts <= 1024)
   for (int32_t i = 0; i < 32; ++i) taken[i] = 0;
   for (int32_t r = 0; r < k; ++r) {
@@ -439,53 +504,104 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
       }
     }
     taken[best_i / 32] |= 1u << (best_i % 32);
-    if (lane == 0) {
-      ex[r] = best_i;
-      w[r] = best;  // the chosen probability, in rank order until the end
-    }
+    chosen[r] = best;  // every lane holds the same route
+    chosen_ex[r] = best_i;
   }
   if (lane != 0) return;
-  float chosen[32];
-  for (int32_t r = 0; r < k; ++r) chosen[r] = w[r];
-  numerics::FinishRoute(chosen, k, normalize, ex, w);
-}
-
-// Element i of a weight row (lane order) converted exactly to fp32.
-template <WeightType WT>
-__device__ __forceinline__ float WeightAt(const void* row, int64_t i) {
-  if constexpr (WT == WeightType::kF32) {
-    return static_cast<const float*>(row)[i];
-  } else if constexpr (WT == WeightType::kBF16) {
-    return numerics::bf16_to_f32(static_cast<const uint16_t*>(row)[i]);
-  } else {
-    return numerics::f16_to_f32(static_cast<const uint16_t*>(row)[i]);
+  float out_w[32];
+  numerics::FinishRoute(chosen, k, normalize, chosen_ex, out_w);
+  for (int32_t r = 0; r < k; ++r) {
+    ex[r] = chosen_ex[r];
+    w[r] = out_w[r];
   }
 }
 
-// One (token, expert) pair a blockIdx.y, a warp a row: the canonical dot of the expert's row with
-// the pair's input lane row, lane t summing its terms (columns t, t + 32, ... in increasing order:
-// a lane row's group g holds them at g * 128 + 4 t .. + 3) with fmaf, then the xor tree.
+// Four consecutive weights of a lane row (one 8- or 16-byte load), converted exactly to fp32.
+template <WeightType WT>
+struct LaneWeights {
+  using Raw = uint2;
+  static __device__ __forceinline__ void ToF32(Raw r, float* f) {
+    const uint16_t h[4] = {static_cast<uint16_t>(r.x & 0xffffu), static_cast<uint16_t>(r.x >> 16),
+                           static_cast<uint16_t>(r.y & 0xffffu), static_cast<uint16_t>(r.y >> 16)};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = WT == WeightType::kBF16 ? numerics::bf16_to_f32(h[i]) : numerics::f16_to_f32(h[i]);
+  }
+};
+template <>
+struct LaneWeights<WeightType::kF32> {
+  using Raw = float4;
+  static __device__ __forceinline__ void ToF32(Raw r, float* f) {
+    f[0] = r.x;
+    f[1] = r.y;
+    f[2] = r.z;
+    f[3] = r.w;
+  }
+};
+
+// One (token, expert) pair a blockIdx.y, kExpertRows rows a warp: the canonical dot of each of the
+// expert's rows with the pair's input lane row. Lane t sums its terms (columns t, t + 32, ... in
+// increasing order: group g of a lane row holds them at g * 128 + 4 t .. + 3, one load) with fmaf,
+// then the xor tree. kExpertGroups groups' loads are issued before their FMAs.
+constexpr int kExpertRows = 2;
+constexpr int kExpertGroups = 4;
 template <WeightType WT>
 __global__ void __launch_bounds__(kFamThreads) ExpertRowsKernel(ExpertRowsArgs a) {
+  using LW = LaneWeights<WT>;
+  using Raw = typename LW::Raw;
   LetNextStart();
   WaitForPrevious();
   const int32_t pair = blockIdx.y;
   const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int32_t row = blockIdx.x * kFamWarps + warp;
-  if (row >= a.rows) return;
+  const int32_t row0 = (blockIdx.x * kFamWarps + warp) * kExpertRows;
+  if (row0 >= a.rows) return;
   const int32_t expert = a.experts[pair];
-  const int64_t esize = WT == WeightType::kF32 ? 4 : 2;
-  const char* w = static_cast<const char*>(a.weights) +
-                  (static_cast<int64_t>(expert) * a.rows + row) * a.cols_padded * esize;
-  const float* x = a.x + static_cast<int64_t>(pair / a.pairs_per_input) * a.x_stride;
-  float acc = 0.0f;
-  for (int32_t g = 0; g < a.cols_padded / 128; ++g) {
-    const int64_t base = static_cast<int64_t>(g) * 128 + 4 * lane;
+  const int32_t groups = a.cols_padded / 128;
+  const Raw* w[kExpertRows];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc = fmaf(WeightAt<WT>(w, base + i), x[base + i], acc);
+  for (int r = 0; r < kExpertRows; ++r) {
+    const int64_t row = min(row0 + r, a.rows - 1);  // a last odd row computes a copy, never stored
+    w[r] = reinterpret_cast<const Raw*>(static_cast<const char*>(a.weights) +
+                                        (static_cast<int64_t>(expert) * a.rows + row) * a.cols_padded *
+                                            (WT == WeightType::kF32 ? 4 : 2)) + lane;
   }
-  acc = FamWarpTree(acc);
-  if (lane == 0) a.out[static_cast<int64_t>(pair) * a.out_stride + (a.out_lane_rows ? PermutedIndex(row) : row)] = acc;
+  const float4* x = reinterpret_cast<const float4*>(a.x + static_cast<int64_t>(pair / a.pairs_per_input) * a.x_stride) +
+                    lane;
+  float acc[kExpertRows];
+#pragma unroll
+  for (int r = 0; r < kExpertRows; ++r) acc[r] = 0.0f;
+  for (int32_t g0 = 0; g0 < groups; g0 += kExpertGroups) {
+    Raw wr[kExpertGroups][kExpertRows];
+    float4 xv[kExpertGroups];
+#pragma unroll
+    for (int u = 0; u < kExpertGroups; ++u) {
+      if (g0 + u < groups) {
+        xv[u] = x[(g0 + u) * 32];
+#pragma unroll
+        for (int r = 0; r < kExpertRows; ++r) wr[u][r] = w[r][(g0 + u) * 32];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kExpertGroups; ++u) {
+      if (g0 + u < groups) {
+#pragma unroll
+        for (int r = 0; r < kExpertRows; ++r) {
+          float f[4];
+          LW::ToF32(wr[u][r], f);
+          acc[r] = fmaf(f[0], xv[u].x, acc[r]);
+          acc[r] = fmaf(f[1], xv[u].y, acc[r]);
+          acc[r] = fmaf(f[2], xv[u].z, acc[r]);
+          acc[r] = fmaf(f[3], xv[u].w, acc[r]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kExpertRows; ++r) {
+    const float v = FamWarpTree(acc[r]);
+    const int32_t row = row0 + r;
+    if (lane == 0 && row < a.rows)
+      a.out[static_cast<int64_t>(pair) * a.out_stride + (a.out_lane_rows ? PermutedIndex(row) : row)] = v;
+  }
 }
 
 }  // namespace
@@ -502,7 +618,8 @@ cudaError_t LaunchRoute(const float* logits, int32_t tokens, int32_t num_experts
 cudaError_t LaunchExpertRows(const ExpertRowsArgs& a, cudaStream_t stream) {
   if (a.pairs <= 0) return cudaSuccess;
   if (a.pairs > 65535 || a.cols_padded % 128 != 0 || a.pairs_per_input < 1) return cudaErrorInvalidValue;
-  const dim3 grid((a.rows + kFamWarps - 1) / kFamWarps, a.pairs);
+  const int32_t rows_per_block = kFamWarps * kExpertRows;
+  const dim3 grid((a.rows + rows_per_block - 1) / rows_per_block, a.pairs);
   switch (a.type) {
     case WeightType::kBF16:
       return LaunchChained(ExpertRowsKernel<WeightType::kBF16>, grid, dim3(kFamThreads), 0, stream, a);
@@ -524,7 +641,10 @@ cudaError_t LaunchGatherRows(const float* src, int32_t src_stride, const int32_t
 cudaError_t LaunchExpertsSum(const float* y, int32_t stride, const int32_t* rows, const float* weights, int32_t tokens,
                              int32_t k, int32_t cols, float* out, cudaStream_t stream) {
   if (tokens <= 0 || cols <= 0) return cudaSuccess;
-  return LaunchChained(ExpertsSumKernel, dim3(tokens), dim3(kFamThreads), 0, stream, y, stride, rows, weights, k, cols, out);
+  if (k < 1 || k > 32) return cudaErrorInvalidValue;
+  const int64_t blocks = static_cast<int64_t>(tokens) * ((cols + kFamThreads - 1) / kFamThreads);
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  return LaunchChained(ExpertsSumKernel, dim3(static_cast<unsigned>(blocks)), dim3(kFamThreads), 0, stream, y, stride, rows, weights, k, cols, out);
 }
 
 cudaError_t LaunchLogitsPost(float* logits, int32_t rows, int32_t cols, float softcap, float divisor,

@@ -381,13 +381,20 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
     case ModelFamily::kQwen3:
       break;
     case ModelFamily::kQwen3Moe:
-      // Qwen3-Coder-30B-A3B's experts at 30b-a3b; at the other shapes 8 experts, 2 a token, of a
-      // quarter of the dense width, with one dense layer (mlp_only_layers) at tiny and small.
+      // Qwen3-Coder-30B-A3B's experts at 30b-a3b; 40 experts, 4 a token, of an eighth of the dense
+      // width at small; 8, 2 a token, of a quarter elsewhere; one dense layer (mlp_only_layers) at
+      // tiny and small.
       if (o.shape == "30b-a3b") {
         cfg["num_experts"] = 128;
         cfg["num_experts_per_tok"] = 8;
         cfg["moe_intermediate_size"] = 768;
         cfg["mlp_only_layers"] = Json::array();
+      } else if (o.shape == "small") {
+        // More experts than a warp has lanes: the device route's lanes hold several each.
+        cfg["num_experts"] = 40;
+        cfg["num_experts_per_tok"] = 4;
+        cfg["moe_intermediate_size"] = c.intermediate_size / 8;
+        cfg["mlp_only_layers"] = Json::array({1});
       } else {
         cfg["num_experts"] = 8;
         cfg["num_experts_per_tok"] = 2;

@@ -24,7 +24,8 @@ struct SynthOptions {
   // dimensions with their own features (windows of 24 at tiny / small, 4096 above; Gemma 3 with
   // a global layer every second layer at tiny / small; Phi-3's long factors from position 32 at
   // tiny / small), written as the family's published config.json keys. qwen3_moe takes Qwen3's
-  // dimensions with 8 experts (2 a token; a dense layer at tiny / small), and "30b-a3b" is
+  // dimensions with 8 experts, 2 a token (40, 4 a token at small; a dense layer at tiny / small),
+  // and "30b-a3b" is
   // Qwen3-Coder-30B-A3B (128 experts, 8 a token).
   std::string shape = "tiny";
   DType dtype = DType::kBF16;
