@@ -6,7 +6,7 @@ weights (no model download): the shapes are cuda_bench's --shape (tests/inferenc
 Qwen25Shape; 7b/14b/32b: inference/model/synth.cc), vocabulary 151,936 (152,064 from 7b), tied
 embedding below 7b, 64-token prompts; prefill of 1 and 4 prompts of 1,000 tokens.
 
-  python3 bench/inference/hf_peer.py [--shape 0.5b|1.5b|7b|14b|32b] [--quick] [--compiled-only 32]
+  python3 bench/inference/hf_peer.py [--shape 0.5b|1.5b|7b|14b|32b|30b-a3b] [--quick] [--compiled-only 32]
 
 Run it on the GPU machine (its python3 has torch and transformers), on the same card and in the
 same run as cuda_bench; bench/inference/side_by_side.sh alternates the two and prints the ratio of
@@ -44,6 +44,10 @@ SHAPES = {
                 num_attention_heads=40, num_key_value_heads=8, tie_word_embeddings=False, vocab_size=152064),
     "32b": dict(hidden_size=5120, intermediate_size=27648, num_hidden_layers=64,
                 num_attention_heads=40, num_key_value_heads=8, tie_word_embeddings=False, vocab_size=152064),
+    # Qwen3-Coder-30B-A3B (cuda_bench --shape 30b-a3b): a mixture of 128 experts, 8 a token.
+    "30b-a3b": dict(hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_hidden_layers=48,
+                    num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+                    num_experts_per_tok=8, norm_topk_prob=True, tie_word_embeddings=False, moe=True),
 }
 VOCAB = 151936
 PROMPT = 64
@@ -93,16 +97,22 @@ def load_model(shape):
     emit(what="transformers", version=transformers.__version__)
     dims = dict(SHAPES[shape])
     vocab = dims.pop("vocab_size", VOCAB)
-    cfg = Qwen2Config(vocab_size=vocab, max_position_embeddings=32768, rope_theta=1000000.0,
-                      rms_norm_eps=1e-6, **dims)
+    model_class = Qwen2ForCausalLM
+    if dims.pop("moe", False):
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+        model_class = Qwen3MoeForCausalLM
+        cfg = Qwen3MoeConfig(vocab_size=vocab, max_position_embeddings=32768, rope_theta=10000000.0,
+                             rms_norm_eps=1e-6, **dims)
+    else:
+        cfg = Qwen2Config(vocab_size=vocab, max_position_embeddings=32768, rope_theta=1000000.0,
+                          rms_norm_eps=1e-6, **dims)
     torch.manual_seed(0)
     # Built on the GPU: random initialisation of 32B parameters on the host would take minutes.
     with torch.device(DEV):
         try:
-            model = Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=torch.bfloat16)
+            model = model_class._from_config(cfg, attn_implementation="sdpa", dtype=torch.bfloat16)
         except TypeError:  # transformers before the `dtype` argument
-            model = Qwen2ForCausalLM._from_config(cfg, attn_implementation="sdpa",
-                                                  torch_dtype=torch.bfloat16)
+            model = model_class._from_config(cfg, attn_implementation="sdpa", torch_dtype=torch.bfloat16)
     model = model.to(DEV).eval()
     nparams = sum(p.numel() for p in model.parameters())
     emit(what="model", shape=shape, params=nparams, bytes_bf16=2 * nparams)

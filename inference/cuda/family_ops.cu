@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "inference/cuda/launch.cuh"
+#include "inference/cuda/weights4.cuh"
 #include "inference/numerics/canonical.h"
 #include "inference/numerics/routing.h"
 
@@ -516,28 +517,6 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
   }
 }
 
-// Four consecutive weights of a lane row (one 8- or 16-byte load), converted exactly to fp32.
-template <WeightType WT>
-struct LaneWeights {
-  using Raw = uint2;
-  static __device__ __forceinline__ void ToF32(Raw r, float* f) {
-    const uint16_t h[4] = {static_cast<uint16_t>(r.x & 0xffffu), static_cast<uint16_t>(r.x >> 16),
-                           static_cast<uint16_t>(r.y & 0xffffu), static_cast<uint16_t>(r.y >> 16)};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) f[i] = WT == WeightType::kBF16 ? numerics::bf16_to_f32(h[i]) : numerics::f16_to_f32(h[i]);
-  }
-};
-template <>
-struct LaneWeights<WeightType::kF32> {
-  using Raw = float4;
-  static __device__ __forceinline__ void ToF32(Raw r, float* f) {
-    f[0] = r.x;
-    f[1] = r.y;
-    f[2] = r.z;
-    f[3] = r.w;
-  }
-};
-
 // One (token, expert) pair a blockIdx.y, kExpertRows rows a warp: the canonical dot of each of the
 // expert's rows with the pair's input lane row. Lane t sums its terms (columns t, t + 32, ... in
 // increasing order: group g of a lane row holds them at g * 128 + 4 t .. + 3, one load) with fmaf,
@@ -546,7 +525,7 @@ constexpr int kExpertRows = 2;
 constexpr int kExpertGroups = 4;
 template <WeightType WT>
 __global__ void __launch_bounds__(kFamThreads) ExpertRowsKernel(ExpertRowsArgs a) {
-  using LW = LaneWeights<WT>;
+  using LW = Weights4<WT>;
   using Raw = typename LW::Raw;
   LetNextStart();
   WaitForPrevious();
