@@ -18,6 +18,8 @@
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
 //              [--kv-capacity 4096:4,4096:32 --card-mib 81559] [--decode 0] [--prefill-reps 4]
 //              [--prefill-len 256,512,1000] [--wgmma-variants 128:4,128:1,0] [--one-token-plain-from 3072]
+// --layers N: only the first N layers of a shape built in memory (7b .. 30b-a3b), for profiles
+// of its layers without its whole size.
 // Settings compared side by side each run on a backend of their own (CudaBackendOptions::tuning
 // is fixed per backend); the flags that set one CudaTuning field apply to every backend.
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
@@ -409,6 +411,7 @@ bool Bench::Init() {
     SynthOptions so;
     so.shape = shape_;
     so.seed = 1;
+    so.layers = std::stoi(Flag("--layers", "0"));
     if (moe) so.family = rote::inference::ModelFamily::kQwen3Moe;
     model = SynthesizeModelInMemory(so, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }

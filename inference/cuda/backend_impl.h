@@ -186,7 +186,6 @@ class CudaBackendImpl final : public CudaBackend {
       cudaStreamSynchronize(stream_);
     }
     if (host_meta_ != nullptr) cudaFreeHost(host_meta_);
-    if (host_experts_ != nullptr) cudaFreeHost(host_experts_);
     if (mask_host_ != nullptr) cudaFreeHost(mask_host_);
     if (host_out_ != nullptr) cudaFreeHost(host_out_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -387,22 +386,22 @@ class CudaBackendImpl final : public CudaBackend {
   // Their steps run the matrix products of either profile between the plain kernels of
   // family_ops.h, never the one-launch step, the MLP block or the fused rotary epilogue.
   static bool NeedsFamilyPath(const ModelConfig& c, int32_t max_positions);
+  // The ordinary attention of the step's q_ into att_ (LaunchAttention, or over parts of a long
+  // context for one token), on either path.
+  Status LaunchPlainAttention(const StepLayout& lay, const StepTokens& step, const AttentionShape& shape, LayerKv kv);
   Status InitFamilyLayers();
   Status LaunchFamily(const StepLayout& lay, bool greedy);
   // A mixture-of-experts MLP of the step's normed rows h into o (lane rows): the router's product
-  // (the profile's), each token's route, each (token, expert) pair's products, the weighted sum
-  // (LaunchExpertsSum). Steps of up to kExpertPairsOnDevice pairs route on the device
-  // (LaunchRoute, RouteToken's bits) and run every pair's products in two launches
-  // (LaunchExpertRows): no synchronize, so decode steps replay as graphs. Larger steps copy the
-  // router's logits to the host (numerics::RouteTokens), group the rows by expert and run each
-  // expert's products once over its rows (LaunchLinear), reading each expert's weights once. Both
-  // compute every dot in the exact profile's canonical order, in both profiles, so a token's bits
-  // do not depend on the path its step took.
+  // (the profile's), each token's route on the device (LaunchRoute, RouteToken's bits), each
+  // (token, expert) pair's products, the weighted sum (LaunchExpertsSum). Steps of up to
+  // kExpertPairsByRow pairs run every pair's products in two launches (LaunchExpertRows, a
+  // decode step's few pairs); larger ones group the pairs by expert on the device
+  // (LaunchExpertGroups) and run each product over every expert's rows in one launch
+  // (LaunchGroupedLinear), each expert's weights read once per tile of its rows. Both compute
+  // every dot in the exact profile's canonical order, in both profiles, so a token's bits do not
+  // depend on the path its step took; neither waits on the host, so every step can be a graph.
   Status LaunchExperts(const DeviceLayer& dl, int32_t tokens, const float* h, float* o);
-  static constexpr int32_t kExpertPairsOnDevice = 64;
-  bool ExpertsOnDevice(int32_t tokens) const {
-    return !config_.has_moe() || static_cast<int64_t>(tokens) * config_.experts_per_token <= kExpertPairsOnDevice;
-  }
+  static constexpr int32_t kExpertPairsByRow = 64;
   // The experts' buffers for `tokens` rows (EnsureCapacity).
   Status EnsureExpertCapacity(int32_t tokens);
   int32_t ExpertActStride() const { return static_cast<int32_t>(cuda::PaddedCols(config_.moe_intermediate_size)); }
@@ -431,10 +430,8 @@ class CudaBackendImpl final : public CudaBackend {
   bool family_path_ = false;                // NeedsFamilyPath(config_)
   DeviceBuffer o_, mlp_tmp_;                // the family path: a product's output (lane rows), the up product's rows
   // Mixture of experts (LaunchExperts), for expert_capacity_ tokens: the router's logits; each
-  // (token, expert) row's input, gate|up, activation and output; the route's row lists and
-  // weights, staged in the pinned host_experts_ (router logits, then the lists) and copied once.
-  DeviceBuffer router_logits_, expert_in_, expert_gu_, expert_act_, expert_out_, expert_meta_;
-  void* host_experts_ = nullptr;
+  // (token, expert) row's gate|up, activation and output; the route and its lists (expert_meta_).
+  DeviceBuffer router_logits_, expert_gu_, expert_act_, expert_out_, expert_meta_;
   int32_t expert_capacity_ = 0;
   const float* rope_cos_ = nullptr;
   const float* rope_sin_ = nullptr;

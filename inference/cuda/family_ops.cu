@@ -408,15 +408,76 @@ cudaError_t LaunchFamilyAttention(const float* q, const StepTokens& step, const 
 
 namespace {
 
-__global__ void __launch_bounds__(kFamThreads) GatherRowsKernel(const float* src, int32_t src_stride,
-                                                                const int32_t* rows, int32_t n, int32_t cols,
-                                                                float* dst, int32_t dst_stride) {
+// Block e: expert e's part of a stable counting sort of the pairs by expert. Every block counts
+// every expert (integer adds in shared memory: the counts do not depend on their order), so it
+// knows where expert e's rows and tiles begin; then each warp takes a contiguous run of the pairs,
+// counts e's pairs in it, and after the block's prefix over the warps writes them in pair order.
+__global__ void __launch_bounds__(kFamThreads) ExpertGroupsKernel(const int32_t* experts, int32_t pairs, int32_t k,
+                                                                 int32_t num_experts, int32_t tile,
+                                                                 int32_t* row_token, int32_t* pair_row,
+                                                                 int32_t* first, int32_t* tiles) {
   LetNextStart();
   WaitForPrevious();
-  const int32_t r = blockIdx.x;  // one block a row: n may pass the grid's y limit
-  const float* in = src + static_cast<int64_t>(rows[r]) * src_stride;
-  float* out = dst + static_cast<int64_t>(r) * dst_stride;
-  for (int32_t c = threadIdx.x; c < cols; c += kFamThreads) out[c] = in[c];
+  extern __shared__ int32_t group_count[];  // num_experts
+  __shared__ int32_t warp_part[2][kFamWarps];
+  const int32_t e = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int32_t j = threadIdx.x; j < num_experts; j += kFamThreads) group_count[j] = 0;
+  __syncthreads();
+  for (int32_t s = threadIdx.x; s < pairs; s += kFamThreads) atomicAdd(&group_count[experts[s]], 1);
+  __syncthreads();
+  // Rows and tiles of the experts below e.
+  int32_t rows = 0, tile_count = 0;
+  for (int32_t j = threadIdx.x; j < e; j += kFamThreads) {
+    rows += group_count[j];
+    tile_count += (group_count[j] + tile - 1) / tile;
+  }
+  for (int off = 16; off >= 1; off >>= 1) {
+    rows += __shfl_xor_sync(0xffffffffu, rows, off);
+    tile_count += __shfl_xor_sync(0xffffffffu, tile_count, off);
+  }
+  if (lane == 0) {
+    warp_part[0][warp] = rows;
+    warp_part[1][warp] = tile_count;
+  }
+  __syncthreads();
+  int32_t base = 0, tile_base = 0;
+  for (int32_t w = 0; w < kFamWarps; ++w) {
+    base += warp_part[0][w];
+    tile_base += warp_part[1][w];
+  }
+  const int32_t n = group_count[e];
+  if (threadIdx.x == 0) {
+    first[e] = base;
+    tiles[e] = tile_base;
+    if (e == num_experts - 1) {
+      first[num_experts] = base + n;
+      tiles[num_experts] = tile_base + (n + tile - 1) / tile;
+    }
+  }
+  // This warp's run of pairs, whole 32-pair rounds.
+  const int32_t per_warp = ((pairs + kFamWarps - 1) / kFamWarps + 31) / 32 * 32;
+  const int32_t begin = warp * per_warp, end = min(pairs, begin + per_warp);
+  int32_t mine = 0;
+  for (int32_t s0 = begin; s0 < end; s0 += 32) {
+    const int32_t s = s0 + lane;
+    mine += __popc(__ballot_sync(0xffffffffu, s < end && experts[s] == e));
+  }
+  __syncthreads();  // every thread has read warp_part
+  if (lane == 0) warp_part[0][warp] = mine;
+  __syncthreads();
+  int32_t at = base;
+  for (int32_t w = 0; w < warp; ++w) at += warp_part[0][w];
+  for (int32_t s0 = begin; s0 < end; s0 += 32) {
+    const int32_t s = s0 + lane;
+    const bool hit = s < end && experts[s] == e;
+    const uint32_t ballot = __ballot_sync(0xffffffffu, hit);
+    if (hit) {
+      const int32_t row = at + __popc(ballot & ((1u << lane) - 1u));
+      row_token[row] = s / k;
+      pair_row[s] = row;
+    }
+    at += __popc(ballot);
+  }
 }
 
 // A thread a column of a token (blocks: tokens x column blocks, flattened): its k terms' rows and
@@ -484,13 +545,14 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
   float* w = weights + static_cast<int64_t>(t) * k;
   float chosen[32];  // the chosen probabilities in rank order, and their experts
   int32_t chosen_ex[32];
-  uint32_t taken[32];  // bit e % 32 of word e / 32 (num_experts <= 1024)
-  for (int32_t i = 0; i < 32; ++i) taken[i] = 0;
+  // Lane l scans experts l + 32 i: bit i of its own register says whether that one is taken
+  // (num_experts <= 1024), so the scan reads no array in local memory.
+  uint32_t taken = 0;
   for (int32_t r = 0; r < k; ++r) {
     float best = 0.0f;
     int32_t best_i = -1;
     for (int32_t e = lane; e < num_experts; e += 32) {
-      if ((taken[e / 32] >> (e % 32)) & 1u) continue;
+      if ((taken >> (e / 32)) & 1u) continue;
       if (best_i < 0 || RouteBetter(p[e], e, best, best_i)) {
         best = p[e];
         best_i = e;
@@ -504,7 +566,7 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
         best_i = oi;
       }
     }
-    taken[best_i / 32] |= 1u << (best_i % 32);
+    if (best_i % 32 == lane) taken |= 1u << (best_i / 32);
     chosen[r] = best;  // every lane holds the same route
     chosen_ex[r] = best_i;
   }
@@ -610,11 +672,15 @@ cudaError_t LaunchExpertRows(const ExpertRowsArgs& a, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
-cudaError_t LaunchGatherRows(const float* src, int32_t src_stride, const int32_t* rows, int32_t n, int32_t cols,
-                             float* dst, int32_t dst_stride, cudaStream_t stream) {
-  if (n <= 0 || cols <= 0) return cudaSuccess;
-  return LaunchChained(GatherRowsKernel, dim3(n), dim3(kFamThreads), 0, stream, src, src_stride, rows, n, cols, dst,
-                       dst_stride);
+cudaError_t LaunchExpertGroups(const int32_t* experts, int32_t tokens, int32_t k, int32_t num_experts, int32_t tile,
+                               int32_t* row_token, int32_t* pair_row, int32_t* first, int32_t* tiles,
+                               cudaStream_t stream) {
+  if (num_experts < 1 || num_experts > 1024 || k < 1 || k > num_experts || tile < 1 || tokens < 0) return cudaErrorInvalidValue;
+  const int64_t pairs = static_cast<int64_t>(tokens) * k;
+  if (pairs > 0x7fffffff - 32 * kFamWarps) return cudaErrorInvalidValue;
+  return LaunchChained(ExpertGroupsKernel, dim3(num_experts), dim3(kFamThreads), num_experts * sizeof(int32_t),
+                       stream, experts, static_cast<int32_t>(pairs), k, num_experts, tile, row_token, pair_row, first,
+                       tiles);
 }
 
 cudaError_t LaunchExpertsSum(const float* y, int32_t stride, const int32_t* rows, const float* weights, int32_t tokens,

@@ -94,10 +94,14 @@ struct ExpertRowsArgs {
 };
 cudaError_t LaunchExpertRows(const ExpertRowsArgs& a, cudaStream_t stream);
 
-// Row r of dst (dst_stride floats apart) = row rows[r] of src,
-// `cols` floats, r < n: a token's normed row copied once for each expert it chose.
-cudaError_t LaunchGatherRows(const float* src, int32_t src_stride, const int32_t* rows, int32_t n, int32_t cols,
-                             float* dst, int32_t dst_stride, cudaStream_t stream);
+// The pairs (token t's k experts at t k .. t k + k - 1, as LaunchRoute writes them) grouped by
+// expert, a stable counting sort: expert e's rows are [first[e], first[e + 1]), its pairs in pair
+// order; row_token[row] is the row's token, pair_row[pair] the pair's row; tiles[e] the tiles of
+// `tile` rows the experts below e take (first and tiles: num_experts + 1 entries). The lists
+// LaunchGroupedLinear takes, computed on the device: no step waits on the host for its route.
+cudaError_t LaunchExpertGroups(const int32_t* experts, int32_t tokens, int32_t k, int32_t num_experts, int32_t tile,
+                               int32_t* row_token, int32_t* pair_row, int32_t* first, int32_t* tiles,
+                               cudaStream_t stream);
 // out row t = sum over j < k, in j order, of y row rows[t k + j] (rows null: t k + j) times
 // weights[t k + j], from 0: each term rounded, then each add (the CPU backend's order; the route
 // lists a token's experts in increasing index). `cols` floats a row, rows `stride` floats apart in y and out.

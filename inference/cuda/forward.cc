@@ -176,9 +176,7 @@ Status CudaBackendImpl::Step(const BatchPlan& plan, bool greedy) {
   }
   // Decode steps bucket the context so that one graph serves many steps: the attention
   // kernel's shared memory and the block-table width are fixed per bucket.
-  // A mixture of experts routes on the host mid-step beyond kExpertPairsOnDevice pairs
-  // (LaunchExperts): such steps are never graphs.
-  const bool use_graph = options_.use_graphs && decode_only && ExpertsOnDevice(lay.tokens);
+  const bool use_graph = options_.use_graphs && decode_only;
   lay.context = max_len;
   lay.longest = max_len;
   if (use_graph) {

@@ -59,9 +59,7 @@ Status CudaBackendImpl::ForwardGreedySteps(const BatchPlan& plan, int32_t steps,
 }
 
 int32_t CudaBackendImpl::ChainableSteps(const BatchPlan& plan, int32_t want) const {
-  if (want <= 1 || !options_.use_graphs || plan.sequences.empty() ||
-      !ExpertsOnDevice(static_cast<int32_t>(plan.sequences.size())))
-    return 1;
+  if (want <= 1 || !options_.use_graphs || plan.sequences.empty()) return 1;
   int32_t first_len = 0;
   int64_t run = std::min<int64_t>(want, config_.vocab_size);  // host_out_ holds a row of logits per row
   for (const SequenceStep& s : plan.sequences) {

@@ -171,6 +171,25 @@ cudaError_t LaunchLinear(const LinearArgs& args_in, const LaunchContext& ctx, cu
   return cudaErrorInvalidValue;
 }
 
+int32_t GroupedTileTokens(int32_t tokens, int32_t groups) { return GroupedTile(tokens, groups); }
+
+cudaError_t LaunchGroupedLinear(const LinearArgs& args_in, const LaunchContext& ctx, cudaStream_t stream) {
+  if (args_in.tokens <= 0) return cudaSuccess;
+  const LinearArgs& a = args_in;
+  if (a.groups <= 0 || a.group_first == nullptr || a.group_tiles == nullptr || a.norm_weight != nullptr ||
+      a.epilogue == LinearEpilogue::kRopeStore || a.epilogue == LinearEpilogue::kSiluMul)
+    return cudaErrorInvalidValue;
+  switch (a.w.type) {
+    case WeightType::kBF16:
+      return LaunchGroupedTyped<WeightType::kBF16>(a, ctx, stream);
+    case WeightType::kF16:
+      return LaunchGroupedTyped<WeightType::kF16>(a, ctx, stream);
+    case WeightType::kF32:
+      return LaunchGroupedTyped<WeightType::kF32>(a, ctx, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
 bool CanRunMlpBlock(const MlpBlockArgs& f, const CudaTuning& tuning) {
   const int variant = SeparateKernelVariant(tuning);
   if (variant != 5 && variant != 0) return false;

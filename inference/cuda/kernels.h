@@ -146,10 +146,26 @@ struct LinearArgs {
   // stream. Null: those products take FastLinearKernel.
   void* fast_scratch = nullptr;
   int64_t fast_scratch_bytes = 0;
+  // Grouped products (LaunchGroupedLinear only): w stacks `groups` matrices of w.rows rows each
+  // (group g's row r at g x w.rows + r). Input rows [group_first[g], group_first[g + 1]) take
+  // group g's matrix and write the same rows of out; group_tiles[g] counts the token tiles of the
+  // groups below g, tiles of GroupedTileTokens(tokens, groups) rows (groups + 1 entries each, in
+  // device memory, written by an earlier kernel on the stream: ExpertGroups).
+  const int32_t* group_first = nullptr;
+  const int32_t* group_tiles = nullptr;
+  int32_t groups = 0;
 };
 // The kernel and its tile are chosen by size and ctx.tuning (CudaTuning::one_token_kernel and
 // large_batch_tile); every choice gives the same bits.
 cudaError_t LaunchLinear(const LinearArgs& args, const LaunchContext& ctx, cudaStream_t stream);
+// `tokens` rows split over `groups` matrices (LinearArgs::groups: a mixture of experts' rows
+// grouped by expert) in one launch, each group's rows through the exact profile's tiled kernel,
+// whatever the profile: every output is the canonical dot LaunchLinear gives. Normalised
+// activations, kStore, kAddBias or kAddResidual. The grid covers the most tiles `tokens` rows can
+// take (ceil(tokens / tile) + groups); blocks past group_tiles[groups] end at once.
+cudaError_t LaunchGroupedLinear(const LinearArgs& args, const LaunchContext& ctx, cudaStream_t stream);
+// The token tile LaunchGroupedLinear takes for `tokens` rows over `groups` groups: 32, 16 or 8.
+int32_t GroupedTileTokens(int32_t tokens, int32_t groups);
 // Whether LaunchLinear can run `args` (one token) with the kRopeStore epilogue; when it cannot,
 // the caller runs kAddBias / kStore and LaunchRopeStore.
 bool CanFuseRope(const LinearArgs& args, const CudaTuning& tuning);

@@ -222,6 +222,23 @@ cuda::AttentionParts CudaBackendImpl::AttentionPartsScratch() {
           attn_sync_.as<unsigned long long>(), tuning_.attention_parts, tuning_.attention_parts_v_loads};
 }
 
+Status CudaBackendImpl::LaunchPlainAttention(const StepLayout& lay, const StepTokens& step, const AttentionShape& shape,
+                                             LayerKv kv) {
+  // One token over a context bucket whose every position count reaches the split's threshold
+  // (a bucket holds contexts over half its size): each head in 8 (4, 2) blocks over parts of it.
+  const int32_t parts_from = tuning_.attention_parts_min_context;
+  const bool parts = lay.tokens == 1 && tuning_.attention_variant < 0 && parts_from > 0 &&
+                     lay.context / 2 >= parts_from && attn_sync_.as<void>() != nullptr &&
+                     cuda::CanRunAttentionParts(step, shape, lay.context, tuning_.attention_parts);
+  if (parts)
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttentionParts(q_.as<float>(), step, shape, kv, scale_, lay.context,
+                                                         att_.as<float>(), AttentionPartsScratch(), Ctx(), stream_));
+  else
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, kv, scale_, lay.context,
+                                                    att_.as<float>(), AttStride(), Ctx(), stream_));
+  return OkStatus();
+}
+
 Status CudaBackendImpl::Launch(const StepLayout& lay, bool greedy, const cuda::DecodeStepArgs* decode_step) {
   if (family_path_) return LaunchFamily(lay, greedy);
   const ModelConfig& c = config_;
@@ -249,18 +266,7 @@ Status CudaBackendImpl::Launch(const StepLayout& lay, bool greedy, const cuda::D
         ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
                                                         c.rms_norm_eps, rope_cos_, rope_sin_, q_.as<float>(), la.kv,
                                                         stream_));
-      // One token over a context bucket whose every position count reaches the split's threshold
-      // (a bucket holds contexts over half its size): each head in 8 (4, 2) blocks over parts of it.
-      const int32_t parts_from = tuning_.attention_parts_min_context;
-      const bool parts = lay.tokens == 1 && tuning_.attention_variant < 0 && parts_from > 0 &&
-                         lay.context / 2 >= parts_from && attn_sync_.as<void>() != nullptr &&
-                         cuda::CanRunAttentionParts(step, shape, lay.context, tuning_.attention_parts);
-      if (!Skip(CudaKernelKind::kAttention) && parts)
-        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttentionParts(q_.as<float>(), step, shape, la.kv, scale_, lay.context,
-                                                             att_.as<float>(), AttentionPartsScratch(), Ctx(), stream_));
-      if (!Skip(CudaKernelKind::kAttention) && !parts)
-        ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttention(q_.as<float>(), step, shape, la.kv, scale_, lay.context,
-                                                        att_.as<float>(), AttStride(), Ctx(), stream_));
+      if (!Skip(CudaKernelKind::kAttention)) ROTE_RETURN_IF_ERROR(LaunchPlainAttention(lay, step, shape, la.kv));
       // One token: the o, gate|up and down products may run as one persistent launch with grid
       // barriers between them (kernels.h, MlpBlockArgs), unless the benchmark leaves one out.
       const uint32_t mlp_kinds = static_cast<uint32_t>(CudaKernelKind::kOut) |

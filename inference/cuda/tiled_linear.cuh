@@ -101,13 +101,31 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
   constexpr int kActRowChunks = S::kActSliceBytes / 16;
   extern __shared__ __align__(16) unsigned char tiled_smem[];
   __shared__ int tiled_last;
+  __shared__ int tiled_group;
   LetNextStart();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wr = warp % WRW, wt = warp / WRW;
   const int cls = lane % kCpb, sub = lane / kCpb;
   const int split = blockIdx.z;
-  const int m0 = blockIdx.x * S::kToks;
-  const int mt = min(S::kToks, a.tokens - m0);
+  int m0 = blockIdx.x * S::kToks;
+  int mt = min(S::kToks, a.tokens - m0);
+  const char* wdata = static_cast<const char*>(a.w.data);
+  if (a.groups > 0) {
+    // A grouped product: which group's tile this block is comes from the previous kernels, so
+    // wait for them before the first weight read. Tile blockIdx.x lies in the one group g with
+    // group_tiles[g] <= x < group_tiles[g + 1] (empty groups have no tiles); the threads test the
+    // groups side by side, one round of loads.
+    WaitForPrevious();
+    const int bx = blockIdx.x;
+    if (bx >= a.group_tiles[a.groups]) return;
+    for (int g = tid; g < a.groups; g += S::kThreadsN)
+      if (a.group_tiles[g] <= bx && bx < a.group_tiles[g + 1]) tiled_group = g;
+    __syncthreads();
+    const int g = tiled_group;
+    m0 = a.group_first[g] + (bx - a.group_tiles[g]) * S::kToks;
+    mt = min(S::kToks, a.group_first[g + 1] - m0);
+    wdata += static_cast<int64_t>(g) * a.w.rows * a.w.cols_padded * kWeightBytes<WT>;
+  }
   const int row0 = blockIdx.y * S::kRows;
   const int groups = a.w.cols_padded / kGroupCols;
 
@@ -125,7 +143,7 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
     const int cg = c / S::kWeightChunksG, cr = c % S::kWeightChunksG;
     const int r = cr / kWeightRowChunks, ch = cr % kWeightRowChunks;
     const int row = min(row0 + r, a.w.rows - 1);
-    wsrc[q] = static_cast<const char*>(a.w.data) + static_cast<int64_t>(row) * a.w.cols_padded * kWeightBytes<WT> +
+    wsrc[q] = wdata + static_cast<int64_t>(row) * a.w.cols_padded * kWeightBytes<WT> +
               cg * kGroupWeightBytes + split * S::kWeightSliceBytes + ch * 16;
     wdst[q] = cg * S::kGroupBytes + r * S::kWeightSliceBytes + ch * 16;
     wcg[q] = cg;
@@ -141,7 +159,8 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
         CpAsync16(st + wdst[q], wsrc[q] + static_cast<int64_t>(p) * S::kCg * kGroupWeightBytes);
   };
   const int stages = min(S::kStages - 1, pstages);  // stages requested ahead of the first use
-  // Weights never depend on the previous kernel: request them before waiting for it.
+  // Weights never depend on the previous kernel (a grouped product's group does, and it has
+  // waited already): request them before waiting for it.
   for (int st = 0; st < stages; ++st) issue_weights(st, st);
   CpAsyncCommit();
   // The epilogue's operands, so that no round trip ends the kernel: this lane's outputs j are
@@ -334,6 +353,44 @@ cudaError_t LaunchTiledLinear(const LinearArgs& a, CudaLaunchStats* stats, cudaS
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
   if (stats != nullptr) ++stats->tiled_linear_launches;
   return LaunchChained(TiledLinearKernel<WT, R, T, WRW, WTW, KS>, grid, dim3(S::kThreadsN), S::kSmemBytes, stream, a);
+}
+
+template <WeightType WT, int R, int T, int WRW, int WTW>
+cudaError_t LaunchTiledGrouped(const LinearArgs& a, CudaLaunchStats* stats, cudaStream_t stream) {
+  using S = TiledShape<WT, R, T, WRW, WTW, 1>;
+  static PerDevice<cudaError_t> prepared_on;
+  const cudaError_t prepared = prepared_on.Get([] {
+    return cudaFuncSetAttribute(TiledLinearKernel<WT, R, T, WRW, WTW, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                S::kSmemBytes);
+  });
+  if (prepared != cudaSuccess) return prepared;
+  // The most tiles `tokens` rows can take: every nonempty group's last tile may be partial.
+  const int64_t tiles = (int64_t{a.tokens} + S::kToks - 1) / S::kToks + std::min(a.groups, a.tokens);
+  const dim3 grid(static_cast<unsigned>(tiles), (a.w.rows + S::kRows - 1) / S::kRows, 1);
+  if (grid.y > 65535 || tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  if (stats != nullptr) ++stats->tiled_linear_launches;
+  return LaunchChained(TiledLinearKernel<WT, R, T, WRW, WTW, 1>, grid, dim3(S::kThreadsN), S::kSmemBytes, stream, a);
+}
+
+// Tiles of 32 tokens where the groups average more than 16 rows (prefill), 16 above 8, else 8
+// (64 weight rows a block: a decode step's experts hold a few rows each, and a block reads its
+// weights once whatever its tokens).
+inline int32_t GroupedTile(int32_t tokens, int32_t groups) {
+  const int64_t used = std::max<int64_t>(1, std::min(groups, tokens));
+  const int64_t mean = tokens / used;
+  return mean > 16 ? 32 : mean > 8 ? 16 : 8;
+}
+
+template <WeightType WT>
+cudaError_t LaunchGroupedTyped(const LinearArgs& a, const LaunchContext& ctx, cudaStream_t stream) {
+  switch (GroupedTile(a.tokens, a.groups)) {
+    case 32:
+      return LaunchTiledGrouped<WT, 8, 16, 4, 2>(a, ctx.stats, stream);
+    case 16:
+      return LaunchTiledGrouped<WT, 8, 8, 4, 2>(a, ctx.stats, stream);
+    default:
+      return LaunchTiledGrouped<WT, 8, 8, 8, 1>(a, ctx.stats, stream);
+  }
 }
 
 template <WeightType WT>

@@ -335,6 +335,8 @@ StatusOr<ModelConfig> BaseConfig(const SynthOptions& o) {
 // family. The ModelConfig of the model is what ParseModelConfig reads from them (SynthConfig).
 StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
   ROTE_ASSIGN_OR_RETURN(ModelConfig c, BaseConfig(o));
+  if (o.layers < 0) return InvalidArgument("synth: layers must be 0 (the shape's) or more");
+  if (o.layers > 0) c.num_layers = std::min(c.num_layers, o.layers);
   const ModelFamily fam = c.family;
   const bool llama = fam == ModelFamily::kLlama;
   const bool small = o.shape == "tiny" || o.shape == "small";

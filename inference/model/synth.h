@@ -30,6 +30,9 @@ struct SynthOptions {
   std::string shape = "tiny";
   DType dtype = DType::kBF16;
   uint64_t seed = 0;
+  // 0: the shape's layers; N: only its first N (a profile of a large shape's layers without
+  // its size).
+  int32_t layers = 0;
 };
 
 // The config a synthesized model of these options has.

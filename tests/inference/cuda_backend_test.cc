@@ -2290,8 +2290,10 @@ TEST(CudaFamilies, FixturesEqualCpuEveryStep) {
 
 // The route where it is decided by its tie rule: a router whose rows are all zero (every
 // probability equal: the lowest-numbered experts) and one whose rows 3 and 6 are equal (an exact
-// tie between those two experts for every token). Prefills of 40 tokens (80 pairs) route on the
-// host, decode steps (2 pairs) on the device: the CPU's bits at every step either way.
+// tie between those two experts for every token). Prefills of 40 tokens (80 pairs) take the
+// grouped products, decode steps (2 pairs) each pair's own: the CPU's bits at every step either
+// way. With the zero router every token takes experts 0 and 1: a prefill of 150 tokens gives each
+// of them 150 rows, several tiles and a partial one, and the other experts none.
 TEST(CudaExperts, TiesRouteAsTheCpuOnBothPaths) {
   SKIP_WITHOUT_GPU();
   for (const std::string how : {"zero", "tied"}) {
@@ -2326,6 +2328,47 @@ TEST(CudaExperts, TiesRouteAsTheCpuOnBothPaths) {
     auto model = LoadOrDie(dir);
     ASSERT_TRUE(model);
     ExpectCpuEqualsCuda(model, 40, 12);
+    if (how == "zero") ExpectCpuEqualsCuda(model, 150, 4);
+  }
+}
+
+// Decode steps of more than kExpertPairsByRow pairs (40 sequences, 2 experts a token: 80 pairs)
+// take the grouped products and replay as graphs (graphs on): the CPU's bits at every step, the
+// same captured step replayed with other tokens and positions each time.
+TEST(CudaExperts, LargeDecodeBatchesEqualCpuAsGraphs) {
+  SKIP_WITHOUT_GPU();
+  auto model = FamilyModel(FamilyCase{"qwen3_moe_bf16", ModelFamily::kQwen3Moe, DType::kBF16});
+  ASSERT_TRUE(model);
+  ASSERT_EQ(model->config().experts_per_token, 2);
+  const int32_t vocab = model->config().vocab_size;
+  auto cpu = Cpu(model);
+  auto gpu = Cuda(model, /*graphs=*/true);
+  ASSERT_TRUE(cpu && gpu);
+  Driver dc(cpu.get(), 256), dg(gpu.get(), 256);
+  constexpr int32_t kSeqs = 40;
+  std::vector<Seq> sc(kSeqs), sg(kSeqs);
+  std::vector<Driver::Part> pc, pg;
+  for (int32_t i = 0; i < kSeqs; ++i) {
+    const int32_t len = 3 + i % 11;
+    sc[i].tokens = sg[i].tokens = Prompt(len, vocab, 500 + i);
+    pc.push_back({&sc[i], len, 1});
+    pg.push_back({&sg[i], len, 1});
+  }
+  std::vector<float> lc = dc.Step(pc), lg = dg.Step(pg);
+  ASSERT_TRUE(SameBits(lc, lg)) << "prefill";
+  for (int32_t step = 0; step < 6; ++step) {
+    pc.clear();
+    pg.clear();
+    for (int32_t i = 0; i < kSeqs; ++i) {
+      const int32_t next = Argmax(lc.data() + static_cast<int64_t>(i) * vocab, vocab);
+      sc[i].tokens.push_back(next);
+      sg[i].tokens.push_back(next);
+      pc.push_back({&sc[i], 1, 1});
+      pg.push_back({&sg[i], 1, 1});
+    }
+    lc = dc.Step(pc);
+    lg = dg.Step(pg);
+    ASSERT_TRUE(SameBits(lc, lg)) << "decode step " << step;
   }
 }
 
