@@ -504,11 +504,11 @@ __global__ void __launch_bounds__(kFamThreads) ExpertsSumKernel(const float* y, 
   out[static_cast<int64_t>(t) * stride + c] = m;
 }
 
-// One warp a token: the route of numerics::RouteToken, term for term. The largest logit (a NaN
+// One block a token: the route of numerics::RouteToken, term for term. The largest logit (a NaN
 // anywhere makes every probability NaN both ways), e_i elementwise, the canonical sum as lane l's
-// sequential sum of experts l, l + 32, ... and the xor tree (canonical_tree32), p_i = e_i / s; each
-// of the k rounds takes the largest p not yet taken, lowest index on ties, a NaN only where nothing
-// else is left (RouteToken's scan); lane 0 renormalises and sorts by index as RouteToken does.
+// sequential sum of experts l, l + 32, ... and the xor tree (canonical_tree32), p_i = e_i / s; the
+// experts RouteToken's k rounds take (the largest p not yet taken, lowest index on ties, a NaN only
+// where nothing else is left), by rank; lane 0 renormalises and sorts by index as RouteToken does.
 __device__ __forceinline__ bool RouteBetter(float a, int32_t ia, float b, int32_t ib) {
   const bool an = a != a, bn = b != b;
   if (an != bn) return bn;          // a number beats a NaN
@@ -516,66 +516,62 @@ __device__ __forceinline__ bool RouteBetter(float a, int32_t ia, float b, int32_
   return ia < ib;                   // equal, or both NaN: the lower index
 }
 
-__global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, int32_t tokens, int32_t num_experts,
-                                                          int32_t k, bool normalize, int32_t* experts,
-                                                          float* weights) {
+__global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, int32_t num_experts, int32_t k,
+                                                          bool normalize, int32_t* experts, float* weights) {
   LetNextStart();
   WaitForPrevious();
-  extern __shared__ float route_p[];  // per warp: num_experts probabilities
-  const int32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int32_t t = blockIdx.x * kFamWarps + warp;
-  if (t >= tokens) return;
-  const float* l = logits + static_cast<int64_t>(t) * num_experts;
-  float* p = route_p + warp * num_experts;
-  // The largest logit over the warp: RouteToken scans in order, which differs from a reduction
-  // only where a logit is NaN, and then every probability is NaN either way.
-  float m = l[0];
-  for (int32_t e = lane; e < num_experts; e += 32) m = fmaxf(m, l[e]);
-  m = FamWarpMax(m);
-  float acc = 0.0f;
-  for (int32_t e = lane; e < num_experts; e += 32) {
-    p[e] = numerics::canonical_expf(l[e] - m);
-    acc = acc + p[e];
-  }
-  const float s = FamWarpTree(acc);
-  __syncwarp();
-  for (int32_t e = lane; e < num_experts; e += 32) p[e] = p[e] / s;
-  __syncwarp();
-  int32_t* ex = experts + static_cast<int64_t>(t) * k;
-  float* w = weights + static_cast<int64_t>(t) * k;
-  float chosen[32];  // the chosen probabilities in rank order, and their experts
-  int32_t chosen_ex[32];
-  // Lane l scans experts l + 32 i: bit i of its own register says whether that one is taken
-  // (num_experts <= 1024), so the scan reads no array in local memory.
-  uint32_t taken = 0;
-  for (int32_t r = 0; r < k; ++r) {
-    float best = 0.0f;
-    int32_t best_i = -1;
+  // num_experts probabilities, then the chosen probabilities in rank order, their experts and
+  // the final weights (32 each): no array of the route lives in local memory.
+  extern __shared__ float route_p[];
+  const int32_t lane = threadIdx.x % 32;
+  const int64_t t = blockIdx.x;
+  const float* l = logits + t * num_experts;
+  float* p = route_p;
+  float* chosen = p + num_experts;
+  int32_t* chosen_ex = reinterpret_cast<int32_t*>(chosen + 32);
+  float* out_w = chosen + 64;
+  if (threadIdx.x < 32) {
+    // The largest logit over the warp: RouteToken scans in order, which differs from a reduction
+    // only where a logit is NaN, and then every probability is NaN either way.
+    float m = l[0];
+    for (int32_t e = lane; e < num_experts; e += 32) m = fmaxf(m, l[e]);
+    m = FamWarpMax(m);
+    float acc = 0.0f;
     for (int32_t e = lane; e < num_experts; e += 32) {
-      if ((taken >> (e / 32)) & 1u) continue;
-      if (best_i < 0 || RouteBetter(p[e], e, best, best_i)) {
-        best = p[e];
-        best_i = e;
-      }
+      p[e] = numerics::canonical_expf(l[e] - m);
+      acc = acc + p[e];
     }
-    for (int off = 16; off >= 1; off >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, off);
-      const int32_t oi = __shfl_xor_sync(0xffffffffu, best_i, off);
-      if (oi >= 0 && (best_i < 0 || RouteBetter(ob, oi, best, best_i))) {
-        best = ob;
-        best_i = oi;
-      }
-    }
-    if (best_i % 32 == lane) taken |= 1u << (best_i / 32);
-    chosen[r] = best;  // every lane holds the same route
-    chosen_ex[r] = best_i;
+    const float s = FamWarpTree(acc);
+    __syncwarp();
+    for (int32_t e = lane; e < num_experts; e += 32) p[e] = p[e] / s;
   }
-  if (lane != 0) return;
-  float out_w[32];
+  __syncthreads();
+  // RouteToken's k rounds take the experts in the order RouteBetter defines (a strict total
+  // order: numbers by value, then NaNs, ties to the lower index), so the expert chosen in round r
+  // is the one with exactly r experts better than it. A thread an expert counts them, four
+  // independent counts at a time: one token's route took 12 µs as k rounds of a warp-wide argmax
+  // (a chain of shuffles), and 39 µs as one warp's counts.
+  for (int32_t e = threadIdx.x; e < num_experts; e += kFamThreads) {
+    const float pe = p[e];
+    int32_t c[4] = {0, 0, 0, 0};
+    int32_t o = 0;
+    for (; o + 4 <= num_experts; o += 4) {
+#pragma unroll
+      for (int32_t u = 0; u < 4; ++u) c[u] += RouteBetter(p[o + u], o + u, pe, e) ? 1 : 0;
+    }
+    for (; o < num_experts; ++o) c[0] += RouteBetter(p[o], o, pe, e) ? 1 : 0;
+    const int32_t rank = (c[0] + c[1]) + (c[2] + c[3]);
+    if (rank < k) {
+      chosen[rank] = pe;
+      chosen_ex[rank] = e;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
   numerics::FinishRoute(chosen, k, normalize, chosen_ex, out_w);
   for (int32_t r = 0; r < k; ++r) {
-    ex[r] = chosen_ex[r];
-    w[r] = out_w[r];
+    experts[t * k + r] = chosen_ex[r];
+    weights[t * k + r] = out_w[r];
   }
 }
 
@@ -651,9 +647,9 @@ cudaError_t LaunchRoute(const float* logits, int32_t tokens, int32_t num_experts
                         int32_t* experts, float* weights, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
   if (num_experts < 1 || num_experts > 1024 || k < 1 || k > 32 || k > num_experts) return cudaErrorInvalidValue;
-  const size_t smem = static_cast<size_t>(kFamWarps) * num_experts * sizeof(float);
-  return LaunchChained(RouteKernel, dim3((tokens + kFamWarps - 1) / kFamWarps), dim3(kFamThreads), smem, stream,
-                       logits, tokens, num_experts, k, normalize, experts, weights);
+  const size_t smem = static_cast<size_t>(num_experts + 96) * sizeof(float);
+  return LaunchChained(RouteKernel, dim3(tokens), dim3(kFamThreads), smem, stream, logits, num_experts, k, normalize,
+                       experts, weights);
 }
 
 cudaError_t LaunchExpertRows(const ExpertRowsArgs& a, cudaStream_t stream) {

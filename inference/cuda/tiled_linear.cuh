@@ -85,7 +85,9 @@ __device__ __forceinline__ void ReduceScatter(float* v, int lane) {
 }
 
 // Small tiles (R x T <= 32) leave registers for more than one block per multiprocessor.
-template <WeightType WT, int R, int T, int WRW, int WTW, int KS>
+// GROUPED: a grouped product (LaunchGroupedLinear; KS 1), compiled apart so that the ordinary
+// products' code is the same as without it.
+template <WeightType WT, int R, int T, int WRW, int WTW, int KS, bool GROUPED = false>
 __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4 ? 3 : 2) : 1))
     TiledLinearKernel(LinearArgs a) {
   TimelineScope timeline(TimelineKind::kTiled);
@@ -101,7 +103,6 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
   constexpr int kActRowChunks = S::kActSliceBytes / 16;
   extern __shared__ __align__(16) unsigned char tiled_smem[];
   __shared__ int tiled_last;
-  __shared__ int tiled_group;
   LetNextStart();
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wr = warp % WRW, wt = warp / WRW;
@@ -110,7 +111,9 @@ __global__ void __launch_bounds__(WRW * WTW * 32, (R * T <= 32 ? (WRW * WTW <= 4
   int m0 = blockIdx.x * S::kToks;
   int mt = min(S::kToks, a.tokens - m0);
   const char* wdata = static_cast<const char*>(a.w.data);
-  if (a.groups > 0) {
+  if constexpr (GROUPED) {
+    static_assert(KS == 1, "a grouped product's tiles are whole");
+    __shared__ int tiled_group;
     // A grouped product: which group's tile this block is comes from the previous kernels, so
     // wait for them before the first weight read. Tile blockIdx.x lies in the one group g with
     // group_tiles[g] <= x < group_tiles[g + 1] (empty groups have no tiles); the threads test the
@@ -360,8 +363,8 @@ cudaError_t LaunchTiledGrouped(const LinearArgs& a, CudaLaunchStats* stats, cuda
   using S = TiledShape<WT, R, T, WRW, WTW, 1>;
   static PerDevice<cudaError_t> prepared_on;
   const cudaError_t prepared = prepared_on.Get([] {
-    return cudaFuncSetAttribute(TiledLinearKernel<WT, R, T, WRW, WTW, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                S::kSmemBytes);
+    return cudaFuncSetAttribute(TiledLinearKernel<WT, R, T, WRW, WTW, 1, true>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
   });
   if (prepared != cudaSuccess) return prepared;
   // The most tiles `tokens` rows can take: every nonempty group's last tile may be partial.
@@ -369,7 +372,8 @@ cudaError_t LaunchTiledGrouped(const LinearArgs& a, CudaLaunchStats* stats, cuda
   const dim3 grid(static_cast<unsigned>(tiles), (a.w.rows + S::kRows - 1) / S::kRows, 1);
   if (grid.y > 65535 || tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
   if (stats != nullptr) ++stats->tiled_linear_launches;
-  return LaunchChained(TiledLinearKernel<WT, R, T, WRW, WTW, 1>, grid, dim3(S::kThreadsN), S::kSmemBytes, stream, a);
+  return LaunchChained(TiledLinearKernel<WT, R, T, WRW, WTW, 1, true>, grid, dim3(S::kThreadsN), S::kSmemBytes, stream,
+                       a);
 }
 
 // Tiles of 32 tokens where the groups average more than 16 rows (prefill), 16 above 8, else 8
