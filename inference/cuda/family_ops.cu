@@ -508,7 +508,8 @@ __global__ void __launch_bounds__(kFamThreads) ExpertsSumKernel(const float* y, 
 // anywhere makes every probability NaN both ways), e_i elementwise, the canonical sum as lane l's
 // sequential sum of experts l, l + 32, ... and the xor tree (canonical_tree32), p_i = e_i / s; the
 // experts RouteToken's k rounds take (the largest p not yet taken, lowest index on ties, a NaN only
-// where nothing else is left), by rank; lane 0 renormalises and sorts by index as RouteToken does.
+// where nothing else is left), by rank; then FinishRoute's renormalisation and order, a lane a
+// chosen expert.
 __device__ __forceinline__ bool RouteBetter(float a, int32_t ia, float b, int32_t ib) {
   const bool an = a != a, bn = b != b;
   if (an != bn) return bn;          // a number beats a NaN
@@ -520,8 +521,8 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
                                                           bool normalize, int32_t* experts, float* weights) {
   LetNextStart();
   WaitForPrevious();
-  // num_experts probabilities, then the chosen probabilities in rank order, their experts and
-  // the final weights (32 each): no array of the route lives in local memory.
+  // num_experts probabilities, then the chosen probabilities in rank order and their experts
+  // (32 each): no array of the route lives in local memory.
   extern __shared__ float route_p[];
   const int32_t lane = threadIdx.x % 32;
   const int64_t t = blockIdx.x;
@@ -529,22 +530,28 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
   float* p = route_p;
   float* chosen = p + num_experts;
   int32_t* chosen_ex = reinterpret_cast<int32_t*>(chosen + 32);
-  float* out_w = chosen + 64;
+  __shared__ float route_max[kFamWarps];
+  // The largest logit: RouteToken scans in order, which differs from a reduction only where a
+  // logit is NaN, and then every probability is NaN either way. Then e_i, a thread an expert.
+  float m = l[0];
+  for (int32_t e = threadIdx.x; e < num_experts; e += kFamThreads) m = fmaxf(m, l[e]);
+  m = FamWarpMax(m);
+  if (lane == 0) route_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  m = route_max[0];
+#pragma unroll
+  for (int w = 1; w < kFamWarps; ++w) m = fmaxf(m, route_max[w]);
+  for (int32_t e = threadIdx.x; e < num_experts; e += kFamThreads) p[e] = numerics::canonical_expf(l[e] - m);
+  __syncthreads();
   if (threadIdx.x < 32) {
-    // The largest logit over the warp: RouteToken scans in order, which differs from a reduction
-    // only where a logit is NaN, and then every probability is NaN either way.
-    float m = l[0];
-    for (int32_t e = lane; e < num_experts; e += 32) m = fmaxf(m, l[e]);
-    m = FamWarpMax(m);
+    // The canonical sum: lane l adds experts l, l + 32, ... in order, then the tree.
     float acc = 0.0f;
-    for (int32_t e = lane; e < num_experts; e += 32) {
-      p[e] = numerics::canonical_expf(l[e] - m);
-      acc = acc + p[e];
-    }
-    const float s = FamWarpTree(acc);
-    __syncwarp();
-    for (int32_t e = lane; e < num_experts; e += 32) p[e] = p[e] / s;
+    for (int32_t e = lane; e < num_experts; e += 32) acc = acc + p[e];
+    route_max[0] = FamWarpTree(acc);  // every lane holds it; read after the barrier
   }
+  __syncthreads();
+  const float s = route_max[0];
+  for (int32_t e = threadIdx.x; e < num_experts; e += kFamThreads) p[e] = p[e] / s;
   __syncthreads();
   // RouteToken's k rounds take the experts in the order RouteBetter defines (a strict total
   // order: numbers by value, then NaNs, ties to the lower index), so the expert chosen in round r
@@ -567,12 +574,21 @@ __global__ void __launch_bounds__(kFamThreads) RouteKernel(const float* logits, 
     }
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  numerics::FinishRoute(chosen, k, normalize, chosen_ex, out_w);
-  for (int32_t r = 0; r < k; ++r) {
-    experts[t * k + r] = chosen_ex[r];
-    weights[t * k + r] = out_w[r];
-  }
+  if (threadIdx.x >= 32) return;
+  // numerics::FinishRoute, a lane a chosen expert (k <= 32): the canonical sum of the k chosen
+  // probabilities (class r holds 0 + chosen[r], the rest 0, then the tree), each weight divided
+  // by it, and each (expert, weight) stored at its place in increasing expert index (the experts
+  // are distinct, so that place is the count of smaller ones: FinishRoute's insertion sort).
+  const bool mine = lane < k;
+  const float pc = mine ? chosen[lane] : 0.0f;
+  const int32_t ec = mine ? chosen_ex[lane] : 0;
+  const float denom = normalize ? FamWarpTree(mine ? 0.0f + pc : 0.0f) : 1.0f;
+  if (!mine) return;
+  const float wc = normalize ? pc / denom : pc;
+  int32_t at = 0;
+  for (int32_t r = 0; r < k; ++r) at += chosen_ex[r] < ec ? 1 : 0;
+  experts[t * k + at] = ec;
+  weights[t * k + at] = wc;
 }
 
 // One (token, expert) pair a blockIdx.y, kExpertRows rows a warp: the canonical dot of each of the
@@ -647,7 +663,7 @@ cudaError_t LaunchRoute(const float* logits, int32_t tokens, int32_t num_experts
                         int32_t* experts, float* weights, cudaStream_t stream) {
   if (tokens <= 0) return cudaSuccess;
   if (num_experts < 1 || num_experts > 1024 || k < 1 || k > 32 || k > num_experts) return cudaErrorInvalidValue;
-  const size_t smem = static_cast<size_t>(num_experts + 96) * sizeof(float);
+  const size_t smem = static_cast<size_t>(num_experts + 64) * sizeof(float);
   return LaunchChained(RouteKernel, dim3(tokens), dim3(kFamThreads), smem, stream, logits, num_experts, k, normalize,
                        experts, weights);
 }
