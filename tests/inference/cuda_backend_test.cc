@@ -2372,6 +2372,36 @@ TEST(CudaExperts, LargeDecodeBatchesEqualCpuAsGraphs) {
   }
 }
 
+// The family path's attention is the ordinary kernels where no cap or window acts, and decode
+// steps over a context bucket of 1,024 positions and more take its attention in parts
+// (CudaTuning::attention_parts_min_context): a mixture of experts decoding past a prompt of 1,100
+// tokens, as graphs, equals the CPU at every step.
+TEST(CudaExperts, LongDecodeContextEqualsCpu) {
+  SKIP_WITHOUT_GPU();
+  auto model = FamilyModel(FamilyCase{"qwen3_moe_bf16", ModelFamily::kQwen3Moe, DType::kBF16});
+  ASSERT_TRUE(model);
+  ASSERT_GT(CudaTuning{}.attention_parts_min_context, 0);
+  ASSERT_LE(2 * CudaTuning{}.attention_parts_min_context, 2048);
+  const int32_t vocab = model->config().vocab_size, prompt = 1100;
+  auto cpu = Cpu(model);
+  auto gpu = Cuda(model, /*graphs=*/true);
+  ASSERT_TRUE(cpu && gpu);
+  const int32_t blocks = (prompt + 16 + kKvBlockSize - 1) / kKvBlockSize;
+  Driver dc(cpu.get(), blocks), dg(gpu.get(), blocks);
+  Seq sc, sg;
+  sc.tokens = sg.tokens = Prompt(prompt, vocab, 13);
+  std::vector<float> lc = dc.Step({{&sc, prompt, 1}}), lg = dg.Step({{&sg, prompt, 1}});
+  ASSERT_TRUE(SameBits(lc, lg)) << "prefill";
+  for (int32_t step = 0; step < 6; ++step) {
+    const int32_t next = Argmax(lc.data(), vocab);
+    sc.tokens.push_back(next);
+    sg.tokens.push_back(next);
+    lc = dc.Step({{&sc, 1, 1}});
+    lg = dg.Step({{&sg, 1, 1}});
+    ASSERT_TRUE(SameBits(lc, lg)) << "decode step " << step;
+  }
+}
+
 // DeepSeek-Coder is the Llama layout with HF's "linear" rope scaling: the ordinary path, its own
 // rotary table.
 TEST(CudaFamilies, DeepSeekLinearRopeEqualsCpu) {
