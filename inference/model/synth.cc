@@ -469,6 +469,12 @@ StatusOr<std::pair<Json, Json>> SynthJson(const SynthOptions& o) {
       cfg["rms_norm_eps"] = 1e-5;
       break;
   }
+  if (cfg.contains("mlp_only_layers")) {  // a shape cut to its first layers keeps the dense ones among them
+    Json kept = Json::array();
+    for (const Json& i : cfg["mlp_only_layers"])
+      if (i.get<int64_t>() < c.num_layers) kept.push_back(i);
+    cfg["mlp_only_layers"] = kept;
+  }
   Json gen = {{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_ids}, {"do_sample", false}};
   return std::make_pair(cfg, gen);
 }
@@ -571,7 +577,8 @@ StatusOr<std::shared_ptr<const Model>> SynthesizeModelInMemory(const SynthOption
   texts.config_json = json.first.dump(2) + "\n";
   texts.generation_json = json.second.dump(2) + "\n";
   const SynthImage image = LayOut(c);
-  const std::string label = "synth:" + std::string(ModelFamilyName(c.family)) + ":" + o.shape;
+  const std::string label = "synth:" + std::string(ModelFamilyName(c.family)) + ":" + o.shape +
+                            (o.layers > 0 ? ":" + std::to_string(c.num_layers) + "-layers" : "");
   // Work in chunks of at most 16 Mi elements, claimed in order by `threads` workers: every byte
   // is a function of (seed, tensor name, index) alone, so the split never changes the image.
   struct Chunk {

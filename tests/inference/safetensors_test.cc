@@ -309,6 +309,37 @@ TEST(ModelLoadTest, InMemorySynthesisEqualsTheFile) {
   }
 }
 
+// SynthOptions::layers keeps a shape's first N layers (its config says so, and so does the
+// digest, which covers the config); more than the shape has is the shape; below 0 is refused.
+TEST(ModelLoadTest, SynthesizedLayerCount) {
+  SynthOptions o;
+  o.family = ModelFamily::kQwen3Moe;
+  o.shape = "small";
+  const ModelConfig whole = SynthConfig(o).value();
+  ASSERT_GT(whole.num_layers, 2);
+  o.layers = 2;
+  const ModelConfig two = SynthConfig(o).value();
+  EXPECT_EQ(two.num_layers, 2);
+  EXPECT_EQ(two.hidden_size, whole.hidden_size);
+  EXPECT_EQ(two.num_experts, whole.num_experts);
+  auto mem = SynthesizeModelInMemory(o, 2);
+  ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+  EXPECT_EQ((*mem)->weights().layers.size(), 2u);
+  EXPECT_EQ((*mem)->dir(), "synth:qwen3_moe:small:2-layers");
+  SynthOptions all = o;
+  all.layers = 0;
+  EXPECT_NE((*mem)->digest(), SynthesizeModelInMemory(all, 2).value()->digest());
+  o.layers = 1;  // the shape's dense layer (index 1) is past the cut
+  auto one = SynthConfig(o);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->num_layers, 1);
+  EXPECT_TRUE(one->is_moe_layer(0));
+  o.layers = 1000;
+  EXPECT_EQ(SynthConfig(o).value().num_layers, whole.num_layers);
+  o.layers = -1;
+  EXPECT_EQ(SynthConfig(o).status().code(), StatusCode::kInvalidArgument);
+}
+
 // The published sizes' configs: Qwen2.5-Coder-7B / 14B / 32B (untied, vocabulary 152,064).
 TEST(ModelLoadTest, SynthesizedCoderSizes) {
   struct Want {
