@@ -12,12 +12,12 @@
 //              [--prefill 0|1] [--tiles -1,0,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,2,5 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2]
 //              [--one-token-kernels 0,1,2] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
-//              [--attention-parts 0,4,2] [--attention-parts-v-loads 4,16,32] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0] [--fast-wgmma N[:W]]
+//              [--attention-parts 0,4,2] [--attention-parts-v-loads 4,16,32] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0] [--fast-wgmma N[:W[:C]]]
 //              [--fast-merge 0|2|3[:STEPS]] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K]
 //              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
 //              [--kv-capacity 4096:4,4096:32 --card-mib 81559] [--decode 0] [--prefill-reps 4]
-//              [--prefill-len 256,512,1000] [--wgmma-variants 128:4,128:1,0] [--one-token-plain-from 3072]
+//              [--prefill-len 256,512,1000] [--wgmma-variants 128:4,128:1,128:1:2,0] [--attention-tile-min N] [--attention-tile-blocks 1|2] [--attention-tile-variants 0,64,64:2] [--one-token-plain-from 3072]
 // --layers N: only the first N layers of a shape built in memory (7b .. 30b-a3b), for profiles
 // of its layers without its whole size.
 // Settings compared side by side each run on a backend of their own (CudaBackendOptions::tuning
@@ -379,13 +379,26 @@ bool Bench::Init() {
   // --fast-rope-fused 0: the fast profile's rotary as its own kernel, not in the q|k|v product's
   // epilogue (same bits).
   if (const std::string r = Flag("--fast-rope-fused", ""); !r.empty()) base_.fast_rope_fused = r != "0";
-  // --fast-wgmma N[:W]: the fast profile's products of at least N tokens run on wgmma (0: never;
-  // same bits); W: CudaTuning::fast_wgmma_warpgroups (every such product, W warpgroups a block).
+  // --fast-wgmma N[:W[:C]]: the fast profile's products of at least N tokens run on wgmma (0:
+  // never; same bits); W: CudaTuning::fast_wgmma_warpgroups (every such product, W warpgroups a
+  // block); C: CudaTuning::fast_wgmma_cluster.
   if (const std::string r = Flag("--fast-wgmma", ""); !r.empty()) {
-    const size_t colon = r.find(':');
-    base_.fast_wgmma_min_tokens = std::stoi(r.substr(0, colon));
-    if (colon != std::string::npos) base_.fast_wgmma_warpgroups = std::stoi(r.substr(colon + 1));
+    std::string fields = r;
+    std::replace(fields.begin(), fields.end(), ':', ',');
+    const std::vector<int32_t> f = IntList(fields);
+    if (f.empty() || f.size() > 3) {
+      PrintError("--fast-wgmma takes N[:W[:C]], got " + r);
+      return false;
+    }
+    base_.fast_wgmma_min_tokens = f[0];
+    if (f.size() > 1) base_.fast_wgmma_warpgroups = f[1];
+    if (f.size() > 2) base_.fast_wgmma_cluster = f[2];
   }
+  // --attention-tile-min N: CudaTuning::attention_tile_min_tokens (0: prefill attention never in
+  // query tiles; same bits).
+  if (const std::string r = Flag("--attention-tile-min", ""); !r.empty()) base_.attention_tile_min_tokens = std::stoi(r);
+  // --attention-tile-blocks B: CudaTuning::attention_tile_blocks_per_sm (1 or 2).
+  if (const std::string r = Flag("--attention-tile-blocks", ""); !r.empty()) base_.attention_tile_blocks_per_sm = std::stoi(r);
   // --one-token-plain-from H: CudaTuning::one_token_plain_from_hidden (0: the size rule never
   // takes the plain tile; same bits).
   if (const std::string r = Flag("--one-token-plain-from", ""); !r.empty()) base_.one_token_plain_from_hidden = std::stoi(r);
@@ -801,28 +814,50 @@ bool Bench::DecodeAndPrefill(CudaBackend* base) {
 
     if (Flag("--prefill", "1") == "1" && !PrefillFigures(b, tile, profile, "")) return false;
   }
-  // --wgmma-variants N:W[,...]: the prefill figures again on a backend whose fast products of at
-  // least N tokens run on wgmma (0: never) in blocks of W warpgroups (0: the default rule), side
+  // --wgmma-variants N:W[:C][,...]: the prefill figures again on a backend whose fast products of
+  // at least N tokens run on wgmma (0: never) in blocks of W warpgroups (0: the default rule), in
+  // clusters of C blocks of 1 warpgroup sharing the pieces (CudaTuning::fast_wgmma_cluster), side
   // by side with the default above (same bits: `last_token` must repeat across variants too).
   for (const std::string& v : Split(Flag("--wgmma-variants", ""))) {
     std::string fields = v;
     std::replace(fields.begin(), fields.end(), ':', ',');
     const std::vector<int32_t> f = IntList(fields);
-    if (f.empty() || f.size() > 2 || (f.size() == 2 && (f[1] < 0 || f[1] > 4))) {
-      PrintError("--wgmma-variants takes N:W with W from 0 to 4, got " + v);
+    if (f.empty() || f.size() > 3 || (f.size() >= 2 && (f[1] < 0 || f[1] > 4)) ||
+        (f.size() == 3 && f[2] != 1 && f[2] != 2 && f[2] != 4)) {
+      PrintError("--wgmma-variants takes N:W[:C] with W from 0 to 4 and C 1, 2 or 4, got " + v);
       return false;
     }
     CudaTuning t = base_;
     t.fast_wgmma_min_tokens = f[0];
     if (f.size() > 1) t.fast_wgmma_warpgroups = f[1];
+    if (f.size() > 2) t.fast_wgmma_cluster = f[2];
     std::unique_ptr<CudaBackend> b = Create(t);
     if (!b || !PrefillFigures(b.get(), -1, b->numerics_profile(), v)) return false;
+  }
+  // --attention-tile-variants N[:B][,...]: the prefill figures again on a backend whose attention
+  // runs in query tiles from steps of N tokens (0: never), side by side with the default above
+  // (same bits: `last_token` must repeat); labelled "attention_tile:N".
+  // N:B: B blocks a multiprocessor (CudaTuning::attention_tile_blocks_per_sm).
+  for (const std::string& v : Split(Flag("--attention-tile-variants", ""))) {
+    std::string fields = v;
+    std::replace(fields.begin(), fields.end(), ':', ',');
+    const std::vector<int32_t> f = IntList(fields);
+    if (f.empty() || f.size() > 2 || (f.size() == 2 && f[1] != 1 && f[1] != 2)) {
+      PrintError("--attention-tile-variants takes N[:B] with B 1 or 2, got " + v);
+      return false;
+    }
+    CudaTuning t = base_;
+    t.attention_tile_min_tokens = f[0];
+    if (f.size() == 2) t.attention_tile_blocks_per_sm = f[1];
+    std::unique_ptr<CudaBackend> b = Create(t);
+    if (!b || !PrefillFigures(b.get(), -1, b->numerics_profile(), "attention_tile:" + v)) return false;
   }
   return true;
 }
 
 // The prefill figures: 1 and 4 prompts of each --prefill-len, --prefill-reps runs each (the first
-// untimed). `wgmma` names the --wgmma-variants entry the backend was made for ("" the default).
+// untimed). `wgmma`: the variant (--wgmma-variants or --attention-tile-variants entry) the backend was
+// made for, printed as "variant" ("" the default).
 bool Bench::PrefillFigures(CudaBackend* b, int32_t tile, const std::string& profile, const std::string& wgmma) {
   const ModelConfig& c = model_->config();
   // --prefill-reps R: R runs of each prefill, the first untimed (its figure is the median of the rest).
@@ -851,7 +886,7 @@ bool Bench::PrefillFigures(CudaBackend* b, int32_t tile, const std::string& prof
                                    4.0 * (prefill_len / 2.0) * c.q_dim() * c.num_layers;
     std::printf("{\"what\":\"prefill\",\"shape\":\"%s\",\"prompts\":%d,\"prompt_tokens\":%d,\"tokens_per_s\":%.1f,"
                 "\"seconds\":%.4f,\"achieved_TFLOPs\":%.3f,\"fraction_of_fp32_fma\":%.3f,\"fraction_of_bf16_wgmma\":%.3f,"
-                "\"repeat_equal\":%s,\"tile\":%d,\"numerics\":\"%s\",\"wgmma\":\"%s\",\"last_token\":%d}\n",
+                "\"repeat_equal\":%s,\"tile\":%d,\"numerics\":\"%s\",\"variant\":\"%s\",\"last_token\":%d}\n",
                 shape_.c_str(), n, prefill_len, tps, secs, flops_per_token * tps / 1e12,
                 flops_per_token * tps / (2 * fma_), bf16_ > 0 ? flops_per_token * tps / bf16_ : 0.0,
                 first_tokens.size() == 1 ? "true" : "false", tile, profile.c_str(), wgmma.c_str(),

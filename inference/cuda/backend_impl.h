@@ -303,7 +303,8 @@ class CudaBackendImpl final : public CudaBackend {
   struct StepLayout {
     int32_t tokens = 0, logit_rows = 0, max_blocks = 0, context = 0;
     int32_t longest = 0;  // the most positions any sequence has after this step (context: its bucket)
-    int64_t tokens_off = 0, pos_off = 0, table_off = 0, logit_rows_off = 0, total = 0;
+    int32_t attention_tiles = 0;  // query tiles of LaunchTileAttention (0: the other kernels)
+    int64_t tokens_off = 0, pos_off = 0, table_off = 0, logit_rows_off = 0, tiles_off = 0, total = 0;
   };
 
   Status Step(const BatchPlan& plan, bool greedy);

@@ -60,37 +60,58 @@ int MergeMaxSteps(const CudaTuning& t) {
 #include "inference/cuda/fast_stream.cuh"
 #include "inference/cuda/fast_wgmma.cuh"
 
-template <int WGS, bool NORM, int EPI>
+template <int WGS, int CL, bool NORM, int EPI>
 cudaError_t LaunchWgmmaFor(const LinearArgs& a, int32_t splits, const uint16_t* pieces, const float* scales,
                            cudaStream_t stream) {
   using S = FastWgShape<WGS>;
   static PerDevice<cudaError_t> prepared_on;
   const cudaError_t prepared = prepared_on.Get([] {
-    return cudaFuncSetAttribute(FastWgmmaKernel<WGS, NORM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(FastWgmmaKernel<WGS, CL, NORM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 S::kSmemBytes);
   });
   if (prepared != cudaSuccess) return prepared;
-  const dim3 grid((a.tokens + kWgTokens - 1) / kWgTokens, (a.w.rows + S::kRows - 1) / S::kRows);
+  // Clusters of CL row blocks: the row blocks rounded up to whole clusters (a block past the last
+  // row reads the last tile again and stores nothing).
+  const unsigned row_blocks = static_cast<unsigned>((a.w.rows + S::kRows - 1) / S::kRows);
+  const dim3 grid((a.tokens + kWgTokens - 1) / kWgTokens, (row_blocks + CL - 1) / CL * CL);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
-  FastWgmmaKernel<WGS, NORM, EPI><<<grid, S::kThreads, S::kSmemBytes, stream>>>(a, splits, pieces, scales);
-  return cudaGetLastError();
+  if constexpr (CL == 1) {
+    FastWgmmaKernel<WGS, CL, NORM, EPI><<<grid, S::kThreads, S::kSmemBytes, stream>>>(a, splits, pieces, scales);
+    return cudaGetLastError();
+  } else {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(S::kThreads);
+    cfg.dynamicSmemBytes = S::kSmemBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = CL;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, FastWgmmaKernel<WGS, CL, NORM, EPI>, a, splits, pieces, scales);
+  }
 }
 
 // The product's own epilogue compiled in where it is a common one, as LaunchFastCompiled does.
-template <int WGS>
+template <int WGS, int CL>
 cudaError_t LaunchWgmma(const LinearArgs& a, int32_t splits, const uint16_t* pieces, const float* scales,
                         cudaStream_t stream) {
   constexpr int kRope = static_cast<int>(LinearEpilogue::kRopeStore);
   constexpr int kSilu = static_cast<int>(LinearEpilogue::kSiluMul);
   constexpr int kResidual = static_cast<int>(LinearEpilogue::kAddResidual);
   if (a.norm_weight != nullptr) {
-    if (a.epilogue == LinearEpilogue::kRopeStore) return LaunchWgmmaFor<WGS, true, kRope>(a, splits, pieces, scales, stream);
-    if (a.epilogue == LinearEpilogue::kSiluMul) return LaunchWgmmaFor<WGS, true, kSilu>(a, splits, pieces, scales, stream);
-    return LaunchWgmmaFor<WGS, true, -1>(a, splits, pieces, scales, stream);
+    if (a.epilogue == LinearEpilogue::kRopeStore)
+      return LaunchWgmmaFor<WGS, CL, true, kRope>(a, splits, pieces, scales, stream);
+    if (a.epilogue == LinearEpilogue::kSiluMul)
+      return LaunchWgmmaFor<WGS, CL, true, kSilu>(a, splits, pieces, scales, stream);
+    return LaunchWgmmaFor<WGS, CL, true, -1>(a, splits, pieces, scales, stream);
   }
   if (a.epilogue == LinearEpilogue::kAddResidual)
-    return LaunchWgmmaFor<WGS, false, kResidual>(a, splits, pieces, scales, stream);
-  return LaunchWgmmaFor<WGS, false, -1>(a, splits, pieces, scales, stream);
+    return LaunchWgmmaFor<WGS, CL, false, kResidual>(a, splits, pieces, scales, stream);
+  return LaunchWgmmaFor<WGS, CL, false, -1>(a, splits, pieces, scales, stream);
 }
 
 // Prefill-sized products on wgmma (fast_wgmma.cuh): false where they do not run there. By
@@ -123,10 +144,14 @@ bool LaunchFastWgmma(const LinearArgs& a, int32_t splits, const LaunchContext& c
   }
   FastPiecesKernel<<<static_cast<unsigned>(token_tiles * kWgTokens / 8), 256, 0, stream>>>(a, splits, pieces, scales);
   if ((*error = cudaGetLastError()) != cudaSuccess) return true;
-  *error = wgs == 4   ? LaunchWgmma<4>(a, splits, pieces, scales, stream)
-           : wgs == 3 ? LaunchWgmma<3>(a, splits, pieces, scales, stream)
-           : wgs == 2 ? LaunchWgmma<2>(a, splits, pieces, scales, stream)
-                      : LaunchWgmma<1>(a, splits, pieces, scales, stream);
+  // Clusters sharing the pieces: blocks of 1 warpgroup only (the larger blocks share them already).
+  const int cluster = wgs == 1 ? t.fast_wgmma_cluster : 1;
+  *error = wgs == 4       ? LaunchWgmma<4, 1>(a, splits, pieces, scales, stream)
+           : wgs == 3     ? LaunchWgmma<3, 1>(a, splits, pieces, scales, stream)
+           : wgs == 2     ? LaunchWgmma<2, 1>(a, splits, pieces, scales, stream)
+           : cluster == 4 ? LaunchWgmma<1, 4>(a, splits, pieces, scales, stream)
+           : cluster == 2 ? LaunchWgmma<1, 2>(a, splits, pieces, scales, stream)
+                          : LaunchWgmma<1, 1>(a, splits, pieces, scales, stream);
   return true;
 }
 

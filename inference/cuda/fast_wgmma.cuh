@@ -116,6 +116,31 @@ __device__ __forceinline__ void WgBarrierWait(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
 }
+// An arrival on an mbarrier of any block of the cluster (`bar` from ClusterAddr). The stage's
+// reads it releases are the consumer's wgmma reads, complete (wait_group) before it arrives; the
+// copies that then overwrite the stage are issued only once the barrier's phase is seen complete.
+__device__ __forceinline__ void WgBarrierArriveCluster(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ int WgClusterRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return static_cast<int>(r);
+}
+// Every thread of every block of the cluster.
+__device__ __forceinline__ void WgClusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// One copy into the same shared-memory offset of every block in `mask`, completing on the
+// mbarrier at `bar`'s offset in each of them.
+__device__ __forceinline__ void WgBulkCopyMulticast(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
+                                                    uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "h"(mask)
+      : "memory");
+}
 __device__ __forceinline__ void WgBulkCopy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
@@ -158,10 +183,20 @@ struct WgSteps {
   __device__ __forceinline__ int End(int sl) const { return static_cast<int>(static_cast<int64_t>(sl + 1) * steps / splits); }
 };
 
-template <int WGS, bool NORM, int EPI>
+// CL > 1: the grid's blocks in clusters of CL consecutive row blocks over the same 128 tokens.
+// Each block's producer copies its own weight tiles and a CL-th of every step's pieces,
+// multicast into the same stage of every block of the cluster, so the pieces (12 KiB a step
+// against 2 KiB of weights a warpgroup) cross from L2 once a cluster instead of once a block: L2
+// bandwidth is what holds a block of 1 warpgroup (ncu, 7B gate|up: L2 at 73% of its throughput,
+// the tensor pipe at 44%). A stage is free again once the consumers of every block of the cluster
+// released it (each consumer warp arrives on every block's empty barrier).
+template <int WGS, int CL, bool NORM, int EPI>
 __global__ void __launch_bounds__(FastWgShape<WGS>::kThreads) __maxnreg__(FastWgShape<WGS>::kMaxRegs)
     FastWgmmaKernel(LinearArgs a, int32_t splits, const uint16_t* pieces, const float* scales) {
   using S = FastWgShape<WGS>;
+  static_assert(CL == 1 || CL == 2 || CL == 4, "a step's pieces in CL equal 16-byte-aligned parts");
+  constexpr int kPartBytes = kWgStepPiecesBytes / CL;
+  static_assert(kPartBytes % 16 == 0, "bulk copies of whole 16-byte units");
   extern __shared__ __align__(128) unsigned char wg_smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int rows = a.w.rows, steps = a.w.cols_padded / kStepCols;
@@ -174,11 +209,17 @@ __global__ void __launch_bounds__(FastWgShape<WGS>::kThreads) __maxnreg__(FastWg
   if (tid == 0) {
     for (int i = 0; i < S::kStages; ++i) {
       WgBarrierInit(full0 + 8 * i, 1);
-      WgBarrierInit(empty0 + 8 * i, S::kTiles);  // every consumer warp releases its stage
+      WgBarrierInit(empty0 + 8 * i, S::kTiles * CL);  // every consumer warp of the cluster releases it
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  // With clusters, no block copies into another before that one's barriers exist.
+  if constexpr (CL > 1) {
+    WgClusterSync();
+  } else {
+    __syncthreads();
+  }
+  const int rank = CL > 1 ? WgClusterRank() : 0;
 
   if (warp == WGS * 4) {  // the producer warp: one lane issues every copy
     if (lane == 0) {
@@ -197,10 +238,19 @@ __global__ void __launch_bounds__(FastWgShape<WGS>::kThreads) __maxnreg__(FastWg
               const int tile = min(tile0 + r, last_tile);
               WgBulkCopy(dst + r * 512, tiles + (static_cast<int64_t>(tile) * steps + s) * 512, 512, full);
             }
-            WgBulkCopy(dst + S::kTiles * 512, step_pieces + static_cast<int64_t>(s) * kWgStepPiecesBytes,
-                       kWgStepPiecesBytes, full);
+            const unsigned char* src = step_pieces + static_cast<int64_t>(s) * kWgStepPiecesBytes;
+            if constexpr (CL > 1) {
+              WgBulkCopyMulticast(dst + S::kTiles * 512 + rank * kPartBytes, src + rank * kPartBytes, kPartBytes,
+                                  full, static_cast<uint16_t>((1u << CL) - 1));
+            } else {
+              WgBulkCopy(dst + S::kTiles * 512, src, kWgStepPiecesBytes, full);
+            }
           }
     }
+    __syncwarp();
+    // A cluster's blocks leave together: another block's consumers still arrive on this one's
+    // barriers until they are done.
+    if constexpr (CL > 1) WgClusterSync();
     return;
   }
 
@@ -229,9 +279,17 @@ __global__ void __launch_bounds__(FastWgShape<WGS>::kThreads) __maxnreg__(FastWg
     ++i;
   };
   // Step i - 1's instructions are done once at most the newest group (step i's) is in flight.
-  auto release_previous = [&] {
-    if (lane == 0) WgBarrierArrive(empty0 + 8 * ((i - 2 + S::kStages) % S::kStages));
+  // A stage's release: on this block's empty barrier, or with clusters on every block's.
+  auto release = [&](int stage) {
+    if (lane != 0) return;
+    if constexpr (CL > 1) {
+#pragma unroll
+      for (int r = 0; r < CL; ++r) WgBarrierArriveCluster(ClusterAddr(empty0 + 8 * stage, r));
+    } else {
+      WgBarrierArrive(empty0 + 8 * stage);
+    }
   };
+  auto release_previous = [&] { release((i - 2 + S::kStages) % S::kStages); };
   for (int sl = 0; sl < splits; ++sl) {
     for (int c = 0; c < kWarps; ++c) {
 #pragma unroll
@@ -260,7 +318,7 @@ __global__ void __launch_bounds__(FastWgShape<WGS>::kThreads) __maxnreg__(FastWg
         }
       }
       WgWait<0>(acc);
-      if (n > 0 && lane == 0) WgBarrierArrive(empty0 + 8 * ((i - 1) % S::kStages));
+      if (n > 0) release((i - 1) % S::kStages);
       if constexpr (S::kSumInShared) {
 #pragma unroll
         for (int k = 0; k < 64; ++k) {
@@ -304,4 +362,5 @@ __global__ void __launch_bounds__(FastWgShape<WGS>::kThreads) __maxnreg__(FastWg
       StoreFast<E>(a, m0 + tok, n, v0, v1, e);
     }
   });
+  if constexpr (CL > 1) WgClusterSync();  // with the producer's: the cluster's blocks leave together
 }

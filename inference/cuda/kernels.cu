@@ -117,6 +117,7 @@ __device__ __forceinline__ float LaneRowSumSquares(const float4* row, int groups
 #include "inference/cuda/tiled_linear.cuh"
 #include "inference/cuda/small_ops.cuh"
 #include "inference/cuda/attention.cuh"
+#include "inference/cuda/attention_tile.cuh"
 #include "inference/cuda/step.cuh"
 #include "inference/cuda/argmax.cuh"
 
@@ -317,6 +318,16 @@ cudaError_t PrepareAttention(int32_t max_context) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGroupAttnMaxSmem));
     if (e != cudaSuccess) return e;
   }
+  for (auto* kernel : {TileAttentionKernel<64, 1>, TileAttentionKernel<64, 2>}) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(TileAttnLayout<64>::Bytes(max_context, 8)));
+    if (e != cudaSuccess) return e;
+  }
+  for (auto* kernel : {TileAttentionKernel<128, 1>, TileAttentionKernel<128, 2>}) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(TileAttnLayout<128>::Bytes(max_context, 8)));
+    if (e != cudaSuccess) return e;
+  }
   return cudaFuncSetAttribute(AttentionKernel<1, 2, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                               static_cast<int>(kAttnKvStageMaxBytes));
 }
@@ -395,6 +406,38 @@ cudaError_t LaunchAttention(const float* q, const StepTokens& step, const Attent
                                   : AttentionKernel<AttnGroups(kMaxHeadDim), 0>);
   return LaunchChained(kernel, grid, dim3(kAttnThreads), AttentionSharedBytes(max_context), stream, q, step, shape, kv,
                        scale, out, out_stride, max_context, prefetch);
+}
+
+int AttentionTileTokens(const AttentionShape& shape) {
+  if ((shape.head_dim != 64 && shape.head_dim != 128) || shape.num_kv_heads <= 0 ||
+      shape.num_heads % shape.num_kv_heads != 0 || shape.block_size < 8)
+    return 0;
+  return TileAttnTokens(shape.num_heads / shape.num_kv_heads);
+}
+
+bool AttentionTilesPay(const AttentionShape& shape, int64_t tiles, const CudaTuning& tuning) {
+  if (!tuning.attention_tile_by_rule) return true;
+  return shape.head_dim == 128 && tiles * shape.num_kv_heads >= static_cast<int64_t>(std::max(
+                                                                    1, tuning.attention_tile_blocks_per_sm)) *
+                                                                    MultiprocessorCount();
+}
+
+cudaError_t LaunchTileAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
+                                float scale, int32_t max_context, float* out, int32_t out_stride,
+                                const int32_t* tiles, int32_t num_tiles, const LaunchContext& ctx,
+                                cudaStream_t stream) {
+  if (num_tiles <= 0) return cudaSuccess;
+  if (AttentionTileTokens(shape) == 0) return cudaErrorInvalidValue;
+  if (ctx.stats != nullptr) ++ctx.stats->attention_tile_launches;
+  const dim3 grid(num_tiles, shape.num_kv_heads);
+  const bool two = ctx.tuning->attention_tile_blocks_per_sm == 2;
+  if (shape.head_dim == 64)
+    return LaunchChained(two ? TileAttentionKernel<64, 2> : TileAttentionKernel<64, 1>, grid,
+                         dim3(kTileAttnThreads), TileAttnLayout<64>::Bytes(max_context, shape.block_size), stream, q,
+                         step, shape, kv, scale, out, out_stride, tiles);
+  return LaunchChained(two ? TileAttentionKernel<128, 2> : TileAttentionKernel<128, 1>, grid,
+                       dim3(kTileAttnThreads), TileAttnLayout<128>::Bytes(max_context, shape.block_size), stream, q,
+                       step, shape, kv, scale, out, out_stride, tiles);
 }
 
 cudaError_t LaunchRmsNorm(const float* x, int32_t stride, int32_t tokens, int32_t cols, const float* weight,

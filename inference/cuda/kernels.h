@@ -312,6 +312,21 @@ bool CanRunAttentionParts(const StepTokens& step, const AttentionShape& shape, i
 cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
                                  float scale, int32_t max_context, float* out, const AttentionParts& parts,
                                  const LaunchContext& ctx, cudaStream_t stream);
+// Attention of a prefill step in query tiles (TileAttentionKernel, attention_tile.cuh): `tiles`
+// holds num_tiles (first token, tokens) pairs on the device, each a run of consecutive positions
+// of one sequence of at most AttentionTileTokens(shape) tokens, every token of the step in one.
+// No window and no soft cap. Same bits as LaunchAttention.
+int AttentionTileTokens(const AttentionShape& shape);  // 0: the kernel cannot take the shape
+// Whether `tiles` query tiles of a step run faster than the other kernels (CudaTuning::
+// attention_tile_by_rule): at head_dim 128, with blocks (tiles x KV heads) for one full wave of the
+// device (attention_tile_blocks_per_sm a multiprocessor); fewer leave it partly idle, where the
+// other kernels' (query head, token) blocks fill it. At head_dim 64 (two terms a class of the dot)
+// the grouped kernel measured faster.
+bool AttentionTilesPay(const AttentionShape& shape, int64_t tiles, const CudaTuning& tuning);
+cudaError_t LaunchTileAttention(const float* q, const StepTokens& step, const AttentionShape& shape, LayerKv kv,
+                                float scale, int32_t max_context, float* out, int32_t out_stride,
+                                const int32_t* tiles, int32_t num_tiles, const LaunchContext& ctx,
+                                cudaStream_t stream);
 // Shared memory LaunchAttention needs for max_context positions (it raises the kernel's limit).
 int64_t AttentionSharedBytes(int32_t max_context);
 cudaError_t PrepareAttention(int32_t max_context);

@@ -230,7 +230,12 @@ Status CudaBackendImpl::LaunchPlainAttention(const StepLayout& lay, const StepTo
   const bool parts = lay.tokens == 1 && tuning_.attention_variant < 0 && parts_from > 0 &&
                      lay.context / 2 >= parts_from && attn_sync_.as<void>() != nullptr &&
                      cuda::CanRunAttentionParts(step, shape, lay.context, tuning_.attention_parts);
-  if (parts)
+  if (lay.attention_tiles > 0)
+    ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchTileAttention(q_.as<float>(), step, shape, kv, scale_, lay.context,
+                                                        att_.as<float>(), AttStride(),
+                                                        meta_.as<int32_t>() + lay.tiles_off, lay.attention_tiles,
+                                                        Ctx(), stream_));
+  else if (parts)
     ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchAttentionParts(q_.as<float>(), step, shape, kv, scale_, lay.context,
                                                          att_.as<float>(), AttentionPartsScratch(), Ctx(), stream_));
   else

@@ -51,6 +51,20 @@ struct CudaTuning {
   // of a KV head in one block, in parts leaving about one block per multiprocessor; 11: as 10 in
   // as few parts as the threads allow.
   int attention_variant = -1;
+  // Steps of at least this many tokens (0: never) whose attention needs no window and no soft cap
+  // run it in query tiles (attention_tile.cuh: several consecutive tokens of a sequence and
+  // every query head of a KV head share each staged K/V row), where their tiles are mostly full
+  // (at most twice the step's tokens in tile rows). Same bits.
+  int attention_tile_min_tokens = 64;
+  // Blocks of that kernel a multiprocessor holds: 1 (registers unbounded: 255 a thread) or 2 (128
+  // a thread). 7B fast prefill, H200, 1 -> 2: one prompt of 1,024 tokens 46.5k -> 48.9k tok/s
+  // (layers 4), of 3,000 33.2k -> 37.4k.
+  int attention_tile_blocks_per_sm = 2;
+  // The measured rule (kernels.h, AttentionTilesPay): head_dim 128 only, and only where the
+  // tiles' blocks fill the device once. H200, other kernels -> tiles: 1.5B exact, one prompt of
+  // 256 tokens (104 blocks on 132 multiprocessors) 11.5k -> 9.8k tok/s; 0.5B fast (head_dim 64),
+  // 1,024 tokens 58.2k -> 47.5k. Off: wherever the kernel can run (tests).
+  bool attention_tile_by_rule = true;
   // From how many positions one token's attention runs each head in 8 (4, 2) blocks over parts
   // of its positions, in the one-launch step (per step; 0: never). 192: at 1.5B batch 1 (H200)
   // even at 128-200 positions, +3% at 192-264, -4% at 64-136.
@@ -107,6 +121,9 @@ struct CudaTuning {
   int fast_wgmma_min_tokens = 128;
   int fast_wgmma_min_cols = 2048;
   int fast_wgmma_warpgroups = 0;
+  // Blocks of 1 warpgroup in clusters of this many (1, 2 or 4) row blocks, each step's pieces
+  // multicast to the cluster (fast_wgmma.cuh): L2 reads of the pieces divided by it.
+  int fast_wgmma_cluster = 1;
 
   // --- Sampling (sampling.h). 0: every column sorted; 1: the candidate path where the rules
   // allow it; 2: as 1, then every column sorted again as after an overflow (its fallback).
@@ -120,6 +137,7 @@ struct CudaLaunchStats {
   int64_t decode_steps_in_parts = 0;      // of those, launched with the attention-in-parts code
   int64_t tiled_linear_launches = 0;      // TiledLinearKernel launches
   int64_t attention_parts_launches = 0;   // LaunchAttentionParts launches
+  int64_t attention_tile_launches = 0;    // LaunchTileAttention launches
   int64_t late_prefetch_launches = 0;     // launches whose first blocks prefetched for late ones
   int64_t fast_linear_launches = 0;       // fast-profile products
   int64_t fast_merged_launches = 0;       // of those, with merged slices

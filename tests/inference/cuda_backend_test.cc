@@ -609,6 +609,67 @@ TEST_P(CudaAttentionVariants, EqualCpu) {
 
 INSTANTIATE_TEST_SUITE_P(HeadDims, CudaAttentionVariants, ::testing::Values(64, 128, 136));
 
+// Attention of prefill steps in query tiles (TileAttentionKernel): tiles of 4 tokens x 7 heads
+// (head_dim 128), 16 x 2 (64), 32 x 1 (128) and 1 x 32 (64) rows, over steps that mix sequences:
+// three prompts of 300, 129 and 45 tokens with a decode token in one step, then a chunk of 100
+// continuing the first (its context in the cache from the step before) beside a new 70-token
+// prompt and a decode token, then decode steps. Every logit equals the CPU's, with the tiles from
+// every step size (min tokens 1) and from the default size (their blocks need not fill the
+// device here), and the kernel did run.
+TEST(CudaAttentionTiles, MixedStepsEqualCpu) {
+  SKIP_WITHOUT_GPU();
+  struct Shape {
+    int heads, kv_heads, head_dim;
+  };
+  for (const Shape& sh : {Shape{7, 1, 128}, Shape{4, 2, 64}, Shape{2, 2, 128}, Shape{32, 1, 64}}) {
+    SynthSpec spec;
+    spec.hidden = 256;
+    spec.heads = sh.heads;
+    spec.kv_heads = sh.kv_heads;
+    spec.head_dim = sh.head_dim;
+    auto model = SynthModel("attn_tiles_" + std::to_string(sh.heads) + "_" + std::to_string(sh.kv_heads) + "_" +
+                                std::to_string(sh.head_dim),
+                            spec);
+    ASSERT_TRUE(model);
+    const int32_t vocab = model->config().vocab_size;
+    for (int min_tokens : {1, -1}) {
+      SCOPED_TRACE("heads=" + std::to_string(sh.heads) + " kv_heads=" + std::to_string(sh.kv_heads) +
+                   " head_dim=" + std::to_string(sh.head_dim) + " min_tokens=" + std::to_string(min_tokens));
+      CudaTuning tuning;
+      if (min_tokens > 0) tuning.attention_tile_min_tokens = min_tokens;
+      tuning.attention_tile_by_rule = false;  // head_dim 64 too, and steps far from a device's wave
+      auto cpu = Cpu(model);
+      auto gpu = Cuda(model, true, NumericsProfile::kExact, tuning);
+      ASSERT_TRUE(cpu && gpu);
+      Driver dc(cpu.get(), 96), dg(gpu.get(), 96);
+      Seq ac, bc, cc, dd, ec, ag, bg, cg, dg_, eg;
+      ac.tokens = ag.tokens = Prompt(400, vocab, 21);
+      bc.tokens = bg.tokens = Prompt(129, vocab, 22);
+      cc.tokens = cg.tokens = Prompt(45, vocab, 23);
+      dd.tokens = dg_.tokens = Prompt(1, vocab, 24);
+      ec.tokens = eg.tokens = Prompt(70, vocab, 25);
+      auto both = [&](const std::vector<Driver::Part>& pc, const std::vector<Driver::Part>& pg, const char* what) {
+        const std::vector<float> lc = dc.Step(pc), lg = dg.Step(pg);
+        EXPECT_FALSE(lc.empty());
+        EXPECT_TRUE(SameBits(lc, lg)) << what;
+        return lc;
+      };
+      both({{&ac, 300, 300}, {&bc, 129, 129}, {&cc, 45, 45}, {&dd, 1, 1}},
+           {{&ag, 300, 300}, {&bg, 129, 129}, {&cg, 45, 45}, {&dg_, 1, 1}}, "three prompts and a decode token");
+      bc.tokens.push_back(7);
+      bg.tokens.push_back(7);
+      std::vector<float> last = both({{&ac, 100, 100}, {&ec, 70, 70}, {&bc, 1, 1}},
+                                     {{&ag, 100, 100}, {&eg, 70, 70}, {&bg, 1, 1}},
+                                     "a chunk continuing a prompt, a new prompt, a decode token");
+      for (int step = 0; step < 3; ++step) {
+        for (Seq* q : {&ac, &ag, &ec, &eg}) q->tokens.push_back((step * 131 + 5) % vocab);
+        last = both({{&ac, 1, 1}, {&ec, 1, 1}}, {{&ag, 1, 1}, {&eg, 1, 1}}, "decode");
+      }
+      EXPECT_GT(gpu->launch_stats().attention_tile_launches, 0);
+    }
+  }
+}
+
 // Variants 10 and 11 (GroupAttentionKernel: the query heads of a KV head in one block, their K/V
 // rows staged once) at Qwen2.5's groupings: 7 query heads per KV head at head_dim 64 (one part
 // with 11; one head per part with 10, as a single token's step asks), 6 at 128 (at least two
@@ -1948,7 +2009,8 @@ TEST(CudaFastProfile, RopeInTheProductKeepsBits) {
 // position's logits (its rows gathered). Three sequences of 300, 129 and 45 tokens prefilled in
 // one step (474 token rows: four 128-token tiles, the last partly filled), a 200-token one
 // prefilled whole and in chunks of 16 (FastLinearKernel), then batched decode steps: logits
-// identical in every bit, and the wgmma run did launch wgmma products.
+// identical in every bit at every block shape and cluster size, and the wgmma run did launch
+// wgmma products.
 TEST(CudaFastProfile, WgmmaPrefillKeepsBits) {
   SKIP_WITHOUT_GPU();
   std::vector<std::shared_ptr<const Model>> models = SlicedProductModels("fast_wgmma");
@@ -1967,11 +2029,12 @@ TEST(CudaFastProfile, WgmmaPrefillKeepsBits) {
     const int32_t vocab = model->config().vocab_size;
     SCOPED_TRACE("hidden=" + std::to_string(model->config().hidden_size));
     // Warpgroups 0: the default rule, unsliced products only (here from 16 columns up).
-    auto run = [&](int min_tokens, int64_t* wgmma_launches, int warpgroups = 0) {
+    auto run = [&](int min_tokens, int64_t* wgmma_launches, int warpgroups = 0, int cluster = 1) {
       CudaTuning tuning;
       tuning.fast_wgmma_min_tokens = min_tokens;
       tuning.fast_wgmma_min_cols = 16;
       tuning.fast_wgmma_warpgroups = warpgroups;
+      tuning.fast_wgmma_cluster = cluster;
       auto fast = Fast(model, true, tuning);
       std::vector<std::vector<float>> all;
       if (!fast) return all;
@@ -1999,11 +2062,12 @@ TEST(CudaFastProfile, WgmmaPrefillKeepsBits) {
     EXPECT_EQ(without, 0);
     for (size_t i = 0; i < wgmma.size(); ++i) ASSERT_TRUE(SameBits(wgmma[i], kernel[i])) << "step " << i;
     // Every block shape (warpgroups a block; 3 and 4 run only the unsliced products, the others
-    // take 2).
-    for (int warpgroups : {1, 2, 3, 4}) {
-      SCOPED_TRACE("warpgroups=" + std::to_string(warpgroups));
+    // take 2), and blocks of 1 in clusters of 2 and 4 sharing the pieces (row blocks padded to
+    // whole clusters: q|k|v of the 64-wide model is 2 row blocks, so a cluster of 4 has 2 empty).
+    for (const auto& [warpgroups, cluster] : std::vector<std::pair<int, int>>{{1, 1}, {1, 2}, {1, 4}, {2, 1}, {3, 1}, {4, 1}}) {
+      SCOPED_TRACE("warpgroups=" + std::to_string(warpgroups) + " cluster=" + std::to_string(cluster));
       int64_t launches = 0;
-      const std::vector<std::vector<float>> shaped = run(128, &launches, warpgroups);
+      const std::vector<std::vector<float>> shaped = run(128, &launches, warpgroups, cluster);
       ASSERT_EQ(shaped.size(), 8u);
       EXPECT_GT(launches, 0);
       for (size_t i = 0; i < shaped.size(); ++i) ASSERT_TRUE(SameBits(shaped[i], kernel[i])) << "step " << i;
