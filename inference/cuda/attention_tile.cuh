@@ -19,8 +19,8 @@
 // in the order j = 0..31 of l = bitrev5(j) (0, 16, 8, 24, ...) make the canonical tree's pairs
 // (l, l + 16), then (l, l + 8), ... complete in the order a binary counter carries, so a sum needs
 // its running class sum and at most five pending subtree sums (TreeFold), not 32 accumulators. The
-// additions are the tree's own (IEEE addition commutes), so the bits are the other kernels'. That
-// is what lets a block hold 32 rows x 128 dims of outputs.
+// additions are the tree's own (IEEE addition commutes), so the bits are the other kernels'
+// (class_fold.h). That is what lets a block hold 32 rows x 128 dims of outputs.
 //
 // A block: one query tile (up to TileAttnTokens(group) consecutive tokens of one sequence, the
 // host's list) x one KV head, rows r = token * group + head. Pass 1 stages the keys 0 .. L - 1 (L:
@@ -36,27 +36,6 @@ constexpr int kTileAttnKeys = 64;  // keys a staged chunk
 
 // Tokens a query tile holds for `group` query heads per KV head (0: the kernel cannot take it).
 ROTE_HD inline int TileAttnTokens(int group) { return group < 1 || group > kTileAttnRows ? 0 : kTileAttnRows / group; }
-
-// Bit reversal of a 5-bit class index.
-ROTE_HD constexpr int Bitrev5(int j) {
-  return ((j & 1) << 4) | ((j & 2) << 2) | (j & 4) | ((j & 8) >> 2) | ((j & 16) >> 4);
-}
-
-// Fold a finished class sum (class bitrev5(j)) into the canonical tree: a binary counter over j,
-// level `lev` holding the left subtree whose right sibling is being summed. Returns true with the
-// whole tree in `v` after class j = 31.
-__device__ __forceinline__ bool TreeFold(float& v, float* pending, int stride, int j) {
-  int lev = 0;
-  while (lev < 5 && ((j >> lev) & 1)) {
-    v = pending[lev * stride] + v;
-    ++lev;
-  }
-  if (lev < 5) {
-    pending[lev * stride] = v;
-    return false;
-  }
-  return true;
-}
 
 template <int HD>
 struct TileAttnLayout {
@@ -100,9 +79,6 @@ __device__ __forceinline__ void TileAttnLoad(const float* p, float (&v)[T]) {
     v[0] = x.x, v[1] = x.y;
   }
 }
-
-// The tree levels that finishing class bitrev5(j) completes: j's trailing one bits.
-ROTE_HD constexpr int TrailingOnes(int j) { return j & 1 ? 1 + TrailingOnes(j >> 1) : 0; }
 
 // Scores of rows 2 rr, 2 rr + 1 against chunk keys kk, kk + 16, kk + 32, kk + 48 (class-major q
 // and K rows in shared memory): the canonical dot, one class at a time folded into the tree.

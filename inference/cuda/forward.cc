@@ -2,9 +2,9 @@
 // step_launch.cc), and the logits, greedy tokens or sampled tokens copied back.
 #include "inference/cuda/backend_impl.h"
 
-#include <algorithm>
-#include <array>
 #include <vector>
+
+#include "inference/cuda/attention_tiles.h"
 
 namespace rote::inference::cuda_impl {
 
@@ -198,13 +198,17 @@ Status CudaBackendImpl::Step(const BatchPlan& plan, bool greedy) {
   // and the measured rule says they pay (AttentionTilesPay).
   const AttentionShape tile_shape{c.num_heads, c.num_kv_heads, c.head_dim, kKvBlockSize};
   const int32_t tile_tokens = cuda::AttentionTileTokens(tile_shape);
+  std::vector<cuda::AttentionTile> tiles;
   if (!use_graph && tile_tokens > 0 && tuning_.attention_tile_min_tokens > 0 &&
       lay.tokens >= tuning_.attention_tile_min_tokens) {
-    int64_t tiles = 0;
+    std::vector<cuda::StepSequence> sequences;
+    sequences.reserve(plan.sequences.size());
     for (const SequenceStep& s : plan.sequences)
-      tiles += (static_cast<int64_t>(s.tokens.size()) + tile_tokens - 1) / tile_tokens;
-    if (tiles * tile_tokens <= 2 * int64_t{lay.tokens} && cuda::AttentionTilesPay(tile_shape, tiles, tuning_))
-      lay.attention_tiles = static_cast<int32_t>(tiles);
+      sequences.push_back({static_cast<int32_t>(s.tokens.size()), s.start_pos});
+    tiles = cuda::AttentionTilesFor(sequences, tile_tokens);
+    const int64_t n = static_cast<int64_t>(tiles.size());
+    if (cuda::AttentionTilesMostlyFull(n, tile_tokens, lay.tokens) && cuda::AttentionTilesPay(tile_shape, n, tuning_))
+      lay.attention_tiles = static_cast<int32_t>(n);
   }
   lay.tiles_off = lay.table_off + static_cast<int64_t>(lay.tokens) * lay.max_blocks;
   lay.total = lay.tiles_off + 2 * int64_t{lay.attention_tiles};
@@ -226,25 +230,11 @@ Status CudaBackendImpl::Step(const BatchPlan& plan, bool greedy) {
       if (i >= n - s.num_logits) h[lay.logit_rows_off + lr++] = t;
     }
   }
-  if (lay.attention_tiles > 0) {
-    // (last position + 1, first token, tokens) of each tile, the longest contexts first: they take
-    // the longest, and a grid's blocks start in order. The order changes no output.
-    std::vector<std::array<int32_t, 3>> tiles;
-    tiles.reserve(static_cast<size_t>(lay.attention_tiles));
-    int32_t first = 0;
-    for (const SequenceStep& s : plan.sequences) {
-      const int32_t n = static_cast<int32_t>(s.tokens.size());
-      for (int32_t i = 0; i < n; i += tile_tokens) {
-        const int32_t count = std::min(tile_tokens, n - i);
-        tiles.push_back({s.start_pos + i + count, first + i, count});
-      }
-      first += n;
-    }
-    std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a[0] > b[0]; });
+  if (lay.attention_tiles > 0) {  // (first token, tokens) pairs, the longest contexts first
     int32_t* out = h + lay.tiles_off;
-    for (const auto& tile : tiles) {
-      *out++ = tile[1];
-      *out++ = tile[2];
+    for (const cuda::AttentionTile& tile : tiles) {
+      *out++ = tile.first_token;
+      *out++ = tile.tokens;
     }
   }
   for (int32_t i = 0; i < lay.tokens; ++i)

@@ -13,6 +13,7 @@
 // attention's device code, so the families compile together, each part seeing those before it.
 #include "inference/cuda/kernels.h"
 #include "inference/cuda/attention_parts.h"
+#include "inference/cuda/class_fold.h"
 #include "inference/cuda/fast_linear.h"
 #include "inference/cuda/launch.cuh"
 #include "inference/cuda/weights4.cuh"

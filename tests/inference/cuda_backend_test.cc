@@ -21,6 +21,8 @@
 #include "inference/backend.h"
 #include "inference/engine.h"
 #include "inference/cuda/attention_parts.h"
+#include "inference/cuda/attention_tiles.h"
+#include "inference/cuda/class_fold.h"
 #include "inference/cuda/cuda_backend.h"
 #include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/fast_tiles.h"
@@ -720,6 +722,99 @@ TEST(CudaAttentionParts, BlocksPerHeadFollowHeadsAndGrid) {
 
 // The 32-bit lane index the fast products' epilogues store through equals the lane order's
 // definition (kernels.h, PermutedIndex) for every column of any model, and beyond.
+// The canonical tree built one class at a time (class_fold.h, TileAttentionKernel's sums): the
+// classes in bitrev5 order, each folded in as it finishes, give canonical_tree32's bits on 100,000
+// random sets of class sums of mixed signs and magnitudes; a plain left-to-right sum of the same
+// sets differs from the tree on some of them (so the comparison can tell orders apart). No device.
+TEST(CudaClassFold, BitrevFoldIsTheCanonicalTree) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-20, 20);
+  int plain_differs = 0;
+  for (int trial = 0; trial < 100000; ++trial) {
+    float c[32], tree[32];
+    for (int l = 0; l < 32; ++l) c[l] = tree[l] = std::ldexp(mant(rng), expo(rng));
+    const float want = numerics::canonical_tree32(tree);
+    float pending[5] = {};
+    float got = 0.0f;
+    bool done = false;
+    for (int j = 0; j < 32; ++j) {
+      float v = c[cuda::Bitrev5(j)];
+      done = cuda::TreeFold(v, pending, 1, j);
+      EXPECT_EQ(done, j == 31);
+      if (done) got = v;
+    }
+    ASSERT_TRUE(done);
+    uint32_t a, b;
+    std::memcpy(&a, &want, 4);
+    std::memcpy(&b, &got, 4);
+    ASSERT_EQ(a, b) << "trial " << trial;
+    float plain = 0.0f;
+    for (int l = 0; l < 32; ++l) plain = plain + c[l];
+    if (plain != want) ++plain_differs;
+  }
+  EXPECT_GT(plain_differs, 1000);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(cuda::Bitrev5(cuda::Bitrev5(j)), j);
+  EXPECT_EQ(cuda::TrailingOnes(31), 5);
+  EXPECT_EQ(cuda::TrailingOnes(22), 0);
+  EXPECT_EQ(cuda::TrailingOnes(23), 3);
+}
+
+// A prefill step's query tiles (attention_tiles.h): every token of the step in exactly one tile,
+// a tile's tokens consecutive in one sequence at consecutive positions, at most tile_tokens of
+// them, its end the last position + 1; the longest contexts first, ties in step order; and the
+// mostly-full rule. No device.
+TEST(CudaAttentionTilesHost, TilesCoverTheStepLongestFirst) {
+  const std::vector<cuda::StepSequence> seqs = {{300, 0}, {129, 0}, {45, 12}, {1, 57}, {100, 300}, {0, 5}};
+  for (int32_t tile_tokens : {1, 4, 5, 16, 32}) {
+    SCOPED_TRACE("tile_tokens=" + std::to_string(tile_tokens));
+    const std::vector<cuda::AttentionTile> tiles = cuda::AttentionTilesFor(seqs, tile_tokens);
+    int32_t total = 0;
+    for (const auto& s : seqs) total += s.tokens;
+    std::vector<int> seen(static_cast<size_t>(total), 0);
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      const cuda::AttentionTile& t = tiles[i];
+      ASSERT_GE(t.tokens, 1);
+      ASSERT_LE(t.tokens, tile_tokens);
+      // The sequence holding the tile's first token must hold its last, at consecutive positions.
+      int32_t begin = 0;
+      const cuda::StepSequence* owner = nullptr;
+      for (const auto& s : seqs) {
+        if (t.first_token >= begin && t.first_token < begin + s.tokens) {
+          owner = &s;
+          break;
+        }
+        begin += s.tokens;
+      }
+      ASSERT_NE(owner, nullptr);
+      ASSERT_LE(t.first_token + t.tokens, begin + owner->tokens);
+      EXPECT_EQ(t.end_position, owner->start_pos + (t.first_token - begin) + t.tokens);
+      for (int32_t k = t.first_token; k < t.first_token + t.tokens; ++k) ++seen[static_cast<size_t>(k)];
+      if (i > 0) {
+        ASSERT_GE(tiles[i - 1].end_position, t.end_position);
+        if (tiles[i - 1].end_position == t.end_position) {
+          EXPECT_LT(tiles[i - 1].first_token, t.first_token);
+        }
+      }
+    }
+    for (int32_t k = 0; k < total; ++k) EXPECT_EQ(seen[static_cast<size_t>(k)], 1) << "token " << k;
+  }
+  // The 300-token prompt's last tile (positions 296..299) and the chunk at 300..399's first
+  // (300..303): the chunk's tiles come first.
+  const std::vector<cuda::AttentionTile> four = cuda::AttentionTilesFor(seqs, 4);
+  EXPECT_EQ(four.front().end_position, 400);
+  EXPECT_EQ(four.front().first_token, 475 + 96);
+  EXPECT_TRUE(cuda::AttentionTilesMostlyFull(128, 4, 512));
+  EXPECT_TRUE(cuda::AttentionTilesMostlyFull(256, 4, 512));
+  EXPECT_FALSE(cuda::AttentionTilesMostlyFull(257, 4, 512));
+  // 16 decode tokens and one 64-token chunk in tiles of 32: 18 tiles of 576 rows for 80 tokens.
+  std::vector<cuda::StepSequence> mixed(16, cuda::StepSequence{1, 100});
+  mixed.push_back({64, 0});
+  const int64_t n = static_cast<int64_t>(cuda::AttentionTilesFor(mixed, 32).size());
+  EXPECT_EQ(n, 18);
+  EXPECT_FALSE(cuda::AttentionTilesMostlyFull(n, 32, 80));
+}
+
 TEST(CudaFastTiles, LaneIndexIsThePermutedOrder) {
   auto permuted = [](int64_t k) { return k / 128 * 128 + (k % 128) % 32 * 4 + (k % 128) / 32; };
   for (int32_t k = 0; k < (1 << 20); ++k) ASSERT_EQ(cuda::FastLaneIndex(k), permuted(k)) << k;
