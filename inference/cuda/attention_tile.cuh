@@ -33,6 +33,10 @@
 constexpr int kTileAttnThreads = 256;
 constexpr int kTileAttnRows = 32;  // query rows (token, head) a block
 constexpr int kTileAttnKeys = 64;  // keys a staged chunk
+// The most shared memory a block takes: its staging (93 KiB at head_dim 128) and the block table of
+// its context (4 bytes a 16-position block). Past it (contexts of about 500,000 positions) the
+// other kernels run.
+constexpr int64_t kTileAttnMaxSmem = 220 * 1024;
 
 // Tokens a query tile holds for `group` query heads per KV head (0: the kernel cannot take it).
 ROTE_HD inline int TileAttnTokens(int group) { return group < 1 || group > kTileAttnRows ? 0 : kTileAttnRows / group; }

@@ -200,7 +200,7 @@ Status CudaBackendImpl::Step(const BatchPlan& plan, bool greedy) {
   const int32_t tile_tokens = cuda::AttentionTileTokens(tile_shape);
   std::vector<cuda::AttentionTile> tiles;
   if (!use_graph && tile_tokens > 0 && tuning_.attention_tile_min_tokens > 0 &&
-      lay.tokens >= tuning_.attention_tile_min_tokens) {
+      lay.tokens >= tuning_.attention_tile_min_tokens && cuda::AttentionTileFits(tile_shape, lay.context)) {
     std::vector<cuda::StepSequence> sequences;
     sequences.reserve(plan.sequences.size());
     for (const SequenceStep& s : plan.sequences)

@@ -319,14 +319,18 @@ cudaError_t PrepareAttention(int32_t max_context) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kGroupAttnMaxSmem));
     if (e != cudaSuccess) return e;
   }
+  // The query tiles' kernel where its block table fits (AttentionTilesPay leaves longer contexts
+  // to the other kernels).
   for (auto* kernel : {TileAttentionKernel<64, 1>, TileAttentionKernel<64, 2>}) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(TileAttnLayout<64>::Bytes(max_context, 8)));
+    const cudaError_t e = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(std::min(TileAttnLayout<64>::Bytes(max_context, 8), kTileAttnMaxSmem)));
     if (e != cudaSuccess) return e;
   }
   for (auto* kernel : {TileAttentionKernel<128, 1>, TileAttentionKernel<128, 2>}) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(TileAttnLayout<128>::Bytes(max_context, 8)));
+    const cudaError_t e = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        static_cast<int>(std::min(TileAttnLayout<128>::Bytes(max_context, 8), kTileAttnMaxSmem)));
     if (e != cudaSuccess) return e;
   }
   return cudaFuncSetAttribute(AttentionKernel<1, 2, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -416,6 +420,13 @@ int AttentionTileTokens(const AttentionShape& shape) {
   return TileAttnTokens(shape.num_heads / shape.num_kv_heads);
 }
 
+bool AttentionTileFits(const AttentionShape& shape, int32_t max_context) {
+  if (AttentionTileTokens(shape) == 0) return false;
+  const int64_t bytes = shape.head_dim == 64 ? TileAttnLayout<64>::Bytes(max_context, shape.block_size)
+                                             : TileAttnLayout<128>::Bytes(max_context, shape.block_size);
+  return bytes <= kTileAttnMaxSmem;
+}
+
 bool AttentionTilesPay(const AttentionShape& shape, int64_t tiles, const CudaTuning& tuning) {
   if (!tuning.attention_tile_by_rule) return true;
   return shape.head_dim == 128 && tiles * shape.num_kv_heads >= static_cast<int64_t>(std::max(
@@ -428,7 +439,7 @@ cudaError_t LaunchTileAttention(const float* q, const StepTokens& step, const At
                                 const int32_t* tiles, int32_t num_tiles, const LaunchContext& ctx,
                                 cudaStream_t stream) {
   if (num_tiles <= 0) return cudaSuccess;
-  if (AttentionTileTokens(shape) == 0) return cudaErrorInvalidValue;
+  if (!AttentionTileFits(shape, max_context)) return cudaErrorInvalidValue;
   if (ctx.stats != nullptr) ++ctx.stats->attention_tile_launches;
   const dim3 grid(num_tiles, shape.num_kv_heads);
   const bool two = ctx.tuning->attention_tile_blocks_per_sm == 2;

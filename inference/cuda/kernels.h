@@ -317,6 +317,9 @@ cudaError_t LaunchAttentionParts(const float* q, const StepTokens& step, const A
 // of one sequence of at most AttentionTileTokens(shape) tokens, every token of the step in one.
 // No window and no soft cap. Same bits as LaunchAttention.
 int AttentionTileTokens(const AttentionShape& shape);  // 0: the kernel cannot take the shape
+// Whether its shared memory (the staging, and the block table of max_context positions) fits a
+// block; LaunchTileAttention refuses steps where it does not.
+bool AttentionTileFits(const AttentionShape& shape, int32_t max_context);
 // Whether `tiles` query tiles of a step run faster than the other kernels (CudaTuning::
 // attention_tile_by_rule): at head_dim 128, with blocks (tiles x KV heads) for one full wave of the
 // device (attention_tile_blocks_per_sm a multiprocessor); fewer leave it partly idle, where the
