@@ -33,7 +33,7 @@
 constexpr int kTileAttnThreads = 256;
 constexpr int kTileAttnRows = 32;  // query rows (token, head) a block
 constexpr int kTileAttnKeys = 64;  // keys a staged chunk
-// The most shared memory a block takes: its staging (93 KiB at head_dim 128) and the block table of
+// The most shared memory a block takes: its staging (91 KiB at head_dim 128) and the block table of
 // its context (4 bytes a 16-position block). Past it (contexts of about 500,000 positions) the
 // other kernels run.
 constexpr int64_t kTileAttnMaxSmem = 220 * 1024;
