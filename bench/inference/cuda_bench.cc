@@ -11,13 +11,13 @@
 //   cuda_bench [--shape 0.5b|1.5b|7b|14b|32b|30b-a3b] [--dir /tmp/rote_synth_0.5b] [--steps 128] [--prompt 64] [--batches 1,8,32,64]
 //              [--prefill 0|1] [--tiles -1,0,4] [--ablate 1,32] [--timeline 1,32]
 //              [--attention-variants 0,2,5 --evict-first 0,1 --attention-batches 1,32 --attention-rounds 2]
-//              [--one-token-kernels 0,1,2] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
+//              [--one-token-kernels 0,1,3] [--ring-shapes 1:8,2:8] [--mlp-warps 16,4] [--step-prefetch 0,32] [--step-attention-split 0,512]
 //              [--attention-parts 0,4,2] [--attention-parts-v-loads 4,16,32] [--attention-variant V] [--numerics exact|fast] [--fast-rope-fused 0] [--fast-wgmma N[:W[:C]]]
 //              [--fast-merge 0|2|3[:STEPS]] [--fast-stream 0|1|2[:2|3]] [--fast-norm-staged 0] [--chain K]
 //              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
 //              [--kv-capacity 4096:4,4096:32 --card-mib 81559] [--decode 0] [--prefill-reps 4]
-//              [--prefill-len 256,512,1000] [--wgmma-variants 128:4,128:1,128:1:2,0] [--attention-tile-min N] [--attention-tile-blocks 1|2] [--attention-tile-variants 0,64,64:2] [--one-token-plain-from 3072]
+//              [--prefill-len 256,512,1000] [--wgmma-variants 128:4,128:1,128:1:2,0] [--attention-tile-min N] [--attention-tile-blocks 1|2] [--attention-tile-variants 0,64,64:2] [--one-token-ring-from 3072] [--one-token-ring 1:4]
 // --layers N: only the first N layers of a shape built in memory (7b .. 30b-a3b), for profiles
 // of its layers without its whole size.
 // Settings compared side by side each run on a backend of their own (CudaBackendOptions::tuning
@@ -399,9 +399,14 @@ bool Bench::Init() {
   if (const std::string r = Flag("--attention-tile-min", ""); !r.empty()) base_.attention_tile_min_tokens = std::stoi(r);
   // --attention-tile-blocks B: CudaTuning::attention_tile_blocks_per_sm (1 or 2).
   if (const std::string r = Flag("--attention-tile-blocks", ""); !r.empty()) base_.attention_tile_blocks_per_sm = std::stoi(r);
-  // --one-token-plain-from H: CudaTuning::one_token_plain_from_hidden (0: the size rule never
-  // takes the plain tile; same bits).
-  if (const std::string r = Flag("--one-token-plain-from", ""); !r.empty()) base_.one_token_plain_from_hidden = std::stoi(r);
+  // --one-token-ring-from H: CudaTuning::one_token_ring_from_hidden (0: the size rule never
+  // takes the ring; same bits). --one-token-ring R:D: its rows a warp and depth.
+  if (const std::string r = Flag("--one-token-ring-from", ""); !r.empty()) base_.one_token_ring_from_hidden = std::stoi(r);
+  if (const std::string r = Flag("--one-token-ring", ""); !r.empty()) {
+    const size_t colon = r.find(':');
+    base_.one_token_ring_rows = std::stoi(r.substr(0, colon));
+    if (colon != std::string::npos) base_.one_token_ring_depth = std::stoi(r.substr(colon + 1));
+  }
   // --attention-variant V: every backend with attention variant V (same bits).
   if (const std::string av = Flag("--attention-variant", ""); !av.empty()) base_.attention_variant = std::stoi(av);
 
@@ -487,6 +492,7 @@ bool Bench::PrintModel(CudaBackend* b, double upload_s) const {
 
 // --one-token-kernels 0,1,2: batch-1 decode with each one-token product kernel
 // (CudaTuning::one_token_kernel), side by side; every variant's tokens must equal the first one's.
+// --ring-shapes 1:8,2:8: variant 3 (RingGemvKernel) with each rows a warp : depth.
 // --mlp-warps 16,4: repeat the variants with each most-warps-per-block of the MLP-block kernel.
 // --step-prefetch 0,32: and with each L2 prefetch distance of the one-launch step (tiles).
 // --step-attention-split 0,512: and with each context from which the one-launch step attends a
@@ -500,8 +506,16 @@ bool Bench::OneTokenKernels() {
     for (int32_t split : IntList(Flag("--step-attention-split", "-1")))
       for (int32_t prefetch : IntList(Flag("--step-prefetch", "-1")))
         for (int32_t mlp_warps : IntList(Flag("--mlp-warps", "16")))
-          for (int32_t variant : IntList(otk)) {
+          for (int32_t variant : IntList(otk))
+            for (const std::string& ring : Split(variant == 3 ? Flag("--ring-shapes", "1:8") : std::string("0:0"))) {
+            const size_t colon = ring.find(':');
+            const int32_t ring_rows = std::stoi(ring.substr(0, colon));
+            const int32_t ring_depth = colon == std::string::npos ? 8 : std::stoi(ring.substr(colon + 1));
             CudaTuning t = base_;
+            if (variant == 3) {
+              t.one_token_ring_rows = ring_rows;
+              t.one_token_ring_depth = ring_depth;
+            }
             t.attention_parts = parts;
             if (split >= 0) t.step_attention_split = t.attention_parts_min_context = split;
             if (prefetch >= 0) t.step_prefetch_tiles = prefetch;
@@ -516,12 +530,13 @@ bool Bench::OneTokenKernels() {
             if (first_tokens.empty()) first_tokens = seqs[0].tokens;
             const double tps = steps_ / secs;
             const double bytes = static_cast<double>(b->WeightBytesPerStep());
-            std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"mlp_warps\":%d,"
+            std::printf("{\"what\":\"one_token_kernel\",\"shape\":\"%s\",\"variant\":%d,\"ring\":\"%s\","
+                        "\"mlp_warps\":%d,"
                         "\"tokens_per_s\":%.1f,\"us_per_step\":%.1f,\"weights_TBps\":%.4f,"
                         "\"fraction_of_copy_bandwidth\":%.3f,\"tokens_equal_first_variant\":%s,"
                         "\"step_as_one_launch\":%s,\"step_prefetch_tiles\":%d,\"step_attention_split\":%d,"
                         "\"attention_parts\":%d}\n",
-                        shape_.c_str(), variant, mlp_warps, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw_,
+                        shape_.c_str(), variant, variant == 3 ? ring.c_str() : "", mlp_warps, tps, 1e6 / tps, bytes * tps / 1e12, bytes * tps / bw_,
                         seqs[0].tokens == first_tokens ? "true" : "false", one_launch ? "true" : "false", prefetch,
                         split, parts);
             std::fflush(stdout);

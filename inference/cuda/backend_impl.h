@@ -168,11 +168,12 @@ class CudaBackendImpl final : public CudaBackend {
         tuning_(ResolveTuning(options.tuning, model_->config())),
         fast_(options.profile == NumericsProfile::kFast) {}
 
-  // The tuning with its model-dependent defaults decided: from one_token_plain_from_hidden on,
-  // the default one-token choice (0) is the plain register tile (1). Same bits either way.
+  // The tuning with its model-dependent defaults decided: from one_token_ring_from_hidden on,
+  // the default one-token choice (0) is the ring of weights and activations (3). Same bits either
+  // way.
   static CudaTuning ResolveTuning(CudaTuning t, const ModelConfig& c) {
-    if (t.one_token_kernel == 0 && t.one_token_plain_from_hidden > 0 && c.hidden_size >= t.one_token_plain_from_hidden)
-      t.one_token_kernel = 1;
+    if (t.one_token_kernel == 0 && t.one_token_ring_from_hidden > 0 && c.hidden_size >= t.one_token_ring_from_hidden)
+      t.one_token_kernel = 3;
     return t;
   }
 

@@ -115,6 +115,7 @@ __device__ __forceinline__ float LaneRowSumSquares(const float4* row, int groups
 }
 
 #include "inference/cuda/linear.cuh"
+#include "inference/cuda/ring_gemv.cuh"
 #include "inference/cuda/tiled_linear.cuh"
 #include "inference/cuda/small_ops.cuh"
 #include "inference/cuda/attention.cuh"
@@ -153,6 +154,7 @@ cudaError_t SetKernelTimeline(KernelTimeline* device_buffer, cudaStream_t stream
 bool CanFuseRope(const LinearArgs& a, const CudaTuning& tuning) {
   const int variant = SeparateKernelVariant(tuning);
   if (a.tokens != 1 || variant == 1 || variant == 2 || a.w.rows >= 65536 || a.w.rows % 2 != 0) return false;
+  if (variant == 3) return a.w.type != WeightType::kF32;  // the ring (RingGemvKernel) takes row pairs
   const int64_t esize = a.w.type == WeightType::kF32 ? 4 : 2;
   const int64_t smem = static_cast<int64_t>(kWarps) * 2 * a.w.cols_padded * esize + int64_t{a.w.cols_padded} * 4;
   return smem <= kTmaGemvMaxSmem && static_cast<int64_t>(a.w.cols_padded) * 4 <= kGemvMaxSmem;

@@ -4,6 +4,32 @@
 // A part of kernels.cu's translation unit, included there inside its namespaces, after the
 // helpers it defines and the parts before this one: not a header of its own.
 
+// Lane `lane`'s pointers to its first group of rows row_base .. row_base + ROWS - 1; rows past the
+// matrix point at its last row (valid memory, read and never stored).
+template <WeightType WT, int ROWS>
+__device__ __forceinline__ void LaneWeightRows(const LinearArgs& a, int row_base, int lane,
+                                               const typename Weights4<WT>::Raw* (&wrow)[ROWS]) {
+  using Raw = typename Weights4<WT>::Raw;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    const int row = min(row_base + r, a.w.rows - 1);
+    wrow[r] = reinterpret_cast<const Raw*>(static_cast<const char*>(a.w.data) +
+                                           static_cast<int64_t>(row) * a.w.cols_padded * kWeightBytes<WT>) + lane;
+  }
+}
+
+// acc[r] += lane's four terms of one group of row r, in increasing k (the canonical lane order).
+template <int ROWS>
+__device__ __forceinline__ void LaneGroupFma(const float (&wf)[ROWS][4], float4 xv, float* acc) {
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
+    acc[r] = fmaf(wf[r][1], xv.y, acc[r]);
+    acc[r] = fmaf(wf[r][2], xv.z, acc[r]);
+    acc[r] = fmaf(wf[r][3], xv.w, acc[r]);
+  }
+}
+
 // out = epilogue(W · norm(x)). Each warp owns ROWS output rows for TOKS tokens; lane t owns
 // columns k ≡ t (mod 32) of all of them, in increasing k (four per 128-column group, one
 // 8- or 16-byte weight load and one 16-byte activation load each), so every output is the
@@ -25,12 +51,7 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearArgs a) {
 
   const int row_base = (blockIdx.y * kWarps + warp) * ROWS;
   const Raw* wrow[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const int row = min(row_base + r, a.w.rows - 1);
-    wrow[r] = reinterpret_cast<const Raw*>(static_cast<const char*>(a.w.data) +
-                                           static_cast<int64_t>(row) * KP * kWeightBytes<WT>) + lane;
-  }
+  LaneWeightRows<WT, ROWS>(a, row_base, lane, wrow);
   Raw next[U][ROWS];
   const uint64_t policy = a.weight_evict_first ? EvictFirstPolicy() : 0;
 #pragma unroll
@@ -308,12 +329,7 @@ __global__ void __launch_bounds__(kThreads, 5) GemvKernel(LinearArgs a) {
   const int groups = KP / kGroupCols;
   const int row_base = (blockIdx.x * kWarps + warp) * ROWS;
   const Raw* wrow[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    const int row = min(row_base + r, a.w.rows - 1);
-    wrow[r] = reinterpret_cast<const Raw*>(static_cast<const char*>(a.w.data) +
-                                           static_cast<int64_t>(row) * KP * kWeightBytes<WT>) + lane;
-  }
+  LaneWeightRows<WT, ROWS>(a, row_base, lane, wrow);
   Raw ring[D][ROWS];
 #pragma unroll
   for (int u = 0; u < D; ++u)
@@ -350,13 +366,7 @@ __global__ void __launch_bounds__(kThreads, 5) GemvKernel(LinearArgs a) {
           for (int r = 0; r < ROWS; ++r) ring[u][r] = __ldg(wrow[r] + (g + D) * 32);
         float4 xv = gemv_x[g * 32 + lane];
         if (has_norm) xv = NormScale(xv, rscale, __ldg(nw + g * 32));
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-          acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
-          acc[r] = fmaf(wf[r][1], xv.y, acc[r]);
-          acc[r] = fmaf(wf[r][2], xv.z, acc[r]);
-          acc[r] = fmaf(wf[r][3], xv.w, acc[r]);
-        }
+        LaneGroupFma<ROWS>(wf, xv, acc);
       }
     }
   }
@@ -382,7 +392,6 @@ cudaError_t LaunchGemv(const LinearArgs& a, cudaStream_t stream) {
   return LaunchChained(GemvKernel<WT, ROWS, D>, dim3(blocks), dim3(kThreads),
                        static_cast<size_t>(a.w.cols_padded) * sizeof(float), stream, a);
 }
-
 
 }  // namespace
 
@@ -465,13 +474,7 @@ __device__ __forceinline__ void SharedBandDot(const unsigned char* band, int64_t
     for (int r = 0; r < ROWS; ++r) W4::ToF32(wrow[r][g * 32], wf[r]);
     float4 xv = xs[g * 32 + lane];
     if (nw != nullptr) xv = NormScale(xv, rscale, nw[g * 32 + lane]);
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-      acc[r] = fmaf(wf[r][0], xv.x, acc[r]);
-      acc[r] = fmaf(wf[r][1], xv.y, acc[r]);
-      acc[r] = fmaf(wf[r][2], xv.z, acc[r]);
-      acc[r] = fmaf(wf[r][3], xv.w, acc[r]);
-    }
+    LaneGroupFma<ROWS>(wf, xv, acc);
   }
 }
 

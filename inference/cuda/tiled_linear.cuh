@@ -409,7 +409,13 @@ cudaError_t LaunchLinearTyped(const LinearArgs& a, const LaunchContext& ctx, cud
     // their loads issued early (GemvKernel).
     const int variant = SeparateKernelVariant(*ctx.tuning);
     const bool many_waves = a.w.rows >= 65536;
-    if (variant == 1 || many_waves) {
+    if constexpr (WT != WeightType::kF32) {
+      if (variant == 3 && !many_waves) {
+        if (ctx.stats != nullptr) ++ctx.stats->ring_gemv_launches;
+        return LaunchRingGemvShaped<WT>(a, ctx.tuning->one_token_ring_rows, ctx.tuning->one_token_ring_depth, stream);
+      }
+    }
+    if (variant == 1 || variant == 3 || many_waves) {
       if (a.w.rows >= 8192) return LaunchLinearTile<WT, 4, 1>(a, stream);
       if (silu) return LaunchLinearTile<WT, 2, 1>(a, stream);
       return LaunchLinearTile<WT, 1, 1>(a, stream);

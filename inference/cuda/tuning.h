@@ -18,15 +18,26 @@ struct CudaTuning {
   // gate|up and down products as one persistent launch and the whole step as one launch where
   // gate|up exceeds one wave of shared memory (1.5B +8% on an H100, 0.5B -15%: docs/performance.md).
   // 1: the plain register tile; 2: the register ring issued before the previous kernel ends;
+  // 3: the ring of weights, activations and norm weights (RingGemvKernel; fp32 weights and the
+  // lm_head take 1), its rows a warp and depth below, the rotary store fused into q|k|v;
   // 5: bulk copies, the o/gate|up/down products always one launch; 6: never; 7: the whole step as
   // one launch wherever it can run; 8: as 0 but never one launch; 9: as 7 with the fire-and-forget
   // grid barrier; 10: as 7 with the producer copying through grid barriers.
   int one_token_kernel = 0;
-  // Models of at least this hidden size take the plain register tile (1) where one_token_kernel
-  // is 0 (0: never). The one-launch step does not run at these sizes, and the bulk-copy paths
-  // stream the larger rows slower: Qwen2.5-Coder-7B batch 1 on an H200, 0.37 of copy bandwidth
-  // with every bulk-copy variant against 0.66 with the plain tile (docs/performance.md, "Sizes").
-  int one_token_plain_from_hidden = 3072;
+  // Models of at least this hidden size take the ring (3) where one_token_kernel is 0 (0:
+  // never). The one-launch step does not run at these sizes, and the bulk-copy paths stream the
+  // larger rows slower. Qwen2.5-Coder batch 1 on an H200, fraction of copy bandwidth, side by side
+  // (docs/performance.md, "Sizes"): 7B 0.37 with every bulk-copy variant, 0.65 with the plain tile
+  // (1), 0.84 with the ring; 14B 0.56 -> 0.86; 32B 0.62 -> 0.93. At 1.5B (the one-launch step)
+  // and 0.5B (bulk copies) the ring measured 7% and 12% slower than their defaults.
+  int one_token_ring_from_hidden = 3072;
+  // The ring's rows a warp for the products other than gate|up (which takes 4; the rotary
+  // store at least 2): 1, 2 or 4; and its depth, the groups each lane keeps in flight (4, 8 or
+  // 16; at most 8 with 4 rows or a fused norm).
+  // 7B on an H200, tok/s (rows:depth): 1:4 252.2, 2:8 247.2, 1:16 245.8, 4:8 235.6, 1:8 234.0,
+  // 2:16 232.9; 14B 1:4 129.4, 1:8 121.3, 2:4 119.6.
+  int one_token_ring_rows = 1;
+  int one_token_ring_depth = 4;
   // The most warps per block of the one-token o/gate|up/down launch (16, 8 or 4): 16, the most
   // the ring allows, fewer being used where a warp would not get two ring slots.
   int mlp_block_max_warps = 16;
@@ -136,6 +147,7 @@ struct CudaLaunchStats {
   int64_t decode_steps = 0;               // steps run as one DecodeStepKernel
   int64_t decode_steps_in_parts = 0;      // of those, launched with the attention-in-parts code
   int64_t tiled_linear_launches = 0;      // TiledLinearKernel launches
+  int64_t ring_gemv_launches = 0;        // RingGemvKernel launches (one-token products)
   int64_t attention_parts_launches = 0;   // LaunchAttentionParts launches
   int64_t attention_tile_launches = 0;    // LaunchTileAttention launches
   int64_t late_prefetch_launches = 0;     // launches whose first blocks prefetched for late ones

@@ -461,6 +461,12 @@ TEST_P(CudaOneTokenKernels, EqualCpu) {
     if (c.decode_step == 0) {
       EXPECT_EQ(stats.decode_steps, 0);
     }
+    const int ring_from = c.tuning.one_token_ring_from_hidden;
+    if (c.tuning.one_token_kernel == 3 || (c.tuning.one_token_kernel == 0 && ring_from > 0 && ring_from <= spec.hidden)) {
+      EXPECT_GT(stats.ring_gemv_launches, 0);
+    } else {
+      EXPECT_EQ(stats.ring_gemv_launches, 0);
+    }
   }
 }
 
@@ -476,6 +482,22 @@ CudaTuning StepPrefetch48() {
 CudaTuning NoEvictFirst(int kernel) {
   CudaTuning t = OneToken(kernel);
   t.weight_evict_first = false;
+  return t;
+}
+// The ring of weights, activations and norm weights (RingGemvKernel) in every shape it takes:
+// rows a warp 1, 2 and 4 for o, down and q|k|v (the rotary store fused, at least 2), depth 4, 8
+// and 16 (the down product's 33 groups leave a part of the ring unused at the end; q|k|v's 3
+// groups never fill it).
+CudaTuning Ring(int rows, int depth) {
+  CudaTuning t = OneToken(3);
+  t.one_token_ring_rows = rows;
+  t.one_token_ring_depth = depth;
+  return t;
+}
+// The size rule (one_token_ring_from_hidden) choosing the ring for this model's hidden size.
+CudaTuning RingFromHidden(int hidden) {
+  CudaTuning t = OneToken(0);
+  t.one_token_ring_from_hidden = hidden;
   return t;
 }
 CudaTuning MlpBlockFourWarps() {
@@ -495,7 +517,11 @@ INSTANTIATE_TEST_SUITE_P(
                       OneTokenCase{"one_launch_l2_prefetch_48", StepPrefetch48(), 1},
                       OneTokenCase{"no_evict_first", NoEvictFirst(0), -1},
                       OneTokenCase{"one_launch_no_evict_first", NoEvictFirst(7), -1},
-                      OneTokenCase{"mlp_block_4_warps", MlpBlockFourWarps(), -1}),
+                      OneTokenCase{"mlp_block_4_warps", MlpBlockFourWarps(), -1},
+                      OneTokenCase{"ring_1x8", Ring(1, 8), 0}, OneTokenCase{"ring_1x16", Ring(1, 16), 0},
+                      OneTokenCase{"ring_2x4", Ring(2, 4), 0}, OneTokenCase{"ring_2x16", Ring(2, 16), 0},
+                      OneTokenCase{"ring_4x8", Ring(4, 8), 0}, OneTokenCase{"ring_4x4", Ring(4, 4), 0},
+                      OneTokenCase{"ring_by_hidden", RingFromHidden(320), 0}),
     OneTokenCaseName);
 
 // The attention kernel's variants (where earlier steps' K/V rows are prefetched, how many
