@@ -264,7 +264,7 @@ __device__ __forceinline__ void AttendHead(const float* q, const StepTokens& ste
         v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 1);  // c and c + 4
       }
       const float sc = (v[0] + v[2]) + (v[1] + v[3]);  // c and c + 2, then c and c + 1
-      if (r == 0 && j < L) scores[j] = sc * scale;
+      if (r == 0 && j < L) scores[j] = AttnScore(sc, scale, shape.softcap);
     };
     auto load_k = [&](float4* k4, int j) {
       const bool ok = j < L;
@@ -618,8 +618,8 @@ __global__ void __launch_bounds__(kAttnThreads, 1)
         }
       ClassTree(acc);
       ClassTree(bcc);
-      es[ha * es_stride + j] = acc[0] * scale;
-      if (hb != ha) es[hb * es_stride + j] = bcc[0] * scale;
+      es[ha * es_stride + j] = AttnScore(acc[0], scale, shape.softcap);
+      if (hb != ha) es[hb * es_stride + j] = AttnScore(bcc[0], scale, shape.softcap);
     }
     // One chunk's V rows (the only copies still in flight at the last chunk) are waited for here,
     // so that this barrier publishes them for pass 2-3.

@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kTileAttnThreads, MINB)
     for (int a = 0; a < 2; ++a)
 #pragma unroll
       for (int b = 0; b < 4; ++b)
-        if (c0 + kk + 16 * b <= prow[a]) mx[a] = fmaxf(mx[a], s[a][b] * scale);
+        if (c0 + kk + 16 * b <= prow[a]) mx[a] = fmaxf(mx[a], AttnScore(s[a][b], scale, shape.softcap));
     __syncthreads();  // the chunk's K rows are free again
   }
 #pragma unroll
@@ -258,7 +258,8 @@ __global__ void __launch_bounds__(kTileAttnThreads, MINB)
         for (int b = 0; b < 4; ++b) {
           const int c = kk + 16 * b;
           const int key = keys_s[c];
-          es[TileAttnWeight(c, r)] = key <= prow[a] ? canonical_expf(s[a][b] * scale - m) : 0.0f;
+          es[TileAttnWeight(c, r)] =
+              key <= prow[a] ? canonical_expf(AttnScore(s[a][b], scale, shape.softcap) - m) : 0.0f;
         }
       }
     }

@@ -150,7 +150,7 @@ Status CudaBackendImpl::LaunchFamily(const StepLayout& lay, bool greedy) {
   const ModelConfig& c = config_;
   const int32_t* meta = meta_.as<int32_t>();
   const StepTokens step = StepOf(lay);
-  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, kKvBlockSize};
+  const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim, kKvBlockSize, c.attn_logit_softcap};
   float* x = x_.as<float>();
   float* h = h_.as<float>();
   float* o = o_.as<float>();
@@ -187,12 +187,14 @@ Status CudaBackendImpl::LaunchFamily(const StepLayout& lay, bool greedy) {
     ROTE_CUDA_RETURN_IF_ERROR(cuda::LaunchFamilyRopeStore(qkv_.as<float>(), step, shape, dl.q_norm, dl.k_norm,
                                                           c.rms_norm_eps, c.rope_dim(), dl.rope_cos, dl.rope_sin,
                                                           q_.as<float>(), kv, stream_));
-    // Attention without a soft cap, over a window that hides no position of this step's context
-    // bucket (so of any step a graph of it replays), is the ordinary path's attention: the same
-    // canonical order (docs/numerics.md), the same bits, and kernels built for long prefills and
-    // long decode contexts. The family kernel (a block per head and token, one position or
-    // dimension a thread) took 10.6 of a 30B-A3B layer's 15 ms in a prefill of 1,000 tokens.
-    if (c.attn_logit_softcap == 0.0f && (dl.window == 0 || dl.window >= lay.context)) {
+    // Attention over a window that hides no position of this step's context bucket (so of any
+    // step a graph of it replays) is the ordinary path's attention, with the soft cap where the
+    // model has one (AttentionShape::softcap): the same canonical order (docs/numerics.md), the
+    // same bits, and kernels built for long prefills and long decode contexts. The family kernel
+    // (a block per head and token, one position or dimension a thread) took 10.6 of a 30B-A3B
+    // layer's 15 ms in a prefill of 1,000 tokens. A window that acts keeps the family kernel: its
+    // weighted sum's classes count from the window's first key, which differs row by row.
+    if (dl.window == 0 || dl.window >= lay.context) {
       ROTE_RETURN_IF_ERROR(LaunchPlainAttention(lay, step, shape, kv));
     } else {
       cuda::FamilyAttention fa;

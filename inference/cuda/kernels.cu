@@ -34,6 +34,7 @@ namespace rote::inference::cuda {
 namespace {
 
 using numerics::canonical_expf;
+using numerics::canonical_softcap;
 using numerics::canonical_rms_scale;
 using numerics::canonical_rotate;
 using numerics::canonical_silu;
@@ -112,6 +113,13 @@ __device__ __forceinline__ float LaneRowSumSquares(const float4* row, int groups
     }
   }
   return ss;
+}
+
+// An attention score as the CPU's attention makes it: the scaled dot, then the model's soft cap
+// (AttentionShape::softcap) where it has one.
+__device__ __forceinline__ float AttnScore(float dot, float scale, float softcap) {
+  const float s = dot * scale;
+  return softcap > 0.0f ? canonical_softcap(s, softcap) : s;
 }
 
 #include "inference/cuda/linear.cuh"

@@ -220,6 +220,9 @@ struct AttentionShape {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 0;  // a power of two (CacheRow)
+  // Above 0, each scaled score s becomes canonical_softcap(s, softcap), as the CPU's attention
+  // makes it (Gemma 2's attn_logit_softcapping); every attention kernel applies it.
+  float softcap = 0.0f;
 };
 
 // One decode step of one token as one persistent launch (DecodeStepKernel): for every layer the

@@ -220,7 +220,8 @@ __device__ __forceinline__ void AttendHeadPart(const DecodeStepArgs& f, const La
           v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 2);  // c and c + 8
           v[i] = v[i] + __shfl_xor_sync(0xffffffffu, v[i], 1);  // c and c + 4
         }
-        const float sc = ((v[0] + v[2]) + (v[1] + v[3])) * f.scale;  // c and c + 2, then c and c + 1
+        // c and c + 2, then c and c + 1
+        const float sc = AttnScore((v[0] + v[2]) + (v[1] + v[3]), f.scale, shape.softcap);
         if (r == 0 && j < j1) {
           scores_g[j] = sc;
           mx = fmaxf(mx, sc);

@@ -2454,6 +2454,56 @@ TEST(CudaFamilies, WindowsThatHideNothingRunTheOrdinaryPath) {
   }
 }
 
+// Gemma 2's soft cap on the ordinary path's attention kernels (AttentionShape::softcap): its global
+// layers, and its local ones wherever the window hides nothing, run them instead of the family
+// kernel. The cap is lowered to 0.5 so that it moves every score far: a kernel that forgot it
+// would be far from the CPU. Every kernel that computes a score: the default choice, each attention
+// variant, the query tiles, and one token's attention in parts.
+TEST(CudaFamilies, SoftCapOnTheOrdinaryKernelsEqualsCpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = TempDir("gemma2_softcap");
+  SynthOptions o;
+  o.family = ModelFamily::kGemma2;
+  o.shape = "small";
+  o.seed = 5;
+  ASSERT_TRUE(SynthesizeModel(o, dir).ok());
+  nlohmann::json cfg;
+  {
+    std::ifstream in(dir + "/config.json");
+    in >> cfg;
+  }
+  cfg["attn_logit_softcapping"] = 0.5;
+  {
+    std::ofstream out(dir + "/config.json");
+    out << cfg.dump();
+  }
+  auto model = LoadOrDie(dir);
+  ASSERT_TRUE(model);
+  ASSERT_EQ(model->config().attn_logit_softcap, 0.5f);
+  struct Case {
+    std::string name;
+    CudaTuning tuning;
+  };
+  std::vector<Case> cases = {{"default", CudaTuning{}}};
+  for (int v : {0, 2, 5, 9, 10, 11}) cases.push_back({"variant " + std::to_string(v), Attention(v)});
+  CudaTuning tiles;
+  tiles.attention_tile_min_tokens = 16;
+  tiles.attention_tile_by_rule = false;  // head_dim 64, and a step far from a device's wave
+  cases.push_back({"tiles", tiles});
+  cases.push_back({"parts", AttentionSplit(0, 16, 0)});
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    CudaLaunchStats stats;
+    ExpectCpuEqualsCuda(model, 80, 12, k.tuning, &stats);
+    if (k.name == "tiles") {
+      EXPECT_GT(stats.attention_tile_launches, 0);
+    }
+    if (k.name == "parts") {
+      EXPECT_GT(stats.attention_parts_launches, 0);
+    }
+  }
+}
+
 // The families' fixtures made with transformers (tools/make_fixtures.py; their configs as published,
 // every feature acting), where the checkout has them: every logit of a prefill and greedy decode
 // steps equal to the CPU's.
