@@ -56,6 +56,10 @@ __device__ __forceinline__ void CopyAsync16(void* dst, const void* src) {
 __device__ __forceinline__ void CopyAsync16To(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
+// The same with the bytes read from src (16 or 0; the rest of the 16 are zeros).
+__device__ __forceinline__ void CopyAsync16OrZerosTo(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 // Volatile, so that no read of a slot moves above the wait for its copies.
 __device__ __forceinline__ float4 LoadShared16(uint32_t at) {
   float4 v;
@@ -110,6 +114,12 @@ __device__ __forceinline__ void InboxBarrierWait(uint64_t* bar) {
         : "memory");
 }
 
+// The deepest ring a warp of a one-token-group block gets (FastShape::kStages); the kernel lab
+// compiles other depths.
+#ifndef ROTE_FAST_MAX_RING_SLOTS
+#define ROTE_FAST_MAX_RING_SLOTS 12
+#endif
+
 template <int N>
 __device__ __forceinline__ void WaitCopies() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
@@ -132,15 +142,20 @@ struct FastShape {
   // slot, batch 32 -3%.)
   static constexpr int kSlotBytes = (RT + NTK) * 32 * 16;
   // Ring slots per warp (kStages - 1 steps in flight): as many as fit two blocks in a
-  // multiprocessor's shared memory (about 110 KB of ring each), at most 5. The loop waits on its
-  // copies most of the time (ncu: the instruction after the wait carries a quarter of the stall
-  // samples), so the deeper ring pays: 64 rows by 16 tokens went from 3 slots to 4 (batch 32
-  // +4%, H100), while 64 rows by 32 tokens stays at 3 (4 would leave one block per
-  // multiprocessor: batch 64 -5%).
+  // multiprocessor's shared memory (about 110 KB of ring each), at most 12 in blocks of one token
+  // group (up to 8 tokens) and 5 in the others. The loop waits on its copies most of the time
+  // (ncu: the instruction after the wait carries a quarter of the stall samples), so the deeper
+  // ring pays where a step computes little: up to 8 tokens, 12 slots instead of 5 took decode at
+  // batch 1 from 183 to 261 tok/s at 7B and from 1,292 to 1,745 at 0.5B (with the zero-filled
+  // copies below; H200, docs/fast_profile.md). With two token groups 12 slots made 16 tokens
+  // 8-9% faster and 32 tokens 1.5-2.7% slower (one template serves both), so they keep 5: 64
+  // rows by 16 tokens went from 3 slots to 4 (batch 32 +4%, H100), while 64 rows by 32 tokens
+  // stays at 3 (4 would leave one block per multiprocessor: batch 64 -5%).
   // A block of merged slices runs alone on its multiprocessor, with both blocks' budget.
   static constexpr int kRingBudget = 110 * 1024 * (SB == 1 ? 1 : 2);
   static constexpr int kFit = kRingBudget / (kBlockWarps * kSlotBytes);
-  static constexpr int kStages = kFit < 5 ? kFit : 5;
+  static constexpr int kMaxStages = SB == 1 && NTK == 1 ? ROTE_FAST_MAX_RING_SLOTS : 5;
+  static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
   // (FastMergedShapeFits keeps merged slices to shapes whose ring has 3 slots.)
   static_assert(kStages >= 3, "a ring of fewer than 3 slots has nothing in flight while a step computes");
   static constexpr int kRingBytes = kBlockWarps * kStages * kSlotBytes;
@@ -372,16 +387,19 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   const uint4* tiles = static_cast<const uint4*>(a.w.fast_tiles);
   unsigned char* ring = fast_smem + warp * kStages * S::kSlotBytes;
 
-  // This lane's activation rows. A token past the batch takes one of the tile's tokens again
-  // (its sums are never stored, and every lane copies unconditionally: no divergent branches).
-  // Cycling through the tile's tokens rather than repeating its last one keeps the lanes of a
-  // copy on distinct rows (the repeated row left batches of 17-24 slower than 32).
-  // Offsets in floats (32 bits: fewer registers than pointers; CanRunFastLinear checks the range).
+  // This lane's activation rows. A token past the batch copies zeros (the copy's source size 0):
+  // its column of the mma gives only its own sums, which are never stored, and every lane still
+  // issues its copy (no divergent branches). Reading a token of the tile again instead cost the
+  // lanes of a copy one address at 1 token (7B's o at one token took 19.2 us against 14.6 at 8,
+  // H200). Offsets in floats (32 bits: fewer registers than pointers; CanRunFastLinear checks
+  // the range).
   int32_t xoff[NTK];
+  uint32_t act_bytes[NTK];
 #pragma unroll
   for (int j = 0; j < NTK; ++j) {
     const int m = m0 + (8 * j + g) % mcount;
     xoff[j] = (a.x_rows != nullptr ? a.x_rows[m] : m) * a.x_stride + 4 * t;
+    act_bytes[j] = 8 * j + g < mcount ? 16u : 0u;
   }
   // Each copy's source advances by a fixed stride from one of the warp's steps to the next, and its
   // destination slot goes round the ring: pointers and offsets kept and advanced, not recomputed
@@ -408,7 +426,7 @@ __global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads
   auto issue_acts = [&](uint32_t slot_s) {
 #pragma unroll
     for (int j = 0; j < NTK; ++j) {
-      CopyAsync16To(slot_s + (RT + j) * 32 * 16, act_src[j]);
+      CopyAsync16OrZerosTo(slot_s + (RT + j) * 32 * 16, act_src[j], act_bytes[j]);
       act_src[j] += kActStride;
     }
   };

@@ -7,11 +7,17 @@
 //   2  a target of 32 slices (fast3 and fast4's target)
 //   3  a target of 128 slices (fast2's)
 //   4  one slice: no cluster, every block runs all of K
+// and one ablation, whose bits mean nothing:
+//   5  version 1 reading its weights from L2: the tiles' virtual range maps one 8 MiB physical
+//      chunk again and again (lab::AliasedCopy), so the kernel runs every instruction it runs in
+//      production while DRAM serves almost nothing. Its time against version 1's says how much of
+//      a product's time DRAM bandwidth takes.
 // Each version is compared with version 1 (equal bits or not: only version 1 is the profile) and
 // with the exact profile's canonical dot products (the largest difference over the largest value:
 // a few ulps of the logits' scale), then timed against the card's copy bandwidth.
 //
-//   fast_linear_lab [rows cols tokens]   (default: the 0.5B shapes' o, gate|up and down at 1, 8, 32)
+//   [LAB_TIMES_ONLY=1] fast_linear_lab [rows cols tokens]   (default: the 0.5B shapes' o, gate|up and down
+//   at 1, 8, 32)
 #include "inference/cuda/fast_linear.cu"  // production's kernels: version 1 and the shapes below
 
 #include <array>
@@ -61,6 +67,10 @@ Product Make(int32_t rows, int32_t cols, int32_t tokens) {
   p.args.out_stride = rows;
   std::vector<float> w(static_cast<size_t>(cols));
   p.reference.resize(static_cast<size_t>(tokens) * rows);
+  // LAB_TIMES_ONLY=1: no host reference (relative_diff_to_exact then means nothing): only the
+  // versions' times and their bits against version 1, for large shapes the host takes long over.
+  const char* times_only = std::getenv("LAB_TIMES_ONLY");
+  if (times_only != nullptr && std::string(times_only) == "1") return p;
   for (int32_t n = 0; n < rows; ++n) {
     for (int32_t k = 0; k < cols; ++k)
       w[k] = rote::numerics::bf16_to_f32(wb[static_cast<size_t>(n) * cols + k]);
@@ -121,6 +131,10 @@ void Versions(const Product& p, double bw) {
   Run(p, 2, "split_target_32", target32, with_splits(target32), &version1, bw);
   Run(p, 3, "split_target_128", target128, with_splits(target128), &version1, bw);
   Run(p, 4, "one_slice", 1, with_splits(1), &version1, bw);
+  Product aliased = p;
+  aliased.args.w.fast_tiles = lab::AliasedCopy(p.args.w.fast_tiles, 2 * FastTileRowsPadded(p.rows) * p.cols_padded);
+  Run(aliased, 5, "weights_from_l2", FastLinearSplits(p.rows, p.cols_padded),
+      [&] { return LaunchFastLinear(aliased.args, ctx, nullptr); }, &version1, bw);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // lab program after the production kernels it compiles in.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -95,6 +96,43 @@ double TimePerCall(F&& launch, int reps = 50, int rounds = 5) {
   LAB_CHECK(cudaEventDestroy(a));
   LAB_CHECK(cudaEventDestroy(b));
   return 1e-3 * ms[ms.size() / 2] / reps;
+}
+
+// A device range of `bytes` (rounded up to whole chunks) whose every 8 MiB chunk is the same
+// physical memory, holding the first 8 MiB of `src` (the driver's virtual memory management): a
+// kernel reading it issues every load it would issue on `src` while L2 serves almost all of them.
+// Kept for the program's life.
+inline void* AliasedCopy(const void* src, int64_t bytes) {
+#define LAB_CU_CHECK(expr)                                                                  \
+  do {                                                                                      \
+    if ((expr) != CUDA_SUCCESS) {                                                           \
+      std::printf("{\"what\":\"error\",\"at\":\"%s\"}\n", #expr);                   \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+  int device = 0;
+  LAB_CHECK(cudaGetDevice(&device));
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  size_t granularity = 0;
+  LAB_CU_CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  const size_t chunk = (size_t{8} << 20) / granularity * granularity;
+  const size_t total = (static_cast<size_t>(bytes) + chunk - 1) / chunk * chunk;
+  CUmemGenericAllocationHandle handle;
+  LAB_CU_CHECK(cuMemCreate(&handle, chunk, &prop, 0));
+  CUdeviceptr base = 0;
+  LAB_CU_CHECK(cuMemAddressReserve(&base, total, 0, 0, 0));
+  for (size_t off = 0; off < total; off += chunk) LAB_CU_CHECK(cuMemMap(base + off, chunk, 0, handle, 0));
+  CUmemAccessDesc access = {};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  LAB_CU_CHECK(cuMemSetAccess(base, total, &access, 1));
+  void* out = reinterpret_cast<void*>(base);
+  LAB_CHECK(cudaMemcpy(out, src, std::min(chunk, static_cast<size_t>(bytes)), cudaMemcpyDeviceToDevice));
+  return out;
+#undef LAB_CU_CHECK
 }
 
 // The card's copy bandwidth (bytes/s): a device-to-device copy of 1 GiB, read and written.
