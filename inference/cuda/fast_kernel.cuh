@@ -128,7 +128,9 @@ __device__ __forceinline__ void WaitCopies() {
 // SB: the K slices one block runs (merged slices, fast_shapes.h FastMergesSlices): 8 * SB warps, warps
 // 8 s to 8 s + 7 on slice s, so the slices' sums meet in the block's shared memory instead of a
 // cluster's. 1 for the others (SLICED: the slices are a cluster's blocks).
-template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1>
+// DEEP: a block of two token groups launched for one token tile (up to 16 tokens) takes the deep
+// ring too (a second instance of the shape; kStages below).
+template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1, bool DEEP = false>
 struct FastShape {
   static_assert(SB == 1 || !SLICED, "a block's own slices or a cluster's, not both");
   static constexpr int kBlockWarps = kWarps * SB;
@@ -143,18 +145,19 @@ struct FastShape {
   static constexpr int kSlotBytes = (RT + NTK) * 32 * 16;
   // Ring slots per warp (kStages - 1 steps in flight): as many as fit two blocks in a
   // multiprocessor's shared memory (about 110 KB of ring each), at most 12 in blocks of one token
-  // group (up to 8 tokens) and 5 in the others. The loop waits on its copies most of the time
-  // (ncu: the instruction after the wait carries a quarter of the stall samples), so the deeper
-  // ring pays where a step computes little: up to 8 tokens, 12 slots instead of 5 took decode at
-  // batch 1 from 183 to 261 tok/s at 7B and from 1,292 to 1,745 at 0.5B (with the zero-filled
-  // copies below; H200, docs/fast_profile.md). With two token groups 12 slots made 16 tokens
-  // 8-9% faster and 32 tokens 1.5-2.7% slower (one template serves both), so they keep 5: 64
-  // rows by 16 tokens went from 3 slots to 4 (batch 32 +4%, H100), while 64 rows by 32 tokens
-  // stays at 3 (4 would leave one block per multiprocessor: batch 64 -5%).
+  // group (up to 8 tokens) and in DEEP ones (two groups, up to 16 tokens), 5 in the others. The
+  // loop waits on its copies most of the time (ncu: the instruction after the wait carries a
+  // quarter of the stall samples), so the deeper ring pays where a step computes little: up to 8
+  // tokens, 12 slots instead of 5 took decode at batch 1 from 183 to 261 tok/s at 7B and from
+  // 1,292 to 1,745 at 0.5B (with the zero-filled copies below; H200, docs/fast_profile.md). With
+  // two token groups 12 slots made 16 tokens 8-9% faster and 32 tokens 1.5-2.7% slower, hence
+  // DEEP for launches of one token tile only. Otherwise 5: 64 rows by 16 tokens went from 3 slots
+  // to 4 (batch 32 +4%, H100), while 64 rows by 32 tokens stays at 3 (4 would leave one block
+  // per multiprocessor: batch 64 -5%).
   // A block of merged slices runs alone on its multiprocessor, with both blocks' budget.
   static constexpr int kRingBudget = 110 * 1024 * (SB == 1 ? 1 : 2);
   static constexpr int kFit = kRingBudget / (kBlockWarps * kSlotBytes);
-  static constexpr int kMaxStages = SB == 1 && NTK == 1 ? ROTE_FAST_MAX_RING_SLOTS : 5;
+  static constexpr int kMaxStages = SB == 1 && (NTK == 1 || DEEP) ? ROTE_FAST_MAX_RING_SLOTS : 5;
   static constexpr int kStages = kFit < kMaxStages ? kFit : kMaxStages;
   // (FastMergedShapeFits keeps merged slices to shapes whose ring has 3 slots.)
   static_assert(kStages >= 3, "a ring of fewer than 3 slots has nothing in flight while a step computes");
@@ -349,11 +352,11 @@ __device__ __forceinline__ void WithKernelEpilogue(LinearEpilogue kind, F&& f) {
 // w / 8 as warp w % 8 of a slice's block would, and adds the slices' sums from its own shared
 // memory in slice order: the same order, so the same bits, with no cluster, no push and no
 // cluster barrier.
-template <int RT, int NTK, bool NORM, bool SLICED, int SB, int EPI>
-__global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB>::kThreads,
-                                  FastShape<RT, NTK, NORM, SLICED, SB>::kBlocksPerSM)
+template <int RT, int NTK, bool NORM, bool SLICED, int SB, int EPI, bool DEEP = false>
+__global__ void __launch_bounds__(FastShape<RT, NTK, NORM, SLICED, SB, DEEP>::kThreads,
+                                  FastShape<RT, NTK, NORM, SLICED, SB, DEEP>::kBlocksPerSM)
     FastLinearKernel(LinearArgs a, int32_t splits, bool norm_staged) {
-  using S = FastShape<RT, NTK, NORM, SLICED, SB>;
+  using S = FastShape<RT, NTK, NORM, SLICED, SB, DEEP>;
   constexpr int kThreads = S::kThreads;
   constexpr int kStages = S::kStages;
   extern __shared__ __align__(16) unsigned char fast_smem[];

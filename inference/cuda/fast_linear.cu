@@ -162,17 +162,17 @@ int64_t FastBlocks(const LinearArgs& a, int32_t splits) {
          ((a.tokens + S::kToks - 1) / S::kToks);
 }
 
-template <int RT, int NTK, bool NORM, bool SLICED, int SB, int EPI>
+template <int RT, int NTK, bool NORM, bool SLICED, int SB, int EPI, bool DEEP>
 cudaError_t LaunchFastCompiledFor(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
-  using S = FastShape<RT, NTK, NORM, SLICED, SB>;
+  using S = FastShape<RT, NTK, NORM, SLICED, SB, DEEP>;
   const dim3 grid((a.tokens + S::kToks - 1) / S::kToks, (a.w.rows + S::kRows - 1) / S::kRows, SB > 1 ? 1 : splits);
   if (grid.y > 65535) return cudaErrorInvalidConfiguration;
   static PerDevice<cudaError_t> prepared_on;
   const cudaError_t prepared = prepared_on.Get([] {
-    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI>,
+    cudaError_t e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI, DEEP>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, S::kMaxSmemBytes);
     if (e == cudaSuccess && SLICED)  // clusters of up to 16 slices (more than the portable 8)
-      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI>,
+      e = cudaFuncSetAttribute(FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI, DEEP>,
                                cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     return e;
   });
@@ -197,30 +197,32 @@ cudaError_t LaunchFastCompiledFor(const LinearArgs& a, int32_t splits, const Lau
   attr[1].val.clusterDim.z = static_cast<unsigned>(splits);
   cfg.attrs = attr;
   cfg.numAttrs = SLICED ? 2 : 1;  // unsliced products and merged slices launch no clusters
-  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI>, a, splits, norm_staged);
+  return cudaLaunchKernelEx(&cfg, FastLinearKernel<RT, NTK, NORM, SLICED, SB, EPI, DEEP>, a, splits, norm_staged);
 }
 
 // The kernel with the product's epilogue compiled in where it is a common one: with the norm,
 // q|k|v's rotary store and gate|up's SiLU; without, o's and down's residual. Other products (the
 // lm_head, q|k|v with a separate rotary kernel) take the kernel that branches on the kind.
-template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1>
+template <int RT, int NTK, bool NORM, bool SLICED, int SB = 1, bool DEEP = false>
 cudaError_t LaunchFastCompiled(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
   constexpr int kRope = static_cast<int>(LinearEpilogue::kRopeStore);
   constexpr int kSilu = static_cast<int>(LinearEpilogue::kSiluMul);
   constexpr int kResidual = static_cast<int>(LinearEpilogue::kAddResidual);
   if constexpr (NORM) {
     if (a.epilogue == LinearEpilogue::kRopeStore)
-      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kRope>(a, splits, ctx, stream);
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kRope, DEEP>(a, splits, ctx, stream);
     if (a.epilogue == LinearEpilogue::kSiluMul)
-      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kSilu>(a, splits, ctx, stream);
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kSilu, DEEP>(a, splits, ctx, stream);
   } else {
     if (a.epilogue == LinearEpilogue::kAddResidual)
-      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kResidual>(a, splits, ctx, stream);
+      return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, kResidual, DEEP>(a, splits, ctx, stream);
   }
-  return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, -1>(a, splits, ctx, stream);
+  return LaunchFastCompiledFor<RT, NTK, NORM, SLICED, SB, -1, DEEP>(a, splits, ctx, stream);
 }
 
-template <int RT, int NTK>
+// DEEP (two token groups, one token tile): the deep ring's instance (FastShape), merged slices
+// excepted.
+template <int RT, int NTK, bool DEEP = false>
 cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
   // Merged slices where the shape is compiled with them and they are on for this product.
   if (FastMergesSlices(a.w.cols_padded, splits, MergeMaxSlices(*ctx.tuning), MergeMaxSteps(*ctx.tuning))) {
@@ -236,14 +238,24 @@ cudaError_t LaunchFast(const LinearArgs& a, int32_t splits, const LaunchContext&
   // Sliced products (a cluster per tile) and the others are compiled apart: only the first need
   // the inbox and its code (registers).
   if (splits > 1)
-    return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, true>(a, splits, ctx, stream)
-                                    : LaunchFastCompiled<RT, NTK, false, true>(a, splits, ctx, stream);
-  return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false>(a, splits, ctx, stream)
-                                  : LaunchFastCompiled<RT, NTK, false, false>(a, splits, ctx, stream);
+    return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, true, 1, DEEP>(a, splits, ctx, stream)
+                                    : LaunchFastCompiled<RT, NTK, false, true, 1, DEEP>(a, splits, ctx, stream);
+  return a.norm_weight != nullptr ? LaunchFastCompiled<RT, NTK, true, false, 1, DEEP>(a, splits, ctx, stream)
+                                  : LaunchFastCompiled<RT, NTK, false, false, 1, DEEP>(a, splits, ctx, stream);
 }
 
-// The instantiated block shapes, by value.
+// The instantiated block shapes, by value. Two token groups over at most 16 tokens (one token
+// tile) take the deep ring (FastShape's DEEP).
 cudaError_t LaunchFastShape(int rt, int ntk, const LinearArgs& a, int32_t splits, const LaunchContext& ctx, cudaStream_t stream) {
+  if (ntk == 2 && a.tokens <= 16) switch (rt) {
+      case 1: return LaunchFast<1, 2, true>(a, splits, ctx, stream);
+      case 2: return LaunchFast<2, 2, true>(a, splits, ctx, stream);
+      case 3: return LaunchFast<3, 2, true>(a, splits, ctx, stream);
+      case 4: return LaunchFast<4, 2, true>(a, splits, ctx, stream);
+      case 5: return LaunchFast<5, 2, true>(a, splits, ctx, stream);
+      case 6: return LaunchFast<6, 2, true>(a, splits, ctx, stream);
+      default: return cudaErrorInvalidValue;
+    }
   switch (10 * ntk + rt) {
     case 11: return LaunchFast<1, 1>(a, splits, ctx, stream);
     case 12: return LaunchFast<2, 1>(a, splits, ctx, stream);
