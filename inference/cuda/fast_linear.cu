@@ -7,8 +7,8 @@
 // of each 8-token group into a private ring of 3 to 12 steps in shared memory
 // (FastShape::kStages), so copies run 2 to 11 steps ahead with no synchronisation between
 // threads. It splits the activations into three bf16 pieces (truncation: hi + mid + lo == x
-// exactly) and runs mma.m16n8k16 for every (tile, token group): pieces lo, mid, hi in that order. The warps' sums are added through
-// shared memory in warp order. The slices of a tile are one thread-block cluster: every block
+// exactly) and runs mma.m16n8k16 for every (tile, token group): pieces lo, mid, hi in that
+// order. The warps' sums are added through shared memory in warp order. The slices of a tile are one thread-block cluster: every block
 // finishes a share of the tile's outputs; each pushes its sums of every share into the finishing
 // block's inbox (distributed shared memory, st.async onto the inbox's mbarrier), and once its
 // inbox is complete each adds the slices' sums in slice order, then applies the epilogue. The
