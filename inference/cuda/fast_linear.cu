@@ -2,22 +2,21 @@
 //
 // A block is 8 warps over 16 * RT weight rows (RT tiles of fast_tiles.h) and 8 * NTK token rows;
 // grid (token tiles, row tiles, K slices). The warps split the slice's 16-column steps: warp w
-// takes steps w, w + 8, w + 16, ... in increasing order. Per step a lane copies (cp.async) its
-// own 16 bytes of each weight tile, already in mma order, and its own token's four activations
-// of each 8-token group into a private ring of 3 to 12 steps in shared memory
-// (FastShape::kStages), so copies run 2 to 11 steps ahead with no synchronisation between
-// threads. It splits the activations into three bf16 pieces (truncation: hi + mid + lo == x
-// exactly) and runs mma.m16n8k16 for every (tile, token group): pieces lo, mid, hi in that
-// order. The warps' sums are added through shared memory in warp order. The slices of a tile are one thread-block cluster: every block
-// finishes a share of the tile's outputs; each pushes its sums of every share into the finishing
-// block's inbox (distributed shared memory, st.async onto the inbox's mbarrier), and once its
-// inbox is complete each adds the slices' sums in slice order, then applies the epilogue. The
-// cluster keeps the slices' sums on chip (through global scratch, a fence and a ticket counter
-// they cost batch 8 12%, H100); pushing into an inbox spares the second cluster barrier that
-// remote reads need, and the inbox's mbarrier the one between the pushes and the sums. Two or
-// three short slices (at most 6 steps per warp) run in one block instead, warps 8 s to 8 s + 7 on
-// slice s, adding the slices' sums from their own shared memory (merged slices: no cluster
-// launch; batch 32 3% faster).
+// takes steps w, w + 8, w + 16, ... in increasing order. Per step a lane copies (cp.async) its own
+// 16 bytes of each weight tile, already in mma order, and its own token's four activations of each
+// 8-token group into a private ring of 3 to 12 steps in shared memory (FastShape::kStages), so
+// copies run 2 to 11 steps ahead with no synchronisation between threads. It splits the activations
+// into three bf16 pieces (truncation: hi + mid + lo == x exactly) and runs mma.m16n8k16 for every
+// (tile, token group): pieces lo, mid, hi in that order. The warps' sums are added through shared
+// memory in warp order. The slices of a tile are one thread-block cluster: every block finishes a
+// share of the tile's outputs; each pushes its sums of every share into the finishing block's inbox
+// (distributed shared memory, st.async onto the inbox's mbarrier), and once its inbox is complete
+// each adds the slices' sums in slice order, then applies the epilogue. The cluster keeps the
+// slices' sums on chip (through global scratch, a fence and a ticket counter they cost batch 8 12%,
+// H100); pushing into an inbox spares the second cluster barrier that remote reads need, and the
+// inbox's mbarrier the one between the pushes and the sums. Two or three short slices (at most 6
+// steps per warp) run in one block instead, warps 8 s to 8 s + 7 on slice s, adding the slices'
+// sums from their own shared memory (merged slices: no cluster launch; batch 32 3% faster).
 //
 // One translation unit: the kernel in fast_kernel.cuh, the streaming kernel of the lm_head in
 // fast_stream.cuh, the choice of block shape and the launches below.
