@@ -20,6 +20,9 @@
 //              [--prefill-len 256,512,1000] [--wgmma-variants 128:4,128:1,128:1:2,0] [--attention-tile-min N] [--attention-tile-blocks 1|2] [--attention-tile-variants 0,64,64:2] [--one-token-ring-from 3072] [--one-token-ring 1:4]
 // --layers N: only the first N layers of a shape built in memory (7b .. 30b-a3b), for profiles
 // of its layers without its whole size.
+// --family F: the shape's dimensions in another family (ParseModelFamily's names: gemma2, mistral,
+// phi3, ...; SynthesizeModelInMemory writes its features: Gemma 2's soft caps and alternating
+// windows of 4,096, Mistral's window), built in memory at every shape.
 // Settings compared side by side each run on a backend of their own (CudaBackendOptions::tuning
 // is fixed per backend); the flags that set one CudaTuning field apply to every backend.
 // --numerics fast: the fast profile (tensor-core products, docs/fast_profile.md); --tiles then
@@ -415,7 +418,18 @@ bool Bench::Init() {
   // fit the disk of every GPU machine, and no file is faster. The small shapes keep their file.
   // 30b-a3b: Qwen3-Coder-30B-A3B, a mixture of experts (qwen3_moe).
   const bool moe = shape_ == "30b-a3b";
-  const bool in_memory = shape_ == "7b" || shape_ == "14b" || shape_ == "32b" || moe;
+  const std::string family_name = Flag("--family", "");
+  rote::inference::ModelFamily family = moe ? rote::inference::ModelFamily::kQwen3Moe : rote::inference::ModelFamily::kQwen2;
+  if (!family_name.empty()) {
+    StatusOr<rote::inference::ModelFamily> parsed = rote::inference::ParseModelFamily(family_name);
+    if (!parsed.ok()) {
+      PrintError(parsed.status().ToString());
+      return false;
+    }
+    family = *parsed;
+  }
+  const bool in_memory =
+      shape_ == "7b" || shape_ == "14b" || shape_ == "32b" || moe || family != rote::inference::ModelFamily::kQwen2;
   if (!in_memory && !std::filesystem::exists(dir + "/model.safetensors")) {
     if (!rote::inference::cuda_test::WriteSynthModel(dir, rote::inference::cuda_test::Qwen25Shape(shape_))) {
       PrintError("cannot write " + dir);
@@ -430,7 +444,7 @@ bool Bench::Init() {
     so.shape = shape_;
     so.seed = 1;
     so.layers = std::stoi(Flag("--layers", "0"));
-    if (moe) so.family = rote::inference::ModelFamily::kQwen3Moe;
+    so.family = family;
     model = SynthesizeModelInMemory(so, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }
   if (!model.ok()) {
@@ -480,10 +494,11 @@ double Bench::TimeDecode(CudaBackend* b, int32_t batch, std::vector<Seq>& seqs) 
 }
 
 bool Bench::PrintModel(CudaBackend* b, double upload_s) const {
-  std::printf("{\"what\":\"model\",\"source_revision\":\"%s\",\"shape\":\"%s\",\"device\":\"%s\",\"numerics\":\"%s\","
+  std::printf("{\"what\":\"model\",\"source_revision\":\"%s\",\"shape\":\"%s\",\"family\":\"%s\",\"device\":\"%s\",\"numerics\":\"%s\","
               "\"weight_bytes_on_device\":%lld,\"matrix_params\":%lld,\"synth_s\":%.1f,\"load_s\":%.1f,\"upload_s\":%.1f,"
               "\"kv_blocks_fitting_free_memory\":%d}\n",
-              ROTE_SOURCE_REVISION, shape_.c_str(), b->device().c_str(), b->numerics_profile().c_str(),
+              ROTE_SOURCE_REVISION, shape_.c_str(), std::string(rote::inference::ModelFamilyName(model_->config().family)).c_str(),
+              b->device().c_str(), b->numerics_profile().c_str(),
               static_cast<long long>(b->WeightBytes()), static_cast<long long>(matrix_params_), synth_s_, load_s_,
               upload_s, b->KvBlocksForFreeMemory(0, int64_t{4} << 30));
   std::fflush(stdout);

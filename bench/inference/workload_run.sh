@@ -7,7 +7,8 @@
 #
 #   bench/inference/workload_run.sh OUT WORKLOAD [SHAPES] [BUDGET_S] [POINTS] [STEPS]
 #     SHAPES: 0.5b,1.5b,7b    BUDGET_S: 560 (seconds for everything)    POINTS: 1,8,32
-#     STEPS: exact,fast,fast_b32,compiled,default (the peer's steps need exact's replay)
+#     STEPS: exact,fast,fast_b32,compiled,default (the peer's steps run exact's replay, or
+#     fast's where exact is not among the steps)
 #
 # Run it from the repository's root (the bench and the peer are found there; the vocabulary comes
 # from the workload's .vocab, or from the tree's text where it has none).
@@ -103,7 +104,10 @@ for s in "${shape_list[@]}"; do
   read -r c_exact c_fast c_fast32 _ _ <<< "$(caps "$s")"
   rote=("$bench" --workload "$workload" --shape "$s" --points "$points" --source "$root" --deadline @LIMIT@)
   want exact && step "${s}_rote_exact" "$c_exact" "${rote[@]}" --numerics exact --replay "$out/${s}_replay.jsonl"
-  want fast && step "${s}_rote_fast" "$c_fast" "${rote[@]}" --numerics fast
+  # Without exact among the steps, fast records the replay the peer's steps run.
+  fast_replay=()
+  want exact || fast_replay=(--replay "$out/${s}_replay.jsonl")
+  want fast && step "${s}_rote_fast" "$c_fast" "${rote[@]}" --numerics fast "${fast_replay[@]}"
   want fast_b32 && step "${s}_rote_fast_b32" "$c_fast32" "${rote[@]}" --numerics fast --max-batch 32 \
     --max-step-tokens 1024
 done
@@ -113,7 +117,7 @@ for s in "${shape_list[@]}"; do
     xz -dk "$out/${s}_replay.jsonl.xz"
   fi
   if { want compiled || want default; } && [ ! -s "$out/${s}_replay.jsonl" ]; then
-    echo "== ${s}: no replay in $out (rote exact records it): the peer's steps are skipped" >&2
+    echo "== ${s}: no replay in $out (rote exact, else rote fast, records it): the peer's steps are skipped" >&2
     printf '%s\tno replay\t0\t0\n' "${s}_peer" >> "$out/steps.tsv"
   fi
 done
