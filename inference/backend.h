@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -68,6 +69,11 @@ class Backend {
   // The profile's name as provenance records it: "exact", or "fast5-sm90" (the fast profile on
   // compute capability 9.0). Two runs can be compared bit for bit only under the same name.
   virtual std::string numerics_profile() const { return "exact"; }
+
+  // The most tokens one step (the sum of its sequences' new tokens) may carry; Forward and its
+  // kin refuse a larger step with INVALID_ARGUMENT, and Engine::Create refuses a max_step_tokens
+  // above it. The CPU backend has no limit; the CUDA backend's is CudaMaxStepTokens.
+  virtual int32_t max_step_tokens() const { return std::numeric_limits<int32_t>::max(); }
 
   // Bytes of KV storage one block takes for this model (K and V, all layers, fp32).
   virtual int64_t KvBytesPerBlock() const = 0;

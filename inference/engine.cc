@@ -281,6 +281,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::shared_ptr<const Model> mo
   if (options.max_step_tokens < options.max_batch) {
     return InvalidArgument("max_step_tokens must be at least max_batch (every running sequence decodes each step)");
   }
+  if (options.max_step_tokens > backend->max_step_tokens()) {
+    return InvalidArgument("max_step_tokens " + std::to_string(options.max_step_tokens) + " exceeds the " +
+                           std::to_string(backend->max_step_tokens()) + " tokens one step of the " +
+                           backend->device() + " backend carries for this model under the " +
+                           backend->numerics_profile() + " profile");
+  }
   auto impl = std::make_unique<Impl>(std::move(model), std::move(tokenizer));
   impl->options = options;
   const int32_t max_pos = impl->model->config().max_position_embeddings;

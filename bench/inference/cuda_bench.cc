@@ -17,7 +17,7 @@
 //              [--late-prefetch 0] [--engine-batches 8,32] [--engine-sampling 0.8:40:1]
 //              [--tokenizer tests/fixtures/qwen2] [--kv-interleave 1]
 //              [--kv-capacity 4096:4,4096:32 --card-mib 81559] [--decode 0] [--prefill-reps 4]
-//              [--prefill-len 256,512,1000] [--wgmma-variants 128:4,128:1,128:1:2,0] [--attention-tile-min N] [--attention-tile-blocks 1|2] [--attention-tile-variants 0,64,64:2] [--one-token-ring-from 3072] [--one-token-ring 1:4]
+//              [--prefill-len 256,512,1000] [--prefill-prompts 1,4,16] [--wgmma-variants 128:4,128:1,128:1:2,0] [--attention-tile-min N] [--attention-tile-blocks 1|2] [--attention-tile-variants 0,64,64:2] [--one-token-ring-from 3072] [--one-token-ring 1:4]
 // --layers N: only the first N layers of a shape built in memory (7b .. 30b-a3b), for profiles
 // of its layers without its whole size.
 // --family F: the shape's dimensions in another family (ParseModelFamily's names: gemma2, mistral,
@@ -299,8 +299,8 @@ class Bench {
   CudaBackendOptions options_;
   CudaTuning base_;
   int32_t stride_ = 0, blocks_ = 0;
-  static constexpr int32_t kPrefillSeqs = 4;
   std::vector<int32_t> prefill_lens_;  // --prefill-len L[,L...]: prompt lengths of the prefill figures
+  std::vector<int32_t> prefill_prompts_;  // --prefill-prompts N[,N...]: prompts a prefill step (1,4)
   static constexpr int32_t kCapacityDecodeSteps = 16;
   int32_t prefill_stride_ = 0;
   int64_t matrix_params_ = 0, kv_bytes_per_position_ = 0;
@@ -334,10 +334,18 @@ bool Bench::Init() {
               bw_ / 1e12, fma_ / 1e12, 2 * fma_ / 1e12, bf16_ / 1e12);
   std::fflush(stdout);
 
-  // --prefill-len: the prefill figures' prompt lengths (1,000 unless given), each with 1 and 4 prompts.
+  // --prefill-len: the prefill figures' prompt lengths (1,000 unless given), each with the
+  // --prefill-prompts counts (1 and 4 unless given), all of a count's prompts in one step.
   prefill_lens_ = IntList(Flag("--prefill-len", "1000"));
   if (prefill_lens_.empty()) {
     PrintError("--prefill-len takes one or more lengths");
+    return false;
+  }
+  prefill_prompts_ = IntList(Flag("--prefill-prompts", "1,4"));
+  if (prefill_prompts_.empty() ||
+      *std::min_element(prefill_prompts_.begin(), prefill_prompts_.end()) < 1 ||
+      *std::max_element(prefill_prompts_.begin(), prefill_prompts_.end()) > 64) {
+    PrintError("--prefill-prompts takes counts from 1 to 64");
     return false;
   }
   options_.max_positions = 2048;
@@ -461,7 +469,7 @@ bool Bench::Init() {
   matrix_params_ = c.num_layers * (d * (qd + 2 * kvd) + qd * d + 3 * d * h) + static_cast<int64_t>(c.vocab_size) * d;
   stride_ = (prompt_ + kWarm + steps_ + 2 + kKvBlockSize - 1) / kKvBlockSize;
   prefill_stride_ = (*std::max_element(prefill_lens_.begin(), prefill_lens_.end()) + kKvBlockSize) / kKvBlockSize;
-  blocks_ = std::max(64 * stride_, kPrefillSeqs * prefill_stride_);
+  blocks_ = std::max(64 * stride_, *std::max_element(prefill_prompts_.begin(), prefill_prompts_.end()) * prefill_stride_);
   needle_ = RandomTokens(prompt_, c.vocab_size, 7);
   kv_bytes_per_position_ = int64_t{2} * c.num_layers * c.kv_dim() * 4;
   return true;
@@ -885,7 +893,7 @@ bool Bench::DecodeAndPrefill(CudaBackend* base) {
   return true;
 }
 
-// The prefill figures: 1 and 4 prompts of each --prefill-len, --prefill-reps runs each (the first
+// The prefill figures: each --prefill-prompts count of prompts of each --prefill-len, --prefill-reps runs each (the first
 // untimed). `wgmma`: the variant (--wgmma-variants or --attention-tile-variants entry) the backend was
 // made for, printed as "variant" ("" the default).
 bool Bench::PrefillFigures(CudaBackend* b, int32_t tile, const std::string& profile, const std::string& wgmma) {
@@ -893,7 +901,7 @@ bool Bench::PrefillFigures(CudaBackend* b, int32_t tile, const std::string& prof
   // --prefill-reps R: R runs of each prefill, the first untimed (its figure is the median of the rest).
   const int prefill_reps = std::max(2, std::stoi(Flag("--prefill-reps", "4")));
   for (int32_t prefill_len : prefill_lens_)
-  for (int32_t n : {1, kPrefillSeqs}) {
+  for (int32_t n : prefill_prompts_) {
     std::vector<double> times;
     std::vector<int32_t> first_tokens;
     for (int rep = 0; rep < prefill_reps; ++rep) {

@@ -214,6 +214,9 @@ class CudaBackendImpl final : public CudaBackend {
 
   std::string device() const override { return device_name_; }
   std::string numerics_profile() const override { return profile_name_; }
+  int32_t max_step_tokens() const override {
+    return CudaMaxStepTokens(config_, fast_ ? NumericsProfile::kFast : NumericsProfile::kExact);
+  }
 
   int64_t KvBytesPerBlock() const override {
     return 2 * static_cast<int64_t>(config_.num_layers) * kKvBlockSize * config_.kv_dim() * 4;

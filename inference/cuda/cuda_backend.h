@@ -6,11 +6,13 @@
 // (inference/cuda/cuda_backend_unavailable.cc), so callers select the device at run time.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "inference/backend.h"
+#include "inference/cuda/fast_shapes.h"
 #include "inference/cuda/tuning.h"
 #include "inference/model/weights.h"
 #include "inference/status.h"
@@ -115,6 +117,24 @@ class CudaBackend : public Backend {
   // CudaInstruments::kernel_timeline: the last recorded step's kernels, ordered by first wait.
   virtual std::vector<CudaKernelTime> KernelTimeline() const = 0;
 };
+
+// The most tokens one step of the CUDA backend carries for this model and profile
+// (Backend::max_step_tokens; Forward refuses a larger step with INVALID_ARGUMENT before it launches
+// anything, and Engine::Create a larger max_step_tokens). Kernels that put a step's tokens on the
+// grid's y dimension (the rotary store, attention a token a block) take at most 65,535; the fast
+// profile's products address activations with 32-bit offsets (FastLinearMaxTokens) over the
+// widest activation row (hidden, attention output, MLP activation; lane rows padded to 128):
+// 7B fast 47,823 tokens, 32B fast 12,136.
+inline int32_t CudaMaxStepTokens(const ModelConfig& config, NumericsProfile profile) {
+  int64_t limit = 65535;
+  if (profile == NumericsProfile::kFast) {
+    auto padded = [](int64_t cols) { return (cols + 127) / 128 * 128; };  // kernels.h's PaddedCols
+    const int64_t widest =
+        std::max({padded(config.hidden_size), padded(config.q_dim()), padded(config.intermediate_size)});
+    limit = std::min(limit, cuda::FastLinearMaxTokens(widest));
+  }
+  return static_cast<int32_t>(std::max<int64_t>(limit, 1));
+}
 
 // FAILED_PRECONDITION when no CUDA device is present; UNIMPLEMENTED in builds without CUDA;
 // INVALID_ARGUMENT for shapes the kernels do not support (head_dim > 256 or not a multiple of 8),

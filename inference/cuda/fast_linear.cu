@@ -312,7 +312,7 @@ bool CanRunFastLinear(const LinearArgs& a) {
   if (a.x_stride % 4 != 0) return false;  // 16-byte activation copies
   // 32-bit activation offsets: rows (x_rows index the step's token rows; a step never holds
   // 65,536 of them) times the stride must stay below 2^31 floats.
-  if (static_cast<int64_t>(a.x_stride) * (static_cast<int64_t>(a.tokens) + 65536) >= (int64_t{1} << 31)) return false;
+  if (a.tokens > FastLinearMaxTokens(a.x_stride)) return false;
   return true;
 }
 

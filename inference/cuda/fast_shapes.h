@@ -31,6 +31,15 @@ inline constexpr int kFastSplitTarget = 48;
 inline constexpr int kFastMergeMaxSlices = 3;
 inline constexpr int kFastMergeMaxStepsPerWarp = 6;
 
+// The most tokens a fast product whose activation rows are `x_stride` floats apart runs: its
+// kernels address activations with 32-bit offsets, a row index (x_rows names a row of the step,
+// which holds fewer than 65,536) times the stride, so stride x (tokens + 65,536) must stay below
+// 2^31. CanRunFastLinear refuses more; the backend's step limit (CudaMaxStepTokens) is the
+// smallest of these over the model's strides. 32B's down (27,648 columns): 12,136 tokens.
+inline constexpr int64_t FastLinearMaxTokens(int64_t x_stride) {
+  return x_stride <= 0 ? 0 : ((int64_t{1} << 31) - 1) / x_stride - 65536;
+}
+
 // Whether a block of `splits` merged slices is compiled for a shape: the accumulators must fit the
 // registers left to 16 (128 per thread) or 24 warps (85) per multiprocessor, and the ring keep 3
 // slots in one multiprocessor's shared memory.

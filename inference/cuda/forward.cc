@@ -151,6 +151,14 @@ Status CudaBackendImpl::Step(const BatchPlan& plan, bool greedy) {
   StepLayout lay;
   int32_t max_len = 0;
   bool decode_only = true;
+  // Before anything is launched or allocated: a step larger than the kernels' grids and offsets
+  // take is refused whole (CudaMaxStepTokens), not failed half way through its layers.
+  int64_t step_tokens = 0;
+  for (const SequenceStep& s : plan.sequences) step_tokens += static_cast<int64_t>(s.tokens.size());
+  if (step_tokens > max_step_tokens())
+    return InvalidArgument("Forward: a step of " + std::to_string(step_tokens) + " tokens exceeds the " +
+                           std::to_string(max_step_tokens()) + " one step of this model carries under the " +
+                           profile_name_ + " profile");
   for (const SequenceStep& s : plan.sequences) {
     const int32_t n = static_cast<int32_t>(s.tokens.size());
     if (n < 1) return InvalidArgument("Forward: a sequence step has no tokens");

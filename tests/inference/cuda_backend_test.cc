@@ -1085,6 +1085,63 @@ TEST(CudaFastShapes, MergedSlicesTakeAMultiprocessorEach) {
         }
 }
 
+// The most tokens a step carries (CudaMaxStepTokens): 65,535 where the kernels' grids put the
+// step's tokens on y, and for the fast profile the most its products' 32-bit activation offsets
+// take over the model's widest activation row: exactly where stride x (tokens + 65,536) reaches 2^31.
+TEST(CudaStepLimits, GridsAndFastOffsetsBoundAStep) {
+  for (int64_t stride : {128, 896, 3584, 4864, 18944, 27648, 29568, 32768, 65536, 1 << 20}) {
+    const int64_t t = cuda::FastLinearMaxTokens(stride);
+    EXPECT_LT(stride * (t + 65536), int64_t{1} << 31) << stride;
+    EXPECT_GE(stride * (t + 1 + 65536), int64_t{1} << 31) << stride;
+  }
+  auto limit = [](const std::string& shape, NumericsProfile profile) {
+    SynthOptions so;
+    so.shape = shape;
+    auto c = SynthConfig(so);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? CudaMaxStepTokens(*c, profile) : 0;
+  };
+  for (const char* shape : {"tiny", "0.5b", "1.5b", "7b", "14b", "32b"})
+    EXPECT_EQ(limit(shape, NumericsProfile::kExact), 65535) << shape;
+  EXPECT_EQ(limit("0.5b", NumericsProfile::kFast), 65535);  // 4,864 columns: the grid bounds it
+  EXPECT_EQ(limit("7b", NumericsProfile::kFast), 47823);    // down's 18,944 columns
+  EXPECT_EQ(limit("14b", NumericsProfile::kFast), 65535);   // 13,824 columns allow 89,808: the grid bounds it
+  EXPECT_EQ(limit("32b", NumericsProfile::kFast), 12136);   // down's 27,648 columns
+}
+
+// A step above the limit is refused whole, before anything runs, in both profiles, and the
+// backend runs the next step as if it had never been asked.
+TEST(CudaStepLimits, ALargerStepIsInvalidArgument) {
+  SKIP_WITHOUT_GPU();
+  auto model = InvarianceModel();
+  ASSERT_TRUE(model);
+  for (NumericsProfile profile : {NumericsProfile::kExact, NumericsProfile::kFast}) {
+    auto b = Cuda(model, true, profile);
+    ASSERT_TRUE(b && b->AllocateKvCache(64).ok());
+    const int32_t limit = b->max_step_tokens();
+    EXPECT_EQ(limit, CudaMaxStepTokens(model->config(), profile));
+    // 17 sequences of 4,000 tokens: 68,000 tokens in one step.
+    const std::vector<int32_t> long_prompt = Prompt(4000, model->config().vocab_size, 3);
+    const std::vector<int32_t> no_blocks;
+    BatchPlan big;
+    for (int i = 0; i < 17; ++i) big.sequences.push_back({long_prompt, 0, no_blocks, 1});
+    ASSERT_GT(17 * 4000, limit);
+    std::vector<int32_t> tokens;
+    Status st = b->ForwardGreedy(big, &tokens);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("68000 tokens exceeds the " + std::to_string(limit)), std::string::npos)
+        << st.ToString();
+    std::vector<float> logits;
+    EXPECT_EQ(b->Forward(big, &logits).code(), StatusCode::kInvalidArgument);
+    const std::vector<int32_t> prompt = Prompt(10, model->config().vocab_size, 4);
+    const std::vector<int32_t> blocks = {0};
+    BatchPlan small;
+    small.sequences.push_back({prompt, 0, blocks, 1});
+    ASSERT_TRUE(b->ForwardGreedy(small, &tokens).ok());
+    EXPECT_EQ(tokens.size(), 1u);
+  }
+}
+
 // RMSNorm keeps a row's first 16 groups of 128 in registers and streams the rest: a hidden size of
 // 2,176 (17 groups) takes both paths, in prefill (normalised once) and decode (norm fused).
 TEST(CudaInvariance, WideRowsEqualCpu) {

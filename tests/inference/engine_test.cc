@@ -640,6 +640,79 @@ class PlanSizeBackend final : public Backend {
   std::mutex* mu_;
 };
 
+// A backend that carries at most `limit` tokens a step (as the CUDA backend does,
+// CudaMaxStepTokens), and records the largest step it was given.
+class StepLimitBackend final : public Backend {
+ public:
+  StepLimitBackend(std::unique_ptr<Backend> inner, int32_t limit, std::atomic<int64_t>* largest)
+      : inner_(std::move(inner)), limit_(limit), largest_(largest) {}
+  std::string device() const override { return "limited"; }
+  int32_t max_step_tokens() const override { return limit_; }
+  int64_t KvBytesPerBlock() const override { return inner_->KvBytesPerBlock(); }
+  Status AllocateKvCache(int32_t n) override { return inner_->AllocateKvCache(n); }
+  Status Forward(const BatchPlan& plan, std::vector<float>* logits) override {
+    ROTE_RETURN_IF_ERROR(Check(plan));
+    return inner_->Forward(plan, logits);
+  }
+  Status ForwardGreedy(const BatchPlan& plan, std::vector<int32_t>* tokens) override {
+    ROTE_RETURN_IF_ERROR(Check(plan));
+    return inner_->ForwardGreedy(plan, tokens);
+  }
+
+ private:
+  Status Check(const BatchPlan& plan) {
+    int64_t n = 0;
+    for (const SequenceStep& s : plan.sequences) n += static_cast<int64_t>(s.tokens.size());
+    int64_t seen = largest_->load();
+    while (n > seen && !largest_->compare_exchange_weak(seen, n)) {
+    }
+    return n > limit_ ? InvalidArgument("step of " + std::to_string(n) + " tokens") : OkStatus();
+  }
+  std::unique_ptr<Backend> inner_;
+  int32_t limit_;
+  std::atomic<int64_t>* largest_;
+};
+
+// An engine never asks a backend for a larger step than it carries: max_step_tokens above the
+// backend's limit is refused when the engine is made, naming both, and at the limit long prompts
+// arriving together run in steps within it.
+TEST(EngineTest, MaxStepTokensStaysWithinTheBackendsLimit) {
+  Loaded l = LoadTiny();
+  std::atomic<int64_t> largest{0};
+  auto make = [&](int32_t limit, int32_t max_step_tokens) {
+    EngineOptions o;
+    o.max_batch = 4;
+    o.max_context = 512;
+    o.prefill_chunk = 96;
+    o.max_step_tokens = max_step_tokens;
+    CpuBackendOptions b;
+    b.max_positions = 512;
+    auto backend = testing::CreateTestBackend(l.model, b);
+    EXPECT_TRUE(backend.ok());
+    return Engine::Create(l.model, l.tokenizer,
+                          std::make_unique<StepLimitBackend>(std::move(backend).value(), limit, &largest), o);
+  };
+  auto refused = make(100, 128);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("max_step_tokens 128 exceeds the 100 tokens"), std::string::npos)
+      << refused.status().ToString();
+  auto at_limit = make(100, 100);
+  ASSERT_TRUE(at_limit.ok()) << at_limit.status().ToString();
+  std::mt19937 rng(41);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(TokensRequest(RandomTokens(rng, 150 + 20 * i), 6));
+  auto ids = (*at_limit)->SubmitAll(std::move(requests));
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  for (RequestId id : *ids) {
+    auto r = (*at_limit)->Wait(id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->tokens.size(), 6u);
+  }
+  EXPECT_GT(largest.load(), 50);  // the prompts did fill steps
+  EXPECT_LE(largest.load(), 100);
+}
+
 // Requests submitted together start together: the first step holds every one of them (where
 // separate Submit calls race the scheduler), with the tokens each gets alone; an invalid request
 // queues none of its batch.
