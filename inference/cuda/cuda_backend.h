@@ -124,9 +124,11 @@ class CudaBackend : public Backend {
 // grid's y dimension (the rotary store, attention a token a block) take at most 65,535; the fast
 // profile's products address activations with 32-bit offsets (FastLinearMaxTokens) over the
 // widest activation row (hidden, attention output, MLP activation; lane rows padded to 128):
-// 7B fast 47,823 tokens, 32B fast 12,136.
+// 7B fast 47,823 tokens, 32B fast 12,136. A mixture of experts activates its (token, expert)
+// pairs with the pairs on y: 65,535 / experts_per_token (Qwen3-Coder-30B-A3B: 8,191).
 inline int32_t CudaMaxStepTokens(const ModelConfig& config, NumericsProfile profile) {
   int64_t limit = 65535;
+  if (config.has_moe()) limit /= std::max<int64_t>(1, config.experts_per_token);
   if (profile == NumericsProfile::kFast) {
     auto padded = [](int64_t cols) { return (cols + 127) / 128 * 128; };  // kernels.h's PaddedCols
     const int64_t widest =

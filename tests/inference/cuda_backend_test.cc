@@ -1107,6 +1107,15 @@ TEST(CudaStepLimits, GridsAndFastOffsetsBoundAStep) {
   EXPECT_EQ(limit("7b", NumericsProfile::kFast), 47823);    // down's 18,944 columns
   EXPECT_EQ(limit("14b", NumericsProfile::kFast), 65535);   // 13,824 columns allow 89,808: the grid bounds it
   EXPECT_EQ(limit("32b", NumericsProfile::kFast), 12136);   // down's 27,648 columns
+  // A mixture of experts: the experts' activation has the step's (token, expert) pairs on y.
+  SynthOptions moe;
+  moe.family = ModelFamily::kQwen3Moe;
+  moe.shape = "30b-a3b";
+  auto c = SynthConfig(moe);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->experts_per_token, 8);
+  EXPECT_EQ(CudaMaxStepTokens(*c, NumericsProfile::kExact), 8191);
+  EXPECT_EQ(CudaMaxStepTokens(*c, NumericsProfile::kFast), 8191);
 }
 
 // A step above the limit is refused whole, before anything runs, in both profiles, and the
