@@ -270,6 +270,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Open(std::shared_ptr<const Model> mode
   EngineOptions opts = options;
   opts.kv_cache_bytes = kv_cache_bytes;
   opts.max_context = context;
+  // Open sizes the engine for its device, as it sizes the KV cache: the step budget asked for,
+  // within what the backend carries in one step (Backend::max_step_tokens; rote serve derives
+  // 32 x max_batch, up to 8,192, where Qwen3-Coder-30B-A3B carries 8,191). Outputs do not
+  // depend on the budget. Create, given a backend, refuses a larger one instead.
+  opts.max_step_tokens = std::min(opts.max_step_tokens, backend->max_step_tokens());
   return Create(std::move(model), std::move(tokenizer), std::move(backend), opts);
 }
 

@@ -183,7 +183,9 @@ class Engine {
   // Loads model and tokenizer from `model_dir` and starts the scheduler.
   static StatusOr<std::unique_ptr<Engine>> Load(const std::string& model_dir, const EngineOptions& options);
   // Load's second half: the backend `options` names over a model and tokenizer already read (one
-  // host copy of the weights shared by engines on several devices, engine_group.h).
+  // host copy of the weights shared by engines on several devices, engine_group.h). Load and Open
+  // take max_step_tokens down to what the backend carries in one step (Backend::max_step_tokens);
+  // Create refuses a larger one with INVALID_ARGUMENT.
   static StatusOr<std::unique_ptr<Engine>> Open(std::shared_ptr<const Model> model, Tokenizer tokenizer,
                                                 const EngineOptions& options);
   // With a backend made by the caller (tests use CPU backend options this way).

@@ -1151,6 +1151,37 @@ TEST(CudaStepLimits, ALargerStepIsInvalidArgument) {
   }
 }
 
+// Engine::Load takes a step budget above the backend's limit down to it (the engine runs);
+// Engine::Create, given the same backend kind and options, refuses it.
+TEST(CudaStepLimits, LoadTakesTheBudgetDownAndCreateRefusesIt) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = std::string(ROTE_SOURCE_DIR) + "/tests/fixtures/qwen2";
+  EngineOptions o;
+  ASSERT_TRUE(ParseDeviceName("cuda", &o).ok());
+  o.max_batch = 4;
+  o.max_context = 512;
+  o.kv_cache_bytes = int64_t{64} << 20;
+  o.max_step_tokens = 100000;
+  auto loaded = Engine::Load(dir, o);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  GenerationRequest r;
+  r.prompt_tokens = Prompt(40, (*loaded)->model().config().vocab_size, 9);
+  r.sampling.max_tokens = 4;
+  r.sampling.ignore_eos = true;
+  auto result = (*loaded)->Generate(r);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->tokens.size(), 4u);
+  auto model = LoadOrDie(dir);
+  ASSERT_TRUE(model);
+  auto tokenizer = Tokenizer::Load(dir);
+  ASSERT_TRUE(tokenizer.ok());
+  auto backend = Cuda(model);
+  ASSERT_TRUE(backend);
+  auto refused = Engine::Create(model, *tokenizer, std::move(backend), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+}
+
 // RMSNorm keeps a row's first 16 groups of 128 in registers and streams the rest: a hidden size of
 // 2,176 (17 groups) takes both paths, in prefill (normalised once) and decode (norm fused).
 TEST(CudaInvariance, WideRowsEqualCpu) {
